@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# kvlane quick start: `make demo` and `make test` on a fresh Debian 12 machine.
+# Both install the Debian packages that are missing, configure build/ and compile first.
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+MESON_OPTS ?=
+
+# Debian packages kvlane builds and tests with (nothing is downloaded from elsewhere).
+DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format \
+	libdpdk-dev dpdk-dev python3-pyelftools libibverbs-dev ibverbs-providers \
+	libnuma-dev libinih-dev
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build build-asan demo test clean distclean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+			|| missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing missing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+# The unit suite again under AddressSanitizer and UndefinedBehaviorSanitizer.
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) $(MESON_OPTS) -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dcuda=disabled
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+
+demo: build
+	@python3 tools/demo.py $(BUILD) config/default.ini
+
+# Every suite, then the unit suite under sanitizers; the last line is
+# "N passed, N failed, N skipped" from meson's own results of both runs.
+test: build build-asan
+	@rc=0; meson test -C $(BUILD) --print-errorlogs || rc=$$?; \
+	meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs || rc=$$?; \
+	python3 tools/test_summary.py $(BUILD)/meson-logs/testlog.json \
+		$(ASAN_BUILD)/meson-logs/testlog.json:asan || rc=1; \
+	exit $$rc
+
+clean:
+	[ ! -d $(BUILD) ] || ninja -C $(BUILD) clean
+
+distclean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

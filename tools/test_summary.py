@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Summarise meson's testlog.json files as one line: "N passed, N failed, N skipped".
+
+usage: test_summary.py TESTLOG[:LABEL] ...   (LABEL tags that run's suites, e.g. unit:asan)
+"""
+import collections
+import json
+import sys
+
+
+def main():
+    args = sys.argv[1:] or ["build/meson-logs/testlog.json"]
+    count = collections.Counter()
+    suites = collections.defaultdict(collections.Counter)
+    results = []
+    for arg in args:
+        path, _, label = arg.partition(":")
+        try:
+            with open(path, encoding="utf-8") as f:
+                run = [json.loads(line) for line in f if line.strip()]
+        except OSError as e:
+            print(f"test_summary: cannot read {path}: {e.strerror}", file=sys.stderr)
+            count["failed"] += 1
+            continue
+        results += run
+        for r in run:
+            # meson: OK, EXPECTEDFAIL pass; SKIP skips; FAIL, TIMEOUT, ERROR, UNEXPECTEDPASS
+            # fail.
+            res = r.get("result", "ERROR")
+            kind = "passed" if res in ("OK", "EXPECTEDFAIL") else \
+                "skipped" if res == "SKIP" else "failed"
+            count[kind] += 1
+            # "name" is "project:suite / test".
+            name = r.get("name", "?").split(" / ")[0].split(":")[-1]
+            suites[f"{name}:{label}" if label else name][kind] += 1
+    for name in sorted(suites):
+        c = suites[name]
+        print(f"  suite {name}: {c['passed']} passed, {c['failed']} failed, "
+              f"{c['skipped']} skipped")
+    if not results:
+        print("test_summary: no test ran", file=sys.stderr)
+        count["failed"] += 1
+    print(f"{count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
+    return 1 if count["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
