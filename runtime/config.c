@@ -1,0 +1,1122 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* INI configuration: one schema table drives parsing, validation, defaults and printing. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include "config.h"
+
+enum key_type {
+	KT_BOOL,      /* bool */
+	KT_UINT,      /* uint32_t in [min, max] */
+	KT_INT_AUTO,  /* int: "auto" (KVL_AUTO) or [min, max] */
+	KT_ENUM,      /* int: index into names[] */
+	KT_TRI,	      /* int: enum kvl_tristate */
+	KT_NAME,      /* char[size]: [A-Za-z0-9_.:-]+ */
+	KT_ADDR,      /* char[size]: host:port; port may be 0 when min == 0 */
+	KT_ADDR_LIST, /* struct kvl_control_conf peers/n_peers: comma-separated host:port */
+};
+
+#define F_REQUIRED  0x1
+#define F_POW2	    0x2
+#define F_RDMA_ONLY 0x4 /* meaningless on the tcp transport: setting it there is an error */
+#define F_APPEND    0x8 /* a list: each line with this key adds to it (inih lines are short) */
+
+struct key_def {
+	const char *name;
+	uint8_t type;
+	uint8_t flags;
+	uint16_t off;
+	uint16_t size;
+	int64_t min, max;
+	const char *const *names;
+	const char *def;
+};
+
+struct section_def {
+	const char *name; /* "nic" for [nic.<label>] */
+	const struct key_def *keys;
+	unsigned n_keys;
+	size_t off; /* of the section struct in struct kvl_config (first NIC for nic) */
+};
+
+static const char *const idle_names[] = { "poll", "yield", "hybrid", NULL };
+static const char *const transport_names[] = { "auto", "mlx5", "verbs", "tcp", NULL };
+static const char *const tri_names[] = { "false", "true", "auto", NULL };
+
+#define K(s, field, t, fl, lo, hi, nm, d)                                                 \
+	{                                                                                 \
+		.name = #field, .type = (t), .flags = (fl), .off = offsetof(s, field),    \
+		.size = sizeof(((s *)0)->field), .min = (lo), .max = (hi), .names = (nm), \
+		.def = (d)                                                                \
+	}
+
+#define RT struct kvl_runtime_conf
+static const struct key_def runtime_keys[] = {
+	K(RT, name, KT_NAME, 0, 1, KVL_NAME_LEN - 1, NULL, "kvlane"),
+	K(RT, idle_policy, KT_ENUM, 0, 0, 0, idle_names, "poll"),
+	K(RT, hybrid_idle_us, KT_UINT, 0, 0, 10000000, NULL, "100"),
+	K(RT, hybrid_sleep_us, KT_UINT, 0, 1, 100000, NULL, "50"),
+	K(RT, allow_remote_numa, KT_BOOL, 0, 0, 0, NULL, "false"),
+};
+#undef RT
+
+#define CQ struct kvl_cq_moderation_conf
+static const struct key_def cq_keys[] = {
+	K(CQ, enable, KT_BOOL, 0, 0, 0, NULL, "true"),
+	K(CQ, count, KT_UINT, 0, 1, 65535, NULL, "16"),
+	K(CQ, period_us, KT_UINT, 0, 0, 4095, NULL, "50"),
+	K(CQ, signal_every, KT_UINT, 0, 1, 32768, NULL, "64"),
+};
+#undef CQ
+
+#define MEM struct kvl_memory_conf
+static const struct key_def memory_keys[] = {
+	K(MEM, pool_size_mb, KT_UINT, 0, 1, 4194304, NULL, "1024"),
+	K(MEM, chunk_size_kb, KT_UINT, F_POW2, 4, 1048576, NULL, "4096"),
+	K(MEM, hugepage, KT_TRI, 0, 0, 0, NULL, "auto"),
+};
+#undef MEM
+
+#define GPU struct kvl_gpu_conf
+static const struct key_def gpu_keys[] = {
+	K(GPU, enable, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(GPU, device_id, KT_UINT, 0, 0, 63, NULL, "0"),
+	K(GPU, vram_reserve_mb, KT_UINT, 0, 0, 1048576, NULL, "2048"),
+	K(GPU, gpudirect, KT_TRI, 0, 0, 0, NULL, "auto"),
+};
+#undef GPU
+
+#define SCH struct kvl_sched_conf
+static const struct key_def sched_keys[] = {
+	K(SCH, window_min_kb, KT_UINT, 0, 4, 16777216, NULL, "256"),
+	K(SCH, window_max_mb, KT_UINT, 0, 1, 1048576, NULL, "512"),
+	K(SCH, budget_mb, KT_UINT, 0, 1, 16777216, NULL, "1024"),
+	K(SCH, resize_interval_ms, KT_UINT, 0, 1, 60000, NULL, "10"),
+};
+#undef SCH
+
+#define CTL struct kvl_control_conf
+static const struct key_def control_keys[] = {
+	K(CTL, listen, KT_ADDR, 0, 0, 65535, NULL, "127.0.0.1:18515"),
+	K(CTL, peers, KT_ADDR_LIST, F_APPEND, 1, 65535, NULL, ""),
+	K(CTL, connect_timeout_ms, KT_UINT, 0, 1, 600000, NULL, "3000"),
+	K(CTL, heartbeat_interval_ms, KT_UINT, 0, 10, 600000, NULL, "1000"),
+	K(CTL, peer_timeout_ms, KT_UINT, 0, 20, 3600000, NULL, "5000"),
+};
+#undef CTL
+
+#define TEL struct kvl_telemetry_conf
+static const struct key_def telemetry_keys[] = {
+	K(TEL, enable, KT_BOOL, 0, 0, 0, NULL, "true"),
+};
+#undef TEL
+
+#define NIC struct kvl_nic_conf
+static const struct key_def nic_keys[] = {
+	K(NIC, device, KT_NAME, F_REQUIRED, 1, KVL_NAME_LEN - 1, NULL, ""),
+	K(NIC, port, KT_UINT, 0, 1, 255, NULL, "1"),
+	K(NIC, transport, KT_ENUM, 0, 0, 0, transport_names, "auto"),
+	K(NIC, gid_index, KT_INT_AUTO, F_RDMA_ONLY, 0, 255, NULL, "auto"),
+	K(NIC, mtu, KT_UINT, F_POW2 | F_RDMA_ONLY, 256, 4096, NULL, "4096"),
+	K(NIC, traffic_class, KT_UINT, 0, 0, 255, NULL, "0"),
+	K(NIC, service_level, KT_UINT, F_RDMA_ONLY, 0, 15, NULL, "0"),
+	K(NIC, pkey_index, KT_UINT, F_RDMA_ONLY, 0, 65535, NULL, "0"),
+	K(NIC, qp_count, KT_UINT, 0, 1, 1024, NULL, "2"),
+	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
+	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),
+};
+#undef NIC
+#undef K
+
+#define SEC(id, nm, keys, field) \
+	[id] = { nm, keys, sizeof(keys) / sizeof(keys[0]), offsetof(struct kvl_config, field) }
+static const struct section_def sections[KVL_SEC_COUNT] = {
+	SEC(KVL_SEC_RUNTIME, "runtime", runtime_keys, runtime),
+	SEC(KVL_SEC_CQ_MODERATION, "cq_moderation", cq_keys, cq_moderation),
+	SEC(KVL_SEC_MEMORY, "memory", memory_keys, memory),
+	SEC(KVL_SEC_GPU, "gpu", gpu_keys, gpu),
+	SEC(KVL_SEC_SCHED, "sched", sched_keys, sched),
+	SEC(KVL_SEC_CONTROL, "control", control_keys, control),
+	SEC(KVL_SEC_TELEMETRY, "telemetry", telemetry_keys, telemetry),
+	SEC(KVL_SEC_NIC, "nic", nic_keys, nics),
+};
+#undef SEC
+
+_Static_assert(sizeof(nic_keys) / sizeof(nic_keys[0]) <= KVL_MAX_SECT_KEYS, "origin too small");
+
+const char *kvl_idle_policy_name(int p)
+{
+	return p >= 0 && p <= KVL_IDLE_HYBRID ? idle_names[p] : "?";
+}
+
+const char *kvl_transport_name(int t)
+{
+	return t >= 0 && t <= KVL_TRANSPORT_TCP ? transport_names[t] : "?";
+}
+
+const char *kvl_tristate_name(int t)
+{
+	return t >= 0 && t <= KVL_TRI_AUTO ? tri_names[t] : "?";
+}
+
+/* ---- errors ---- */
+
+static void add_error(struct kvl_conf_errors *errs, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void add_error(struct kvl_conf_errors *errs, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errs->count >= KVL_CONF_MAX_ERRORS) {
+		errs->dropped++;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(errs->msg[errs->count], KVL_CONF_MSG_LEN, fmt, ap);
+	va_end(ap);
+	errs->count++;
+}
+
+/* Edit distance, for "did you mean". Names are short; a stack row is plenty. */
+static unsigned edit_distance(const char *a, const char *b)
+{
+	unsigned la = strlen(a), lb = strlen(b), row[64], i, j;
+
+	if (la >= 63 || lb >= 63)
+		return UINT_MAX;
+	for (j = 0; j <= lb; j++)
+		row[j] = j;
+	for (i = 1; i <= la; i++) {
+		unsigned diag = row[0], up;
+
+		row[0] = i;
+		for (j = 1; j <= lb; j++) {
+			unsigned best;
+
+			up = row[j];
+			best = diag + (tolower((unsigned char)a[i - 1]) !=
+				       tolower((unsigned char)b[j - 1]));
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* Close enough to be a typo of @cand: at most a third of the longer name, and at least 2. */
+static bool near(const char *word, const char *cand, unsigned *best)
+{
+	unsigned d = edit_distance(word, cand), la = strlen(word), lb = strlen(cand);
+	unsigned limit = (la > lb ? la : lb) / 3;
+
+	if (limit < 2)
+		limit = 2;
+	if (d > limit || d >= *best)
+		return false;
+	*best = d;
+	return true;
+}
+
+/* ---- value parsing: each returns NULL on success or what was expected ---- */
+
+static const char *parse_u64(const char *v, uint64_t *out)
+{
+	char *end;
+	int base = 10;
+
+	if (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
+		base = 16;
+		v += 2;
+	}
+	if (v[0] == '\0' ||
+	    v[strspn(v, base == 16 ? "0123456789abcdefABCDEF" : "0123456789")] != '\0')
+		return "an integer";
+	errno = 0;
+	*out = strtoull(v, &end, base);
+	if (errno || *end != '\0')
+		return "an integer";
+	return NULL;
+}
+
+static const char *parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = { "true", "yes", "on", "1" };
+	static const char *const no[] = { "false", "no", "off", "0" };
+
+	for (unsigned i = 0; i < 4; i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = true;
+			return NULL;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = false;
+			return NULL;
+		}
+	}
+	return "true or false";
+}
+
+static bool name_char_ok(char c)
+{
+	return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.' || c == ':';
+}
+
+/* host:port, [v6]:port or name:port. Host syntax only: names are resolved at connect time. */
+static bool addr_ok(const char *v, int64_t min_port, char *why, size_t whylen)
+{
+	char host[KVL_ADDR_LEN];
+	const char *colon, *h = v, *p;
+	size_t hl;
+	uint64_t port;
+
+	if (v[0] == '[') {
+		const char *close = strchr(v, ']');
+
+		if (close == NULL || close[1] != ':') {
+			snprintf(why, whylen, "[ipv6]:port");
+			return false;
+		}
+		h = v + 1;
+		hl = close - h;
+		p = close + 2;
+	} else {
+		colon = strrchr(v, ':');
+		if (colon == NULL || strchr(v, ':') != colon) {
+			snprintf(why, whylen,
+				 "host:port (e.g. 10.0.0.2:18515; IPv6 as [addr]:port)");
+			return false;
+		}
+		hl = colon - v;
+		p = colon + 1;
+	}
+	if (hl == 0 || hl >= sizeof(host)) {
+		snprintf(why, whylen, "host:port with a host before the ':'");
+		return false;
+	}
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	if (parse_u64(p, &port) != NULL || (int64_t)port < min_port || port > 65535) {
+		snprintf(why, whylen, "host:port with a port in %lld..65535", (long long)min_port);
+		return false;
+	}
+	if (v[0] == '[') {
+		struct in6_addr a6;
+
+		if (inet_pton(AF_INET6, host, &a6) != 1) {
+			snprintf(why, whylen, "a valid IPv6 address inside [ ]");
+			return false;
+		}
+		return true;
+	}
+	if (strspn(host, "0123456789.") == hl) {
+		struct in_addr a4;
+
+		if (inet_pton(AF_INET, host, &a4) != 1) {
+			snprintf(why, whylen, "a valid IPv4 address before the ':'");
+			return false;
+		}
+		return true;
+	}
+	for (size_t i = 0; i < hl; i++) {
+		if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.') {
+			snprintf(why, whylen, "a host name of letters, digits, '-' and '.'");
+			return false;
+		}
+	}
+	return true;
+}
+
+static void trim(char *s)
+{
+	size_t n = strlen(s), i = 0;
+
+	while (n > 0 && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	while (isspace((unsigned char)s[i]))
+		i++;
+	memmove(s, s + i, n - i + 1);
+}
+
+static const char *parse_peers(const char *v, const struct key_def *k, struct kvl_control_conf *c,
+			       char *why, size_t whylen)
+{
+	char buf[KVL_MAX_PEERS * KVL_ADDR_LEN], *save = NULL, *tok;
+	unsigned n = c->n_peers; /* each peers line appends */
+
+	if (strlen(v) >= sizeof(buf))
+		return "a shorter list";
+	strcpy(buf, v);
+	trim(buf);
+	if (buf[0] == '\0')
+		return NULL;
+	for (save = buf; (tok = strsep(&save, ",")) != NULL;) {
+		trim(tok);
+		if (tok[0] == '\0')
+			return "a comma-separated list of host:port without empty entries";
+		if (n == KVL_MAX_PEERS) {
+			snprintf(why, whylen, "at most %d peers", KVL_MAX_PEERS);
+			return why;
+		}
+		if (strlen(tok) >= KVL_ADDR_LEN || !addr_ok(tok, k->min, why, whylen))
+			return why[0] ? why : "host:port";
+		for (unsigned i = 0; i < n; i++) {
+			if (strcmp(c->peers[i], tok) == 0) {
+				snprintf(why, whylen, "each peer once (%s is listed twice)", tok);
+				return why;
+			}
+		}
+		strcpy(c->peers[n++], tok);
+	}
+	c->n_peers = n;
+	return NULL;
+}
+
+/*
+ * Store @value into the field of @k in @base. Returns NULL, or a description of what was
+ * expected (possibly written into @why).
+ */
+static const char *set_value(const struct key_def *k, void *base, const char *value, char *why,
+			     size_t whylen)
+{
+	char *field = (char *)base + k->off;
+	uint64_t u;
+	size_t len;
+
+	why[0] = '\0';
+	switch (k->type) {
+	case KT_BOOL:
+		return parse_bool(value, (bool *)field);
+	case KT_TRI:
+		if (strcasecmp(value, "auto") == 0) {
+			*(int *)field = KVL_TRI_AUTO;
+			return NULL;
+		} else {
+			bool b;
+
+			if (parse_bool(value, &b) != NULL)
+				return "true, false or auto";
+			*(int *)field = b ? KVL_TRI_ON : KVL_TRI_OFF;
+			return NULL;
+		}
+	case KT_ENUM:
+		for (int i = 0; k->names[i]; i++) {
+			if (strcasecmp(value, k->names[i]) == 0) {
+				*(int *)field = i;
+				return NULL;
+			}
+		}
+		len = snprintf(why, whylen, "one of ");
+		for (int i = 0; k->names[i] && len < whylen; i++)
+			len += snprintf(why + len, whylen - len, "%s%s", i ? ", " : "",
+					k->names[i]);
+		return why;
+	case KT_INT_AUTO:
+	case KT_UINT:
+		if (k->type == KT_INT_AUTO && strcasecmp(value, "auto") == 0) {
+			*(int *)field = KVL_AUTO;
+			return NULL;
+		}
+		if (parse_u64(value, &u) != NULL || (int64_t)u < k->min || (int64_t)u > k->max ||
+		    u > INT32_MAX) {
+			snprintf(why, whylen, "%s%s in %lld..%lld",
+				 k->type == KT_INT_AUTO ? "auto or " : "",
+				 k->flags & F_POW2 ? "a power of two" : "an integer",
+				 (long long)k->min, (long long)k->max);
+			return why;
+		}
+		if ((k->flags & F_POW2) && (u & (u - 1)) != 0) {
+			snprintf(why, whylen, "a power of two in %lld..%lld", (long long)k->min,
+				 (long long)k->max);
+			return why;
+		}
+		if (k->type == KT_UINT)
+			*(uint32_t *)field = (uint32_t)u;
+		else
+			*(int *)field = (int)u;
+		return NULL;
+	case KT_NAME:
+		len = strlen(value);
+		if (len < (size_t)k->min || len > (size_t)k->max) {
+			snprintf(why, whylen, "a name of %lld..%lld characters", (long long)k->min,
+				 (long long)k->max);
+			return why;
+		}
+		for (size_t i = 0; i < len; i++)
+			if (!name_char_ok(value[i]))
+				return "a name of letters, digits, '_', '-', '.' and ':'";
+		memcpy(field, value, len + 1);
+		return NULL;
+	case KT_ADDR:
+		if (strlen(value) >= k->size)
+			return "a shorter address";
+		if (!addr_ok(value, k->min, why, whylen))
+			return why;
+		strcpy(field, value);
+		return NULL;
+	case KT_ADDR_LIST:
+		return parse_peers(value, k, (struct kvl_control_conf *)base, why, whylen);
+	}
+	return "a value";
+}
+
+/* Value of @k in @base as INI text. */
+static void format_value(const struct key_def *k, const void *base, char *out, size_t outlen)
+{
+	const char *field = (const char *)base + k->off;
+
+	switch (k->type) {
+	case KT_BOOL:
+		snprintf(out, outlen, "%s", *(const bool *)field ? "true" : "false");
+		break;
+	case KT_TRI:
+		snprintf(out, outlen, "%s", kvl_tristate_name(*(const int *)field));
+		break;
+	case KT_ENUM:
+		snprintf(out, outlen, "%s", k->names[*(const int *)field]);
+		break;
+	case KT_UINT:
+		snprintf(out, outlen, "%u", *(const uint32_t *)field);
+		break;
+	case KT_INT_AUTO:
+		if (*(const int *)field == KVL_AUTO)
+			snprintf(out, outlen, "auto");
+		else
+			snprintf(out, outlen, "%d", *(const int *)field);
+		break;
+	case KT_NAME:
+	case KT_ADDR:
+		snprintf(out, outlen, "%s", field);
+		break;
+	case KT_ADDR_LIST: {
+		const struct kvl_control_conf *c = base;
+		size_t len = 0;
+
+		out[0] = '\0';
+		for (unsigned i = 0; i < c->n_peers && len < outlen; i++)
+			len += snprintf(out + len, outlen - len, "%s%s", i ? ", " : "",
+					c->peers[i]);
+		break;
+	}
+	}
+}
+
+static void *section_base(struct kvl_config *cfg, int sec, int nic)
+{
+	if (sec == KVL_SEC_NIC)
+		return &cfg->nics[nic];
+	return (char *)cfg + sections[sec].off;
+}
+
+static const void *section_cbase(const struct kvl_config *cfg, int sec, int nic)
+{
+	return section_base((struct kvl_config *)cfg, sec, nic);
+}
+
+static void apply_defaults(void *base, int sec)
+{
+	char why[160];
+
+	for (unsigned i = 0; i < sections[sec].n_keys; i++) {
+		const struct key_def *k = &sections[sec].keys[i];
+
+		if (k->flags & F_REQUIRED)
+			continue;
+		/* Defaults go through the same parser as the file: one path, checked at start. */
+		if (set_value(k, base, k->def, why, sizeof(why)) != NULL)
+			abort(); /* a broken schema table is a build bug, caught by every test */
+	}
+}
+
+void kvl_config_defaults(struct kvl_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (int s = 0; s < KVL_SEC_NIC; s++)
+		apply_defaults(section_base(cfg, s, 0), s);
+}
+
+/* ---- parsing ---- */
+
+struct parse_ctx {
+	struct kvl_config *cfg;
+	struct kvl_conf_errors *errs;
+	const char *file;
+	/* input */
+	FILE *fp;
+	const char *text;
+	/* position */
+	unsigned line;
+	bool bad_line; /* this line was already reported by the reader */
+	bool indented; /* this line starts with white space */
+	/* current section: -1 none yet, -2 invalid (its keys are skipped) */
+	int sec;
+	int nic;
+	char sec_name[KVL_LABEL_LEN + 8];
+	bool key_seen; /* a key was set in the current section (inih continuation rule) */
+	char last_key[64];
+	unsigned last_key_line;
+	int read_errno; /* fgets failed: a directory, an I/O error */
+};
+
+static int find_key(int sec, const char *name)
+{
+	for (unsigned i = 0; i < sections[sec].n_keys; i++)
+		if (strcmp(sections[sec].keys[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+static void suggest_section(char *out, size_t outlen, const char *name)
+{
+	unsigned best = UINT_MAX;
+	const char *cand = NULL;
+
+	out[0] = '\0';
+	if (strncasecmp(name, "nic", 3) == 0 || strncasecmp(name, "port", 4) == 0 ||
+	    strncasecmp(name, "rdma", 4) == 0) {
+		snprintf(out, outlen, "; NIC sections are named [nic.<label>], e.g. [nic.rail0]");
+		return;
+	}
+	for (int s = 0; s < KVL_SEC_NIC; s++)
+		if (near(name, sections[s].name, &best))
+			cand = sections[s].name;
+	if (cand)
+		snprintf(out, outlen, "; did you mean [%s]?", cand);
+	else
+		snprintf(out, outlen,
+			 "; sections are [runtime], [nic.<label>], [cq_moderation], [memory], "
+			 "[gpu], [sched], [control], [telemetry]");
+}
+
+static bool label_ok(const char *l)
+{
+	size_t n = strlen(l);
+
+	if (n == 0 || n >= KVL_LABEL_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)l[i]) && l[i] != '_')
+			return false; /* telemetry names allow only [A-Za-z0-9_/] */
+	return true;
+}
+
+static void start_section(struct parse_ctx *c, const char *name)
+{
+	char hint[160];
+
+	c->key_seen = false;
+	c->nic = -1;
+	snprintf(c->sec_name, sizeof(c->sec_name), "%s", name);
+	if (strncmp(name, "nic.", 4) == 0) {
+		const char *label = name + 4;
+		struct kvl_config *cfg = c->cfg;
+		unsigned i;
+
+		if (!label_ok(label)) {
+			add_error(c->errs,
+				  "%s:%u: [%s]: bad NIC label \"%s\"; expected 1..%d letters, "
+				  "digits or "
+				  "'_' after \"nic.\"",
+				  c->file, c->line, name, label, KVL_LABEL_LEN - 1);
+			c->sec = -2;
+			return;
+		}
+		for (i = 0; i < cfg->n_nics; i++)
+			if (strcmp(cfg->nics[i].label, label) == 0)
+				break; /* reopened: keys merge, duplicates are still caught */
+		if (i == cfg->n_nics) {
+			if (cfg->n_nics == KVL_MAX_NICS) {
+				add_error(c->errs, "%s:%u: [%s]: too many NIC sections; at most %d",
+					  c->file, c->line, name, KVL_MAX_NICS);
+				c->sec = -2;
+				return;
+			}
+			apply_defaults(&cfg->nics[i], KVL_SEC_NIC);
+			snprintf(cfg->nics[i].label, sizeof(cfg->nics[i].label), "%s", label);
+			cfg->nic_origin[i].section_line = c->line;
+			cfg->n_nics++;
+		}
+		c->sec = KVL_SEC_NIC;
+		c->nic = (int)i;
+		return;
+	}
+	for (int s = 0; s < KVL_SEC_NIC; s++) {
+		if (strcmp(name, sections[s].name) == 0) {
+			c->sec = s;
+			if (c->cfg->origin[s].section_line == 0)
+				c->cfg->origin[s].section_line = c->line;
+			return;
+		}
+	}
+	suggest_section(hint, sizeof(hint), name);
+	add_error(c->errs, "%s:%u: [%s]: unknown section%s", c->file, c->line, name, hint);
+	c->sec = -2;
+}
+
+/* The reader sees raw lines: it counts them, reports what inih would only count, and tracks
+ * sections itself so that empty sections are validated too. */
+static void inspect_line(struct parse_ctx *c, char *raw)
+{
+	char line[512], *s;
+	size_t n;
+
+	snprintf(line, sizeof(line), "%s", raw);
+	if (c->line == 1 && (unsigned char)line[0] == 0xEF && (unsigned char)line[1] == 0xBB &&
+	    (unsigned char)line[2] == 0xBF)
+		memmove(line, line + 3, strlen(line + 3) + 1);
+	c->indented = line[0] == ' ' || line[0] == '\t';
+	s = line;
+	while (isspace((unsigned char)*s))
+		s++;
+	n = strlen(s);
+	while (n > 0 && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	if (n == 0 || s[0] == ';' || s[0] == '#')
+		return;
+	if (c->indented && c->key_seen)
+		return; /* a continuation line: the handler reports it */
+	if (s[0] == '[') {
+		char *close = strchr(s, ']');
+
+		if (close == NULL) {
+			add_error(c->errs, "%s:%u: section header \"%s\" is missing its ']'",
+				  c->file, c->line, s);
+			c->bad_line = true;
+			c->sec = -2;
+			c->key_seen = false;
+			return;
+		}
+		*close = '\0';
+		trim(s + 1);
+		start_section(c, s + 1);
+		return;
+	}
+	if (strpbrk(s, "=:") == NULL) {
+		add_error(c->errs,
+			  "%s:%u: expected \"[section]\" or \"key = value\", got \"%.60s\"",
+			  c->file, c->line, s);
+		c->bad_line = true;
+	}
+}
+
+static char *reader(char *str, int num, void *stream)
+{
+	struct parse_ctx *c = stream;
+	size_t n;
+
+	if (c->fp) {
+		if (fgets(str, num, c->fp) == NULL) {
+			if (ferror(c->fp))
+				c->read_errno = errno ? errno : EIO;
+			return NULL;
+		}
+	} else {
+		const char *nl;
+
+		if (*c->text == '\0')
+			return NULL;
+		nl = strchr(c->text, '\n');
+		n = nl ? (size_t)(nl - c->text + 1) : strlen(c->text);
+		if (n > (size_t)num - 1)
+			n = (size_t)num - 1;
+		memcpy(str, c->text, n);
+		str[n] = '\0';
+		c->text += n;
+	}
+	c->line++;
+	c->bad_line = false;
+	n = strlen(str);
+	if (n == (size_t)num - 1 && str[n - 1] != '\n') {
+		/* Longer than inih's line buffer: swallow the rest so line numbers stay true. */
+		int ch = 0;
+
+		if (c->fp) {
+			while ((ch = fgetc(c->fp)) != EOF && ch != '\n')
+				;
+		} else {
+			while (*c->text && *c->text != '\n')
+				c->text++;
+			if (*c->text == '\n')
+				c->text++;
+		}
+		add_error(c->errs, "%s:%u: line longer than %d characters", c->file, c->line,
+			  num - 2);
+		str[0] = '\n';
+		str[1] = '\0';
+		return str;
+	}
+	inspect_line(c, str);
+	if (c->bad_line) {
+		str[0] = '\n';
+		str[1] = '\0';
+	}
+	return str;
+}
+
+/* Where else a key of this name lives, for a key put in the wrong section. */
+static const char *home_of(const char *name)
+{
+	for (int s = 0; s < KVL_SEC_COUNT; s++)
+		if (find_key(s, name) >= 0)
+			return s == KVL_SEC_NIC ? "nic.<label>" : sections[s].name;
+	return NULL;
+}
+
+static void unknown_key(struct parse_ctx *c, const char *name)
+{
+	const struct section_def *sd = &sections[c->sec];
+	const char *cand = NULL, *home = home_of(name);
+	unsigned best = UINT_MAX;
+
+	for (unsigned i = 0; i < sd->n_keys; i++)
+		if (near(name, sd->keys[i].name, &best))
+			cand = sd->keys[i].name;
+	if (cand)
+		add_error(c->errs, "%s:%u: %s.%s: unknown key in [%s]; did you mean \"%s\"?",
+			  c->file, c->line, c->sec_name, name, c->sec_name, cand);
+	else if (home)
+		add_error(c->errs, "%s:%u: %s.%s: unknown key in [%s]; \"%s\" belongs in [%s]",
+			  c->file, c->line, c->sec_name, name, c->sec_name, name, home);
+	else
+		add_error(c->errs, "%s:%u: %s.%s: unknown key in [%s]", c->file, c->line,
+			  c->sec_name, name, c->sec_name);
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct parse_ctx *c = user;
+	struct kvl_conf_origin *org;
+	const struct key_def *k;
+	char why[200], val[512];
+	const char *bad;
+	size_t vl;
+	int ki;
+
+	(void)section; /* tracked by the reader, which also sees empty sections */
+	if (name[0] == '\0') {
+		add_error(c->errs, "%s:%u: expected \"key = value\", got no key before the '='",
+			  c->file, c->line);
+		return 1;
+	}
+	if (c->indented && c->key_seen && strcmp(name, c->last_key) == 0 &&
+	    c->last_key_line != c->line) {
+		add_error(c->errs,
+			  "%s:%u: %s.%s: continuation lines are not supported; put the whole value "
+			  "on one line",
+			  c->file, c->line, c->sec_name, name);
+		return 1;
+	}
+	if (c->sec == -2)
+		return 1; /* already reported: the section itself is wrong */
+	if (c->sec == -1) {
+		const char *home = home_of(name);
+
+		add_error(c->errs, "%s:%u: %s: key outside any section; put it under [%s]", c->file,
+			  c->line, name, home ? home : "runtime");
+		return 1;
+	}
+	c->key_seen = true;
+	snprintf(c->last_key, sizeof(c->last_key), "%s", name);
+	c->last_key_line = c->line;
+	ki = find_key(c->sec, name);
+	if (ki < 0) {
+		unknown_key(c, name);
+		return 1;
+	}
+	k = &sections[c->sec].keys[ki];
+	org = c->sec == KVL_SEC_NIC ? &c->cfg->nic_origin[c->nic] : &c->cfg->origin[c->sec];
+	if (org->key_line[ki] != 0 && !(k->flags & F_APPEND)) {
+		add_error(c->errs, "%s:%u: %s.%s: set twice (first at line %u)", c->file, c->line,
+			  c->sec_name, name, org->key_line[ki]);
+		return 1;
+	}
+	org->key_line[ki] = c->line;
+	/* Quotes are optional around any value. */
+	snprintf(val, sizeof(val), "%s", value);
+	vl = strlen(val);
+	if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+		memmove(val, val + 1, vl - 2);
+		val[vl - 2] = '\0';
+	}
+	bad = set_value(k, section_base(c->cfg, c->sec, c->nic), val, why, sizeof(why));
+	if (bad)
+		add_error(c->errs, "%s:%u: %s.%s: expected %s; got \"%.80s\"", c->file, c->line,
+			  c->sec_name, name, bad, val);
+	return 1;
+}
+
+/* Line to blame for a cross-key problem: the key's own line if set, else its section's. */
+static unsigned key_line(const struct kvl_config *cfg, int sec, int nic, const char *key)
+{
+	const struct kvl_conf_origin *org =
+		sec == KVL_SEC_NIC ? &cfg->nic_origin[nic] : &cfg->origin[sec];
+	int ki = find_key(sec, key);
+
+	return ki >= 0 && org->key_line[ki] ? org->key_line[ki] : org->section_line;
+}
+
+static bool key_set(const struct kvl_config *cfg, int sec, int nic, const char *key)
+{
+	const struct kvl_conf_origin *org =
+		sec == KVL_SEC_NIC ? &cfg->nic_origin[nic] : &cfg->origin[sec];
+	int ki = find_key(sec, key);
+
+	return ki >= 0 && org->key_line[ki] != 0;
+}
+
+static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs)
+{
+	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
+	const struct kvl_control_conf *ctl = &cfg->control;
+	uint64_t pool_kb = (uint64_t)cfg->memory.pool_size_mb * 1024;
+
+	if (cfg->n_nics == 0)
+		add_error(errs,
+			  "%s:%u: nic: no [nic.<label>] section; at least one NIC is needed "
+			  "(for loopback: [nic.lo] with device = lo and transport = tcp)",
+			  file, 1u);
+
+	for (unsigned i = 0; i < cfg->n_nics; i++) {
+		const struct kvl_nic_conf *n = &cfg->nics[i];
+
+		for (unsigned j = 0; j < sections[KVL_SEC_NIC].n_keys; j++) {
+			const struct key_def *k = &nic_keys[j];
+
+			if ((k->flags & F_REQUIRED) && cfg->nic_origin[i].key_line[j] == 0)
+				add_error(errs, "%s:%u: nic.%s.%s: required key missing", file,
+					  cfg->nic_origin[i].section_line, n->label, k->name);
+			if ((k->flags & F_RDMA_ONLY) && n->transport == KVL_TRANSPORT_TCP &&
+			    cfg->nic_origin[i].key_line[j] != 0)
+				add_error(
+					errs,
+					"%s:%u: nic.%s.%s: applies only to RDMA transports, but "
+					"transport = tcp; remove it or choose auto, verbs or mlx5",
+					file, cfg->nic_origin[i].key_line[j], n->label, k->name);
+		}
+		if (n->device[0] == '\0')
+			continue;
+		for (unsigned j = 0; j < i; j++) {
+			if (strcmp(cfg->nics[j].device, n->device) == 0 &&
+			    cfg->nics[j].port == n->port) {
+				add_error(errs,
+					  "%s:%u: nic.%s.device: %s port %u is already used by "
+					  "[nic.%s] (%s:%u); one lcore owns a port",
+					  file, key_line(cfg, KVL_SEC_NIC, i, "device"), n->label,
+					  n->device, n->port, cfg->nics[j].label, file,
+					  key_line(cfg, KVL_SEC_NIC, j, "device"));
+				break;
+			}
+		}
+		if (cq->signal_every > n->queue_depth) {
+			/* Blame whichever of the two keys the file set (signal_every if both). */
+			bool blame_q = !key_set(cfg, KVL_SEC_CQ_MODERATION, 0, "signal_every");
+
+			if (blame_q)
+				add_error(errs,
+					  "%s:%u: nic.%s.queue_depth: %u is smaller than "
+					  "cq_moderation.signal_every = %u; the queue would fill "
+					  "before a signaled WQE frees it",
+					  file, key_line(cfg, KVL_SEC_NIC, i, "queue_depth"),
+					  n->label, n->queue_depth, cq->signal_every);
+			else
+				add_error(errs,
+					  "%s:%u: cq_moderation.signal_every: %u is larger than "
+					  "nic.%s.queue_depth = %u (%s:%u); the queue would fill "
+					  "before a signaled WQE frees it",
+					  file,
+					  key_line(cfg, KVL_SEC_CQ_MODERATION, 0, "signal_every"),
+					  cq->signal_every, n->label, n->queue_depth, file,
+					  key_line(cfg, KVL_SEC_NIC, i, "queue_depth"));
+		}
+	}
+
+	if (cfg->memory.chunk_size_kb > pool_kb || pool_kb % cfg->memory.chunk_size_kb != 0) {
+		bool blame_chunk = key_set(cfg, KVL_SEC_MEMORY, 0, "chunk_size_kb");
+
+		add_error(errs,
+			  "%s:%u: memory.%s: pool_size_mb = %u MiB is not a whole number of "
+			  "chunk_size_kb = %u KiB chunks",
+			  file,
+			  key_line(cfg, KVL_SEC_MEMORY, 0,
+				   blame_chunk ? "chunk_size_kb" : "pool_size_mb"),
+			  blame_chunk ? "chunk_size_kb" : "pool_size_mb", cfg->memory.pool_size_mb,
+			  cfg->memory.chunk_size_kb);
+	}
+	if ((uint64_t)cfg->sched.window_min_kb > (uint64_t)cfg->sched.window_max_mb * 1024) {
+		bool blame_min = key_set(cfg, KVL_SEC_SCHED, 0, "window_min_kb");
+		const char *key = blame_min ? "window_min_kb" : "window_max_mb";
+
+		add_error(errs,
+			  "%s:%u: sched.%s: window_min_kb = %u KiB exceeds window_max_mb = %u MiB",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, key), key, cfg->sched.window_min_kb,
+			  cfg->sched.window_max_mb);
+	}
+	if (cfg->gpu.gpudirect == KVL_TRI_ON && !cfg->gpu.enable)
+		add_error(errs,
+			  "%s:%u: gpu.gpudirect: true needs gpu.enable = true; set enable, or "
+			  "gpudirect = auto",
+			  file, key_line(cfg, KVL_SEC_GPU, 0, "gpudirect"));
+	if ((uint64_t)ctl->peer_timeout_ms < 2ull * ctl->heartbeat_interval_ms) {
+		bool blame_t = key_set(cfg, KVL_SEC_CONTROL, 0, "peer_timeout_ms");
+		const char *key = blame_t ? "peer_timeout_ms" : "heartbeat_interval_ms";
+
+		add_error(errs,
+			  "%s:%u: control.%s: peer_timeout_ms = %u must be at least twice "
+			  "heartbeat_interval_ms = %u, or one late heartbeat kills a live peer",
+			  file, key_line(cfg, KVL_SEC_CONTROL, 0, key), key, ctl->peer_timeout_ms,
+			  ctl->heartbeat_interval_ms);
+	}
+}
+
+static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path)
+{
+	int rc;
+
+	kvl_config_defaults(cfg);
+	snprintf(cfg->path, sizeof(cfg->path), "%s", path);
+	c->cfg = cfg;
+	c->sec = -1;
+	c->nic = -1;
+	rc = ini_parse_stream(reader, c, handler, c);
+	if (c->read_errno) {
+		add_error(c->errs, "%s: cannot read configuration file: %s", c->file,
+			  strerror(c->read_errno));
+		kvl_config_defaults(cfg);
+		return -c->read_errno;
+	}
+	if (rc > 0 && c->errs->count == 0)
+		add_error(c->errs, "%s:%d: syntax error", c->file, rc);
+	else if (rc < 0)
+		add_error(c->errs, "%s: out of memory while parsing", c->file);
+	if (c->errs->count == 0)
+		validate(cfg, c->file, c->errs);
+	/* A failed load leaves defaults behind, never half a file. */
+	if (c->errs->count) {
+		kvl_config_defaults(cfg);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_errors *errs)
+{
+	struct parse_ctx c = { .errs = errs, .file = path };
+	int rc;
+
+	memset(errs, 0, sizeof(*errs));
+	c.fp = fopen(path, "r");
+	if (c.fp == NULL) {
+		rc = -errno;
+		add_error(errs, "%s: cannot open configuration file: %s", path, strerror(errno));
+		kvl_config_defaults(cfg);
+		return rc;
+	}
+	rc = load(&c, cfg, path);
+	fclose(c.fp);
+	return rc;
+}
+
+int kvl_config_load_string(const char *name, const char *text, struct kvl_config *cfg,
+			   struct kvl_conf_errors *errs)
+{
+	struct parse_ctx c = { .errs = errs, .file = name, .text = text };
+
+	memset(errs, 0, sizeof(*errs));
+	return load(&c, cfg, name);
+}
+
+/* ---- walking ---- */
+
+/* @split_lists: call @fn once per element of a list key (the printer's one line per peer,
+ * which keeps every line under inih's length limit), instead of once with them joined. */
+static int visit_section(const struct kvl_config *cfg, int sec, int nic, bool split_lists,
+			 kvl_config_visit_fn fn, void *arg)
+{
+	const void *base = section_cbase(cfg, sec, nic);
+	char name[KVL_LABEL_LEN + 8], val[KVL_MAX_PEERS * KVL_ADDR_LEN];
+	int rc = 0;
+
+	if (sec == KVL_SEC_NIC)
+		snprintf(name, sizeof(name), "nic.%s", cfg->nics[nic].label);
+	else
+		snprintf(name, sizeof(name), "%s", sections[sec].name);
+	for (unsigned i = 0; rc == 0 && i < sections[sec].n_keys; i++) {
+		const struct key_def *k = &sections[sec].keys[i];
+
+		/* RDMA-only keys are rejected on a tcp NIC, so they are not part of its config. */
+		if (sec == KVL_SEC_NIC && (k->flags & F_RDMA_ONLY) &&
+		    cfg->nics[nic].transport == KVL_TRANSPORT_TCP)
+			continue;
+		if (split_lists && k->type == KT_ADDR_LIST && cfg->control.n_peers > 0) {
+			for (unsigned j = 0; rc == 0 && j < cfg->control.n_peers; j++)
+				rc = fn(arg, name, k->name, cfg->control.peers[j]);
+			continue;
+		}
+		format_value(k, base, val, sizeof(val));
+		rc = fn(arg, name, k->name, val);
+	}
+	return rc;
+}
+
+static int visit_all(const struct kvl_config *cfg, bool split_lists, kvl_config_visit_fn fn,
+		     void *arg)
+{
+	int rc = visit_section(cfg, KVL_SEC_RUNTIME, 0, split_lists, fn, arg);
+
+	for (unsigned i = 0; rc == 0 && i < cfg->n_nics; i++)
+		rc = visit_section(cfg, KVL_SEC_NIC, (int)i, split_lists, fn, arg);
+	for (int s = KVL_SEC_RUNTIME + 1; rc == 0 && s < KVL_SEC_NIC; s++)
+		rc = visit_section(cfg, s, 0, split_lists, fn, arg);
+	return rc;
+}
+
+int kvl_config_visit(const struct kvl_config *cfg, kvl_config_visit_fn fn, void *arg)
+{
+	return visit_all(cfg, false, fn, arg);
+}
+
+void kvl_config_schema_visit(kvl_schema_visit_fn fn, void *arg)
+{
+	for (int s = 0; s < KVL_SEC_COUNT; s++)
+		for (unsigned i = 0; i < sections[s].n_keys; i++)
+			fn(arg, s == KVL_SEC_NIC ? "nic.*" : sections[s].name,
+			   sections[s].keys[i].name, sections[s].keys[i].def);
+}
+
+struct print_state {
+	FILE *out;
+	char section[KVL_LABEL_LEN + 8];
+};
+
+static int print_one(void *arg, const char *section, const char *key, const char *value)
+{
+	struct print_state *ps = arg;
+
+	if (strcmp(ps->section, section) != 0) {
+		fprintf(ps->out, "%s[%s]\n", ps->section[0] ? "\n" : "", section);
+		snprintf(ps->section, sizeof(ps->section), "%s", section);
+	}
+	fprintf(ps->out, "%s = %s\n", key, value);
+	return 0;
+}
+
+int kvl_config_print(FILE *out, const struct kvl_config *cfg)
+{
+	struct print_state ps = { .out = out };
+
+	fprintf(out, "# kvlane effective configuration%s%s (defaults filled in)\n",
+		cfg->path[0] ? " of " : "", cfg->path);
+	visit_all(cfg, true, print_one, &ps);
+	return ferror(out) ? -EIO : 0;
+}

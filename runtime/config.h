@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* kvlane configuration: the parsed, validated contents of an INI file under config/. */
+#ifndef KVL_RUNTIME_CONFIG_H
+#define KVL_RUNTIME_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Pure C: no DPDK, verbs or CUDA headers here, so the unit suite needs no EAL. */
+
+#define KVL_MAX_NICS	  16
+#define KVL_MAX_PEERS	  32
+#define KVL_NAME_LEN	  64 /* runtime.name, nic device names */
+#define KVL_LABEL_LEN	  32 /* the part after "nic." in a section name */
+#define KVL_ADDR_LEN	  80 /* host:port, [v6]:port */
+#define KVL_PATH_LEN	  256
+#define KVL_MAX_SECT_KEYS 24
+
+enum kvl_idle_policy {
+	KVL_IDLE_POLL = 0, /* spin: lowest latency, one core at 100% */
+	KVL_IDLE_YIELD,	   /* sched_yield() when idle: for shared cores and CI */
+	KVL_IDLE_HYBRID,   /* spin while busy, nap once idle for hybrid_idle_us */
+};
+
+enum kvl_transport {
+	KVL_TRANSPORT_AUTO = 0,
+	KVL_TRANSPORT_MLX5,
+	KVL_TRANSPORT_VERBS,
+	KVL_TRANSPORT_TCP,
+};
+
+/* A yes/no key that also accepts "auto" (decided at start-up from what the host has). */
+enum kvl_tristate {
+	KVL_TRI_OFF = 0,
+	KVL_TRI_ON = 1,
+	KVL_TRI_AUTO = 2,
+};
+
+#define KVL_AUTO (-1) /* stored in int keys that accept "auto" (gid_index, numa_node) */
+
+struct kvl_runtime_conf {
+	char name[KVL_NAME_LEN];
+	int idle_policy; /* enum kvl_idle_policy */
+	uint32_t hybrid_idle_us;
+	uint32_t hybrid_sleep_us;
+	bool allow_remote_numa;
+};
+
+struct kvl_nic_conf {
+	char label[KVL_LABEL_LEN]; /* [nic.<label>] */
+	char device[KVL_NAME_LEN]; /* RDMA device (mlx5_0, rxe0) or netdev (lo) for tcp */
+	uint32_t port;
+	int transport; /* enum kvl_transport */
+	int gid_index; /* KVL_AUTO or 0..255 */
+	uint32_t mtu;
+	uint32_t traffic_class;
+	uint32_t service_level;
+	uint32_t pkey_index;
+	uint32_t qp_count;
+	uint32_t queue_depth;
+	int numa_node; /* KVL_AUTO or 0..1023 */
+};
+
+struct kvl_cq_moderation_conf {
+	bool enable;
+	uint32_t count;
+	uint32_t period_us;
+	uint32_t signal_every;
+};
+
+struct kvl_memory_conf {
+	uint32_t pool_size_mb;
+	uint32_t chunk_size_kb;
+	int hugepage; /* enum kvl_tristate */
+};
+
+struct kvl_gpu_conf {
+	bool enable;
+	uint32_t device_id;
+	uint32_t vram_reserve_mb;
+	int gpudirect; /* enum kvl_tristate */
+};
+
+struct kvl_sched_conf {
+	uint32_t window_min_kb;
+	uint32_t window_max_mb;
+	uint32_t budget_mb; /* staging budget when no GPU is configured */
+	uint32_t resize_interval_ms;
+};
+
+struct kvl_control_conf {
+	char listen[KVL_ADDR_LEN];
+	char peers[KVL_MAX_PEERS][KVL_ADDR_LEN];
+	uint32_t n_peers;
+	uint32_t connect_timeout_ms;
+	uint32_t heartbeat_interval_ms;
+	uint32_t peer_timeout_ms;
+};
+
+struct kvl_telemetry_conf {
+	bool enable;
+};
+
+/* Where each value came from, for messages that name file and line. 0 = default. */
+struct kvl_conf_origin {
+	uint32_t section_line;
+	uint32_t key_line[KVL_MAX_SECT_KEYS];
+};
+
+enum kvl_section_id {
+	KVL_SEC_RUNTIME = 0,
+	KVL_SEC_CQ_MODERATION,
+	KVL_SEC_MEMORY,
+	KVL_SEC_GPU,
+	KVL_SEC_SCHED,
+	KVL_SEC_CONTROL,
+	KVL_SEC_TELEMETRY,
+	KVL_SEC_NIC, /* repeated: [nic.<label>] */
+	KVL_SEC_COUNT,
+};
+
+struct kvl_config {
+	char path[KVL_PATH_LEN]; /* file it was read from ("" for defaults) */
+	struct kvl_runtime_conf runtime;
+	struct kvl_cq_moderation_conf cq_moderation;
+	struct kvl_memory_conf memory;
+	struct kvl_gpu_conf gpu;
+	struct kvl_sched_conf sched;
+	struct kvl_control_conf control;
+	struct kvl_telemetry_conf telemetry;
+	struct kvl_nic_conf nics[KVL_MAX_NICS];
+	uint32_t n_nics;
+
+	struct kvl_conf_origin origin[KVL_SEC_NIC]; /* singleton sections */
+	struct kvl_conf_origin nic_origin[KVL_MAX_NICS];
+};
+
+/*
+ * Errors found while loading. Every message has the form
+ *   FILE:LINE: SECTION.KEY: what was expected, what was found
+ * (LINE is the key's line, or its section's line for a missing key).
+ */
+#define KVL_CONF_MAX_ERRORS 32
+#define KVL_CONF_MSG_LEN    320
+
+struct kvl_conf_errors {
+	unsigned count;	  /* errors recorded (at most KVL_CONF_MAX_ERRORS kept) */
+	unsigned dropped; /* errors beyond the cap */
+	char msg[KVL_CONF_MAX_ERRORS][KVL_CONF_MSG_LEN];
+};
+
+/* Fill @cfg with every default (no NIC). */
+void kvl_config_defaults(struct kvl_config *cfg);
+
+/*
+ * Parse and validate an INI file into @cfg. Returns 0, or -EINVAL with every problem found
+ * in @errs (parsing goes on after an error so that one run reports them all), or another
+ * negative errno when the file cannot be read (also described in @errs).
+ */
+int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_errors *errs);
+
+/* Same, from a string; @name stands for the file name in messages. */
+int kvl_config_load_string(const char *name, const char *text, struct kvl_config *cfg,
+			   struct kvl_conf_errors *errs);
+
+/* Write the effective configuration (defaults filled in) as INI that loads back to it. */
+int kvl_config_print(FILE *out, const struct kvl_config *cfg);
+
+/* Names of enum values, for printing. */
+const char *kvl_idle_policy_name(int p);
+const char *kvl_transport_name(int t);
+const char *kvl_tristate_name(int t);
+
+/*
+ * Walk every key of the effective configuration, with its value as text, in file order:
+ * singleton sections first, then each [nic.<label>]. Used by --print-config and telemetry.
+ * @fn returns non-zero to stop the walk.
+ */
+typedef int (*kvl_config_visit_fn)(void *arg, const char *section, const char *key,
+				   const char *value);
+int kvl_config_visit(const struct kvl_config *cfg, kvl_config_visit_fn fn, void *arg);
+
+/*
+ * The schema, for documentation checks: calls @fn for every key the parser accepts, with its
+ * section name ("nic.*" for NIC sections), key name and default text.
+ */
+typedef void (*kvl_schema_visit_fn)(void *arg, const char *section, const char *key,
+				    const char *def);
+void kvl_config_schema_visit(kvl_schema_visit_fn fn, void *arg);
+
+#endif /* KVL_RUNTIME_CONFIG_H */

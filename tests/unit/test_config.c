@@ -1,0 +1,959 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit tests of the INI configuration: every error message, good inputs, shipped files, docs. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kvl_test.h"
+
+/* Large structs live here, not on the stack. */
+static struct kvl_config cfg, defaults;
+static struct kvl_conf_errors errs;
+
+/* The smallest NIC that makes a file valid: appended after the lines a case is about, so the
+ * line numbers in the cases count from the top of the text. */
+#define NIC_LO "[nic.lo]\ndevice = lo\ntransport = tcp\n"
+
+static const char *src_root(void)
+{
+	const char *s = getenv("KVL_SRC");
+
+	return s && s[0] ? s : ".";
+}
+
+static void dump_errors(const struct kvl_conf_errors *e)
+{
+	for (unsigned i = 0; i < e->count; i++)
+		fprintf(stderr, "    [%u] %s\n", i, e->msg[i]);
+	if (e->dropped)
+		fprintf(stderr, "    (%u dropped)\n", e->dropped);
+}
+
+/* Index of the first message that starts with @prefix and contains @frag, or -1. */
+static int find_msg(const struct kvl_conf_errors *e, const char *prefix, const char *frag)
+{
+	for (unsigned i = 0; i < e->count; i++)
+		if (strncmp(e->msg[i], prefix, strlen(prefix)) == 0 &&
+		    strstr(e->msg[i] + strlen(prefix), frag) != NULL)
+			return (int)i;
+	return -1;
+}
+
+/* @e holds a message "@prefix ...@frag..."; say which case and what was there if not. */
+static void expect_msg(const char *what, const struct kvl_conf_errors *e, const char *prefix,
+		       const char *frag)
+{
+	int at = find_msg(e, prefix, frag);
+
+	if (at < 0) {
+		fprintf(stderr, "  case \"%s\": no message \"%s ...%s...\"; got %u:\n", what,
+			prefix, frag, e->count);
+		dump_errors(e);
+	}
+	CHECK(at >= 0);
+}
+
+/* A failed load returns -EINVAL, reports the one expected message, and leaves defaults. */
+static void expect_bad(const char *what, const char *text, unsigned n_msgs, const char *prefix,
+		       const char *frag)
+{
+	int rc = kvl_config_load_string("t.ini", text, &cfg, &errs);
+
+	if (rc != -EINVAL)
+		fprintf(stderr, "  case \"%s\": rc %d\n", what, rc);
+	CHECK_INT(rc, -EINVAL);
+	expect_msg(what, &errs, prefix, frag);
+	if (errs.count != n_msgs) {
+		fprintf(stderr, "  case \"%s\": %u messages, expected %u:\n", what, errs.count,
+			n_msgs);
+		dump_errors(&errs);
+	}
+	CHECK_INT(errs.count, n_msgs);
+	CHECK_INT(cfg.n_nics, 0);
+	CHECK(memcmp(&cfg, &defaults, sizeof(cfg)) == 0);
+}
+
+static int load_good(const char *what, const char *text)
+{
+	int rc = kvl_config_load_string("t.ini", text, &cfg, &errs);
+
+	if (rc != 0 || errs.count != 0) {
+		fprintf(stderr, "  case \"%s\": rc %d, %u messages:\n", what, rc, errs.count);
+		dump_errors(&errs);
+	}
+	CHECK_INT(rc, 0);
+	CHECK_INT(errs.count, 0);
+	return rc;
+}
+
+struct bad_case {
+	const char *what;
+	const char *text;
+	const char *prefix; /* "t.ini:LINE: section.key:" */
+	const char *frag;   /* what follows, in part */
+};
+
+/* clang-format off */
+static const struct bad_case bad_cases[] = {
+	/* ---- one key of each type ---- */
+	{ "bool word", "[gpu]\nenable = maybe\n" NIC_LO,
+	  "t.ini:2: gpu.enable:", "expected true or false; got \"maybe\"" },
+	{ "bool number", "[telemetry]\nenable = 2\n" NIC_LO,
+	  "t.ini:2: telemetry.enable:", "expected true or false; got \"2\"" },
+	{ "uint below range", "[runtime]\nhybrid_sleep_us = 0\n" NIC_LO,
+	  "t.ini:2: runtime.hybrid_sleep_us:", "expected an integer in 1..100000; got \"0\"" },
+	{ "uint above range", "[cq_moderation]\nperiod_us = 4096\n" NIC_LO,
+	  "t.ini:2: cq_moderation.period_us:", "expected an integer in 0..4095; got \"4096\"" },
+	{ "uint above range (nic)", "[nic.r0]\ndevice = mlx5_0\nqp_count = 1025\n",
+	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024; got \"1025\"" },
+	{ "not an integer", "[nic.r0]\ndevice = mlx5_0\nqp_count = many\n",
+	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024; got \"many\"" },
+	{ "trailing garbage", "[sched]\nresize_interval_ms = 12abc\n" NIC_LO,
+	  "t.ini:2: sched.resize_interval_ms:", "expected an integer in 1..60000; got \"12abc\"" },
+	{ "negative", "[control]\nconnect_timeout_ms = -1\n" NIC_LO,
+	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 1..600000; got \"-1\"" },
+	{ "fraction", "[memory]\npool_size_mb = 1.5\n" NIC_LO,
+	  "t.ini:2: memory.pool_size_mb:", "expected an integer in 1..4194304; got \"1.5\"" },
+	{ "empty integer", "[cq_moderation]\ncount =\n" NIC_LO,
+	  "t.ini:2: cq_moderation.count:", "expected an integer in 1..65535; got \"\"" },
+	{ "hex parsed, out of range", "[nic.r0]\ndevice = mlx5_0\nservice_level = 0x10\n",
+	  "t.ini:3: nic.r0.service_level:", "expected an integer in 0..15; got \"0x10\"" },
+	{ "hex without digits", "[nic.r0]\ndevice = mlx5_0\ntraffic_class = 0x\n",
+	  "t.ini:3: nic.r0.traffic_class:", "expected an integer in 0..255; got \"0x\"" },
+	{ "quoted number keeps its spaces", "[runtime]\nhybrid_idle_us = \" 5\"\n" NIC_LO,
+	  "t.ini:2: runtime.hybrid_idle_us:", "expected an integer in 0..10000000; got \" 5\"" },
+	{ "power of two", "[memory]\nchunk_size_kb = 3000\n" NIC_LO,
+	  "t.ini:2: memory.chunk_size_kb:", "expected a power of two in 4..1048576; got \"3000\"" },
+	{ "Ethernet MTU is not an RDMA MTU", "[nic.r0]\ndevice = mlx5_0\nmtu = 1500\n",
+	  "t.ini:3: nic.r0.mtu:", "expected a power of two in 256..4096; got \"1500\"" },
+	{ "power of two below range", "[nic.r0]\ndevice = mlx5_0\nqueue_depth = 8\n",
+	  "t.ini:3: nic.r0.queue_depth:", "expected a power of two in 16..32768; got \"8\"" },
+	{ "auto-or-int above range", "[nic.r0]\ndevice = mlx5_0\ngid_index = 256\n",
+	  "t.ini:3: nic.r0.gid_index:", "expected auto or an integer in 0..255; got \"256\"" },
+	{ "auto-or-int word", "[nic.r0]\ndevice = mlx5_0\nnuma_node = any\n",
+	  "t.ini:3: nic.r0.numa_node:", "expected auto or an integer in 0..1023; got \"any\"" },
+	{ "auto-or-int: -1 is not auto", "[nic.r0]\ndevice = mlx5_0\nnuma_node = -1\n",
+	  "t.ini:3: nic.r0.numa_node:", "expected auto or an integer in 0..1023; got \"-1\"" },
+	{ "enum", "[runtime]\nidle_policy = spin\n" NIC_LO,
+	  "t.ini:2: runtime.idle_policy:", "expected one of poll, yield, hybrid; got \"spin\"" },
+	{ "enum (transport)", "[nic.r0]\ndevice = mlx5_0\ntransport = rdma\n",
+	  "t.ini:3: nic.r0.transport:", "expected one of auto, mlx5, verbs, tcp; got \"rdma\"" },
+	{ "tristate", "[memory]\nhugepage = maybe\n" NIC_LO,
+	  "t.ini:2: memory.hugepage:", "expected true, false or auto; got \"maybe\"" },
+	{ "tristate (gpudirect)", "[gpu]\ngpudirect = sometimes\n" NIC_LO,
+	  "t.ini:2: gpu.gpudirect:", "expected true, false or auto; got \"sometimes\"" },
+	{ "name charset", "[runtime]\nname = my node\n" NIC_LO,
+	  "t.ini:2: runtime.name:", "expected a name of letters, digits, '_', '-', '.' and ':'" },
+	{ "name too long (64)",
+	  "[runtime]\nname = "
+	  "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn\n" NIC_LO,
+	  "t.ini:2: runtime.name:", "expected a name of 1..63 characters" },
+	{ "name empty in quotes", "[runtime]\nname = \"\"\n" NIC_LO,
+	  "t.ini:2: runtime.name:", "expected a name of 1..63 characters; got \"\"" },
+	{ "device charset", "[nic.r0]\ndevice = mlx5/0\n",
+	  "t.ini:2: nic.r0.device:", "expected a name of letters, digits" },
+	/* ---- addresses ---- */
+	{ "address without port", "[control]\nlisten = 127.0.0.1\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected host:port (e.g. 10.0.0.2:18515" },
+	{ "bad IPv4", "[control]\nlisten = 10.0.0.256:18515\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected a valid IPv4 address before the ':'" },
+	{ "short IPv4", "[control]\nlisten = 10.0.1:18515\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected a valid IPv4 address before the ':'" },
+	{ "bad [IPv6]", "[control]\nlisten = [fe80::zz]:18515\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected a valid IPv6 address inside [ ]" },
+	{ "[IPv6] without ':' after ']'", "[control]\nlisten = [::1]18515\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected [ipv6]:port; got \"[::1]18515\"" },
+	{ "IPv6 without brackets", "[control]\nlisten = ::1:18515\n" NIC_LO,
+	  "t.ini:2: control.listen:", "IPv6 as [addr]:port" },
+	{ "port out of range", "[control]\nlisten = 0.0.0.0:65536\n" NIC_LO,
+	  "t.ini:2: control.listen:", "expected host:port with a port in 0..65535" },
+	{ "peer port 0", "[control]\npeers = 10.0.0.2:0\n" NIC_LO,
+	  "t.ini:2: control.peers:", "expected host:port with a port in 1..65535" },
+	{ "peer without host", "[control]\npeers = :18515\n" NIC_LO,
+	  "t.ini:2: control.peers:", "expected host:port with a host before the ':'" },
+	{ "peer host name charset", "[control]\npeers = node_b:18515\n" NIC_LO,
+	  "t.ini:2: control.peers:", "expected a host name of letters, digits, '-' and '.'" },
+	{ "peers with an empty entry", "[control]\npeers = 10.0.0.2:18515, , 10.0.0.3:18515\n" NIC_LO,
+	  "t.ini:2: control.peers:", "without empty entries" },
+	{ "duplicate peer", "[control]\npeers = 10.0.0.2:18515, 10.0.0.3:18515, 10.0.0.2:18515\n"
+	  NIC_LO,
+	  "t.ini:2: control.peers:", "expected each peer once (10.0.0.2:18515 is listed twice)" },
+	{ "33 peers",
+	  "[control]\npeers = h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9,h:10,h:11,h:12,h:13,h:14,h:15,"
+	  "h:16,h:17,h:18,h:19,h:20,h:21,h:22,h:23,h:24,h:25,h:26,h:27,h:28,h:29,h:30,h:31,h:32,"
+	  "h:33\n" NIC_LO,
+	  "t.ini:2: control.peers:", "expected at most 32 peers" },
+	/* ---- sections ---- */
+	{ "section typo", "[runtme]\nname = x\n" NIC_LO,
+	  "t.ini:1: [runtme]:", "unknown section; did you mean [runtime]?" },
+	{ "section typo 2", "[nic.lo]\ndevice = lo\ntransport = tcp\n[contrl]\nlisten = x\n",
+	  "t.ini:4: [contrl]:", "unknown section; did you mean [control]?" },
+	{ "section unknown", "[frobnicator]\n" NIC_LO,
+	  "t.ini:1: [frobnicator]:", "unknown section; sections are [runtime], [nic.<label>]" },
+	{ "[nic]", "[nic]\ndevice = mlx5_0\n" NIC_LO,
+	  "t.ini:1: [nic]:", "NIC sections are named [nic.<label>]" },
+	{ "[nic.]", "[nic.]\ndevice = mlx5_0\n" NIC_LO,
+	  "t.ini:1: [nic.]:", "bad NIC label \"\"; expected 1..31 letters, digits" },
+	{ "[nic.bad label!]", "[nic.bad label!]\ndevice = mlx5_0\n" NIC_LO,
+	  "t.ini:1: [nic.bad label!]:", "bad NIC label \"bad label!\"" },
+	{ "NIC label with '-' (not a telemetry name)", "[nic.rail-0]\ndevice = mlx5_0\n" NIC_LO,
+	  "t.ini:1: [nic.rail-0]:", "bad NIC label \"rail-0\"" },
+	{ "[nics.x]", "[nics.x]\ndevice = mlx5_0\n" NIC_LO,
+	  "t.ini:1: [nics.x]:", "unknown section; NIC sections are named [nic.<label>]" },
+	{ "NIC label of 32", NIC_LO "[nic.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n",
+	  "t.ini:4: [nic.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]:", "bad NIC label" },
+	/* ---- keys ---- */
+	{ "key typo", "[runtime]\nidle_polcy = poll\n" NIC_LO,
+	  "t.ini:2: runtime.idle_polcy:", "unknown key in [runtime]; did you mean \"idle_policy\"?" },
+	{ "key typo (nic)", "[nic.r0]\ndevice = mlx5_0\nqp_cnt = 8\n",
+	  "t.ini:3: nic.r0.qp_cnt:", "unknown key in [nic.r0]; did you mean \"qp_count\"?" },
+	{ "key in the wrong section", "[runtime]\npool_size_mb = 64\n" NIC_LO,
+	  "t.ini:2: runtime.pool_size_mb:", "unknown key in [runtime]; \"pool_size_mb\" belongs "
+					    "in [memory]" },
+	{ "NIC key in a singleton section", "[memory]\nmtu = 4096\n" NIC_LO,
+	  "t.ini:2: memory.mtu:", "\"mtu\" belongs in [nic.<label>]" },
+	{ "singleton key in a NIC section", "[nic.r0]\ndevice = mlx5_0\nname = a\n",
+	  "t.ini:3: nic.r0.name:", "\"name\" belongs in [runtime]" },
+	{ "unknown key", "[gpu]\nfrobnicate = 1\n" NIC_LO,
+	  "t.ini:2: gpu.frobnicate:", "unknown key in [gpu]" },
+	{ "key before any section", "; header\nidle_policy = yield\n[runtime]\n" NIC_LO,
+	  "t.ini:2: idle_policy:", "key outside any section; put it under [runtime]" },
+	{ "NIC key before any section", "mtu = 4096\n" NIC_LO,
+	  "t.ini:1: mtu:", "key outside any section; put it under [nic.<label>]" },
+	{ "duplicate key", "[runtime]\nname = a\nidle_policy = poll\nname = b\n" NIC_LO,
+	  "t.ini:4: runtime.name:", "set twice (first at line 2)" },
+	{ "duplicate key across a reopened section",
+	  "[nic.r0]\ndevice = mlx5_0\nqp_count = 4\n[memory]\n[nic.r0]\nqp_count = 8\n",
+	  "t.ini:6: nic.r0.qp_count:", "set twice (first at line 3)" },
+	/* ---- what one key cannot say ---- */
+	{ "missing device", "[runtime]\nname = x\n\n[nic.r0]\nport = 2\n",
+	  "t.ini:4: nic.r0.device:", "required key missing" },
+	{ "no NIC section", "[runtime]\nname = x\n",
+	  "t.ini:1: nic:", "no [nic.<label>] section; at least one NIC is needed" },
+	{ "empty file", "",
+	  "t.ini:1: nic:", "no [nic.<label>] section" },
+	{ "RDMA-only key on tcp", "[nic.lo]\ndevice = lo\ntransport = tcp\ngid_index = 3\n",
+	  "t.ini:4: nic.lo.gid_index:", "applies only to RDMA transports, but transport = tcp" },
+	{ "RDMA-only key on tcp, before transport",
+	  "[nic.lo]\ndevice = lo\npkey_index = 0\ntransport = tcp\n",
+	  "t.ini:3: nic.lo.pkey_index:", "applies only to RDMA transports" },
+	{ "two NICs on one device and port",
+	  "[nic.a]\ndevice = mlx5_0\n[nic.b]\ndevice = mlx5_0\nport = 1\n",
+	  "t.ini:4: nic.b.device:", "mlx5_0 port 1 is already used by [nic.a] (t.ini:2)" },
+	{ "signal_every > queue_depth, signal_every set",
+	  "[cq_moderation]\nsignal_every = 256\n[nic.r0]\ndevice = mlx5_0\nqueue_depth = 128\n",
+	  "t.ini:2: cq_moderation.signal_every:",
+	  "256 is larger than nic.r0.queue_depth = 128 (t.ini:5)" },
+	{ "signal_every > queue_depth, only queue_depth set",
+	  "[cq_moderation]\ncount = 8\n[nic.r0]\ndevice = mlx5_0\nqueue_depth = 32\n",
+	  "t.ini:5: nic.r0.queue_depth:", "32 is smaller than cq_moderation.signal_every = 64" },
+	{ "pool not a multiple of chunk, chunk set",
+	  "[memory]\npool_size_mb = 6\nchunk_size_kb = 4096\n" NIC_LO,
+	  "t.ini:3: memory.chunk_size_kb:",
+	  "pool_size_mb = 6 MiB is not a whole number of chunk_size_kb = 4096 KiB chunks" },
+	{ "pool smaller than default chunk, only pool set", "[memory]\npool_size_mb = 2\n" NIC_LO,
+	  "t.ini:2: memory.pool_size_mb:", "pool_size_mb = 2 MiB is not a whole number" },
+	{ "window_min > window_max", "[sched]\nwindow_min_kb = 4096\nwindow_max_mb = 2\n" NIC_LO,
+	  "t.ini:2: sched.window_min_kb:", "window_min_kb = 4096 KiB exceeds window_max_mb = 2 MiB" },
+	{ "gpudirect without gpu", "[gpu]\ngpudirect = true\n" NIC_LO,
+	  "t.ini:2: gpu.gpudirect:", "true needs gpu.enable = true" },
+	{ "peer_timeout < 2x heartbeat, both set",
+	  "[control]\nheartbeat_interval_ms = 1000\npeer_timeout_ms = 1500\n" NIC_LO,
+	  "t.ini:3: control.peer_timeout_ms:",
+	  "peer_timeout_ms = 1500 must be at least twice heartbeat_interval_ms = 1000" },
+	{ "peer_timeout < 2x heartbeat, only heartbeat set",
+	  "[control]\nheartbeat_interval_ms = 4000\n" NIC_LO,
+	  "t.ini:2: control.heartbeat_interval_ms:", "peer_timeout_ms = 5000 must be at least twice" },
+	/* ---- syntax ---- */
+	{ "line without '='", "[runtime]\nidle_policy yield\n" NIC_LO,
+	  "t.ini:2:", "expected \"[section]\" or \"key = value\", got \"idle_policy yield\"" },
+	{ "header without ']'", NIC_LO "[memory\npool_size_mb = 64\n",
+	  "t.ini:4:", "section header \"[memory\" is missing its ']'" },
+	{ "continuation line", "[runtime]\nname = node\n  -a\n" NIC_LO,
+	  "t.ini:3: runtime.name:", "continuation lines are not supported" },
+	{ "indented key after a key is a continuation", "[runtime]\nname = a\n  idle_policy = yield\n"
+	  NIC_LO,
+	  "t.ini:3: runtime.name:", "continuation lines are not supported" },
+};
+/* clang-format on */
+
+static void test_bad_table(void)
+{
+	unsigned n = sizeof(bad_cases) / sizeof(bad_cases[0]);
+
+	CHECK(n >= 30);
+	for (unsigned i = 0; i < n; i++)
+		expect_bad(bad_cases[i].what, bad_cases[i].text, 1, bad_cases[i].prefix,
+			   bad_cases[i].frag);
+}
+
+/* Cases whose text is built: long lines, 17 NICs, the upper bounds. */
+static void test_bad_generated(void)
+{
+	static char text[8192];
+	char line[256];
+	size_t len;
+
+	/* 198 characters is the longest line inih's 200-byte buffer holds with "\n" and NUL. */
+	memset(line, 'x', sizeof(line));
+	snprintf(text, sizeof(text), "[runtime]\n; %.196s\nname = ok\n" NIC_LO, line);
+	load_good("198-character line", text);
+	snprintf(text, sizeof(text), "[runtime]\n; %.197s\nname = ok\n" NIC_LO, line);
+	expect_bad("199-character line", text, 1, "t.ini:2:", "line longer than 198 characters");
+
+	/* After a long line the count goes on: the error two lines below names its own line. */
+	snprintf(text, sizeof(text),
+		 "[runtime]\nname = %.240s\nidle_policy = yield\n[gpu]\nenable = perhaps\n" NIC_LO,
+		 line);
+	expect_bad("long line, then an error", text, 2, "t.ini:2:", "line longer than");
+	expect_msg("long line, then an error", &errs,
+		   "t.ini:5: gpu.enable:", "expected true or false; got \"perhaps\"");
+	/* The same at the very end of a text without a final newline. */
+	snprintf(text, sizeof(text), NIC_LO "[gpu]\nenable = perhaps\n; %.240s", line);
+	expect_bad("long last line", text, 2, "t.ini:6:", "line longer than");
+	expect_msg("long last line", &errs, "t.ini:5: gpu.enable:", "got \"perhaps\"");
+
+	/* 16 NICs load; a 17th is refused on its own header line. */
+	len = 0;
+	for (int i = 0; i < KVL_MAX_NICS; i++)
+		len += snprintf(text + len, sizeof(text) - len, "[nic.n%d]\ndevice = mlx5_%d\n", i,
+				i);
+	if (load_good("16 NICs", text) == 0)
+		CHECK_INT(cfg.n_nics, KVL_MAX_NICS);
+	snprintf(text + len, sizeof(text) - len, "[nic.n16]\ndevice = mlx5_16\n");
+	expect_bad("17 NICs", text, 1, "t.ini:33: [nic.n16]:", "too many NIC sections; at most 16");
+
+	/* 32 peers load, 33 do not (the 33rd is in the table). */
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\npeers = ");
+	for (int i = 1; i <= KVL_MAX_PEERS; i++)
+		len += snprintf(text + len, sizeof(text) - len, "%sh:%d", i > 1 ? "," : "", i);
+	snprintf(text + len, sizeof(text) - len, "\n");
+	if (load_good("32 peers", text) == 0) {
+		CHECK_INT(cfg.control.n_peers, KVL_MAX_PEERS);
+		CHECK_STR(cfg.control.peers[31], "h:32");
+	}
+
+	/* A 63-character name is the longest. */
+	snprintf(text, sizeof(text), "[runtime]\nname = %.63s\n" NIC_LO, line);
+	if (load_good("63-character name", text) == 0)
+		CHECK_INT(strlen(cfg.runtime.name), 63);
+}
+
+/* One run reports every problem, each on its own line, in file order. */
+static void test_many_errors(void)
+{
+	static char text[4096];
+	const char *t = "[runtime]\n"		 /* 1 */
+			"idle_policy = spin\n"	 /* 2 */
+			"[memory]\n"		 /* 3 */
+			"chunk_size_kb = 3000\n" /* 4 */
+			"[nic.r0]\n"		 /* 5 */
+			"device = mlx5_0\n"	 /* 6 */
+			"mtu = 1500\n"		 /* 7 */
+			"[contrl]\n"		 /* 8 */
+			"listen = nowhere\n"	 /* 9: in a bad section, not reported again */
+			"[gpu]\n"		 /* 10 */
+			"enable = perhaps\n"	 /* 11 */
+			"device_id = 64\n";	 /* 12 */
+	const char *expect[][2] = {
+		{ "t.ini:2: runtime.idle_policy:", "one of poll, yield, hybrid" },
+		{ "t.ini:4: memory.chunk_size_kb:", "a power of two" },
+		{ "t.ini:7: nic.r0.mtu:", "a power of two in 256..4096" },
+		{ "t.ini:8: [contrl]:", "did you mean [control]?" },
+		{ "t.ini:11: gpu.enable:", "true or false" },
+		{ "t.ini:12: gpu.device_id:", "an integer in 0..63" },
+	};
+	size_t len = 0;
+
+	expect_bad("six errors", t, 6, expect[0][0], expect[0][1]);
+	CHECK(errs.count >= 3);
+	for (unsigned i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
+		expect_msg("six errors", &errs, expect[i][0], expect[i][1]);
+		/* in file order */
+		if (i < errs.count)
+			CHECK(strncmp(errs.msg[i], expect[i][0], strlen(expect[i][0])) == 0);
+	}
+
+	/* Beyond KVL_CONF_MAX_ERRORS messages are counted, not kept. */
+	len = snprintf(text, sizeof(text), "[runtime]\n");
+	for (int i = 0; i < KVL_CONF_MAX_ERRORS + 8; i++)
+		len += snprintf(text + len, sizeof(text) - len, "zzz%d = 1\n", i);
+	CHECK_INT(kvl_config_load_string("t.ini", text, &cfg, &errs), -EINVAL);
+	CHECK_INT(errs.count, KVL_CONF_MAX_ERRORS);
+	CHECK_INT(errs.dropped, 8);
+	CHECK_HAS(errs.msg[KVL_CONF_MAX_ERRORS - 1], "t.ini:33: runtime.zzz31:");
+}
+
+/* Everything an operator may write: quotes, comments, BOM, CRLF, any case, reopened sections. */
+static const char good_text[] =
+	"\xEF\xBB\xBF; kvlane good-input test\r\n"			/* 1: BOM, comment */
+	"# a hash comment\r\n"						/* 2 */
+	"\r\n"								/* 3 */
+	"[runtime] ; inline comment on a header\r\n"			/* 4 */
+	"name = \"node-a\" ; quoted, then a comment\r\n"		/* 5 */
+	"idle_policy = HYBRID\r\n"					/* 6 */
+	"allow_remote_numa = TRUE\r\n"					/* 7 */
+	"   ; an indented comment\r\n"					/* 8 */
+	"\r\n"								/* 9 */
+	"[nic.r0]\r\n"							/* 10 */
+	"device = mlx5_0\r\n"						/* 11 */
+	"qp_count = 0x10\r\n"						/* 12: hex accepted */
+	"gid_index = 3\r\n"						/* 13 */
+	"[telemetry]\r\n"						/* 14 */
+	"enable = off\r\n"						/* 15 */
+	"[cq_moderation]\r\n"						/* 16 */
+	"enable = No\r\n"						/* 17 */
+	"[gpu]\r\n"							/* 18 */
+	"enable = Yes\r\n"						/* 19 */
+	"gpudirect = TRUE\r\n"						/* 20 */
+	"[control]\r\n"							/* 21 */
+	"listen = \"[::1]:0\"\r\n"					/* 22: port 0 listens */
+	"peers = 10.0.0.2:18515 , [fe80::1]:18515,node-b.example:1\r\n" /* 23 */
+	"[memory]\r\n"							/* 24 */
+	"hugepage = Off\r\n"						/* 25 */
+	"[nic.r0]\r\n"							/* 26: reopened */
+	"queue_depth = 0X400\r\n"					/* 27 */
+	"traffic_class = 0x6a\r\n"					/* 28 */
+	"[nic.r1]\r\n"							/* 29 */
+	"device = mlx5_0\r\n"						/* 30: same device, */
+	"port = 2\r\n"							/* 31: other port */
+	"numa_node = 1\r\n"						/* 32 */
+	"[runtime]\r\n"							/* 33: reopened */
+	"hybrid_idle_us = 0\r\n"					/* 34 */
+	"[nic.lo]\r\n"							/* 35 */
+	"device = lo\r\n"						/* 36 */
+	"transport = TCP";						/* 37: no final newline */
+
+static void check_good_values(void)
+{
+	const struct kvl_nic_conf *n = &cfg.nics[0];
+
+	CHECK_STR(cfg.runtime.name, "node-a");
+	CHECK_INT(cfg.runtime.idle_policy, KVL_IDLE_HYBRID);
+	CHECK(cfg.runtime.allow_remote_numa);
+	CHECK_INT(cfg.runtime.hybrid_idle_us, 0);
+	CHECK_INT(cfg.runtime.hybrid_sleep_us, 50); /* default */
+	CHECK(!cfg.telemetry.enable);
+	CHECK(!cfg.cq_moderation.enable);
+	CHECK(cfg.gpu.enable);
+	CHECK_INT(cfg.gpu.gpudirect, KVL_TRI_ON);
+	CHECK_STR(cfg.control.listen, "[::1]:0");
+	CHECK_INT(cfg.control.n_peers, 3);
+	CHECK_STR(cfg.control.peers[0], "10.0.0.2:18515");
+	CHECK_STR(cfg.control.peers[1], "[fe80::1]:18515");
+	CHECK_STR(cfg.control.peers[2], "node-b.example:1");
+	CHECK_INT(cfg.memory.hugepage, KVL_TRI_OFF);
+	CHECK_INT(cfg.memory.pool_size_mb, 1024); /* default */
+	CHECK_INT(cfg.n_nics, 3);
+	CHECK_STR(n->label, "r0");
+	CHECK_STR(n->device, "mlx5_0");
+	CHECK_INT(n->qp_count, 16);
+	CHECK_INT(n->gid_index, 3);
+	CHECK_INT(n->queue_depth, 1024);
+	CHECK_INT(n->traffic_class, 0x6a);
+	CHECK_INT(n->port, 1);
+	CHECK_INT(n->numa_node, KVL_AUTO);
+	CHECK_INT(n->transport, KVL_TRANSPORT_AUTO);
+	CHECK_INT(cfg.nic_origin[0].section_line, 10);
+	CHECK_STR(cfg.nics[1].label, "r1");
+	CHECK_INT(cfg.nics[1].port, 2);
+	CHECK_INT(cfg.nics[1].numa_node, 1);
+	CHECK_INT(cfg.nics[1].gid_index, KVL_AUTO);
+	CHECK_STR(cfg.nics[2].label, "lo");
+	CHECK_INT(cfg.nics[2].transport, KVL_TRANSPORT_TCP);
+}
+
+static char *print_to_string(const struct kvl_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (f == NULL) {
+		CHECK(f != NULL);
+		return NULL;
+	}
+	CHECK_INT(kvl_config_print(f, c), 0);
+	fclose(f);
+	return buf;
+}
+
+static const char *after_first_line(const char *s)
+{
+	const char *nl = s ? strchr(s, '\n') : NULL;
+
+	return nl ? nl + 1 : "";
+}
+
+/* Write @text to a fresh file; returns its path in @path, 0 or -1. */
+static int write_temp(char *path, size_t len, const char *text)
+{
+	const char *dir = getenv("TMPDIR");
+	int fd;
+	FILE *f;
+
+	snprintf(path, len, "%s/kvl_test_config_XXXXXX", dir && dir[0] ? dir : "/tmp");
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -1;
+	f = fdopen(fd, "w");
+	if (f == NULL) {
+		close(fd);
+		return -1;
+	}
+	fputs(text, f);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+static void test_good(void)
+{
+	char path[512], *p_string = NULL, *p_file = NULL;
+	static char text[1024];
+
+	if (load_good("good text", good_text) == 0) {
+		check_good_values();
+		CHECK_STR(cfg.path, "t.ini");
+		p_string = print_to_string(&cfg);
+	}
+
+	/* The same bytes through a file (the fgets reader): same result. */
+	if (write_temp(path, sizeof(path), good_text) == 0) {
+		int rc = kvl_config_load(path, &cfg, &errs);
+
+		if (rc != 0)
+			dump_errors(&errs);
+		CHECK_INT(rc, 0);
+		if (rc == 0) {
+			check_good_values();
+			CHECK_STR(cfg.path, path);
+			p_file = print_to_string(&cfg);
+			CHECK_HAS(p_file, path); /* the first line names the file */
+			CHECK_STR(after_first_line(p_file), after_first_line(p_string));
+		}
+		unlink(path);
+	} else {
+		CHECK(!"cannot write a temporary file");
+	}
+	free(p_string);
+	free(p_file);
+
+	/* Printing a tcp NIC leaves out the keys that are refused on tcp. */
+	if (load_good("tcp nic", NIC_LO) == 0) {
+		p_string = print_to_string(&cfg);
+		CHECK_HAS(p_string, "[nic.lo]\ndevice = lo\nport = 1\ntransport = tcp\n");
+		CHECK(strstr(p_string, "gid_index") == NULL);
+		CHECK(strstr(p_string, "mtu") == NULL);
+		free(p_string);
+	}
+
+	/* The long line and the errors after it, through a file too. */
+	memset(text, 0, sizeof(text));
+	snprintf(text, sizeof(text), "[runtime]\n; %0250d\nname = ok\n[gpu]\nenable = perhaps\n",
+		 0);
+	if (write_temp(path, sizeof(path), text) == 0) {
+		char prefix[600];
+
+		CHECK_INT(kvl_config_load(path, &cfg, &errs), -EINVAL);
+		snprintf(prefix, sizeof(prefix), "%s:2:", path);
+		expect_msg("long line in a file", &errs, prefix, "line longer than 198 characters");
+		snprintf(prefix, sizeof(prefix), "%s:5: gpu.enable:", path);
+		expect_msg("long line in a file", &errs, prefix, "got \"perhaps\"");
+		CHECK_INT(errs.count, 2);
+		unlink(path);
+	}
+
+	/* A file that does not exist: its errno, and a message naming the path. */
+	CHECK_INT(kvl_config_load("/nonexistent-kvlane/missing.ini", &cfg, &errs), -ENOENT);
+	CHECK_INT(errs.count, 1);
+	CHECK_HAS(errs.msg[0], "/nonexistent-kvlane/missing.ini: cannot open configuration file");
+	CHECK_INT(cfg.n_nics, 0);
+
+	/* A good load after a bad one starts from a clean slate. */
+	CHECK_INT(kvl_config_load_string("t.ini", "[gpu]\nenable = x\n", &cfg, &errs), -EINVAL);
+	load_good("good after bad", NIC_LO);
+	CHECK_INT(cfg.n_nics, 1);
+}
+
+static int ini_filter(const struct dirent *d)
+{
+	size_t n = strlen(d->d_name);
+
+	return n > 4 && strcmp(d->d_name + n - 4, ".ini") == 0;
+}
+
+/* Every shipped file loads clean, and prints to text that loads back to the same print. */
+static void test_shipped(void)
+{
+	char dir[512], path[1024];
+	struct dirent **list = NULL;
+	int n;
+
+	snprintf(dir, sizeof(dir), "%s/config", src_root());
+	n = scandir(dir, &list, ini_filter, alphasort);
+	if (n < 4)
+		fprintf(stderr, "  %s: %d .ini files, expected at least 4 (is KVL_SRC right?)\n",
+			dir, n);
+	CHECK(n >= 4);
+	for (int i = 0; i < n; i++) {
+		char *p1 = NULL, *p2 = NULL;
+		int rc;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, list[i]->d_name);
+		rc = kvl_config_load(path, &cfg, &errs);
+		if (rc != 0 || errs.count) {
+			fprintf(stderr, "  shipped %s: rc %d\n", path, rc);
+			dump_errors(&errs);
+		}
+		CHECK_INT(rc, 0);
+		CHECK_INT(errs.count, 0);
+		if (rc == 0) {
+			CHECK(cfg.n_nics >= 1);
+			p1 = print_to_string(&cfg);
+			CHECK_HAS(p1, list[i]->d_name);
+			rc = kvl_config_load_string("printed.ini", p1, &cfg, &errs);
+			if (rc != 0)
+				dump_errors(&errs);
+			CHECK_INT(rc, 0);
+			p2 = print_to_string(&cfg);
+			if (p1 && p2 && strcmp(after_first_line(p1), after_first_line(p2)) != 0)
+				fprintf(stderr, "  %s: print does not round-trip:\n%s\n---\n%s\n",
+					path, p1, p2);
+			CHECK_STR(after_first_line(p1), after_first_line(p2));
+		}
+		/* The CI default must run on any host: loopback over tcp, no GPU. */
+		if (rc == 0 && strcmp(list[i]->d_name, "default.ini") == 0) {
+			CHECK_INT(cfg.n_nics, 1);
+			CHECK_STR(cfg.nics[0].device, "lo");
+			CHECK_INT(cfg.nics[0].transport, KVL_TRANSPORT_TCP);
+			CHECK(!cfg.gpu.enable);
+			CHECK_INT(cfg.runtime.idle_policy, KVL_IDLE_YIELD);
+		}
+		free(p1);
+		free(p2);
+		free(list[i]);
+	}
+	free(list);
+}
+
+/* ---- the README documents every key, with the schema's default ---- */
+
+struct schema_key {
+	char section[16]; /* "runtime", ..., "nic.*" */
+	char key[32];
+	char def[64];
+};
+
+static struct schema_key schema[128];
+static unsigned n_schema;
+
+static void collect(void *arg, const char *section, const char *key, const char *def)
+{
+	(void)arg;
+	if (n_schema < sizeof(schema) / sizeof(schema[0])) {
+		snprintf(schema[n_schema].section, sizeof(schema[n_schema].section), "%s", section);
+		snprintf(schema[n_schema].key, sizeof(schema[n_schema].key), "%s", key);
+		snprintf(schema[n_schema].def, sizeof(schema[n_schema].def), "%s", def);
+	}
+	n_schema++;
+}
+
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0, got;
+	FILE *m;
+	char chunk[4096];
+
+	if (f == NULL)
+		return NULL;
+	m = open_memstream(&buf, &len);
+	if (m == NULL) {
+		fclose(f);
+		return NULL;
+	}
+	while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		fwrite(chunk, 1, got, m);
+	fclose(f);
+	fclose(m);
+	return buf;
+}
+
+/* The README heading of a schema section: "### [runtime]", "### [nic.<label>]". */
+static void heading_of(const char *section, char *out, size_t len)
+{
+	snprintf(out, len, "### [%s]", strcmp(section, "nic.*") == 0 ? "nic.<label>" : section);
+}
+
+/* The part of @doc under the line @heading, up to the next "## " or "### " heading. */
+static const char *doc_part(const char *doc, const char *heading, size_t *len)
+{
+	size_t hl = strlen(heading);
+	const char *p = doc, *end, *h2, *h3;
+
+	for (;;) {
+		p = strstr(p, heading);
+		if (p == NULL)
+			return NULL;
+		if ((p == doc || p[-1] == '\n') && (p[hl] == '\n' || p[hl] == ' '))
+			break;
+		p += hl;
+	}
+	p += hl;
+	h2 = strstr(p, "\n## ");
+	h3 = strstr(p, "\n### ");
+	end = h2 && (!h3 || h2 < h3) ? h2 : h3;
+	*len = end ? (size_t)(end - p) : strlen(p);
+	return p;
+}
+
+/* Trim the cell [s, e) into @out. */
+static void cell(const char *s, const char *e, char *out, size_t len)
+{
+	while (s < e && (*s == ' ' || *s == '\t'))
+		s++;
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+		e--;
+	snprintf(out, len, "%.*s", (int)(e - s), s);
+}
+
+/* Cell @idx (1 = key) of the table row at @row, which ends at a newline. */
+static int row_cell(const char *row, int idx, char *out, size_t len)
+{
+	const char *p = row, *eol = strchr(row, '\n');
+
+	if (eol == NULL)
+		eol = row + strlen(row);
+	for (int i = 0; i < idx; i++) {
+		p = memchr(p, '|', (size_t)(eol - p));
+		if (p == NULL)
+			return -1;
+		p++;
+	}
+	{
+		const char *q = memchr(p, '|', (size_t)(eol - p));
+
+		if (q == NULL)
+			return -1;
+		cell(p, q, out, len);
+	}
+	return 0;
+}
+
+/* The row "| `key` |" in @part (of @len bytes), or NULL. */
+static const char *find_row(const char *part, size_t len, const char *key)
+{
+	char needle[64];
+	const char *p = part;
+	size_t nl;
+
+	snprintf(needle, sizeof(needle), "| `%s` |", key);
+	nl = strlen(needle);
+	while (p < part + len) {
+		if (strncmp(p, needle, nl) == 0)
+			return p;
+		p = memchr(p, '\n', (size_t)(part + len - p));
+		if (p == NULL)
+			break;
+		p++;
+	}
+	return NULL;
+}
+
+static void test_docs(void)
+{
+	char path[1024], heading[64], def_cell[128], want[96];
+	char *doc;
+
+	n_schema = 0;
+	kvl_config_schema_visit(collect, NULL);
+	CHECK(n_schema >= 30 && n_schema <= sizeof(schema) / sizeof(schema[0]));
+	if (n_schema > sizeof(schema) / sizeof(schema[0]))
+		return;
+
+	snprintf(path, sizeof(path), "%s/config/README.md", src_root());
+	doc = read_all(path);
+	if (doc == NULL)
+		fprintf(stderr, "  %s: cannot read\n", path);
+	CHECK(doc != NULL);
+	if (doc == NULL)
+		return;
+
+	/* Each key has a row under its section's heading, showing the schema's default:
+	 * "`value`", or "(none)" where the schema has no default. */
+	for (unsigned i = 0; i < n_schema; i++) {
+		const struct schema_key *k = &schema[i];
+		const char *part, *row;
+		size_t len;
+
+		heading_of(k->section, heading, sizeof(heading));
+		part = doc_part(doc, heading, &len);
+		if (part == NULL) {
+			fprintf(stderr, "  config/README.md: no heading \"%s\" (for key %s.%s)\n",
+				heading, k->section, k->key);
+			CHECK(part != NULL);
+			continue;
+		}
+		row = find_row(part, len, k->key);
+		if (row == NULL) {
+			fprintf(stderr,
+				"  config/README.md: key %s.%s is not documented: no row \"| `%s` "
+				"|\" "
+				"under \"%s\"\n",
+				k->section, k->key, k->key, heading);
+			CHECK(row != NULL);
+			continue;
+		}
+		if (k->def[0])
+			snprintf(want, sizeof(want), "`%s`", k->def);
+		else
+			snprintf(want, sizeof(want), "(none)");
+		if (row_cell(row, 4, def_cell, sizeof(def_cell)) < 0 || strcmp(def_cell, want) != 0)
+			fprintf(stderr,
+				"  config/README.md: %s.%s: default column says \"%s\", the schema "
+				"says %s\n",
+				k->section, k->key, def_cell, want);
+		CHECK_STR(def_cell, want);
+	}
+
+	/* And no row documents a key the parser does not know. */
+	for (unsigned s = 0; s < n_schema; s++) {
+		const char *part, *p;
+		size_t len;
+
+		if (s > 0 && strcmp(schema[s].section, schema[s - 1].section) == 0)
+			continue; /* each section once */
+		heading_of(schema[s].section, heading, sizeof(heading));
+		part = doc_part(doc, heading, &len);
+		for (p = part; p && p < part + len;) {
+			if (strncmp(p, "| `", 3) == 0) {
+				char key[64];
+				bool known = false;
+
+				row_cell(p, 1, key, sizeof(key));
+				for (unsigned i = 0; i < n_schema; i++)
+					if (strcmp(schema[i].section, schema[s].section) == 0 &&
+					    strlen(key) == strlen(schema[i].key) + 2 &&
+					    strncmp(key + 1, schema[i].key,
+						    strlen(schema[i].key)) == 0)
+						known = true;
+				if (!known)
+					fprintf(stderr,
+						"  config/README.md: \"%s\" documents %s, which "
+						"the "
+						"parser does not accept\n",
+						heading, key);
+				CHECK(known);
+			}
+			p = memchr(p, '\n', (size_t)(part + len - p));
+			if (p)
+				p++;
+		}
+	}
+	free(doc);
+}
+
+/* Regression tests: bugs these tests found in config.c, each fixed since. */
+static void test_fixed_bugs(void)
+{
+	char path[512];
+
+	/* 1. parse_peers() splits with strtok_r(), which merges ",," and drops a trailing ",":
+	 *    the "without empty entries" rule only catches entries made of blanks. */
+	expect_bad("peers with ,, (bug 1)",
+		   "[control]\npeers = 10.0.0.2:18515,,10.0.0.3:18515\n" NIC_LO, 1,
+		   "t.ini:2: control.peers:", "without empty entries");
+	expect_bad("peers with a trailing comma (bug 1)",
+		   "[control]\npeers = 10.0.0.2:18515,\n" NIC_LO, 1,
+		   "t.ini:2: control.peers:", "without empty entries");
+
+	/* 2. parse_u64() skips "0x", then strtoull(base 16) takes a second "0x": 0x0x10 is 16. */
+	expect_bad("double hex prefix (bug 2)", "[nic.r0]\ndevice = mlx5_0\nqp_count = 0x0x10\n", 1,
+		   "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024");
+
+	/* 3. A directory opens with fopen("r"); every read fails, ferror() is only looked at when
+	 *    load() returned 0, so the operator is told the file has no [nic.<label>] section. */
+	snprintf(path, sizeof(path), "%s/config", src_root());
+	{
+		int rc = kvl_config_load(path, &cfg, &errs);
+		bool misleading = find_msg(&errs, path, "no [nic.<label>]") >= 0;
+
+		if (rc >= 0 || rc == -EINVAL || misleading) {
+			fprintf(stderr, "  directory as config (bug 3): rc %d:\n", rc);
+			dump_errors(&errs);
+		}
+		CHECK(rc < 0 && rc != -EINVAL); /* a read error, -EISDIR best */
+		CHECK(!misleading);
+		CHECK(errs.count >= 1 && strstr(errs.msg[0], path) == errs.msg[0]);
+		CHECK_INT(cfg.n_nics, 0);
+	}
+
+	/* 4. After a header without ']', key_seen still holds from the previous section, so an
+	 *    indented line is blamed on that section's last key (nic.lo.transport, line 3). */
+	expect_bad("continuation after a broken header (bug 4)", NIC_LO "[runtime\n  name = x\n", 1,
+		   "t.ini:4:", "section header \"[runtime\" is missing its ']'");
+	CHECK(find_msg(&errs, "t.ini:5: nic.lo.transport:", "") < 0);
+}
+
+/* [control] peers may be repeated: each line appends; the printer writes one per line. */
+static void test_peer_lines(void)
+{
+	char text[8192], *printed = NULL;
+	size_t len = 0, plen = 0;
+	FILE *mem;
+
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\n");
+	for (int i = 1; i <= KVL_MAX_PEERS; i += 4)
+		len += snprintf(text + len, sizeof(text) - len,
+				"peers = 10.0.1.%d:18515, 10.0.1.%d:18515, 10.0.1.%d:18515, "
+				"10.0.1.%d:18515\n",
+				i, i + 1, i + 2, i + 3);
+	if (load_good("32 IPv4 peers on 8 lines", text) == 0) {
+		CHECK_INT(cfg.control.n_peers, KVL_MAX_PEERS);
+		CHECK_STR(cfg.control.peers[0], "10.0.1.1:18515");
+		CHECK_STR(cfg.control.peers[31], "10.0.1.32:18515");
+		mem = open_memstream(&printed, &plen);
+		kvl_config_print(mem, &cfg);
+		fclose(mem);
+		CHECK_HAS(printed, "peers = 10.0.1.1:18515\npeers = 10.0.1.2:18515\n");
+		/* What was printed loads back to the same list. */
+		if (load_good("printed peers", printed) == 0) {
+			CHECK_INT(cfg.control.n_peers, KVL_MAX_PEERS);
+			CHECK_STR(cfg.control.peers[31], "10.0.1.32:18515");
+		}
+		free(printed);
+	}
+	expect_bad("a peer repeated on another line",
+		   "[control]\npeers = 10.0.0.2:18515\npeers = 10.0.0.2:18515\n" NIC_LO, 1,
+		   "t.ini:3: control.peers:",
+		   "expected each peer once (10.0.0.2:18515 is listed twice)");
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\n");
+	for (int i = 1; i <= KVL_MAX_PEERS + 1; i++)
+		len += snprintf(text + len, sizeof(text) - len, "peers = 10.0.2.%d:1\n", i);
+	expect_bad("33 peers on 33 lines", text, 1,
+		   "t.ini:37: control.peers:", "expected at most 32 peers");
+	expect_bad("a line with no key", NIC_LO "= 5\n", 1,
+		   "t.ini:4:", "expected \"key = value\", got no key before the '='");
+}
+
+int main(void)
+{
+	kvl_config_defaults(&defaults);
+	CHECK_INT(defaults.n_nics, 0);
+	CHECK_STR(defaults.path, "");
+
+	test_bad_table();
+	test_bad_generated();
+	test_many_errors();
+	test_good();
+	test_shipped();
+	test_docs();
+	test_fixed_bugs();
+	test_peer_lines();
+	return kvl_test_done("config");
+}
