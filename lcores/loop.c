@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The run-to-completion loop: stages report work, cycles are counted busy or idle. */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_cycles.h>
+#include <rte_pause.h>
+
+#include "lcores.h"
+
+static uint64_t tsc_clock(void)
+{
+	return rte_rdtsc();
+}
+
+void kvl_lcore_init(struct kvl_lcore *lc, unsigned lcore_id, unsigned cpu, int socket, int nic,
+		    const struct kvl_runtime_conf *rt, uint64_t tsc_hz, const bool *quit)
+{
+	memset(lc, 0, sizeof(*lc));
+	lc->lcore_id = lcore_id;
+	lc->cpu = cpu;
+	lc->socket = socket;
+	lc->nic = nic;
+	lc->idle_policy = rt->idle_policy;
+	lc->hybrid_idle_cycles = tsc_hz * rt->hybrid_idle_us / 1000000;
+	lc->hybrid_sleep_us = rt->hybrid_sleep_us;
+	lc->clock = tsc_clock;
+	lc->quit = quit;
+}
+
+int kvl_lcore_add_stage(struct kvl_lcore *lc, const char *name, kvl_stage_fn fn, void *arg)
+{
+	if (lc->n_stages == KVL_MAX_STAGES)
+		return -ENOSPC;
+	lc->stages[lc->n_stages++] = (struct kvl_stage){ .name = name, .fn = fn, .arg = arg };
+	return 0;
+}
+
+/* Counters have one writer (this lcore): a relaxed store is enough for readers to never see
+ * a torn value. */
+static inline void bump(uint64_t *c, uint64_t by)
+{
+	__atomic_store_n(c, *c + by, __ATOMIC_RELAXED);
+}
+
+static void idle_action(struct kvl_lcore *lc, uint64_t now)
+{
+	struct timespec ts;
+
+	switch (lc->idle_policy) {
+	case KVL_IDLE_POLL:
+		rte_pause();
+		return;
+	case KVL_IDLE_YIELD:
+		sched_yield();
+		bump(&lc->stats.naps, 1);
+		return;
+	case KVL_IDLE_HYBRID:
+		if (lc->idle_since == 0) {
+			lc->idle_since = now;
+			return;
+		}
+		if (now - lc->idle_since < lc->hybrid_idle_cycles) {
+			rte_pause();
+			return;
+		}
+		/* Until transports give a completion channel to sleep on, nap a bounded time:
+		 * the wake-up latency is at most hybrid_sleep_us. */
+		ts.tv_sec = lc->hybrid_sleep_us / 1000000;
+		ts.tv_nsec = (long)(lc->hybrid_sleep_us % 1000000) * 1000;
+		nanosleep(&ts, NULL);
+		bump(&lc->stats.naps, 1);
+		return;
+	}
+}
+
+unsigned kvl_lcore_iterate(struct kvl_lcore *lc)
+{
+	uint64_t t0 = lc->clock(), t1;
+	unsigned work = 0;
+
+	for (unsigned i = 0; i < lc->n_stages; i++)
+		work += lc->stages[i].fn(lc, lc->stages[i].arg);
+	if (work) {
+		lc->idle_since = 0;
+	} else {
+		idle_action(lc, t0);
+	}
+	t1 = lc->clock();
+	bump(work ? &lc->stats.busy_cycles : &lc->stats.idle_cycles, t1 - t0);
+	bump(&lc->stats.work, work);
+	bump(&lc->stats.iterations, 1);
+	return work;
+}
+
+int kvl_lcore_main(void *arg)
+{
+	struct kvl_lcore *lc = arg;
+
+	while (!__atomic_load_n(lc->quit, __ATOMIC_RELAXED))
+		kvl_lcore_iterate(lc);
+	return 0;
+}
+
+void kvl_lcore_stats_read(const struct kvl_lcore *lc, struct kvl_lcore_stats *out)
+{
+	out->iterations = __atomic_load_n(&lc->stats.iterations, __ATOMIC_RELAXED);
+	out->busy_cycles = __atomic_load_n(&lc->stats.busy_cycles, __ATOMIC_RELAXED);
+	out->idle_cycles = __atomic_load_n(&lc->stats.idle_cycles, __ATOMIC_RELAXED);
+	out->work = __atomic_load_n(&lc->stats.work, __ATOMIC_RELAXED);
+	out->naps = __atomic_load_n(&lc->stats.naps, __ATOMIC_RELAXED);
+}
+
+double kvl_lcore_busy_pct(const struct kvl_lcore_stats *s)
+{
+	uint64_t total = s->busy_cycles + s->idle_cycles;
+
+	return total ? 100.0 * (double)s->busy_cycles / (double)total : 0.0;
+}
