@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Runtime lifecycle: NIC discovery before EAL, NUMA pairing and lcore launch after it. */
+#include <errno.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_log.h>
+#include <rte_malloc.h>
+
+#include "runtime.h"
+
+RTE_LOG_REGISTER(kvl_logtype_runtime, kvlane.runtime, INFO);
+
+static bool custom_sysfs(const struct kvl_runtime *rt)
+{
+	return strcmp(rt->sysfs_root, "/sys") != 0;
+}
+
+int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	size_t len = 0;
+	int rc = 0;
+
+	err[0] = '\0';
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		char msg[KVL_ERR_LEN];
+		int r = kvl_nic_discover(rt->sysfs_root, &rt->cfg.nics[i], &rt->nic_info[i], msg,
+					 sizeof(msg));
+
+		if (r < 0) {
+			rc = r;
+			len += snprintf(err + len, len < errlen ? errlen - len : 0, "%s%s",
+					len ? "\n" : "", msg);
+		}
+	}
+	if (rt->cfg.gpu.enable) {
+		char msg[KVL_ERR_LEN];
+		int r = kvl_gpu_open(&rt->cfg.gpu, &rt->gpu, msg, sizeof(msg));
+
+		if (r < 0) {
+			rc = r;
+			len += snprintf(err + len, len < errlen ? errlen - len : 0, "%s%s",
+					len ? "\n" : "", msg);
+		}
+	}
+	return rc;
+}
+
+uint64_t kvl_runtime_budget(const struct kvl_runtime *rt)
+{
+	if (rt->gpu.open)
+		return kvl_gpu_budget(&rt->gpu);
+	return (uint64_t)rt->cfg.sched.budget_mb << 20;
+}
+
+int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, unsigned *cpu)
+{
+	rte_cpuset_t set = rte_lcore_cpuset(lcore_id);
+	unsigned c;
+
+	for (c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			break;
+	*cpu = c < CPU_SETSIZE ? c : 0;
+	if (custom_sysfs(rt)) {
+		int node = kvl_cpu_numa_node(rt->sysfs_root, *cpu);
+
+		if (node >= 0)
+			return node;
+	}
+	return (int)rte_lcore_to_socket_id(lcore_id);
+}
+
+int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	struct kvl_lcore_desc lcores[RTE_MAX_LCORE];
+	struct kvl_pairing pairs[KVL_MAX_NICS];
+	const char *names[KVL_MAX_NICS];
+	char name_buf[KVL_MAX_NICS][KVL_LABEL_LEN + KVL_NAME_LEN + 8];
+	int nodes[KVL_MAX_NICS];
+	unsigned n = 0, cpu, lid;
+	int rc;
+
+	rt->main_lcore = rte_get_main_lcore();
+	rt->main_socket = kvl_runtime_lcore_socket(rt, rt->main_lcore, &cpu);
+	RTE_LCORE_FOREACH_WORKER(lid)
+	{
+		lcores[n].lcore_id = lid;
+		lcores[n].socket = kvl_runtime_lcore_socket(rt, lid, &lcores[n].cpu);
+		n++;
+	}
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		snprintf(name_buf[i], sizeof(name_buf[i]), "nic.%s (%s)", rt->cfg.nics[i].label,
+			 rt->cfg.nics[i].device);
+		names[i] = name_buf[i];
+		nodes[i] = rt->nic_info[i].numa_node;
+	}
+	rc = kvl_pair_nics(rt->sysfs_root, nodes, names, rt->cfg.n_nics, lcores, n,
+			   rt->cfg.runtime.allow_remote_numa, pairs, err, errlen);
+	if (rc < 0)
+		return rc;
+
+	rt->tsc_hz = rte_get_tsc_hz();
+	rt->quit = false;
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		const struct kvl_lcore_desc *d = &lcores[pairs[i].lcore_idx];
+		/* The loop's state lives on its own socket, away from other lcores' lines. */
+		struct kvl_lcore *lc = rte_zmalloc_socket("kvl_lcore", sizeof(*lc),
+							  RTE_CACHE_LINE_SIZE, d->socket);
+
+		if (lc == NULL)
+			lc = rte_zmalloc("kvl_lcore", sizeof(*lc), RTE_CACHE_LINE_SIZE);
+		if (lc == NULL) {
+			snprintf(err, errlen, "out of memory for the state of lcore %u",
+				 d->lcore_id);
+			kvl_runtime_stop(rt);
+			return -ENOMEM;
+		}
+		kvl_lcore_init(lc, d->lcore_id, d->cpu, d->socket, (int)i, &rt->cfg.runtime,
+			       rt->tsc_hz, &rt->quit);
+		lc->remote = pairs[i].remote;
+		rt->nic_lcore[i] = lc;
+		if (lc->remote)
+			KVL_LOG(WARNING,
+				"%s is on NUMA node %d but runs on lcore %u (socket %d): "
+				"allow_remote_numa is set; expect cross-node memory traffic",
+				names[i], nodes[i], d->lcore_id, d->socket);
+	}
+	rt->start_tsc = rte_get_tsc_cycles();
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic_lcore[i],
+					   rt->nic_lcore[i]->lcore_id);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot launch lcore %u: %s",
+				 rt->nic_lcore[i]->lcore_id, strerror(-rc));
+			kvl_runtime_stop(rt);
+			return rc;
+		}
+	}
+	rt->started = true;
+	return 0;
+}
+
+void kvl_runtime_stop(struct kvl_runtime *rt)
+{
+	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
+	rte_eal_mp_wait_lcore();
+	rt->started = false;
+}
+
+uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt)
+{
+	if (rt->tsc_hz == 0)
+		return 0;
+	return (rte_get_tsc_cycles() - rt->start_tsc) * 1000 / rt->tsc_hz;
+}
+
+static const char *numa_str(const struct kvl_nic_info *ni, char *buf, size_t len)
+{
+	if (ni->numa_node < 0)
+		snprintf(buf, len, "?");
+	else
+		snprintf(buf, len, "%d%s", ni->numa_node, ni->numa_from_conf ? "*" : "");
+	return buf;
+}
+
+void kvl_runtime_print(const struct kvl_runtime *rt, FILE *out)
+{
+	fprintf(out, "  %-10s %-12s %-4s %-10s %-5s %-6s %-4s %-6s %s\n", "nic", "device", "port",
+		"transport", "numa", "lcore", "cpu", "socket", "state");
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
+		const struct kvl_nic_info *ni = &rt->nic_info[i];
+		const struct kvl_lcore *lc = rt->nic_lcore[i];
+		char port[8], numa[16];
+
+		if (ni->kind == KVL_NIC_RDMA)
+			snprintf(port, sizeof(port), "%u", nc->port);
+		else
+			snprintf(port, sizeof(port), "-");
+		fprintf(out, "  %-10s %-12s %-4s %-10s %-5s %-6u %-4u %-6d %s%s\n", nc->label,
+			nc->device, port, kvl_transport_name(ni->transport),
+			numa_str(ni, numa, sizeof(numa)), lc ? lc->lcore_id : 0, lc ? lc->cpu : 0,
+			lc ? lc->socket : -1, ni->state[0] ? ni->state : "unknown",
+			lc && lc->remote ? " (remote NUMA)" : "");
+	}
+}

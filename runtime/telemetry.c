@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* /kvlane/... telemetry commands: snapshots of the runtime, read through DPDK's socket. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_lcore.h>
+#include <rte_telemetry.h>
+
+#include "kvl_build_config.h"
+#include "runtime.h"
+
+/* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
+static struct kvl_runtime *tel_rt;
+
+void kvl_telemetry_attach(struct kvl_runtime *rt)
+{
+	__atomic_store_n(&tel_rt, rt, __ATOMIC_RELEASE);
+}
+
+static struct kvl_runtime *runtime_or_null(void)
+{
+	return __atomic_load_n(&tel_rt, __ATOMIC_ACQUIRE);
+}
+
+static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_string(d, "version", KVL_VERSION);
+	rte_tel_data_add_dict_string(d, "name", rt->cfg.runtime.name);
+	rte_tel_data_add_dict_int(d, "pid", (int)getpid());
+	rte_tel_data_add_dict_u64(d, "uptime_ms", kvl_runtime_uptime_ms(rt));
+	rte_tel_data_add_dict_string(d, "config", rt->cfg.path);
+	rte_tel_data_add_dict_string(d, "sysfs_root", rt->sysfs_root);
+	rte_tel_data_add_dict_string(d, "idle_policy",
+				     kvl_idle_policy_name(rt->cfg.runtime.idle_policy));
+	rte_tel_data_add_dict_int(d, "main_lcore", (int)rt->main_lcore);
+	rte_tel_data_add_dict_int(d, "nic_count", (int)rt->cfg.n_nics);
+	rte_tel_data_add_dict_int(d, "cuda", KVL_HAVE_CUDA);
+	return 0;
+}
+
+/*
+ * DPDK 22.11 nests only arrays inside a reply, so a table comes two ways: the whole table in
+ * column form (a dict of arrays, one entry per row at the same index in every array), and one
+ * row as a flat dict. Both are filled by the same row function through this sink.
+ */
+#define MAX_COLS 24
+
+struct sink {
+	struct rte_tel_data *d; /* row mode: the reply dict */
+	/* column mode */
+	struct rte_tel_data *col[MAX_COLS];
+	const char *col_name[MAX_COLS];
+	unsigned n_cols;
+	int rc;
+};
+
+static struct rte_tel_data *column(struct sink *k, const char *name, enum rte_tel_value_type t)
+{
+	for (unsigned i = 0; i < k->n_cols; i++)
+		if (strcmp(k->col_name[i], name) == 0)
+			return k->col[i];
+	if (k->n_cols == MAX_COLS || (k->col[k->n_cols] = rte_tel_data_alloc()) == NULL) {
+		k->rc = -ENOMEM;
+		return NULL;
+	}
+	rte_tel_data_start_array(k->col[k->n_cols], t);
+	k->col_name[k->n_cols] = name;
+	return k->col[k->n_cols++];
+}
+
+static void put_int(struct sink *k, const char *name, int v)
+{
+	struct rte_tel_data *c;
+
+	if (k->d)
+		rte_tel_data_add_dict_int(k->d, name, v);
+	else if ((c = column(k, name, RTE_TEL_INT_VAL)) != NULL)
+		rte_tel_data_add_array_int(c, v);
+}
+
+static void put_u64(struct sink *k, const char *name, uint64_t v)
+{
+	struct rte_tel_data *c;
+
+	if (k->d)
+		rte_tel_data_add_dict_u64(k->d, name, v);
+	else if ((c = column(k, name, RTE_TEL_U64_VAL)) != NULL)
+		rte_tel_data_add_array_u64(c, v);
+}
+
+static void put_str(struct sink *k, const char *name, const char *v)
+{
+	struct rte_tel_data *c;
+
+	if (k->d)
+		rte_tel_data_add_dict_string(k->d, name, v);
+	else if ((c = column(k, name, RTE_TEL_STRING_VAL)) != NULL)
+		rte_tel_data_add_array_string(c, v);
+}
+
+/* Column mode: hand the arrays to the reply dict. */
+static int sink_finish(struct sink *k, struct rte_tel_data *reply)
+{
+	rte_tel_data_start_dict(reply);
+	for (unsigned i = 0; i < k->n_cols; i++) {
+		if (k->rc == 0 &&
+		    rte_tel_data_add_dict_container(reply, k->col_name[i], k->col[i], 0) == 0)
+			continue;
+		rte_tel_data_free(k->col[i]);
+		if (k->rc == 0)
+			k->rc = -ENOSPC;
+	}
+	return k->rc;
+}
+
+struct config_walk {
+	struct rte_tel_data *d;
+	const char *section; /* only this section, or NULL for all */
+	unsigned n;
+};
+
+static int config_one(void *arg, const char *section, const char *key, const char *value)
+{
+	struct config_walk *w = arg;
+	char name[RTE_TEL_MAX_STRING_LEN];
+
+	if (w->section) {
+		if (strcmp(section, w->section) != 0)
+			return 0;
+		snprintf(name, sizeof(name), "%s", key);
+	} else {
+		/* Telemetry names allow [A-Za-z0-9_/]: "nic.lo" + "mtu" -> "nic/lo/mtu". */
+		snprintf(name, sizeof(name), "%s/%s", section, key);
+		for (char *p = name; *p; p++)
+			if (*p == '.')
+				*p = '/';
+	}
+	if (rte_tel_data_add_dict_string(w->d, name, value) == 0)
+		w->n++;
+	return 0;
+}
+
+/* "section/key" -> value as in the INI; with a parameter (a section name as written in the
+ * INI, e.g. "nic.lo"), that section's keys alone. */
+static int tel_config(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct config_walk w = { .d = d };
+
+	(void)cmd;
+	if (rt == NULL)
+		return -EAGAIN;
+	if (params && params[0])
+		w.section = params;
+	rte_tel_data_start_dict(d);
+	kvl_config_visit(&rt->cfg, config_one, &w);
+	return w.section && w.n == 0 ? -EINVAL : 0;
+}
+
+static const struct kvl_lcore *nic_lcore_of(const struct kvl_runtime *rt, unsigned lid)
+{
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		if (rt->nic_lcore[i] && rt->nic_lcore[i]->lcore_id == lid)
+			return rt->nic_lcore[i];
+	return NULL;
+}
+
+static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k)
+{
+	const struct kvl_lcore *lc = nic_lcore_of(rt, lid);
+	struct kvl_lcore_stats s = { 0 };
+	unsigned cpu;
+	int socket = kvl_runtime_lcore_socket(rt, lid, &cpu);
+	char pct[16];
+
+	if (lc)
+		kvl_lcore_stats_read(lc, &s);
+	snprintf(pct, sizeof(pct), "%.2f", kvl_lcore_busy_pct(&s));
+	put_int(k, "lcore", (int)lid);
+	put_int(k, "cpu", (int)cpu);
+	put_int(k, "socket", socket);
+	put_str(k, "role", lid == rt->main_lcore ? "main" : lc ? "nic" : "unused");
+	put_str(k, "nic", lc ? rt->cfg.nics[lc->nic].label : "");
+	put_str(k, "device", lc ? rt->cfg.nics[lc->nic].device : "");
+	put_int(k, "remote_numa", lc ? lc->remote : 0);
+	put_u64(k, "loop_iterations", s.iterations);
+	put_u64(k, "busy_cycles", s.busy_cycles);
+	put_u64(k, "idle_cycles", s.idle_cycles);
+	put_str(k, "busy_pct", pct);
+	put_u64(k, "work", s.work);
+	put_u64(k, "naps", s.naps);
+}
+
+/* Every lcore EAL gave us (main, one per NIC, any unused), in column form. */
+static int tel_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+	unsigned lid;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	RTE_LCORE_FOREACH(lid)
+	lcore_row(rt, lid, &k);
+	return sink_finish(&k, d);
+}
+
+/* One lcore: /kvlane/lcore,<id>. */
+static int tel_lcore(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { .d = d };
+	char *end;
+	unsigned long lid;
+
+	(void)cmd;
+	if (rt == NULL)
+		return -EAGAIN;
+	if (params == NULL || params[0] == '\0')
+		return -EINVAL;
+	lid = strtoul(params, &end, 10);
+	if (*end != '\0' || lid >= RTE_MAX_LCORE || !rte_lcore_is_enabled((unsigned)lid))
+		return -EINVAL;
+	rte_tel_data_start_dict(d);
+	lcore_row(rt, (unsigned)lid, &k);
+	return 0;
+}
+
+static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
+{
+	const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
+	const struct kvl_nic_info *ni = &rt->nic_info[i];
+	const struct kvl_lcore *lc = rt->nic_lcore[i];
+
+	put_str(k, "nic", nc->label);
+	put_str(k, "device", nc->device);
+	put_str(k, "kind", ni->kind == KVL_NIC_RDMA ? "rdma" : "netdev");
+	put_int(k, "port", (int)nc->port);
+	put_str(k, "transport", kvl_transport_name(ni->transport));
+	put_str(k, "transport_conf", kvl_transport_name(nc->transport));
+	put_int(k, "numa_node", ni->numa_node);
+	put_str(k, "numa_source",
+		ni->numa_from_conf  ? "config"
+		: ni->numa_node < 0 ? "unknown"
+				    : "sysfs");
+	put_int(k, "lcore", lc ? (int)lc->lcore_id : -1);
+	put_int(k, "lcore_socket", lc ? lc->socket : -1);
+	put_int(k, "remote_numa", lc ? lc->remote : 0);
+	put_str(k, "driver", ni->driver);
+	put_str(k, "link_layer", ni->link_layer);
+	put_str(k, "state", ni->state);
+	put_str(k, "netdev", ni->netdev);
+}
+
+/* Every NIC in column form. */
+static int tel_nics(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		nic_row(rt, i, &k);
+	return sink_finish(&k, d);
+}
+
+/* One NIC: /kvlane/nic,<label>. */
+static int tel_nic(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { .d = d };
+
+	(void)cmd;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (unsigned i = 0; params && i < rt->cfg.n_nics; i++) {
+		if (strcmp(rt->cfg.nics[i].label, params) == 0) {
+			rte_tel_data_start_dict(d);
+			nic_row(rt, i, &k);
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* The staging budget and where it comes from: sampled free VRAM, or the INI. */
+static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	const struct kvl_gpu *g;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	g = &rt->gpu;
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_int(d, "enabled", g->open);
+	rte_tel_data_add_dict_string(d, "budget_source", g->open ? "vram" : "config");
+	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_runtime_budget(rt));
+	if (!g->open)
+		return 0;
+	rte_tel_data_add_dict_int(d, "device_id", g->device_id);
+	rte_tel_data_add_dict_int(d, "device_count", g->device_count);
+	rte_tel_data_add_dict_string(d, "name", g->name);
+	rte_tel_data_add_dict_string(d, "pci_bus_id", g->pci_bus_id);
+	rte_tel_data_add_dict_int(d, "gpudirect_rdma", g->gpudirect_rdma);
+	rte_tel_data_add_dict_u64(d, "total_bytes", g->total_bytes);
+	rte_tel_data_add_dict_u64(d, "free_bytes",
+				  __atomic_load_n(&g->free_bytes, __ATOMIC_RELAXED));
+	rte_tel_data_add_dict_u64(d, "reserve_bytes", g->reserve_bytes);
+	rte_tel_data_add_dict_u64(d, "samples", __atomic_load_n(&g->samples, __ATOMIC_RELAXED));
+	rte_tel_data_add_dict_u64(d, "sample_errors",
+				  __atomic_load_n(&g->sample_errors, __ATOMIC_RELAXED));
+	rte_tel_data_add_dict_u64(d, "sample_interval_ms", rt->cfg.sched.resize_interval_ms);
+	return 0;
+}
+
+/* Registered before EAL starts its telemetry thread, as DPDK's own libraries do. */
+RTE_INIT(kvl_telemetry_register)
+{
+	rte_telemetry_register_cmd("/kvlane/info", tel_info,
+				   "kvlane version, name, pid, uptime, config file. No parameters");
+	rte_telemetry_register_cmd("/kvlane/config", tel_config,
+				   "Effective configuration as section/key: value. "
+				   "Parameter: a section name (optional)");
+	rte_telemetry_register_cmd("/kvlane/lcores", tel_lcores,
+				   "All lcores in column form: lcore, cpu, socket, role, nic, "
+				   "loop_iterations, busy_pct, ... No parameters");
+	rte_telemetry_register_cmd("/kvlane/lcore", tel_lcore,
+				   "One lcore's row of /kvlane/lcores. Parameter: lcore id");
+	rte_telemetry_register_cmd(
+		"/kvlane/nics", tel_nics,
+		"All NICs in column form: nic, device, port, transport, numa_node, "
+		"lcore, ... No parameters");
+	rte_telemetry_register_cmd(
+		"/kvlane/gpu", tel_gpu,
+		"Staging budget (free VRAM - reserve, or [sched] budget_mb) and the "
+		"GPU it is sampled from. No parameters");
+	rte_telemetry_register_cmd("/kvlane/nic", tel_nic,
+				   "One NIC's row of /kvlane/nics. Parameter: NIC label");
+}
