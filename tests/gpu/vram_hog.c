@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* GPU test helper: report the CUDA devices, or hold some VRAM until stdin closes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+/* Exit 77 = "skip" for meson: there is no GPU to test on, and we say why. */
+static int probe(void)
+{
+	int n = 0;
+	cudaError_t ce = cudaGetDeviceCount(&n);
+	struct cudaDeviceProp prop;
+
+	if (ce != cudaSuccess || n == 0) {
+		printf("skipped: no usable CUDA device (%s)\n",
+		       ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
+		return 77;
+	}
+	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+		return 1;
+	printf("devices=%d\nname=%s\n", n, prop.name);
+	return 0;
+}
+
+static int hold(int dev, size_t mib)
+{
+	size_t free_before, free_after, total;
+	void *p = NULL;
+	char buf[64];
+	cudaError_t ce;
+
+	ce = cudaSetDevice(dev);
+	if (ce == cudaSuccess)
+		ce = cudaMemGetInfo(&free_before, &total);
+	if (ce == cudaSuccess)
+		ce = cudaMalloc(&p, mib << 20);
+	if (ce == cudaSuccess)
+		ce = cudaMemset(p, 0xa5, mib << 20); /* touch it: the pages are really ours */
+	if (ce == cudaSuccess)
+		ce = cudaDeviceSynchronize();
+	if (ce == cudaSuccess)
+		ce = cudaMemGetInfo(&free_after, &total);
+	if (ce != cudaSuccess) {
+		fprintf(stderr, "vram_hog: %s\n", cudaGetErrorString(ce));
+		return 1;
+	}
+	printf("held=%zu free_before=%zu free_after=%zu\n", mib << 20, free_before, free_after);
+	fflush(stdout);
+	while (fgets(buf, sizeof(buf), stdin) != NULL)
+		;
+	cudaFree(p);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && strcmp(argv[1], "probe") == 0)
+		return probe();
+	if (argc == 4 && strcmp(argv[1], "hold") == 0)
+		return hold(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+	fprintf(stderr, "usage: %s probe | hold DEVICE MIB\n", argv[0]);
+	return 2;
+}
