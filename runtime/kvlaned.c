@@ -150,10 +150,12 @@ int main(int argc, char **argv)
 	}
 	rc = rte_eal_init(eal_argc, eal_argv);
 	if (rc < 0) {
+		/* Some EAL failures (a --file-prefix already in use) leave rte_errno at 0: then
+		 * EAL's own lines above are the explanation. */
 		fprintf(stderr,
 			"kvlaned: EAL initialisation failed: %s; check the EAL arguments before "
 			"\"--\" (kvlaned --help)\n",
-			rte_strerror(rte_errno));
+			rte_errno ? rte_strerror(rte_errno) : "see EAL's messages above");
 		free(eal_argv);
 		return EXIT_EAL;
 	}

@@ -941,6 +941,118 @@ static void test_peer_lines(void)
 		   "t.ini:4:", "expected \"key = value\", got no key before the '='");
 }
 
+/* xorshift: a fixed sequence, so a failure reproduces. */
+static uint32_t rng_state = 0x2545f491;
+
+static uint32_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 17;
+	rng_state ^= rng_state << 5;
+	return rng_state;
+}
+
+/*
+ * Random damage to every shipped config: bytes flipped, deleted, duplicated, lines spliced
+ * in from other files. Whatever comes out, the parser must not crash (ASan/UBSan watch in
+ * CI), must answer 0 or -EINVAL, every error must name the file, a failed load must leave
+ * the defaults, and an accepted file must print and load back to the same print.
+ */
+static void test_mutations(void)
+{
+	static const char *const noise[] = { "[",  "]",	   "=",	   ";",	 "#",  "\n",
+					     " ",  "\"",   ".",	   ":",	 ",",  "0x",
+					     "-1", "auto", "nic.", "\t", "\r", "\xff" };
+	char dir[512], path[1024], *src[8] = { 0 };
+	struct dirent **list = NULL;
+	int n, loaded = 0, rejected = 0;
+
+	snprintf(dir, sizeof(dir), "%s/config", src_root());
+	n = scandir(dir, &list, ini_filter, alphasort);
+	for (int i = 0; i < n; i++) {
+		if (i < 8) {
+			snprintf(path, sizeof(path), "%s/%s", dir, list[i]->d_name);
+			src[i] = read_all(path);
+		}
+		free(list[i]);
+	}
+	free(list);
+	if (n > 8)
+		n = 8;
+	for (int iter = 0; n > 0 && iter < 3000; iter++) {
+		const char *base = src[iter % n];
+		size_t len = base ? strlen(base) : 0, out = 0;
+		char text[16384];
+		int rc;
+
+		if (len == 0 || len >= sizeof(text) / 2)
+			continue;
+		memcpy(text, base, len + 1);
+		out = len;
+		for (int m = 1 + (int)(rnd() % 4); m > 0; m--) {
+			size_t at = rnd() % out, k = 1 + rnd() % 8;
+			const char *ins = noise[rnd() % (sizeof(noise) / sizeof(noise[0]))];
+
+			switch (rnd() % 4) {
+			case 0: /* overwrite one byte */
+				text[at] = ins[0];
+				break;
+			case 1: /* delete a run */
+				if (at + k > out)
+					k = out - at;
+				memmove(text + at, text + at + k, out - at - k + 1);
+				out -= k;
+				break;
+			case 2: /* insert a token */
+				if (out + strlen(ins) + 1 < sizeof(text) / 2) {
+					memmove(text + at + strlen(ins), text + at, out - at + 1);
+					memcpy(text + at, ins, strlen(ins));
+					out += strlen(ins);
+				}
+				break;
+			default: /* splice the start of another file in */
+				if (src[rnd() % n] && out + 64 < sizeof(text) / 2) {
+					const char *o = src[rnd() % n];
+					size_t ol = strlen(o) < 64 ? strlen(o) : 64;
+
+					if (o) {
+						memmove(text + at + ol, text + at, out - at + 1);
+						memcpy(text + at, o, ol);
+						out += ol;
+					}
+				}
+				break;
+			}
+			if (out == 0)
+				break;
+		}
+		rc = kvl_config_load_string("m.ini", text, &cfg, &errs);
+		CHECK(rc == 0 || rc == -EINVAL);
+		if (rc == 0) {
+			char *p1 = print_to_string(&cfg), *p2;
+
+			loaded++;
+			CHECK_INT(kvl_config_load_string("p.ini", p1, &cfg, &errs), 0);
+			p2 = print_to_string(&cfg);
+			CHECK_STR(after_first_line(p1), after_first_line(p2));
+			free(p1);
+			free(p2);
+		} else {
+			rejected++;
+			CHECK(errs.count >= 1);
+			for (unsigned e = 0; e < errs.count; e++)
+				CHECK(strncmp(errs.msg[e], "m.ini", 5) == 0);
+			CHECK(memcmp(&cfg, &defaults, sizeof(cfg)) == 0);
+		}
+	}
+	/* The mutations must exercise both outcomes, or this test proves little. */
+	CHECK(loaded > 50);
+	CHECK(rejected > 500);
+	printf("mutations: %d loaded, %d rejected\n", loaded, rejected);
+	for (int i = 0; i < 8; i++)
+		free(src[i]);
+}
+
 int main(void)
 {
 	kvl_config_defaults(&defaults);
@@ -955,5 +1067,6 @@ int main(void)
 	test_docs();
 	test_fixed_bugs();
 	test_peer_lines();
+	test_mutations();
 	return kvl_test_done("config");
 }

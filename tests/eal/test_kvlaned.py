@@ -1,0 +1,936 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""EAL tests of kvlaned: command line, INI errors, telemetry, signals, NUMA pairing, EAL errors.
+
+Usage: test_kvlaned.py SCENARIO PATH-TO-KVLANED, with KVL_SRC (repository root) and
+KVL_FIXTURES (tests/fixtures) in the environment. Exit 0 pass, 1 fail.
+"""
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KVL_FIXTURES = os.environ.get("KVL_FIXTURES") or os.path.join(KVL_SRC, "tests", "fixtures")
+sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
+import kvlane_telemetry as kt  # noqa: E402  (path set just above)
+
+SCENARIO_LIMIT_S = 28     # the whole scenario, daemons included
+RUN_TIMEOUT_S = 10        # a command that should exit by itself
+READY_TIMEOUT_S = 10      # start until "kvlaned: ready"
+STOP_TIMEOUT_S = 10       # signal until exit
+STOCK_CLIENT_TIMEOUT_S = 15
+
+EAL_COMMON = ["--no-huge", "-m", "256", "--no-pci"]
+LCORES_1NIC = ["-l", "0-1"]
+LCORES_2NIC = ["--lcores", "0@0,1@1,2@1"]
+
+FIXED_SECTIONS = ["runtime", "cq_moderation", "memory", "gpu", "sched", "control", "telemetry"]
+LCORE_COLUMNS = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa",
+                 "loop_iterations", "busy_cycles", "idle_cycles", "busy_pct", "work", "naps"]
+LCORE_STATIC = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa"]
+LCORE_COUNTERS = ["loop_iterations", "busy_cycles", "idle_cycles", "work", "naps"]
+NIC_COLUMNS = ["nic", "device", "kind", "port", "transport", "transport_conf", "numa_node",
+               "numa_source", "lcore", "lcore_socket", "remote_numa", "driver", "link_layer",
+               "state", "netdev"]
+INFO_KEYS = ["version", "name", "pid", "uptime_ms", "config", "sysfs_root", "idle_policy",
+             "main_lcore", "nic_count", "cuda"]
+SUMMARY_RE = (r"^kvlaned: stopped \((?P<why>SIGTERM|SIGINT|run-seconds elapsed)\) after "
+              r"(?P<secs>\d+\.\d\d) s: (?P<n>\d+) NIC lcores?, (?P<iter>\d+) loop iterations, "
+              r"(?P<pct>\d+(\.\d+)?)% busy$")
+
+
+def minimal_ini(name, runtime_extra="", nics=None, extra=""):
+    """[runtime] with @name and idle_policy = yield, then NIC sections (label -> body)."""
+    if nics is None:
+        nics = {"lo": "device = lo\ntransport = tcp\n"}
+    text = f"[runtime]\nname = {name}\nidle_policy = yield\n{runtime_extra}"
+    for label, body in nics.items():
+        text += f"[nic.{label}]\n{body}"
+    return text + extra
+
+
+# ---- failures ----
+
+class Fail(Exception):
+    """A failed expectation; the message says what was expected and what was seen."""
+
+
+def describe(subjects):
+    return "".join(s.describe() for s in subjects if s is not None)
+
+
+def check(cond, what, expected, seen, *subjects):
+    if not cond:
+        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n" + describe(subjects))
+
+
+def check_eq(seen, expected, what, *subjects):
+    check(seen == expected, what, repr(expected), repr(seen), *subjects)
+
+
+def log(msg):
+    print(f"  {msg}", flush=True)
+
+
+def indent(text, prefix="    | "):
+    if not text:
+        return f"{prefix}(nothing)\n"
+    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
+
+
+# ---- processes ----
+
+class Run:
+    """A kvlaned run that exited by itself."""
+
+    def __init__(self, argv, env_rundir, rc, stdout, stderr, secs):
+        self.argv, self.rundir, self.rc = argv, env_rundir, rc
+        self.stdout, self.stderr, self.secs = stdout, stderr, secs
+
+    def describe(self):
+        return (f"  command: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
+                f"  exit status: {self.rc} (after {self.secs:.2f} s)\n"
+                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n{indent(self.stderr)}")
+
+    def kvl_lines(self):
+        """kvlaned's own messages on stderr ("kvlaned: ..." lines)."""
+        return [ln for ln in self.stderr.splitlines() if ln.startswith("kvlaned: ")]
+
+
+class Daemon:
+    """A kvlaned running in the background, its stdout and stderr collected line by line."""
+
+    def __init__(self, ctx, argv, rundir, prefix):
+        self.ctx, self.argv, self.rundir, self.prefix = ctx, argv, rundir, prefix
+        self.out, self.err = [], []
+        self.cond = threading.Condition()
+        self.rc = None
+        self.t0 = time.monotonic()
+        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, text=True,
+                                     errors="replace")
+        self.pid = self.proc.pid
+        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                        for f, buf in ((self.proc.stdout, self.out),
+                                       (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
+
+    def _read(self, f, buf):
+        for line in f:
+            with self.cond:
+                buf.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def stdout(self):
+        with self.cond:
+            return "\n".join(self.out)
+
+    @property
+    def stderr(self):
+        with self.cond:
+            return "\n".join(self.err)
+
+    @property
+    def socket_path(self):
+        return kt.socket_path(self.prefix, self.rundir)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def describe(self):
+        rc = self.proc.poll()
+        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
+        return (f"  daemon: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
+                f"  exit status: {state}\n"
+                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n{indent(self.stderr)}")
+
+    def wait_line(self, pattern, timeout, stream="out", what=None):
+        """The first line of @stream matching @pattern (re.search); fail on timeout or exit."""
+        rx = re.compile(pattern)
+        buf = self.out if stream == "out" else self.err
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in buf:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                exited = self.proc.poll() is not None and not any(t.is_alive()
+                                                                  for t in self.readers)
+                if left <= 0 or exited:
+                    break
+                self.cond.wait(min(left, 0.1))
+        why = "exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
+        raise Fail(f"{what or 'a line on ' + stream}\n  expected: a line matching "
+                   f"{pattern!r}\n  seen:     {why}\n" + self.describe())
+
+    def wait_ready(self, timeout=READY_TIMEOUT_S):
+        self.wait_line(r"^kvlaned: ready$", timeout, what="start-up")
+
+    def client(self, timeout=5.0):
+        """A telemetry connection, once the socket is there (polled, with a deadline)."""
+        ok = kt.wait_for_socket(self.socket_path, timeout, alive=self.running)
+        check(ok, "telemetry socket", f"{self.socket_path} within {timeout} s",
+              "no socket" + (" (daemon exited)" if not self.running() else ""), self)
+        c = kt.TelemetryClient(timeout=5.0)
+        try:
+            c.connect(self.socket_path, wait=2.0)
+        except kt.TelemetryError as e:
+            raise Fail(f"telemetry connect\n  expected: a connection\n  seen:     {e}\n"
+                       + self.describe()) from e
+        self.ctx.clients.append(c)
+        return c
+
+    def send(self, sig):
+        if self.running():
+            self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=STOP_TIMEOUT_S):
+        try:
+            self.rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise Fail(f"exit\n  expected: the daemon exits within {timeout} s\n"
+                       f"  seen:     still running; killed it\n" + self.describe()) from None
+        for t in self.readers:
+            t.join(2.0)
+        return self.rc
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
+        """Signal, wait, expect exit 0 and the summary line; returns the summary match."""
+        name = signal.Signals(sig).name
+        self.send(sig)
+        rc = self.wait_exit(timeout)
+        check_eq(rc, 0, f"exit status after {name}", self)
+        m = None
+        for line in self.out:
+            m = re.search(SUMMARY_RE, line) or m
+        check(m is not None, f"summary line after {name}", f"a line matching {SUMMARY_RE!r}",
+              "none", self)
+        check_eq(m["why"], name, "reason in the summary line", self)
+        return m
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class Ctx:
+    """One scenario: a temp dir, unique prefixes, and everything to clean up afterwards."""
+
+    def __init__(self, scenario, exe):
+        self.scenario, self.exe = scenario, exe
+        self.tmp = tempfile.mkdtemp(prefix=f"kvl-eal-{scenario}-")
+        self.daemons, self.clients = [], []
+        self.n = 0
+
+    def cleanup(self):
+        for c in self.clients:
+            c.close()
+        for d in self.daemons:
+            d.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def unique(self, tag):
+        self.n += 1
+        return f"kvl{os.getpid()}_{tag}{self.n}"
+
+    def rundir(self):
+        """A fresh, empty RUNTIME_DIRECTORY."""
+        return tempfile.mkdtemp(prefix="run-", dir=self.tmp)
+
+    def ini(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def argv(self, ini, lcores=LCORES_1NIC, prefix=None, eal_extra=(), kvl_extra=()):
+        return ([self.exe, *lcores, *EAL_COMMON, "--file-prefix", prefix, *eal_extra, "--",
+                 "-c", ini, *kvl_extra])
+
+    def run(self, args, rundir=None, timeout=RUN_TIMEOUT_S):
+        """Run kvlaned with @args (after the program name) until it exits."""
+        rundir = rundir or self.rundir()
+        argv = [self.exe, *args]
+        t0 = time.monotonic()
+        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               errors="replace", env=env, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+            raise Fail(f"exit\n  expected: kvlaned exits by itself within {timeout} s\n"
+                       f"  seen:     still running; killed it\n"
+                       + Run(argv, rundir, None, out, err, timeout).describe()) from None
+        return Run(argv, rundir, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+    def run_ini(self, ini, lcores=LCORES_1NIC, eal_extra=(), kvl_extra=(), rundir=None):
+        return self.run(self.argv(ini, lcores, self.unique("r"), eal_extra, kvl_extra)[1:],
+                        rundir)
+
+    def start(self, ini, lcores=LCORES_1NIC, prefix=None, rundir=None, eal_extra=(),
+              kvl_extra=()):
+        prefix = prefix or self.unique("d")
+        rundir = rundir or self.rundir()
+        d = Daemon(self, self.argv(ini, lcores, prefix, eal_extra, kvl_extra), rundir, prefix)
+        self.daemons.append(d)
+        return d
+
+
+def expect_rc(r, rc, what):
+    check(r.rc is not None and r.rc >= 0, f"{what}: no crash",
+          "a normal exit", f"killed by signal {-r.rc}" if r.rc is not None else "?", r)
+    check_eq(r.rc, rc, f"{what}: exit status", r)
+
+
+def expect_no_runtime_dir(r, what):
+    """EAL never started: nothing under $RUNTIME_DIRECTORY/dpdk."""
+    path = os.path.join(r.rundir, "dpdk")
+    found = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    check(found is None, f"{what}: EAL must not start (no runtime directory)",
+          f"no {path}", f"{path} exists with {found}", r)
+
+
+def expect_kvl_message(r, pattern, what, flags=0):
+    """A "kvlaned: ..." line on stderr matching @pattern."""
+    lines = r.kvl_lines()
+    check(any(re.search(pattern, ln, flags) for ln in lines), f"{what}: message",
+          f'a "kvlaned: ..." line on stderr matching {pattern!r}', lines or "no such line", r)
+
+
+def table_rows(value, columns, what, d):
+    """Column form (dict of equal-length arrays) -> list of row dicts."""
+    check(isinstance(value, dict), what, "a dict of arrays", repr(value), d)
+    missing = [c for c in columns if c not in value]
+    check(not missing, f"{what}: columns", columns, f"missing {missing}; got {list(value)}", d)
+    lens = {k: len(v) if isinstance(v, list) else None for k, v in value.items()}
+    check(len(set(lens.values())) == 1 and None not in lens.values(), f"{what}: column lengths",
+          "every column an array of the same length", lens, d)
+    n = next(iter(lens.values()))
+    return [{k: value[k][i] for k in value} for i in range(n)]
+
+
+def cmd(c, command, d):
+    try:
+        return c.command(command)
+    except kt.TelemetryError as e:
+        raise Fail(f"telemetry {command}\n  expected: a reply\n  seen:     {e}\n"
+                   + d.describe()) from e
+
+
+def cmd_ok(c, command, d):
+    v = cmd(c, command, d)
+    check(v is not None, f"telemetry {command}", "a value", "null", d)
+    return v
+
+
+# ---- scenarios ----
+
+def scenario_cli(ctx):
+    ini = ctx.ini("min.ini", minimal_ini("cli"))
+    eal = [*LCORES_1NIC, *EAL_COMMON, "--file-prefix", ctx.unique("cli")]
+
+    for args in (["--help"], ["-h"], ["--", "--help"], [*eal, "--", "-c", ini, "-h"]):
+        r = ctx.run(args)
+        expect_rc(r, 0, f"kvlaned {shlex.join(args)}")
+        for s in ("Usage:", "--print-config"):
+            check(s in r.stdout, f"kvlaned {shlex.join(args)}: usage on stdout", repr(s),
+                  "not in stdout", r)
+        expect_no_runtime_dir(r, "help")
+    log("--help with and without --: exit 0, usage on stdout")
+
+    versions = set()
+    for args in (["--version"], ["-V"], ["--", "--version"]):
+        r = ctx.run(args)
+        expect_rc(r, 0, f"kvlaned {shlex.join(args)}")
+        m = re.fullmatch(r"kvlaned (\d+\.\d+\.\d+\S*)\n", r.stdout)
+        check(m is not None, f"kvlaned {shlex.join(args)}: stdout", "one line 'kvlaned X.Y.Z'",
+              repr(r.stdout), r)
+        versions.add(m[1])
+        expect_no_runtime_dir(r, "version")
+    check_eq(len(versions), 1, f"the same version every time (got {versions})")
+    log(f"--version: {versions.pop()}")
+
+    bad = [
+        ("no --", [*eal, "-c", ini], r'"?--"?'),
+        ("no --, nothing at all", [], r'"?--"?'),
+        ("-- without -c", [*eal, "--"], r"-c\b"),
+        ("-- without -c, other options", [*eal, "--", "--run-seconds", "1"], r"-c\b"),
+        ("unknown option", [*eal, "--", "-c", ini, "--frobnicate"], r"--frobnicate"),
+        ("unknown short option", [*eal, "--", "-c", ini, "-x"], r"-x\b"),
+        ("--run-seconds abc", [*eal, "--", "-c", ini, "--run-seconds", "abc"], "--run-seconds"),
+        ("--run-seconds -1", [*eal, "--", "-c", ini, "--run-seconds", "-1"], "--run-seconds"),
+        ("--run-seconds 1.5", [*eal, "--", "-c", ini, "--run-seconds", "1.5"], "--run-seconds"),
+        ("--run-seconds without value", [*eal, "--", "-c", ini, "--run-seconds"],
+         "--run-seconds"),
+    ]
+    for what, args, rx in bad:
+        r = ctx.run(args)
+        expect_rc(r, 2, what)
+        expect_kvl_message(r, rx, what)
+        check("kvlaned: ready" not in r.stdout, f"{what}: not started", "no 'kvlaned: ready'",
+              "ready", r)
+        expect_no_runtime_dir(r, what)
+        if what == "no --":
+            expect_kvl_message(r, r'"--"', what)
+    log(f"{len(bad)} bad command lines: exit 2, 'kvlaned: ...' message, no runtime dir")
+
+
+def scenario_config_errors(ctx):
+    # Parse errors: every one is reported, each on its own line with its own line number.
+    text = ("; a file with five mistakes, each on a known line\n"  # 1
+            "[runtime]\n"                                         # 2
+            "name = cfgerr\n"                                     # 3
+            "idle_policy = sometimes\n"                           # 4 bad enum
+            "hybrid_sleep_us = 0\n"                               # 5 out of range
+            "\n"                                                  # 6
+            "[nic.lo]\n"                                          # 7
+            "device = lo\n"                                       # 8
+            "transport = tcp\n"                                   # 9
+            "queue_depth = 1000\n"                                # 10 not a power of two
+            "\n"                                                  # 11
+            "[memory]\n"                                          # 12
+            "pool_size_mb = lots\n"                               # 13 not a number
+            "chunk_sise_kb = 4096\n")                             # 14 unknown key
+    parse_errors = [(4, "runtime.idle_policy"), (5, "runtime.hybrid_sleep_us"),
+                    (10, "nic.lo.queue_depth"), (13, "memory.pool_size_mb"),
+                    (14, "memory.chunk_sise_kb")]
+    # Cross-key errors, found after parsing.
+    text2 = ("[runtime]\n"               # 1
+             "name = cfgerr2\n"          # 2
+             "idle_policy = yield\n"     # 3
+             "[nic.lo]\n"                # 4
+             "device = lo\n"             # 5
+             "transport = tcp\n"         # 6
+             "mtu = 1024\n"              # 7 RDMA only, on tcp
+             "[gpu]\n"                   # 8
+             "gpudirect = true\n")       # 9 needs gpu.enable
+    semantic_errors = [(7, "nic.lo.mtu"), (9, "gpu.gpudirect")]
+
+    for name, body, errors in (("parse.ini", text, parse_errors),
+                               ("semantic.ini", text2, semantic_errors)):
+        ini = ctx.ini(name, body)
+        r = ctx.run_ini(ini)
+        expect_rc(r, 3, name)
+        lines = r.stderr.splitlines()
+        err_rx = re.compile(rf"^{re.escape(ini)}:(\d+): ([A-Za-z0-9_.]+): ")
+        seen = [(int(m[1]), m[2]) for m in map(err_rx.match, lines) if m]
+        for line, key in errors:
+            check((line, key) in seen, f"{name}: error for {key}",
+                  f"a stderr line '{ini}:{line}: {key}: ...'", f"errors at {seen}", r)
+        check_eq(sorted(seen), sorted(errors), f"{name}: exactly these errors (line, key)", r)
+        n = len(errors)
+        summary = f"kvlaned: {ini}: {n} error{'s' if n != 1 else ''}; nothing started"
+        check(summary in lines, f"{name}: summary line", repr(summary), lines, r)
+        check("kvlaned: ready" not in r.stdout, f"{name}: not started", "no ready", "ready", r)
+        expect_no_runtime_dir(r, name)
+        log(f"{name}: exit 3, {n} errors at lines {[ln for ln, _ in errors]}, no runtime dir")
+
+    missing = os.path.join(ctx.tmp, "no-such-dir", "missing.ini")
+    r = ctx.run_ini(missing)
+    expect_rc(r, 3, "missing INI")
+    check(any(ln.startswith(missing) for ln in r.stderr.splitlines()), "missing INI: message",
+          f"a stderr line starting with {missing}", "none", r)
+    expect_kvl_message(r, r"nothing started", "missing INI")
+    expect_no_runtime_dir(r, "missing INI")
+    log("missing INI: exit 3 naming the path")
+
+    # An RDMA device that the sysfs root does not have: a host error before EAL.
+    ini = ctx.ini("m7.ini", minimal_ini("m7", nics={"m7": "device = mlx5_7\n"}))
+    roots = [os.path.join(KVL_FIXTURES, "sysfs", "one-node")]
+    if not any(os.path.exists(f"/sys/class/{c}/mlx5_7") for c in ("infiniband", "net")):
+        roots.append("/sys")
+    for root in roots:
+        r = ctx.run_ini(ini, kvl_extra=["--sysfs-root", root])
+        what = f"absent device mlx5_7 under {root}"
+        expect_rc(r, 4, what)
+        for s in ("nic.m7", "mlx5_7"):
+            check(s in r.stderr, f"{what}: message names {s}", repr(s), "not on stderr", r)
+        expect_no_runtime_dir(r, what)
+        log(f"{what}: exit 4 naming nic.m7 and mlx5_7, no runtime dir")
+
+
+def read_sections(path):
+    with open(path, encoding="utf-8") as f:
+        return [m[1].strip() for m in re.finditer(r"^\s*\[([^\]\n]+)\]", f.read(), re.M)]
+
+
+def read_keys(text):
+    """(section, key) -> list of values for simple INI text. A list value ("a, b") gives its
+    items, and a repeated key (list keys such as [control] peers may be) adds to them."""
+    out, sec = {}, None
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s[0] in ";#":
+            continue
+        if s.startswith("["):
+            sec = s[1:s.index("]")].strip()
+        elif "=" in s:
+            k, v = s.split("=", 1)
+            out.setdefault((sec, k.strip()), []).extend(x.strip() for x in v.split(","))
+    return out
+
+
+def scenario_print_config(ctx):
+    shipped = sorted(glob.glob(os.path.join(KVL_SRC, "config", "*.ini")))
+    if not shipped:
+        log(f"NOTE: no shipped config/*.ini under {KVL_SRC} yet; checking own INIs only")
+    own = [
+        ("min.ini", minimal_ini("pc_min")),
+        ("rich.ini", minimal_ini(
+            "pc_rich", runtime_extra="allow_remote_numa = true\n",
+            nics={"r0": "device = mlx5_0\nport = 1\nqp_count = 4\nqueue_depth = 256\n",
+                  "lo": "device = lo\ntransport = tcp\nnuma_node = 0\n"},
+            extra="[memory]\npool_size_mb = 64\nchunk_size_kb = 1024\n"
+                  "[control]\npeers = 10.0.0.2:18515, 10.0.0.3:18515\n"
+                  "[telemetry]\nenable = false\n")),
+    ]
+    cases = [(p, False) for p in shipped] + [(ctx.ini(n, t), True) for n, t in own]
+    for ini, own_file in cases:
+        name = os.path.relpath(ini, KVL_SRC) if not own_file else os.path.basename(ini)
+        r = ctx.run_ini(ini, kvl_extra=["--print-config"])
+        expect_rc(r, 0, f"{name} --print-config")
+        expect_no_runtime_dir(r, f"{name} --print-config")
+        lines = r.stdout.splitlines()
+        check(bool(lines) and lines[0].startswith("#"), f"{name}: first line",
+              "a '# ...' comment", lines[:1], r)
+        headers = [m[1] for m in map(re.compile(r"^\[([^\]]+)\]$").match, lines) if m]
+        want = list(dict.fromkeys(read_sections(ini) + FIXED_SECTIONS))
+        missing = [s for s in want if s not in headers]
+        check(not missing, f"{name}: section headers in the output", want,
+              f"missing {missing}; printed {headers}", r)
+        if own_file:
+            with open(ini, encoding="utf-8") as f:
+                given = read_keys(f.read())
+            printed = read_keys(r.stdout)
+            wrong = {f"{s}.{k}": (v, printed.get((s, k))) for (s, k), v in given.items()
+                     if printed.get((s, k)) != v}
+            check(not wrong, f"{name}: every key of the file printed with its value",
+                  "the file's values", f"(given, printed): {wrong}", r)
+        again = ctx.ini(f"again-{os.path.basename(ini)}", r.stdout)
+        r2 = ctx.run_ini(again, kvl_extra=["--print-config"])
+        expect_rc(r2, 0, f"{name}: --print-config of its own output")
+        expect_no_runtime_dir(r2, f"{name}: --print-config of its own output")
+        a, b = lines[1:], r2.stdout.splitlines()[1:]
+        if a != b:
+            diff = [f"line {i + 2}: {x!r} != {y!r}" for i, (x, y) in
+                    enumerate(zip(a + [None] * len(b), b + [None] * len(a))) if x != y][:5]
+            raise Fail(f"{name}: printing the printed config again gives the same text\n"
+                       f"  expected: identical output after the first line\n"
+                       f"  seen:     {diff}\n" + r.describe() + r2.describe())
+        log(f"{name}: exit 0, {len(headers)} sections, round trip identical")
+
+
+def check_info(c, d, name, ini, nic_count, sysfs_root="/sys"):
+    info = cmd_ok(c, "/kvlane/info", d)
+    missing = [k for k in INFO_KEYS if k not in info]
+    check(not missing, "/kvlane/info keys", INFO_KEYS, f"missing {missing}: {info}", d)
+    check_eq(info["name"], name, "/kvlane/info name", d)
+    check_eq(info["pid"], d.pid, "/kvlane/info pid", d)
+    check_eq(info["nic_count"], nic_count, "/kvlane/info nic_count", d)
+    check_eq(info["config"], ini, "/kvlane/info config", d)
+    check_eq(info["sysfs_root"], sysfs_root, "/kvlane/info sysfs_root", d)
+    check_eq(info["idle_policy"], "yield", "/kvlane/info idle_policy", d)
+    check_eq(info["main_lcore"], 0, "/kvlane/info main_lcore", d)
+    check(info["cuda"] in (0, 1), "/kvlane/info cuda", "0 or 1", info["cuda"], d)
+    return info
+
+
+def scenario_telemetry(ctx):
+    ini = ctx.ini("tel.ini", minimal_ini("tel1"))
+    d = ctx.start(ini)
+    m = d.wait_line(r'^kvlaned (\S+) "(.*)": (\d+) NICs?, (\d+) lcores \(main (\d+)\), '
+                    r'idle policy (\S+), config (.*)$', READY_TIMEOUT_S, what="start line")
+    check_eq(m.groups()[1:], ("tel1", "1", "2", "0", "yield", ini), "start line fields", d)
+    d.wait_ready()
+    tl = d.wait_line(r"^\s*telemetry: (\S+)", 1, what="telemetry line")
+    check_eq(tl[1], d.socket_path, "socket path on the telemetry line", d)
+    c = d.client()
+    check(isinstance(c.greeting.get("max_output_len"), int), "greeting", "max_output_len",
+          c.greeting, d)
+
+    info = check_info(c, d, "tel1", ini, 1)
+    check_eq(info["version"], m[1], "/kvlane/info version (as on the start line)", d)
+    time.sleep(0.05)
+    info2 = cmd_ok(c, "/kvlane/info", d)
+    check(info2["uptime_ms"] > info["uptime_ms"], "/kvlane/info uptime_ms grows",
+          f"> {info['uptime_ms']}", info2["uptime_ms"], d)
+    log(f"/kvlane/info: name, pid {d.pid}, nic_count 1, uptime {info['uptime_ms']} -> "
+        f"{info2['uptime_ms']} ms")
+
+    conf = cmd_ok(c, "/kvlane/config", d)
+    for k, v in (("runtime/name", "tel1"), ("runtime/idle_policy", "yield"),
+                 ("nic/lo/device", "lo"), ("nic/lo/transport", "tcp")):
+        check_eq(conf.get(k), v, f"/kvlane/config {k}", d)
+    check(all(isinstance(v, str) for v in conf.values()), "/kvlane/config values",
+          "strings", conf, d)
+    sec = cmd_ok(c, "/kvlane/config,nic.lo", d)
+    check_eq(sec.get("device"), "lo", "/kvlane/config,nic.lo device", d)
+    check_eq(sec.get("transport"), "tcp", "/kvlane/config,nic.lo transport", d)
+    check(not any("/" in k for k in sec), "/kvlane/config,nic.lo keys", "bare key names",
+          list(sec), d)
+    rt = cmd_ok(c, "/kvlane/config,runtime", d)
+    check_eq(rt.get("name"), "tel1", "/kvlane/config,runtime name", d)
+    check("device" not in rt, "/kvlane/config,runtime", "only [runtime] keys", list(rt), d)
+    check_eq(cmd(c, "/kvlane/config,bogus", d), None, "/kvlane/config,bogus", d)
+    log("/kvlane/config: flat dict, per-section form, unknown section -> null")
+
+    rows = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    check_eq(len(rows), 2, "/kvlane/lcores: number of lcores", d)
+    roles = sorted(r["role"] for r in rows)
+    check_eq(roles, ["main", "nic"], "/kvlane/lcores roles", d)
+    main = next(r for r in rows if r["role"] == "main")
+    nic = next(r for r in rows if r["role"] == "nic")
+    check_eq(main["lcore"], 0, "main lcore id", d)
+    check_eq((nic["nic"], nic["device"]), ("lo", "lo"), "nic lcore's NIC and device", d)
+    for r in rows:
+        try:
+            pct = float(r["busy_pct"])
+        except (TypeError, ValueError):
+            pct = None
+        check(pct is not None and 0.0 <= pct <= 100.0, f"lcore {r['lcore']} busy_pct",
+              "a float string in [0, 100]", repr(r["busy_pct"]), d)
+    time.sleep(0.2)
+    rows2 = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    nic2 = next(r for r in rows2 if r["lcore"] == nic["lcore"])
+    check(nic2["loop_iterations"] > nic["loop_iterations"],
+          "nic lcore loop_iterations grows over 200 ms", f"> {nic['loop_iterations']}",
+          nic2["loop_iterations"], d)
+    log(f"/kvlane/lcores: main 0, nic {nic['lcore']} (lo), iterations "
+        f"{nic['loop_iterations']} -> {nic2['loop_iterations']}")
+
+    one = cmd_ok(c, f"/kvlane/lcore,{nic['lcore']}", d)
+    check_eq(sorted(one), sorted(nic2), f"/kvlane/lcore,{nic['lcore']} keys", d)
+    check_eq({k: one[k] for k in LCORE_STATIC}, {k: nic2[k] for k in LCORE_STATIC},
+             f"/kvlane/lcore,{nic['lcore']} equals its /kvlane/lcores row", d)
+    for k in LCORE_COUNTERS:
+        check(one[k] >= nic2[k], f"/kvlane/lcore,{nic['lcore']} {k} (read later)",
+              f">= {nic2[k]}", one[k], d)
+    for bad in ("99", "abc", ""):
+        check_eq(cmd(c, f"/kvlane/lcore,{bad}", d), None, f"/kvlane/lcore,{bad}", d)
+    log(f"/kvlane/lcore,{nic['lcore']} matches its row; bad ids -> null")
+
+    nics = table_rows(cmd_ok(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
+    check_eq(len(nics), 1, "/kvlane/nics rows", d)
+    n = nics[0]
+    want = {"nic": "lo", "device": "lo", "kind": "netdev", "transport": "tcp",
+            "transport_conf": "tcp", "lcore": nic["lcore"]}
+    check_eq({k: n[k] for k in want}, want, "/kvlane/nics row of lo", d)
+    check_eq(cmd_ok(c, "/kvlane/nic,lo", d), n, "/kvlane/nic,lo equals its /kvlane/nics row",
+             d)
+    check_eq(cmd(c, "/kvlane/nic,nope", d), None, "/kvlane/nic,nope", d)
+    log("/kvlane/nics and /kvlane/nic,lo: lo, netdev, tcp, on the nic lcore; nope -> null")
+
+    c.close()
+    s = d.stop(signal.SIGTERM)
+    check_eq(s["n"], "1", "summary: NIC lcores", d)
+    check(int(s["iter"]) >= nic2["loop_iterations"], "summary: loop iterations",
+          f">= {nic2['loop_iterations']}", s["iter"], d)
+    log(f"SIGTERM: exit 0, {s[0]!r}")
+
+    # Two RDMA NICs from the one-node fixture, transports resolved from "auto".
+    root = os.path.join(KVL_FIXTURES, "sysfs", "one-node")
+    ini = ctx.ini("tel2.ini", minimal_ini("tel2", nics={"m0": "device = mlx5_0\n",
+                                                        "r0": "device = rxe0\n"}))
+    d = ctx.start(ini, lcores=LCORES_2NIC, kvl_extra=["--sysfs-root", root])
+    d.wait_ready()
+    c = d.client()
+    check_info(c, d, "tel2", ini, 2, sysfs_root=root)
+    nics = {r["nic"]: r for r in table_rows(cmd_ok(c, "/kvlane/nics", d), NIC_COLUMNS,
+                                            "/kvlane/nics", d)}
+    check_eq(sorted(nics), ["m0", "r0"], "/kvlane/nics labels", d)
+    for label, dev, tr in (("m0", "mlx5_0", "mlx5"), ("r0", "rxe0", "verbs")):
+        row = nics[label]
+        want = {"device": dev, "kind": "rdma", "transport": tr, "transport_conf": "auto"}
+        check_eq({k: row[k] for k in want}, want, f"/kvlane/nics row of {label}", d)
+        check_eq(cmd_ok(c, f"/kvlane/nic,{label}", d), row, f"/kvlane/nic,{label}", d)
+    check_eq((nics["m0"]["numa_node"], nics["m0"]["numa_source"]), (0, "sysfs"),
+             "mlx5_0 NUMA node (fixture: node 0)", d)
+    lc = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    check_eq(len(lc), 3, "/kvlane/lcores: number of lcores", d)
+    nic_lcores = {r["lcore"]: r["nic"] for r in lc if r["role"] == "nic"}
+    check_eq(sorted(nic_lcores), [1, 2], "nic lcores", d)
+    check(nics["m0"]["lcore"] != nics["r0"]["lcore"], "each NIC on its own lcore",
+          "distinct lcores", (nics["m0"]["lcore"], nics["r0"]["lcore"]), d)
+    check_eq({nics[lb]["lcore"]: lb for lb in nics}, nic_lcores,
+             "/kvlane/nics lcore agrees with /kvlane/lcores nic", d)
+    c.close()
+    d.stop(signal.SIGTERM)
+    log(f"2 NICs on one-node fixture: mlx5_0 -> mlx5 on lcore {nics['m0']['lcore']}, "
+        f"rxe0 -> verbs on lcore {nics['r0']['lcore']}, 3 lcores")
+
+
+def find_stock_client():
+    for p in ("/usr/bin/dpdk-telemetry.py", shutil.which("dpdk-telemetry.py")):
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def scenario_stock_client(ctx):
+    tool = find_stock_client()
+    check(tool is not None, "stock client", "/usr/bin/dpdk-telemetry.py (DPDK's own client)",
+          "not installed")
+    ini = ctx.ini("stock.ini", minimal_ini("stock1"))
+    d = ctx.start(ini)
+    d.wait_ready()
+    check(kt.wait_for_socket(d.socket_path, 5, alive=d.running), "telemetry socket",
+          d.socket_path, "missing", d)
+    env = dict(os.environ, RUNTIME_DIRECTORY=d.rundir)
+    argv = [sys.executable, tool, "-f", d.prefix]
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, input="/kvlane/info\n", capture_output=True, text=True,
+                           env=env, timeout=STOCK_CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise Fail(f"{tool}\n  expected: exits within {STOCK_CLIENT_TIMEOUT_S} s\n"
+                   f"  seen:     still running; killed it\n" + d.describe()) from None
+    r = Run(argv, d.rundir, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+    expect_rc(r, 0, tool)
+    info = None
+    for line in p.stdout.splitlines():
+        try:
+            v = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(v, dict) and "/kvlane/info" in v:
+            info = v["/kvlane/info"]
+    check(isinstance(info, dict), f"{tool}: /kvlane/info reply", "a JSON line with a dict",
+          repr(p.stdout[-300:]), r, d)
+    check_eq(info.get("name"), "stock1", f"{tool}: /kvlane/info name", r, d)
+    check_eq(info.get("pid"), d.pid, f"{tool}: /kvlane/info pid", r, d)
+    d.stop(signal.SIGTERM)
+    log(f"{os.path.basename(tool)} -f {d.prefix}: name stock1 in {r.secs:.2f} s")
+
+
+def scenario_signals(ctx):
+    ini = ctx.ini("sig.ini", minimal_ini("sig1"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        d = ctx.start(ini)
+        d.wait_ready()
+        s = d.stop(sig)
+        check(int(s["iter"]) > 0, f"{sig.name}: loop iterations in the summary", "> 0",
+              s["iter"], d)
+        log(f"{sig.name}: exit 0, {s[0]!r}")
+
+    d = ctx.start(ini, kvl_extra=["--run-seconds", "1"])
+    d.wait_ready()
+    rc = d.wait_exit(6)
+    secs = time.monotonic() - d.t0
+    check_eq(rc, 0, "--run-seconds 1: exit status", d)
+    check(secs >= 0.9, "--run-seconds 1: ran about a second", ">= 0.9 s since start",
+          f"{secs:.2f} s", d)
+    s = None
+    for line in d.out:
+        s = re.search(SUMMARY_RE, line) or s
+    check(s is not None and s["why"] == "run-seconds elapsed", "--run-seconds 1: summary",
+          "stopped (run-seconds elapsed)", s[0] if s else "no summary line", d)
+    check(0.9 <= float(s["secs"]) <= 3.0, "--run-seconds 1: time in the summary",
+          "about 1 s", s["secs"], d)
+    log(f"--run-seconds 1: exited by itself after {secs:.2f} s, {s[0]!r}")
+
+
+def scenario_side_by_side(ctx):
+    rundir = ctx.rundir()
+    a = ctx.start(ctx.ini("a.ini", minimal_ini("side_a")), rundir=rundir)
+    b = ctx.start(ctx.ini("b.ini", minimal_ini("side_b")), rundir=rundir)
+    a.wait_ready()
+    b.wait_ready()
+    ca, cb = a.client(), b.client()
+    for d, c, name in ((a, ca, "side_a"), (b, cb, "side_b")):
+        info = cmd_ok(c, "/kvlane/info", d)
+        check_eq((info["name"], info["pid"]), (name, d.pid),
+                 f"{d.prefix}: /kvlane/info name and pid", a, b)
+    log(f"two daemons: {a.prefix} -> side_a pid {a.pid}, {b.prefix} -> side_b pid {b.pid}")
+
+    # A second primary with a's prefix: EAL refuses it, a keeps running.
+    r = ctx.run(ctx.argv(ctx.ini("c.ini", minimal_ini("side_c")), prefix=a.prefix)[1:],
+                rundir=rundir)
+    expect_rc(r, 5, "same --file-prefix as a running daemon")
+    expect_kvl_message(r, r"EAL initialisation failed: see EAL.s messages above",
+                       "same --file-prefix")
+    check("kvlaned: ready" not in r.stdout, "same --file-prefix: not started", "no ready",
+          "ready", r)
+    check(a.running(), "first daemon after the clash", "still running", "exited", a, r)
+    info = cmd_ok(ca, "/kvlane/info", a)
+    check_eq((info["name"], info["pid"]), ("side_a", a.pid),
+             "first daemon answers on its open connection", a, r)
+    ca.close()
+    ca = a.client()
+    info = cmd_ok(ca, "/kvlane/info", a)
+    check_eq((info["name"], info["pid"]), ("side_a", a.pid),
+             "first daemon answers a new connection", a, r)
+    log(f"same prefix {a.prefix}: exit 5 (EAL), side_a still answers")
+
+    ca.close()
+    a.stop(signal.SIGTERM)
+    info = cmd_ok(cb, "/kvlane/info", b)
+    check_eq(info["name"], "side_b", "second daemon after the first stopped", b)
+    cb.close()
+    b.stop(signal.SIGTERM)
+    log("both stopped with exit 0")
+
+
+def scenario_no_telemetry(ctx):
+    ini = ctx.ini("notel.ini", minimal_ini("notel", extra="[telemetry]\nenable = false\n"))
+    d = ctx.start(ini)
+    d.wait_ready()
+    d.wait_line(r"^\s*telemetry: off", 1, what="telemetry line")
+    eal_dir = os.path.dirname(d.socket_path)
+    check(os.path.isdir(eal_dir), "EAL runtime directory", eal_dir, "missing", d)
+    appeared = kt.wait_for_socket(d.socket_path, 2.0, alive=d.running)
+    check(not appeared, "no telemetry socket for 2 s", f"no {d.socket_path}",
+          "the socket appeared" if appeared else "daemon exited", d)
+    check(d.running(), "daemon still running", "running", "exited", d)
+    others = glob.glob(os.path.join(eal_dir, "dpdk_telemetry*"))
+    check_eq(others, [], f"telemetry sockets in {eal_dir}", d)
+    d.stop(signal.SIGTERM)
+    log("[telemetry] enable = false: ready, 'telemetry: off', no socket for 2 s, SIGTERM -> 0")
+
+
+def remote_warnings(d, label):
+    """Lines (stdout or stderr) warning that nic.<label> runs off its NUMA node."""
+    return [ln for ln in d.out + d.err
+            if f"nic.{label}" in ln and re.search(r"remote", ln, re.I) and "NUMA node" in ln]
+
+
+def scenario_numa_fixture(ctx):
+    root = os.path.join(KVL_FIXTURES, "sysfs", "two-node")
+    sysfs = ["--sysfs-root", root]
+
+    ini = ctx.ini("local.ini", minimal_ini("numa1", nics={"r1": "device = mlx5_1\n"}))
+    r = ctx.run_ini(ini, kvl_extra=sysfs)
+    expect_rc(r, 4, "mlx5_1 on node 1, lcores on node 0")
+    for s in ("nic.r1", "mlx5_1", "node 1"):
+        check(s in r.stderr, f"pairing error names {s!r}", repr(s), "not on stderr", r)
+    check("kvlaned: ready" not in r.stdout, "not started", "no ready", "ready", r)
+    log("mlx5_1 (node 1) with lcores on node 0: exit 4 naming nic.r1, mlx5_1, node 1")
+
+    ini = ctx.ini("remote.ini", minimal_ini("numa2", runtime_extra="allow_remote_numa = true\n",
+                                            nics={"r1": "device = mlx5_1\n"}))
+    d = ctx.start(ini, kvl_extra=sysfs)
+    d.wait_ready()
+    c = d.client()
+    n = cmd_ok(c, "/kvlane/nic,r1", d)
+    want = {"device": "mlx5_1", "numa_node": 1, "numa_source": "sysfs", "remote_numa": 1,
+            "lcore": 1, "lcore_socket": 0}
+    check_eq({k: n.get(k) for k in want}, want, "/kvlane/nic,r1 with allow_remote_numa", d)
+    lc = cmd_ok(c, "/kvlane/lcore,1", d)
+    check_eq((lc["nic"], lc["socket"], lc["remote_numa"]), ("r1", 0, 1),
+             "/kvlane/lcore,1 (nic, socket, remote_numa)", d)
+    c.close()
+    d.stop(signal.SIGTERM)
+    warn = remote_warnings(d, "r1")
+    check(bool(warn), "remote NUMA warning", "a line naming nic.r1, 'remote' and 'NUMA node 1'",
+          "none", d)
+    log(f"allow_remote_numa: runs, node 1 from sysfs, remote_numa 1; warning {warn[0]!r}")
+
+    ini = ctx.ini("pinned.ini", minimal_ini("numa3", nics={"r1": "device = mlx5_1\n"
+                                                                 "numa_node = 0\n"}))
+    d = ctx.start(ini, kvl_extra=sysfs)
+    d.wait_ready()
+    c = d.client()
+    n = cmd_ok(c, "/kvlane/nic,r1", d)
+    want = {"numa_node": 0, "numa_source": "config", "remote_numa": 0, "lcore_socket": 0}
+    check_eq({k: n.get(k) for k in want}, want, "/kvlane/nic,r1 with numa_node = 0", d)
+    c.close()
+    d.stop(signal.SIGTERM)
+    check_eq(remote_warnings(d, "r1"), [], "no remote NUMA warning with numa_node = 0", d)
+    log("numa_node = 0 in [nic.r1]: runs, numa_source config, remote_numa 0")
+
+
+def scenario_eal_errors(ctx):
+    ini = ctx.ini("eal.ini", minimal_ini("eal1"))
+    r = ctx.run_ini(ini, eal_extra=["--no-such-eal-flag"])
+    expect_rc(r, 5, "unknown EAL flag")
+    expect_kvl_message(r, r"^kvlaned: EAL initialisation failed", "unknown EAL flag")
+    check("kvlaned: ready" not in r.stdout, "unknown EAL flag: not started", "no ready",
+          "ready", r)
+    log("unknown EAL flag: exit 5, 'EAL initialisation failed'")
+
+    r = ctx.run_ini(ini, lcores=["-l", "0"])
+    expect_rc(r, 4, "-l 0 (no worker lcore for the NIC)")
+    expect_kvl_message(r, r"lcore", "-l 0", re.I)
+    check("kvlaned: ready" not in r.stdout, "-l 0: not started", "no ready", "ready", r)
+    log("-l 0: exit 4 with a message about lcores")
+
+    ini2 = ctx.ini("eal2.ini", minimal_ini("eal2", nics={"m0": "device = mlx5_0\n",
+                                                         "r0": "device = rxe0\n"}))
+    r = ctx.run_ini(ini2, kvl_extra=["--sysfs-root",
+                                     os.path.join(KVL_FIXTURES, "sysfs", "one-node")])
+    expect_rc(r, 4, "2 NICs, -l 0-1 (one worker lcore)")
+    expect_kvl_message(r, r"lcore", "2 NICs, -l 0-1", re.I)
+    log("2 NICs with one worker lcore: exit 4 with a message about lcores")
+
+
+SCENARIOS = {
+    "cli": scenario_cli,
+    "config_errors": scenario_config_errors,
+    "print_config": scenario_print_config,
+    "telemetry": scenario_telemetry,
+    "stock_client": scenario_stock_client,
+    "signals": scenario_signals,
+    "side_by_side": scenario_side_by_side,
+    "no_telemetry": scenario_no_telemetry,
+    "numa_fixture": scenario_numa_fixture,
+    "eal_errors": scenario_eal_errors,
+}
+
+
+def on_signal(sig, frame):
+    raise Fail(f"interrupted: {signal.Signals(sig).name}"
+               + (f" (the scenario ran over {SCENARIO_LIMIT_S} s)"
+                  if sig == signal.SIGALRM else ""))
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in SCENARIOS:
+        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED", file=sys.stderr)
+        return 1
+    scenario, exe = argv[1], os.path.abspath(argv[2])
+    if not os.access(exe, os.X_OK):
+        print(f"FAIL {scenario}: {exe} is not an executable", file=sys.stderr)
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+        signal.signal(sig, on_signal)
+    signal.alarm(SCENARIO_LIMIT_S)
+    ctx = Ctx(scenario, exe)
+    t0 = time.monotonic()
+    print(f"{scenario}: {exe}", flush=True)
+    try:
+        SCENARIOS[scenario](ctx)
+    except Fail as e:
+        signal.alarm(0)
+        print(f"FAIL {scenario}: {e}", flush=True)
+        return 1
+    finally:
+        signal.alarm(0)
+        ctx.cleanup()
+    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
