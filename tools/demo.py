@@ -23,8 +23,7 @@ def main():
     prefix = f"kvlane-demo-{os.getpid()}"
     rundir = tempfile.mkdtemp(prefix="kvlane-demo-")
     cmd = [kvlaned, "-l", "0-1", "--no-huge", "-m", "256", "--no-pci",
-           "--file-prefix", prefix, "--log-level", "lib.eal:warning",
-           "--log-level", "lib.telemetry:warning", "--", "-c", conf]
+           "--file-prefix", prefix, "--log-level", "lib.eal:warning", "--", "-c", conf]
     print("$ RUNTIME_DIRECTORY=" + rundir + " " + " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, env=dict(os.environ, RUNTIME_DIRECTORY=rundir))
     rc = 1
