@@ -23,6 +23,8 @@ void kvl_args_usage(const char *prog, FILE *fp)
 		"  -c, --config FILE     INI configuration (required; see config/README.md)\n"
 		"  -p, --print-config    print the effective configuration (defaults filled in)\n"
 		"                        as INI and exit; nothing is started\n"
+		"      --set SEC.KEY=VAL override one INI key (repeatable), e.g.\n"
+		"                        --set control.listen=127.0.0.1:0\n"
 		"      --sysfs-root DIR  read NICs and NUMA topology from DIR instead of /sys\n"
 		"                        (fixture trees for tests and dry runs)\n"
 		"      --run-seconds N   stop by itself after N seconds (default 0: run until\n"
@@ -74,7 +76,8 @@ int kvl_args_parse(int argc, char **argv, struct kvl_args *a, char *err, size_t 
 	for (i = dd + 1; i < argc; i++) {
 		const char *o = argv[i];
 		bool has_val = strcmp(o, "-c") == 0 || strcmp(o, "--config") == 0 ||
-			       strcmp(o, "--sysfs-root") == 0 || strcmp(o, "--run-seconds") == 0;
+			       strcmp(o, "--sysfs-root") == 0 || strcmp(o, "--run-seconds") == 0 ||
+			       strcmp(o, "--set") == 0;
 		const char *v = NULL;
 
 		if (has_val) {
@@ -86,6 +89,11 @@ int kvl_args_parse(int argc, char **argv, struct kvl_args *a, char *err, size_t 
 			if (a->config)
 				return fail(err, errlen, "%s given twice", o);
 			a->config = v;
+		} else if (strcmp(o, "--set") == 0) {
+			if (a->n_sets == KVL_ARGS_MAX_SETS)
+				return fail(err, errlen, "at most %s --set options",
+					    "32"); /* KVL_ARGS_MAX_SETS */
+			a->sets[a->n_sets++] = v;
 		} else if (strcmp(o, "--sysfs-root") == 0) {
 			a->sysfs_root = v;
 		} else if (strcmp(o, "--run-seconds") == 0) {

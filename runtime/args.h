@@ -7,15 +7,19 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#define KVL_ARGS_MAX_SETS 32
+
 struct kvl_args {
 	int eal_argc; /* argv[0] and everything before "--" */
 	char **eal_argv;
-	const char *config;	/* -c / --config */
-	const char *sysfs_root; /* --sysfs-root (default "/sys") */
-	unsigned run_seconds;	/* --run-seconds (0: until SIGINT/SIGTERM) */
-	bool print_config;	/* -p / --print-config */
-	bool help;		/* -h / --help, anywhere on the line */
-	bool version;		/* -V / --version */
+	const char *config;		     /* -c / --config */
+	const char *sysfs_root;		     /* --sysfs-root (default "/sys") */
+	const char *sets[KVL_ARGS_MAX_SETS]; /* --set section.key=value, in order */
+	unsigned n_sets;
+	unsigned run_seconds; /* --run-seconds (0: until SIGINT/SIGTERM) */
+	bool print_config;    /* -p / --print-config */
+	bool help;	      /* -h / --help, anywhere on the line */
+	bool version;	      /* -V / --version */
 };
 
 /*

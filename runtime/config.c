@@ -21,6 +21,7 @@ enum key_type {
 	KT_NAME,      /* char[size]: [A-Za-z0-9_.:-]+ */
 	KT_ADDR,      /* char[size]: host:port; port may be 0 when min == 0 */
 	KT_ADDR_LIST, /* struct kvl_control_conf peers/n_peers: comma-separated host:port */
+	KT_PATH,      /* char[size]: a file path; relative ones are taken from the INI's folder */
 };
 
 #define F_REQUIRED  0x1
@@ -43,12 +44,20 @@ struct section_def {
 	const char *name; /* "nic" for [nic.<label>] */
 	const struct key_def *keys;
 	unsigned n_keys;
-	size_t off; /* of the section struct in struct kvl_config (first NIC for nic) */
+	size_t off; /* of the section struct in struct kvl_config (first element if repeated) */
+	/* repeated sections ([name.<label>]): an array of elements that start with the label */
+	bool multi;
+	unsigned max;
+	size_t elem_size;
+	size_t count_off;  /* uint32_t element count in struct kvl_config */
+	size_t origin_off; /* struct kvl_conf_origin[max] in struct kvl_config */
 };
 
 static const char *const idle_names[] = { "poll", "yield", "hybrid", NULL };
 static const char *const transport_names[] = { "auto", "mlx5", "verbs", "tcp", NULL };
 static const char *const tri_names[] = { "false", "true", "auto", NULL };
+static const char *const access_names[] = { "read", "write", "readwrite", NULL };
+static const char *const fill_names[] = { "zero", "pattern", NULL };
 
 #define K(s, field, t, fl, lo, hi, nm, d)                                                 \
 	{                                                                                 \
@@ -105,6 +114,7 @@ static const struct key_def sched_keys[] = {
 #define CTL struct kvl_control_conf
 static const struct key_def control_keys[] = {
 	K(CTL, listen, KT_ADDR, 0, 0, 65535, NULL, "127.0.0.1:18515"),
+	K(CTL, secret_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
 	K(CTL, peers, KT_ADDR_LIST, F_APPEND, 1, 65535, NULL, ""),
 	K(CTL, connect_timeout_ms, KT_UINT, 0, 1, 600000, NULL, "3000"),
 	K(CTL, heartbeat_interval_ms, KT_UINT, 0, 10, 600000, NULL, "1000"),
@@ -131,12 +141,35 @@ static const struct key_def nic_keys[] = {
 	K(NIC, qp_count, KT_UINT, 0, 1, 1024, NULL, "2"),
 	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
 	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),
+	K(NIC, data_port, KT_UINT, 0, 0, 65535, NULL, "0"),
 };
 #undef NIC
+
+#define SEG struct kvl_segment_conf
+static const struct key_def segment_keys[] = {
+	K(SEG, layers, KT_UINT, 0, 1, 1024, NULL, "1"),
+	K(SEG, planes, KT_UINT, 0, 1, 2, NULL, "2"),
+	K(SEG, blocks, KT_UINT, F_REQUIRED, 1, 16777216, NULL, ""),
+	K(SEG, block_bytes, KT_UINT, F_REQUIRED, 1, 1 << 30, NULL, ""),
+	K(SEG, access, KT_ENUM, 0, 0, 0, access_names, "read"),
+	K(SEG, fill, KT_ENUM, 0, 0, 0, fill_names, "zero"),
+	K(SEG, pattern_seed, KT_UINT, 0, 0, INT32_MAX, NULL, "1"),
+};
+#undef SEG
 #undef K
 
 #define SEC(id, nm, keys, field) \
 	[id] = { nm, keys, sizeof(keys) / sizeof(keys[0]), offsetof(struct kvl_config, field) }
+#define MULTI(id, nm, keys, field, cnt, org, mx)             \
+	[id] = { nm,                                         \
+		 keys,                                       \
+		 sizeof(keys) / sizeof(keys[0]),             \
+		 offsetof(struct kvl_config, field),         \
+		 true,                                       \
+		 mx,                                         \
+		 sizeof(((struct kvl_config *)0)->field[0]), \
+		 offsetof(struct kvl_config, cnt),           \
+		 offsetof(struct kvl_config, org) }
 static const struct section_def sections[KVL_SEC_COUNT] = {
 	SEC(KVL_SEC_RUNTIME, "runtime", runtime_keys, runtime),
 	SEC(KVL_SEC_CQ_MODERATION, "cq_moderation", cq_keys, cq_moderation),
@@ -145,11 +178,16 @@ static const struct section_def sections[KVL_SEC_COUNT] = {
 	SEC(KVL_SEC_SCHED, "sched", sched_keys, sched),
 	SEC(KVL_SEC_CONTROL, "control", control_keys, control),
 	SEC(KVL_SEC_TELEMETRY, "telemetry", telemetry_keys, telemetry),
-	SEC(KVL_SEC_NIC, "nic", nic_keys, nics),
+	MULTI(KVL_SEC_NIC, "nic", nic_keys, nics, n_nics, nic_origin, KVL_MAX_NICS),
+	MULTI(KVL_SEC_SEGMENT, "segment", segment_keys, segments, n_segments, seg_origin,
+	      KVL_MAX_SEG_CONF),
 };
 #undef SEC
+#undef MULTI
 
 _Static_assert(sizeof(nic_keys) / sizeof(nic_keys[0]) <= KVL_MAX_SECT_KEYS, "origin too small");
+_Static_assert(sizeof(control_keys) / sizeof(control_keys[0]) <= KVL_MAX_SECT_KEYS,
+	       "origin too small");
 
 const char *kvl_idle_policy_name(int p)
 {
@@ -164,6 +202,16 @@ const char *kvl_transport_name(int t)
 const char *kvl_tristate_name(int t)
 {
 	return t >= 0 && t <= KVL_TRI_AUTO ? tri_names[t] : "?";
+}
+
+const char *kvl_seg_access_name(int a)
+{
+	return a >= 0 && a <= KVL_ACCESS_READWRITE ? access_names[a] : "?";
+}
+
+const char *kvl_seg_fill_name(int f)
+{
+	return f >= 0 && f <= KVL_FILL_PATTERN ? fill_names[f] : "?";
 }
 
 /* ---- errors ---- */
@@ -467,6 +515,16 @@ static const char *set_value(const struct key_def *k, void *base, const char *va
 		return NULL;
 	case KT_ADDR_LIST:
 		return parse_peers(value, k, (struct kvl_control_conf *)base, why, whylen);
+	case KT_PATH:
+		len = strlen(value);
+		if (len > (size_t)k->max)
+			return "a shorter path";
+		/* ';' could start an inline comment when the value is written back out. */
+		for (size_t i = 0; i < len; i++)
+			if (iscntrl((unsigned char)value[i]) || value[i] == ';')
+				return "a path without control characters or ';'";
+		memcpy(field, value, len + 1);
+		return NULL;
 	}
 	return "a value";
 }
@@ -497,6 +555,7 @@ static void format_value(const struct key_def *k, const void *base, char *out, s
 		break;
 	case KT_NAME:
 	case KT_ADDR:
+	case KT_PATH:
 		snprintf(out, outlen, "%s", field);
 		break;
 	case KT_ADDR_LIST: {
@@ -512,11 +571,40 @@ static void format_value(const struct key_def *k, const void *base, char *out, s
 	}
 }
 
-static void *section_base(struct kvl_config *cfg, int sec, int nic)
+/* The struct of section @sec (element @idx of a repeated one). */
+static void *section_base(struct kvl_config *cfg, int sec, int idx)
 {
-	if (sec == KVL_SEC_NIC)
-		return &cfg->nics[nic];
-	return (char *)cfg + sections[sec].off;
+	const struct section_def *sd = &sections[sec];
+
+	return (char *)cfg + sd->off + (sd->multi ? (size_t)idx * sd->elem_size : 0);
+}
+
+static uint32_t *multi_count(struct kvl_config *cfg, int sec)
+{
+	return (uint32_t *)((char *)cfg + sections[sec].count_off);
+}
+
+static uint32_t multi_ccount(const struct kvl_config *cfg, int sec)
+{
+	return *multi_count((struct kvl_config *)cfg, sec);
+}
+
+static struct kvl_conf_origin *origin_of(struct kvl_config *cfg, int sec, int idx)
+{
+	if (sections[sec].multi)
+		return (struct kvl_conf_origin *)((char *)cfg + sections[sec].origin_off) + idx;
+	return &cfg->origin[sec];
+}
+
+static const struct kvl_conf_origin *corigin_of(const struct kvl_config *cfg, int sec, int idx)
+{
+	return origin_of((struct kvl_config *)cfg, sec, idx);
+}
+
+/* Repeated sections keep their label first: [nic.<label>], [segment.<label>]. */
+static const char *label_of(const struct kvl_config *cfg, int sec, int idx)
+{
+	return (const char *)section_base((struct kvl_config *)cfg, sec, idx);
 }
 
 static const void *section_cbase(const struct kvl_config *cfg, int sec, int nic)
@@ -542,11 +630,15 @@ static void apply_defaults(void *base, int sec)
 void kvl_config_defaults(struct kvl_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	for (int s = 0; s < KVL_SEC_NIC; s++)
-		apply_defaults(section_base(cfg, s, 0), s);
+	for (int s = 0; s < KVL_SEC_COUNT; s++)
+		if (!sections[s].multi)
+			apply_defaults(section_base(cfg, s, 0), s);
 }
 
 /* ---- parsing ---- */
+
+/* key_line of a value given with --set: it has no line in the file. */
+#define LINE_SET UINT32_MAX
 
 struct parse_ctx {
 	struct kvl_config *cfg;
@@ -561,7 +653,9 @@ struct parse_ctx {
 	bool indented; /* this line starts with white space */
 	/* current section: -1 none yet, -2 invalid (its keys are skipped) */
 	int sec;
-	int nic;
+	int idx;	       /* element of a repeated section */
+	bool overriding;       /* applying --set: a key may replace what the file said */
+	bool peers_overridden; /* --set control.peers replaces the file's list */
 	char sec_name[KVL_LABEL_LEN + 8];
 	bool key_seen; /* a key was set in the current section (inih continuation rule) */
 	char last_key[64];
@@ -588,15 +682,21 @@ static void suggest_section(char *out, size_t outlen, const char *name)
 		snprintf(out, outlen, "; NIC sections are named [nic.<label>], e.g. [nic.rail0]");
 		return;
 	}
-	for (int s = 0; s < KVL_SEC_NIC; s++)
-		if (near(name, sections[s].name, &best))
+	if (strncasecmp(name, "seg", 3) == 0) {
+		snprintf(out, outlen,
+			 "; segment sections are named [segment.<label>], e.g. "
+			 "[segment.kv0]");
+		return;
+	}
+	for (int s = 0; s < KVL_SEC_COUNT; s++)
+		if (!sections[s].multi && near(name, sections[s].name, &best))
 			cand = sections[s].name;
 	if (cand)
 		snprintf(out, outlen, "; did you mean [%s]?", cand);
 	else
 		snprintf(out, outlen,
-			 "; sections are [runtime], [nic.<label>], [cq_moderation], [memory], "
-			 "[gpu], [sched], [control], [telemetry]");
+			 "; sections are [runtime], [nic.<label>], [segment.<label>], "
+			 "[cq_moderation], [memory], [gpu], [sched], [control], [telemetry]");
 }
 
 static bool label_ok(const char *l)
@@ -616,48 +716,55 @@ static void start_section(struct parse_ctx *c, const char *name)
 	char hint[160];
 
 	c->key_seen = false;
-	c->nic = -1;
+	c->idx = -1;
 	snprintf(c->sec_name, sizeof(c->sec_name), "%s", name);
-	if (strncmp(name, "nic.", 4) == 0) {
-		const char *label = name + 4;
+	for (int sec = 0; sec < KVL_SEC_COUNT; sec++) {
+		const struct section_def *sd = &sections[sec];
+		size_t nl = strlen(sd->name);
+		const char *noun = sec == KVL_SEC_NIC ? "NIC" : sd->name;
 		struct kvl_config *cfg = c->cfg;
-		unsigned i;
+		uint32_t *count, i;
+		const char *label;
 
+		if (!sd->multi) {
+			if (strcmp(name, sd->name) != 0)
+				continue;
+			c->sec = sec;
+			if (cfg->origin[sec].section_line == 0)
+				cfg->origin[sec].section_line = c->line;
+			return;
+		}
+		if (strncmp(name, sd->name, nl) != 0 || name[nl] != '.')
+			continue;
+		label = name + nl + 1;
 		if (!label_ok(label)) {
 			add_error(c->errs,
-				  "%s:%u: [%s]: bad NIC label \"%s\"; expected 1..%d letters, "
+				  "%s:%u: [%s]: bad %s label \"%s\"; expected 1..%d letters, "
 				  "digits or "
-				  "'_' after \"nic.\"",
-				  c->file, c->line, name, label, KVL_LABEL_LEN - 1);
+				  "'_' after \"%s.\"",
+				  c->file, c->line, name, noun, label, KVL_LABEL_LEN - 1, sd->name);
 			c->sec = -2;
 			return;
 		}
-		for (i = 0; i < cfg->n_nics; i++)
-			if (strcmp(cfg->nics[i].label, label) == 0)
+		count = multi_count(cfg, sec);
+		for (i = 0; i < *count; i++)
+			if (strcmp(label_of(cfg, sec, (int)i), label) == 0)
 				break; /* reopened: keys merge, duplicates are still caught */
-		if (i == cfg->n_nics) {
-			if (cfg->n_nics == KVL_MAX_NICS) {
-				add_error(c->errs, "%s:%u: [%s]: too many NIC sections; at most %d",
-					  c->file, c->line, name, KVL_MAX_NICS);
+		if (i == *count) {
+			if (*count == sd->max) {
+				add_error(c->errs, "%s:%u: [%s]: too many %s sections; at most %u",
+					  c->file, c->line, name, noun, sd->max);
 				c->sec = -2;
 				return;
 			}
-			apply_defaults(&cfg->nics[i], KVL_SEC_NIC);
-			snprintf(cfg->nics[i].label, sizeof(cfg->nics[i].label), "%s", label);
-			cfg->nic_origin[i].section_line = c->line;
-			cfg->n_nics++;
+			apply_defaults(section_base(cfg, sec, (int)i), sec);
+			memcpy(section_base(cfg, sec, (int)i), label, strlen(label) + 1);
+			origin_of(cfg, sec, (int)i)->section_line = c->line;
+			(*count)++;
 		}
-		c->sec = KVL_SEC_NIC;
-		c->nic = (int)i;
+		c->sec = sec;
+		c->idx = (int)i;
 		return;
-	}
-	for (int s = 0; s < KVL_SEC_NIC; s++) {
-		if (strcmp(name, sections[s].name) == 0) {
-			c->sec = s;
-			if (c->cfg->origin[s].section_line == 0)
-				c->cfg->origin[s].section_line = c->line;
-			return;
-		}
 	}
 	suggest_section(hint, sizeof(hint), name);
 	add_error(c->errs, "%s:%u: [%s]: unknown section%s", c->file, c->line, name, hint);
@@ -767,9 +874,16 @@ static char *reader(char *str, int num, void *stream)
 /* Where else a key of this name lives, for a key put in the wrong section. */
 static const char *home_of(const char *name)
 {
-	for (int s = 0; s < KVL_SEC_COUNT; s++)
-		if (find_key(s, name) >= 0)
-			return s == KVL_SEC_NIC ? "nic.<label>" : sections[s].name;
+	static char buf[KVL_SEC_COUNT][24];
+
+	for (int s = 0; s < KVL_SEC_COUNT; s++) {
+		if (find_key(s, name) < 0)
+			continue;
+		if (!sections[s].multi)
+			return sections[s].name;
+		snprintf(buf[s], sizeof(buf[s]), "%s.<label>", sections[s].name);
+		return buf[s];
+	}
 	return NULL;
 }
 
@@ -791,6 +905,32 @@ static void unknown_key(struct parse_ctx *c, const char *name)
 	else
 		add_error(c->errs, "%s:%u: %s.%s: unknown key in [%s]", c->file, c->line,
 			  c->sec_name, name, c->sec_name);
+}
+
+/* A relative path in the file is relative to the file's folder, as an operator expects; one
+ * given with --set, to the working directory. Either is stored absolute, so that what
+ * --print-config writes means the same wherever it is loaded from. */
+static const char *resolve_path(const struct parse_ctx *c, char *field, size_t size)
+{
+	const char *slash = c->overriding ? NULL : strrchr(c->file, '/');
+	char dir[KVL_PATH_LEN], abs_dir[PATH_MAX], out[KVL_PATH_LEN];
+	int n;
+
+	if (field[0] == '\0' || field[0] == '/')
+		return NULL;
+	if (slash)
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - c->file), c->file);
+	else
+		snprintf(dir, sizeof(dir), ".");
+	if (slash == c->file)
+		snprintf(abs_dir, sizeof(abs_dir), "/");
+	else if (realpath(dir, abs_dir) == NULL)
+		return "a path whose folder exists (it is taken relative to the INI file's folder)";
+	n = snprintf(out, sizeof(out), "%s/%s", strcmp(abs_dir, "/") ? abs_dir : "", field);
+	if (n < 0 || (size_t)n >= size)
+		return "a shorter path (it is taken relative to the INI file's folder)";
+	memcpy(field, out, (size_t)n + 1);
+	return NULL;
 }
 
 static int handler(void *user, const char *section, const char *name, const char *value)
@@ -835,13 +975,17 @@ static int handler(void *user, const char *section, const char *name, const char
 		return 1;
 	}
 	k = &sections[c->sec].keys[ki];
-	org = c->sec == KVL_SEC_NIC ? &c->cfg->nic_origin[c->nic] : &c->cfg->origin[c->sec];
-	if (org->key_line[ki] != 0 && !(k->flags & F_APPEND)) {
+	org = origin_of(c->cfg, c->sec, c->idx);
+	if (org->key_line[ki] != 0 && !(k->flags & F_APPEND) && !c->overriding) {
 		add_error(c->errs, "%s:%u: %s.%s: set twice (first at line %u)", c->file, c->line,
 			  c->sec_name, name, org->key_line[ki]);
 		return 1;
 	}
-	org->key_line[ki] = c->line;
+	if (c->overriding && k->type == KT_ADDR_LIST && !c->peers_overridden) {
+		c->cfg->control.n_peers = 0; /* --set control.peers replaces the file's list */
+		c->peers_overridden = true;
+	}
+	org->key_line[ki] = c->overriding ? LINE_SET : c->line;
 	/* Quotes are optional around any value. */
 	snprintf(val, sizeof(val), "%s", value);
 	vl = strlen(val);
@@ -849,7 +993,10 @@ static int handler(void *user, const char *section, const char *name, const char
 		memmove(val, val + 1, vl - 2);
 		val[vl - 2] = '\0';
 	}
-	bad = set_value(k, section_base(c->cfg, c->sec, c->nic), val, why, sizeof(why));
+	bad = set_value(k, section_base(c->cfg, c->sec, c->idx), val, why, sizeof(why));
+	if (bad == NULL && k->type == KT_PATH)
+		bad = resolve_path(c, (char *)section_base(c->cfg, c->sec, c->idx) + k->off,
+				   k->size);
 	if (bad)
 		add_error(c->errs, "%s:%u: %s.%s: expected %s; got \"%.80s\"", c->file, c->line,
 			  c->sec_name, name, bad, val);
@@ -857,19 +1004,19 @@ static int handler(void *user, const char *section, const char *name, const char
 }
 
 /* Line to blame for a cross-key problem: the key's own line if set, else its section's. */
-static unsigned key_line(const struct kvl_config *cfg, int sec, int nic, const char *key)
+static unsigned key_line(const struct kvl_config *cfg, int sec, int idx, const char *key)
 {
-	const struct kvl_conf_origin *org =
-		sec == KVL_SEC_NIC ? &cfg->nic_origin[nic] : &cfg->origin[sec];
+	const struct kvl_conf_origin *org = corigin_of(cfg, sec, idx);
 	int ki = find_key(sec, key);
 
-	return ki >= 0 && org->key_line[ki] ? org->key_line[ki] : org->section_line;
+	if (ki >= 0 && org->key_line[ki] && org->key_line[ki] != LINE_SET)
+		return org->key_line[ki];
+	return org->section_line;
 }
 
-static bool key_set(const struct kvl_config *cfg, int sec, int nic, const char *key)
+static bool key_set(const struct kvl_config *cfg, int sec, int idx, const char *key)
 {
-	const struct kvl_conf_origin *org =
-		sec == KVL_SEC_NIC ? &cfg->nic_origin[nic] : &cfg->origin[sec];
+	const struct kvl_conf_origin *org = corigin_of(cfg, sec, idx);
 	int ki = find_key(sec, key);
 
 	return ki >= 0 && org->key_line[ki] != 0;
@@ -881,6 +1028,38 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 	const struct kvl_control_conf *ctl = &cfg->control;
 	uint64_t pool_kb = (uint64_t)cfg->memory.pool_size_mb * 1024;
 
+	for (int sec = 0; sec < KVL_SEC_COUNT; sec++) {
+		if (!sections[sec].multi)
+			continue;
+		for (uint32_t i = 0; i < multi_ccount(cfg, sec); i++) {
+			const struct kvl_conf_origin *org = corigin_of(cfg, sec, (int)i);
+
+			for (unsigned j = 0; j < sections[sec].n_keys; j++)
+				if ((sections[sec].keys[j].flags & F_REQUIRED) &&
+				    org->key_line[j] == 0)
+					add_error(errs, "%s:%u: %s.%s.%s: required key missing",
+						  file, org->section_line, sections[sec].name,
+						  label_of(cfg, sec, (int)i),
+						  sections[sec].keys[j].name);
+		}
+	}
+	for (uint32_t i = 0; i < cfg->n_segments; i++) {
+		const struct kvl_segment_conf *g = &cfg->segments[i];
+		uint64_t total = (uint64_t)g->layers * g->planes * g->blocks * g->block_bytes;
+
+		if (total > (1ull << 40))
+			add_error(
+				errs,
+				"%s:%u: segment.%s: layers x planes x blocks x block_bytes = %llu "
+				"bytes; at most 1 TiB per segment",
+				file, cfg->seg_origin[i].section_line, g->label,
+				(unsigned long long)total);
+	}
+	if (ctl->n_peers > 0 && ctl->secret_file[0] == '\0')
+		add_error(errs,
+			  "%s:%u: control.peers: peers need control.secret_file (the shared secret "
+			  "that authenticates them)",
+			  file, key_line(cfg, KVL_SEC_CONTROL, 0, "peers"));
 	if (cfg->n_nics == 0)
 		add_error(errs,
 			  "%s:%u: nic: no [nic.<label>] section; at least one NIC is needed "
@@ -893,9 +1072,6 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 		for (unsigned j = 0; j < sections[KVL_SEC_NIC].n_keys; j++) {
 			const struct key_def *k = &nic_keys[j];
 
-			if ((k->flags & F_REQUIRED) && cfg->nic_origin[i].key_line[j] == 0)
-				add_error(errs, "%s:%u: nic.%s.%s: required key missing", file,
-					  cfg->nic_origin[i].section_line, n->label, k->name);
 			if ((k->flags & F_RDMA_ONLY) && n->transport == KVL_TRANSPORT_TCP &&
 			    cfg->nic_origin[i].key_line[j] != 0)
 				add_error(
@@ -979,7 +1155,35 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 	}
 }
 
-static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path)
+/* --set section.key=value, applied after the file as if it were its section's last line. */
+static void apply_set(struct parse_ctx *c, const char *set, unsigned n)
+{
+	const char *eq = strchr(set, '='), *dot;
+	char sec[KVL_LABEL_LEN + 16], key[64], val[512];
+
+	c->file = "--set";
+	c->line = n;
+	c->overriding = true;
+	c->key_seen = false;
+	c->indented = false;
+	dot = eq ? memrchr(set, '.', (size_t)(eq - set)) : NULL;
+	if (eq == NULL || dot == NULL || dot == set || dot + 1 == eq ||
+	    (size_t)(dot - set) >= sizeof(sec) || (size_t)(eq - dot - 1) >= sizeof(key)) {
+		add_error(c->errs, "--set:%u: expected section.key=value, got \"%.80s\"", n, set);
+		return;
+	}
+	snprintf(sec, sizeof(sec), "%.*s", (int)(dot - set), set);
+	snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+	snprintf(val, sizeof(val), "%s", eq + 1);
+	trim(key);
+	trim(val);
+	start_section(c, sec);
+	if (c->sec >= 0)
+		handler(c, sec, key, val);
+}
+
+static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path,
+		const char *const *sets, unsigned n_sets)
 {
 	int rc;
 
@@ -987,8 +1191,10 @@ static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path)
 	snprintf(cfg->path, sizeof(cfg->path), "%s", path);
 	c->cfg = cfg;
 	c->sec = -1;
-	c->nic = -1;
+	c->idx = -1;
 	rc = ini_parse_stream(reader, c, handler, c);
+	for (unsigned i = 0; i < n_sets && c->read_errno == 0; i++)
+		apply_set(c, sets[i], i + 1);
 	if (c->read_errno) {
 		add_error(c->errs, "%s: cannot read configuration file: %s", c->file,
 			  strerror(c->read_errno));
@@ -1000,7 +1206,7 @@ static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path)
 	else if (rc < 0)
 		add_error(c->errs, "%s: out of memory while parsing", c->file);
 	if (c->errs->count == 0)
-		validate(cfg, c->file, c->errs);
+		validate(cfg, cfg->path, c->errs);
 	/* A failed load leaves defaults behind, never half a file. */
 	if (c->errs->count) {
 		kvl_config_defaults(cfg);
@@ -1010,6 +1216,12 @@ static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path)
 }
 
 int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_errors *errs)
+{
+	return kvl_config_load_sets(path, NULL, 0, cfg, errs);
+}
+
+int kvl_config_load_sets(const char *path, const char *const *sets, unsigned n_sets,
+			 struct kvl_config *cfg, struct kvl_conf_errors *errs)
 {
 	struct parse_ctx c = { .errs = errs, .file = path };
 	int rc;
@@ -1022,7 +1234,7 @@ int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_er
 		kvl_config_defaults(cfg);
 		return rc;
 	}
-	rc = load(&c, cfg, path);
+	rc = load(&c, cfg, path, sets, n_sets);
 	fclose(c.fp);
 	return rc;
 }
@@ -1033,22 +1245,22 @@ int kvl_config_load_string(const char *name, const char *text, struct kvl_config
 	struct parse_ctx c = { .errs = errs, .file = name, .text = text };
 
 	memset(errs, 0, sizeof(*errs));
-	return load(&c, cfg, name);
+	return load(&c, cfg, name, NULL, 0);
 }
 
 /* ---- walking ---- */
 
 /* @split_lists: call @fn once per element of a list key (the printer's one line per peer,
  * which keeps every line under inih's length limit), instead of once with them joined. */
-static int visit_section(const struct kvl_config *cfg, int sec, int nic, bool split_lists,
+static int visit_section(const struct kvl_config *cfg, int sec, int idx, bool split_lists,
 			 kvl_config_visit_fn fn, void *arg)
 {
-	const void *base = section_cbase(cfg, sec, nic);
-	char name[KVL_LABEL_LEN + 8], val[KVL_MAX_PEERS * KVL_ADDR_LEN];
+	const void *base = section_cbase(cfg, sec, idx);
+	char name[KVL_LABEL_LEN + 16], val[KVL_MAX_PEERS * KVL_ADDR_LEN];
 	int rc = 0;
 
-	if (sec == KVL_SEC_NIC)
-		snprintf(name, sizeof(name), "nic.%s", cfg->nics[nic].label);
+	if (sections[sec].multi)
+		snprintf(name, sizeof(name), "%s.%s", sections[sec].name, label_of(cfg, sec, idx));
 	else
 		snprintf(name, sizeof(name), "%s", sections[sec].name);
 	for (unsigned i = 0; rc == 0 && i < sections[sec].n_keys; i++) {
@@ -1056,7 +1268,7 @@ static int visit_section(const struct kvl_config *cfg, int sec, int nic, bool sp
 
 		/* RDMA-only keys are rejected on a tcp NIC, so they are not part of its config. */
 		if (sec == KVL_SEC_NIC && (k->flags & F_RDMA_ONLY) &&
-		    cfg->nics[nic].transport == KVL_TRANSPORT_TCP)
+		    cfg->nics[idx].transport == KVL_TRANSPORT_TCP)
 			continue;
 		if (split_lists && k->type == KT_ADDR_LIST && cfg->control.n_peers > 0) {
 			for (unsigned j = 0; rc == 0 && j < cfg->control.n_peers; j++)
@@ -1074,10 +1286,13 @@ static int visit_all(const struct kvl_config *cfg, bool split_lists, kvl_config_
 {
 	int rc = visit_section(cfg, KVL_SEC_RUNTIME, 0, split_lists, fn, arg);
 
-	for (unsigned i = 0; rc == 0 && i < cfg->n_nics; i++)
-		rc = visit_section(cfg, KVL_SEC_NIC, (int)i, split_lists, fn, arg);
-	for (int s = KVL_SEC_RUNTIME + 1; rc == 0 && s < KVL_SEC_NIC; s++)
-		rc = visit_section(cfg, s, 0, split_lists, fn, arg);
+	/* [runtime], then the repeated sections, then the other singletons: file order. */
+	for (int s = 0; rc == 0 && s < KVL_SEC_COUNT; s++)
+		for (uint32_t i = 0; sections[s].multi && rc == 0 && i < multi_ccount(cfg, s); i++)
+			rc = visit_section(cfg, s, (int)i, split_lists, fn, arg);
+	for (int s = KVL_SEC_RUNTIME + 1; rc == 0 && s < KVL_SEC_COUNT; s++)
+		if (!sections[s].multi)
+			rc = visit_section(cfg, s, 0, split_lists, fn, arg);
 	return rc;
 }
 
@@ -1088,10 +1303,14 @@ int kvl_config_visit(const struct kvl_config *cfg, kvl_config_visit_fn fn, void 
 
 void kvl_config_schema_visit(kvl_schema_visit_fn fn, void *arg)
 {
-	for (int s = 0; s < KVL_SEC_COUNT; s++)
+	char multi[32];
+
+	for (int s = 0; s < KVL_SEC_COUNT; s++) {
+		snprintf(multi, sizeof(multi), "%s.*", sections[s].name);
 		for (unsigned i = 0; i < sections[s].n_keys; i++)
-			fn(arg, s == KVL_SEC_NIC ? "nic.*" : sections[s].name,
+			fn(arg, sections[s].multi ? multi : sections[s].name,
 			   sections[s].keys[i].name, sections[s].keys[i].def);
+	}
 }
 
 struct print_state {

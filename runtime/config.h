@@ -11,6 +11,7 @@
 /* Pure C: no DPDK, verbs or CUDA headers here, so the unit suite needs no EAL. */
 
 #define KVL_MAX_NICS	  16
+#define KVL_MAX_SEG_CONF  16
 #define KVL_MAX_PEERS	  32
 #define KVL_NAME_LEN	  64 /* runtime.name, nic device names */
 #define KVL_LABEL_LEN	  32 /* the part after "nic." in a section name */
@@ -49,7 +50,7 @@ struct kvl_runtime_conf {
 };
 
 struct kvl_nic_conf {
-	char label[KVL_LABEL_LEN]; /* [nic.<label>] */
+	char label[KVL_LABEL_LEN]; /* [nic.<label>]; first, as in every repeated section */
 	char device[KVL_NAME_LEN]; /* RDMA device (mlx5_0, rxe0) or netdev (lo) for tcp */
 	uint32_t port;
 	int transport; /* enum kvl_transport */
@@ -60,7 +61,32 @@ struct kvl_nic_conf {
 	uint32_t pkey_index;
 	uint32_t qp_count;
 	uint32_t queue_depth;
-	int numa_node; /* KVL_AUTO or 0..1023 */
+	int numa_node;	    /* KVL_AUTO or 0..1023 */
+	uint32_t data_port; /* tcp: port of the data listener (0: any free port) */
+};
+
+enum kvl_seg_access {
+	KVL_ACCESS_READ = 0, /* peers may read it (a KV tier serving prefill output) */
+	KVL_ACCESS_WRITE,    /* peers may write it (a decode node receiving pushes) */
+	KVL_ACCESS_READWRITE,
+};
+
+enum kvl_seg_fill {
+	KVL_FILL_ZERO = 0,
+	KVL_FILL_PATTERN, /* kvl_pattern_fill(): peers can verify every byte they read */
+};
+
+/* [segment.<label>]: KV memory kvlaned hosts for its peers, laid out as
+ * layers x planes (K, V) x blocks of block_bytes. */
+struct kvl_segment_conf {
+	char label[KVL_LABEL_LEN];
+	uint32_t layers;
+	uint32_t planes;
+	uint32_t blocks;
+	uint32_t block_bytes;
+	int access; /* enum kvl_seg_access */
+	int fill;   /* enum kvl_seg_fill */
+	uint32_t pattern_seed;
 };
 
 struct kvl_cq_moderation_conf {
@@ -92,6 +118,7 @@ struct kvl_sched_conf {
 
 struct kvl_control_conf {
 	char listen[KVL_ADDR_LEN];
+	char secret_file[KVL_PATH_LEN]; /* "" = control path off; resolved against the INI's dir */
 	char peers[KVL_MAX_PEERS][KVL_ADDR_LEN];
 	uint32_t n_peers;
 	uint32_t connect_timeout_ms;
@@ -117,7 +144,8 @@ enum kvl_section_id {
 	KVL_SEC_SCHED,
 	KVL_SEC_CONTROL,
 	KVL_SEC_TELEMETRY,
-	KVL_SEC_NIC, /* repeated: [nic.<label>] */
+	KVL_SEC_NIC,	 /* repeated: [nic.<label>] */
+	KVL_SEC_SEGMENT, /* repeated: [segment.<label>] */
 	KVL_SEC_COUNT,
 };
 
@@ -132,9 +160,12 @@ struct kvl_config {
 	struct kvl_telemetry_conf telemetry;
 	struct kvl_nic_conf nics[KVL_MAX_NICS];
 	uint32_t n_nics;
+	struct kvl_segment_conf segments[KVL_MAX_SEG_CONF];
+	uint32_t n_segments;
 
 	struct kvl_conf_origin origin[KVL_SEC_NIC]; /* singleton sections */
 	struct kvl_conf_origin nic_origin[KVL_MAX_NICS];
+	struct kvl_conf_origin seg_origin[KVL_MAX_SEG_CONF];
 };
 
 /*
@@ -161,6 +192,14 @@ void kvl_config_defaults(struct kvl_config *cfg);
  */
 int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_errors *errs);
 
+/*
+ * Same, then apply @n_sets overrides "section.key=value" (kvlaned --set), each as if it were
+ * the last line of its section, replacing what the file said. Errors in an override read
+ * "--set:N: section.key: ..." (N counts the overrides from 1).
+ */
+int kvl_config_load_sets(const char *path, const char *const *sets, unsigned n_sets,
+			 struct kvl_config *cfg, struct kvl_conf_errors *errs);
+
 /* Same, from a string; @name stands for the file name in messages. */
 int kvl_config_load_string(const char *name, const char *text, struct kvl_config *cfg,
 			   struct kvl_conf_errors *errs);
@@ -172,6 +211,8 @@ int kvl_config_print(FILE *out, const struct kvl_config *cfg);
 const char *kvl_idle_policy_name(int p);
 const char *kvl_transport_name(int t);
 const char *kvl_tristate_name(int t);
+const char *kvl_seg_access_name(int a);
+const char *kvl_seg_fill_name(int f);
 
 /*
  * Walk every key of the effective configuration, with its value as text, in file order:

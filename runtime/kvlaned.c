@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Everything that can be wrong in the INI is found before anything starts. */
-	rc = kvl_config_load(a.config, &rt.cfg, &errs);
+	rc = kvl_config_load_sets(a.config, a.sets, a.n_sets, &rt.cfg, &errs);
 	if (rc < 0) {
 		for (unsigned i = 0; i < errs.count; i++)
 			fprintf(stderr, "%s\n", errs.msg[i]);

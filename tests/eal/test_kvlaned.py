@@ -504,7 +504,8 @@ def scenario_print_config(ctx):
             nics={"r0": "device = mlx5_0\nport = 1\nqp_count = 4\nqueue_depth = 256\n",
                   "lo": "device = lo\ntransport = tcp\nnuma_node = 0\n"},
             extra="[memory]\npool_size_mb = 64\nchunk_size_kb = 1024\n"
-                  "[control]\npeers = 10.0.0.2:18515, 10.0.0.3:18515\n"
+                  "[control]\nsecret_file = /etc/kvlane/secret\n"
+                  "peers = 10.0.0.2:18515, 10.0.0.3:18515\n"
                   "[telemetry]\nenable = false\n")),
     ]
     cases = [(p, False) for p in shipped] + [(ctx.ini(n, t), True) for n, t in own]

@@ -30,12 +30,15 @@ static void test_split(void)
 
 static void test_options(void)
 {
-	char *v[] = { "kvlaned",      "--",	"--config",	 "y.ini", "-p",
-		      "--sysfs-root", "/tmp/s", "--run-seconds", "7",	  NULL };
+	char *v[] = { "kvlaned",       "--", "--config", "y.ini", "-p",	   "--sysfs-root", "/tmp/s",
+		      "--run-seconds", "7",  "--set",	 "a.b=1", "--set", "c.d = 2",	   NULL };
 	struct kvl_args a;
 	char err[256];
 
-	CHECK_INT(parse(v, 9, &a, err), 0);
+	CHECK_INT(parse(v, 13, &a, err), 0);
+	CHECK_INT(a.n_sets, 2);
+	CHECK_STR(a.sets[0], "a.b=1");
+	CHECK_STR(a.sets[1], "c.d = 2");
 	CHECK_INT(a.eal_argc, 1);
 	CHECK_STR(a.config, "y.ini");
 	CHECK(a.print_config);
@@ -80,6 +83,7 @@ static void test_errors(void)
 		{ ARGV("--", "-c", "a", "--run-seconds", "-1"), 6, "--run-seconds: expected" },
 		{ ARGV("--", "-c", "a", "--run-seconds", "5x"), 6, "--run-seconds: expected" },
 		{ ARGV("--", "-c", "a", "--sysfs-root"), 5, "--sysfs-root needs a value" },
+		{ ARGV("--", "-c", "a", "--set"), 5, "--set needs a value" },
 	};
 
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

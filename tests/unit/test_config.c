@@ -329,7 +329,7 @@ static void test_bad_generated(void)
 	expect_bad("17 NICs", text, 1, "t.ini:33: [nic.n16]:", "too many NIC sections; at most 16");
 
 	/* 32 peers load, 33 do not (the 33rd is in the table). */
-	len = snprintf(text, sizeof(text), NIC_LO "[control]\npeers = ");
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\nsecret_file = s.key\npeers = ");
 	for (int i = 1; i <= KVL_MAX_PEERS; i++)
 		len += snprintf(text + len, sizeof(text) - len, "%sh:%d", i > 1 ? "," : "", i);
 	snprintf(text + len, sizeof(text) - len, "\n");
@@ -427,7 +427,9 @@ static const char good_text[] =
 	"hybrid_idle_us = 0\r\n"					/* 34 */
 	"[nic.lo]\r\n"							/* 35 */
 	"device = lo\r\n"						/* 36 */
-	"transport = TCP";						/* 37: no final newline */
+	"transport = TCP\r\n"						/* 37 */
+	"[control]\r\n"							/* 38: reopened */
+	"secret_file = /etc/kvlane/s.key";				/* 39: no final newline */
 
 static void check_good_values(void)
 {
@@ -448,6 +450,7 @@ static void check_good_values(void)
 	CHECK_STR(cfg.control.peers[1], "[fe80::1]:18515");
 	CHECK_STR(cfg.control.peers[2], "node-b.example:1");
 	CHECK_INT(cfg.memory.hugepage, KVL_TRI_OFF);
+	CHECK_STR(cfg.control.secret_file, "/etc/kvlane/s.key");
 	CHECK_INT(cfg.memory.pool_size_mb, 1024); /* default */
 	CHECK_INT(cfg.n_nics, 3);
 	CHECK_STR(n->label, "r0");
@@ -687,7 +690,13 @@ static char *read_all(const char *path)
 /* The README heading of a schema section: "### [runtime]", "### [nic.<label>]". */
 static void heading_of(const char *section, char *out, size_t len)
 {
-	snprintf(out, len, "### [%s]", strcmp(section, "nic.*") == 0 ? "nic.<label>" : section);
+	size_t n = strlen(section);
+
+	/* repeated sections: "nic.*" -> "### [nic.<label>]" */
+	if (n > 2 && strcmp(section + n - 2, ".*") == 0)
+		snprintf(out, len, "### [%.*s.<label>]", (int)(n - 2), section);
+	else
+		snprintf(out, len, "### [%s]", section);
 }
 
 /* The part of @doc under the line @heading, up to the next "## " or "### " heading. */
@@ -907,7 +916,7 @@ static void test_peer_lines(void)
 	size_t len = 0, plen = 0;
 	FILE *mem;
 
-	len = snprintf(text, sizeof(text), NIC_LO "[control]\n");
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\nsecret_file = s.key\n");
 	for (int i = 1; i <= KVL_MAX_PEERS; i += 4)
 		len += snprintf(text + len, sizeof(text) - len,
 				"peers = 10.0.1.%d:18515, 10.0.1.%d:18515, 10.0.1.%d:18515, "
@@ -932,11 +941,11 @@ static void test_peer_lines(void)
 		   "[control]\npeers = 10.0.0.2:18515\npeers = 10.0.0.2:18515\n" NIC_LO, 1,
 		   "t.ini:3: control.peers:",
 		   "expected each peer once (10.0.0.2:18515 is listed twice)");
-	len = snprintf(text, sizeof(text), NIC_LO "[control]\n");
+	len = snprintf(text, sizeof(text), NIC_LO "[control]\nsecret_file = s.key\n");
 	for (int i = 1; i <= KVL_MAX_PEERS + 1; i++)
 		len += snprintf(text + len, sizeof(text) - len, "peers = 10.0.2.%d:1\n", i);
 	expect_bad("33 peers on 33 lines", text, 1,
-		   "t.ini:37: control.peers:", "expected at most 32 peers");
+		   "t.ini:38: control.peers:", "expected at most 32 peers");
 	expect_bad("a line with no key", NIC_LO "= 5\n", 1,
 		   "t.ini:4:", "expected \"key = value\", got no key before the '='");
 }
@@ -1053,6 +1062,49 @@ static void test_mutations(void)
 		free(src[i]);
 }
 
+/* A relative path in a file is taken from the file's folder; one from --set is kept. */
+static void test_paths_and_sets(void)
+{
+	const char *sets[] = { "control.listen=127.0.0.1:0", "nic.lo.data_port = 7000",
+			       "nic.extra.device=lo",	     "nic.extra.port=2",
+			       "nic.extra.transport=tcp",    "control.peers=10.0.0.9:1" };
+	const char *bad_sets[] = { "control.listen", "listen=1.2.3.4:5", "control.listen=nope",
+				   "runtme.name=x" };
+	char path[512];
+	int rc;
+
+	if (write_temp(path, sizeof(path),
+		       NIC_LO "[control]\nsecret_file = s.key\npeers = 10.0.0.2:1\n") != 0) {
+		CHECK(!"cannot write a temporary file");
+		return;
+	}
+	rc = kvl_config_load(path, &cfg, &errs);
+	CHECK_INT(rc, 0);
+	CHECK_STR(cfg.control.secret_file, "/tmp/s.key");
+
+	rc = kvl_config_load_sets(path, sets, 6, &cfg, &errs);
+	if (rc != 0)
+		dump_errors(&errs);
+	CHECK_INT(rc, 0);
+	CHECK_STR(cfg.control.listen, "127.0.0.1:0");
+	CHECK_INT(cfg.nics[0].data_port, 7000);
+	CHECK_INT(cfg.n_nics, 2);
+	CHECK_STR(cfg.nics[1].label, "extra");
+	/* --set control.peers replaces the file's list. */
+	CHECK_INT(cfg.control.n_peers, 1);
+	CHECK_STR(cfg.control.peers[0], "10.0.0.9:1");
+
+	rc = kvl_config_load_sets(path, bad_sets, 4, &cfg, &errs);
+	CHECK_INT(rc, -EINVAL);
+	CHECK_INT(errs.count, 4);
+	CHECK_HAS(errs.msg[0], "--set:1: expected section.key=value");
+	CHECK_HAS(errs.msg[1], "--set:2: expected section.key=value");
+	CHECK_HAS(errs.msg[2], "--set:3: control.listen: expected host:port");
+	CHECK_HAS(errs.msg[3], "--set:4: [runtme]: unknown section; did you mean [runtime]?");
+	CHECK_INT(cfg.n_nics, 0);
+	unlink(path);
+}
+
 int main(void)
 {
 	kvl_config_defaults(&defaults);
@@ -1068,5 +1120,6 @@ int main(void)
 	test_fixed_bugs();
 	test_peer_lines();
 	test_mutations();
+	test_paths_and_sets();
 	return kvl_test_done("config");
 }
