@@ -9,7 +9,7 @@ MESON_OPTS ?=
 # Debian packages kvlane builds and tests with (nothing is downloaded from elsewhere).
 DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format \
 	libdpdk-dev dpdk-dev python3-pyelftools libibverbs-dev ibverbs-providers \
-	libnuma-dev libinih-dev
+	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

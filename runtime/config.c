@@ -158,8 +158,11 @@ static const struct key_def segment_keys[] = {
 #undef SEG
 #undef K
 
-#define SEC(id, nm, keys, field) \
-	[id] = { nm, keys, sizeof(keys) / sizeof(keys[0]), offsetof(struct kvl_config, field) }
+#define SEC(id, nm, tbl, field)                          \
+	[id] = { .name = nm,                             \
+		 .keys = tbl,                            \
+		 .n_keys = sizeof(tbl) / sizeof(tbl[0]), \
+		 .off = offsetof(struct kvl_config, field) }
 #define MULTI(id, nm, keys, field, cnt, org, mx)             \
 	[id] = { nm,                                         \
 		 keys,                                       \

@@ -12,6 +12,8 @@
 #include <rte_lcore.h>
 
 #include "args.h"
+#include "control.h"
+#include "kvlane/kvlane.h"
 #include "runtime.h"
 
 enum {
@@ -40,43 +42,35 @@ static int install_signals(void)
 	return 0;
 }
 
-/* EAL's argv plus "--no-telemetry" when the INI turns telemetry off. */
-static char **eal_argv_for(const struct kvl_args *a, const struct kvl_config *cfg, int *argc)
-{
-	char **v = calloc((size_t)a->eal_argc + 2, sizeof(*v));
-	int n = 0;
-
-	if (v == NULL)
-		return NULL;
-	for (int i = 0; i < a->eal_argc; i++)
-		v[n++] = a->eal_argv[i];
-	if (!cfg->telemetry.enable)
-		v[n++] = (char *)"--no-telemetry";
-	v[n] = NULL;
-	*argc = n;
-	return v;
-}
-
-/* Housekeeping on the main lcore: VRAM sampling now; the control path and timers later. */
+/* Housekeeping the control thread does when there is one; else the main thread does it. */
 static void main_loop(struct kvl_runtime *rt, unsigned run_seconds)
 {
-	uint64_t now = rte_get_tsc_cycles();
-	uint64_t end = run_seconds ? now + (uint64_t)run_seconds * rt->tsc_hz : 0;
-	uint64_t interval = rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
-	uint64_t next_sample = now + interval;
-	unsigned nap_us = 10000;
+	uint64_t end = run_seconds ? rte_get_tsc_cycles() + (uint64_t)run_seconds * rt->tsc_hz : 0;
 
-	if (rt->gpu.open && rt->cfg.sched.resize_interval_ms * 1000 < nap_us)
-		nap_us = rt->cfg.sched.resize_interval_ms * 1000;
 	while (!stop_signal) {
-		now = rte_get_tsc_cycles();
-		if (end && now >= end)
+		if (end && rte_get_tsc_cycles() >= end)
 			break;
-		if (rt->gpu.open && now >= next_sample) {
-			kvl_gpu_sample(&rt->gpu);
-			next_sample = now + interval;
-		}
-		rte_delay_us_sleep(nap_us);
+		if (!kvl_control_enabled(rt))
+			kvl_runtime_sample(rt);
+		rte_delay_us_sleep(1000);
+	}
+}
+
+static void print_segments(const struct kvl_runtime *rt)
+{
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		const struct kvl_local_seg *s = &rt->segmeta[i];
+
+		if (!s->live)
+			continue;
+		printf("  segment %u \"%s\": %llu MiB (%u layers x %u planes x %u blocks x %u B), "
+		       "peers may %s%s\n",
+		       s->desc.id, s->desc.name, (unsigned long long)(s->desc.length >> 20),
+		       s->desc.n_layers, s->desc.n_planes, s->desc.block_count, s->desc.block_size,
+		       s->desc.flags & KVL_SEG_REMOTE_READ ? "read" : "",
+		       s->desc.flags == (KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE) ? " and write"
+		       : s->desc.flags & KVL_SEG_REMOTE_WRITE			     ? "write"
+										     : "");
 	}
 }
 
@@ -101,11 +95,13 @@ static void print_summary(const struct kvl_runtime *rt, double secs)
 
 int main(int argc, char **argv)
 {
-	static struct kvl_runtime rt; /* large: keep it off the stack */
 	static struct kvl_conf_errors errs;
+	static struct kvl_config cfg;
+	struct kvl_start_args sa;
+	struct kvl_runtime *rtp;
 	struct kvl_args a;
-	char err[4096], **eal_argv;
-	int eal_argc, rc;
+	char err[8192];
+	int rc, stage = 0;
 	uint64_t t0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -121,87 +117,86 @@ int main(int argc, char **argv)
 		printf("kvlaned %s\n", KVL_VERSION);
 		return 0;
 	}
-
-	/* Everything that can be wrong in the INI is found before anything starts. */
-	rc = kvl_config_load_sets(a.config, a.sets, a.n_sets, &rt.cfg, &errs);
-	if (rc < 0) {
+	if (a.print_config) {
+		rc = kvl_config_load_sets(a.config, a.sets, a.n_sets, &cfg, &errs);
+		if (rc == 0) {
+			kvl_config_print(stdout, &cfg);
+			return 0;
+		}
 		for (unsigned i = 0; i < errs.count; i++)
 			fprintf(stderr, "%s\n", errs.msg[i]);
-		if (errs.dropped)
-			fprintf(stderr, "(%u more errors not shown)\n", errs.dropped);
 		fprintf(stderr, "kvlaned: %s: %u error%s; nothing started\n", a.config,
 			errs.count + errs.dropped, errs.count + errs.dropped == 1 ? "" : "s");
 		return EXIT_CONFIG;
 	}
-	if (a.print_config) {
-		kvl_config_print(stdout, &rt.cfg);
-		return 0;
-	}
-	snprintf(rt.sysfs_root, sizeof(rt.sysfs_root), "%s", a.sysfs_root);
-	if (kvl_runtime_discover(&rt, err, sizeof(err)) < 0) {
-		fprintf(stderr, "%s\nkvlaned: host check failed; nothing started\n", err);
-		return EXIT_HOST;
-	}
-
-	eal_argv = eal_argv_for(&a, &rt.cfg, &eal_argc);
-	if (eal_argv == NULL) {
-		fprintf(stderr, "kvlaned: out of memory\n");
-		return EXIT_EAL;
-	}
-	rc = rte_eal_init(eal_argc, eal_argv);
-	if (rc < 0) {
-		/* Some EAL failures (a --file-prefix already in use) leave rte_errno at 0: then
-		 * EAL's own lines above are the explanation. */
-		fprintf(stderr,
-			"kvlaned: EAL initialisation failed: %s; check the EAL arguments before "
-			"\"--\" (kvlaned --help)\n",
-			rte_errno ? rte_strerror(rte_errno) : "see EAL's messages above");
-		free(eal_argv);
-		return EXIT_EAL;
-	}
 	rc = install_signals();
-	if (rc == 0)
-		rc = kvl_runtime_start(&rt, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "kvlaned: %s\nkvlaned: not started\n",
-			err[0] ? err : strerror(-rc));
-		rte_eal_cleanup();
-		free(eal_argv);
+		fprintf(stderr, "kvlaned: cannot install signal handlers: %s\n", strerror(-rc));
 		return EXIT_HOST;
 	}
-	kvl_telemetry_attach(&rt);
+	sa = (struct kvl_start_args){ .eal_argc = a.eal_argc,
+				      .eal_argv = a.eal_argv,
+				      .config = a.config,
+				      .sets = a.sets,
+				      .n_sets = a.n_sets,
+				      .sysfs_root = a.sysfs_root };
+	rtp = kvl_start(&sa, err, sizeof(err), &stage);
+	if (rtp == NULL) {
+		unsigned lines = 1;
 
+		for (const char *p = err; *p; p++)
+			lines += *p == '\n';
+		if (stage == KVL_START_CONFIG) {
+			fprintf(stderr, "%s\nkvlaned: %s: %u error%s; nothing started\n", err,
+				a.config, lines, lines == 1 ? "" : "s");
+			return EXIT_CONFIG;
+		}
+		if (stage == KVL_START_EAL) {
+			fprintf(stderr, "kvlaned: %s before \"--\" (kvlaned --help)\n", err);
+			return EXIT_EAL;
+		}
+		/* Host errors may span lines (one per NIC): each gets the prefix. */
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			fprintf(stderr, "kvlaned: %s\n", line);
+		fprintf(stderr, "kvlaned: not started\n");
+		return EXIT_HOST;
+	}
 	printf("kvlaned %s \"%s\": %u NIC%s, %u lcores (main %u), idle policy %s, config %s\n",
-	       KVL_VERSION, rt.cfg.runtime.name, rt.cfg.n_nics, rt.cfg.n_nics == 1 ? "" : "s",
-	       rte_lcore_count(), rt.main_lcore, kvl_idle_policy_name(rt.cfg.runtime.idle_policy),
-	       rt.cfg.path);
-	kvl_runtime_print(&rt, stdout);
-	if (rt.gpu.open)
+	       KVL_VERSION, rtp->cfg.runtime.name, rtp->cfg.n_nics, rtp->cfg.n_nics == 1 ? "" : "s",
+	       rte_lcore_count(), rtp->main_lcore,
+	       kvl_idle_policy_name(rtp->cfg.runtime.idle_policy), rtp->cfg.path);
+	kvl_runtime_print(rtp, stdout);
+	if (rtp->gpu.open)
 		printf("  gpu %d: %s (%s), %llu MiB total, %llu MiB free, reserve %u MiB, "
 		       "GPUDirect RDMA %s\n",
-		       rt.gpu.device_id, rt.gpu.name, rt.gpu.pci_bus_id,
-		       (unsigned long long)(rt.gpu.total_bytes >> 20),
-		       (unsigned long long)(rt.gpu.free_bytes >> 20), rt.cfg.gpu.vram_reserve_mb,
-		       rt.gpu.gpudirect_rdma ? "supported" : "not supported");
+		       rtp->gpu.device_id, rtp->gpu.name, rtp->gpu.pci_bus_id,
+		       (unsigned long long)(rtp->gpu.total_bytes >> 20),
+		       (unsigned long long)(rtp->gpu.free_bytes >> 20),
+		       rtp->cfg.gpu.vram_reserve_mb,
+		       rtp->gpu.gpudirect_rdma ? "supported" : "not supported");
 	else
 		printf("  gpu: none ([gpu] enable = false); staging budget %u MiB from [sched]\n",
-		       rt.cfg.sched.budget_mb);
-	if (rt.cfg.telemetry.enable)
+		       rtp->cfg.sched.budget_mb);
+	if (rtp->cfg.telemetry.enable)
 		printf("  telemetry: %s/dpdk_telemetry.v2 (/kvlane/info, /kvlane/config, "
 		       "/kvlane/lcores, /kvlane/nics, /kvlane/gpu; /help lists them)\n",
 		       rte_eal_get_runtime_dir());
 	else
 		printf("  telemetry: off ([telemetry] enable = false)\n");
+	print_segments(rtp);
+	if (kvl_control_enabled(rtp))
+		printf("  control: listening on %s (authenticated with %s)\n", kvl_listen_addr(rtp),
+		       rtp->cfg.control.secret_file);
+	else
+		printf("  control: off (no [control] secret_file): no peers\n");
 	printf("kvlaned: ready\n");
 
 	t0 = rte_get_tsc_cycles();
-	main_loop(&rt, a.run_seconds);
-	kvl_runtime_stop(&rt);
+	main_loop(rtp, a.run_seconds);
+	/* Stop the loops first, so the summary counts everything they did. */
 	kvl_telemetry_attach(NULL);
-	print_summary(&rt, (double)(rte_get_tsc_cycles() - t0) / (double)rt.tsc_hz);
-	/* The lcore states stay: a telemetry reply may still be reading them, and
-	 * rte_eal_cleanup() releases EAL memory as a whole. */
-	rte_eal_cleanup();
-	free(eal_argv);
+	kvl_runtime_stop(rtp);
+	print_summary(rtp, (double)(rte_get_tsc_cycles() - t0) / (double)rtp->tsc_hz);
+	kvl_stop(rtp);
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <rte_log.h>
 #include <rte_malloc.h>
 
+#include "control.h"
 #include "runtime.h"
 
 RTE_LOG_REGISTER(kvl_logtype_runtime, kvlane.runtime, INFO);
@@ -74,6 +75,116 @@ int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, un
 	return (int)rte_lcore_to_socket_id(lcore_id);
 }
 
+/* The NIC's rings, and its transport's stage in the loop (tcp now; RDMA later). */
+static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, size_t errlen)
+{
+	struct kvl_nic_io *io =
+		rte_zmalloc_socket("kvl_nic_io", sizeof(*io), RTE_CACHE_LINE_SIZE, socket);
+	int rc;
+
+	if (io == NULL)
+		io = rte_zmalloc("kvl_nic_io", sizeof(*io), RTE_CACHE_LINE_SIZE);
+	if (io == NULL) {
+		snprintf(err, errlen, "out of memory for the rings of nic.%s",
+			 rt->cfg.nics[i].label);
+		return -ENOMEM;
+	}
+	rc = kvl_nic_io_init(io, i, socket, rt->cfg.nics[i].queue_depth);
+	if (rc < 0) {
+		snprintf(err, errlen, "nic.%s: cannot create its rings: %s", rt->cfg.nics[i].label,
+			 strerror(-rc));
+		rte_free(io);
+		return rc;
+	}
+	rt->io[i] = io;
+	if (rt->nic_info[i].transport == KVL_TRANSPORT_TCP)
+		kvl_lcore_add_stage(rt->nic_lcore[i], "tcp", kvl_nic_io_stage, io);
+	return 0;
+}
+
+int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
+			const struct kvl_seg_desc *geom, uint32_t *id)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&rt->seg_lock);
+	for (i = 0; i < KVL_MAX_SEGS; i++)
+		if (!rt->segmeta[i].live && rt->segs.seg[i].base == NULL)
+			break; /* slots are never reused while running: lcores may hold ids */
+	if (i == KVL_MAX_SEGS) {
+		pthread_mutex_unlock(&rt->seg_lock);
+		return -ENOSPC;
+	}
+	rt->segmeta[i].desc = *geom;
+	rt->segmeta[i].desc.id = i + 1;
+	snprintf(rt->segmeta[i].desc.name, sizeof(rt->segmeta[i].desc.name), "%s", name);
+	rt->segmeta[i].owned = owned;
+	rt->segs.seg[i] = (struct kvl_seg){
+		.base = base, .len = geom->length, .id = i + 1, .flags = geom->flags
+	};
+	__atomic_store_n(&rt->segs.live[i], true, __ATOMIC_RELEASE);
+	rt->segmeta[i].live = true;
+	__atomic_add_fetch(&rt->segs_version, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&rt->seg_lock);
+	*id = i + 1;
+	kvl_control_segments_changed(rt);
+	return 0;
+}
+
+/* The INI's [segment.*]: allocated on the first NIC's socket, filled as asked. */
+static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+
+	for (uint32_t i = 0; i < rt->cfg.n_segments; i++) {
+		const struct kvl_segment_conf *g = &rt->cfg.segments[i];
+		struct kvl_seg_desc d = { 0 };
+		uint32_t id;
+		void *mem;
+		int rc;
+
+		d.n_layers = g->layers;
+		d.n_planes = g->planes;
+		d.block_count = g->blocks;
+		d.block_size = g->block_bytes;
+		d.plane_stride = (uint64_t)g->blocks * g->block_bytes;
+		d.layer_stride = d.plane_stride * g->planes;
+		d.length = d.layer_stride * g->layers;
+		d.flags = (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
+			  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0);
+		mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
+		if (mem == NULL)
+			mem = rte_zmalloc("kvl_segment", d.length, 4096);
+		if (mem == NULL) {
+			snprintf(err, errlen,
+				 "segment.%s: cannot allocate %llu MiB of DPDK memory; give EAL "
+				 "more "
+				 "(-m with --no-huge, or more hugepages)",
+				 g->label, (unsigned long long)(d.length >> 20));
+			return -ENOMEM;
+		}
+		if (g->fill == KVL_FILL_PATTERN)
+			kvl_pattern_fill(mem, d.length, g->pattern_seed, 0);
+		rc = kvl_runtime_seg_add(rt, g->label, mem, mem, &d, &id);
+		if (rc < 0) {
+			rte_free(mem);
+			snprintf(err, errlen, "segment.%s: no free segment slot", g->label);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void kvl_runtime_sample(struct kvl_runtime *rt)
+{
+	uint64_t now = rte_get_tsc_cycles();
+
+	if (!rt->gpu.open || now < rt->next_sample_tsc)
+		return;
+	kvl_gpu_sample(&rt->gpu);
+	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
+}
+
 int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	struct kvl_lcore_desc lcores[RTE_MAX_LCORE];
@@ -123,6 +234,11 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 			       rt->tsc_hz, &rt->quit);
 		lc->remote = pairs[i].remote;
 		rt->nic_lcore[i] = lc;
+		rc = start_io(rt, i, d->socket, err, errlen);
+		if (rc < 0) {
+			kvl_runtime_stop(rt);
+			return rc;
+		}
 		if (lc->remote)
 			KVL_LOG(WARNING,
 				"%s is on NUMA node %d but runs on lcore %u (socket %d): "
@@ -141,14 +257,35 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 	}
 	rt->started = true;
+	rc = alloc_conf_segments(rt, err, errlen);
+	if (rc == 0)
+		rc = kvl_control_start(rt, err, errlen);
+	if (rc < 0) {
+		kvl_runtime_stop(rt);
+		return rc;
+	}
 	return 0;
 }
 
 void kvl_runtime_stop(struct kvl_runtime *rt)
 {
+	kvl_control_stop(rt);
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
+	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
+		if (rt->io[i] == NULL)
+			continue;
+		kvl_nic_io_fini(rt->io[i]);
+		rte_free(rt->io[i]);
+		rt->io[i] = NULL;
+	}
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		__atomic_store_n(&rt->segs.live[i], false, __ATOMIC_RELEASE);
+		rt->segmeta[i].live = false;
+		rte_free(rt->segmeta[i].owned);
+		rt->segmeta[i].owned = NULL;
+	}
 }
 
 uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt)

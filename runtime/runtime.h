@@ -3,6 +3,7 @@
 #ifndef KVL_RUNTIME_H
 #define KVL_RUNTIME_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,16 +11,36 @@
 #include <rte_log.h>
 
 #include "config.h"
+#include "ctrl_proto.h"
 #include "gpu.h"
 #include "lcores.h"
+#include "nic_io.h"
 #include "topo.h"
+#include "xfer.h"
+
+struct kvl_control;
+
+/* A local segment: what the lcores check against (segs) and what peers are told (desc). */
+struct kvl_local_seg {
+	bool live;
+	struct kvl_seg_desc desc;
+	void *owned; /* allocated by kvlane (rte_malloc), freed at stop; NULL if registered */
+};
 
 struct kvl_runtime {
 	struct kvl_config cfg;
 	char sysfs_root[KVL_PATH_LEN];
 	struct kvl_nic_info nic_info[KVL_MAX_NICS];
-	struct kvl_lcore *nic_lcore[KVL_MAX_NICS]; /* on the NIC's socket; NULL until started */
-	struct kvl_gpu gpu;			   /* open when [gpu] enable = true */
+	struct kvl_lcore *nic_lcore[KVL_MAX_NICS];  /* on the NIC's socket; NULL until started */
+	struct kvl_gpu gpu;			    /* open when [gpu] enable = true */
+	struct kvl_nic_io *io[KVL_MAX_NICS];	    /* rings and connections of each NIC lcore */
+	struct kvl_seg_table segs;		    /* read by the lcores without locks */
+	struct kvl_local_seg segmeta[KVL_MAX_SEGS]; /* guarded by seg_lock */
+	uint32_t segs_version;			    /* bumped at every registration */
+	pthread_mutex_t seg_lock;
+	struct kvl_control *ctl; /* NULL when the control path is off */
+	uint64_t next_sample_tsc;
+	unsigned poll_rr;
 	unsigned main_lcore;
 	int main_socket;
 	uint64_t tsc_hz;
@@ -41,8 +62,15 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen);
  * socket and launch the loops. Returns 0 or a negative errno with a message in @err. */
 int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen);
 
-/* Stop every lcore loop and wait for it. */
+/* Stop the control thread and every lcore loop, then free connections and segments. */
 void kvl_runtime_stop(struct kvl_runtime *rt);
+
+/* Register a segment; @owned is freed with it at stop. Returns 0 or a negative errno. */
+int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
+			const struct kvl_seg_desc *geom, uint32_t *id);
+
+/* Sample free VRAM if [sched] resize_interval_ms has passed (housekeeping). */
+void kvl_runtime_sample(struct kvl_runtime *rt);
 
 /* Socket of @lcore_id as the pairing sees it (from the sysfs root when it is not /sys). */
 int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, unsigned *cpu);

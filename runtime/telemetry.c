@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* /kvlane/... telemetry commands: snapshots of the runtime, read through DPDK's socket. */
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <rte_telemetry.h>
 
 #include "kvl_build_config.h"
+#include "control.h"
 #include "runtime.h"
 
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
@@ -330,6 +332,126 @@ static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+static void stats_sub(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
+{
+	uint64_t *pa = (uint64_t *)a;
+	const uint64_t *pb = (const uint64_t *)b;
+
+	for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
+		pa[i] = pa[i] >= pb[i] ? pa[i] - pb[i] : 0;
+}
+
+static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pub, struct sink *k)
+{
+	struct kvl_tcp_stats st = { 0 };
+	uint64_t now = 0, last;
+	struct timespec ts;
+	char addr[KVL_CTRL_ADDR_LEN], name[KVL_CTRL_NAME_LEN], why[KVL_CTRL_TEXT_LEN];
+	uint32_t conns, segs;
+	int state, fail;
+
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
+		if (rt->io[n])
+			kvl_nic_io_peer_stats(rt->io[n], p, &st);
+	rte_spinlock_lock(&pub->lock);
+	stats_sub(&st, &pub->base);
+	state = pub->state;
+	memcpy(addr, pub->addr, sizeof(addr));
+	memcpy(name, pub->name, sizeof(name));
+	memcpy(why, pub->fail_msg, sizeof(why));
+	conns = pub->n_conns;
+	segs = pub->n_segs;
+	last = pub->last_rx_ns;
+	fail = pub->fail_status;
+	rte_spinlock_unlock(&pub->lock);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	put_int(k, "peer", (int)p);
+	put_str(k, "addr", addr);
+	put_str(k, "name", name);
+	put_str(k, "state", kvl_peer_state_name(state));
+	put_str(k, "role", pub->initiator ? "client" : "server");
+	put_u64(k, "last_heartbeat_ms", now > last ? (now - last) / 1000000 : 0);
+	put_u64(k, "rtt_us", pub->rtt_us);
+	put_int(k, "data_conns", (int)conns);
+	put_int(k, "segments", (int)segs);
+	put_u64(k, "tx_bytes", st.tx_bytes);
+	put_u64(k, "rx_bytes", st.rx_bytes);
+	put_u64(k, "bytes_written", st.bytes_written);
+	put_u64(k, "bytes_read", st.bytes_read);
+	put_u64(k, "served_bytes", st.served_bytes);
+	put_str(k, "fail_status", fail ? kvl_status_name(fail) : "");
+	put_str(k, "fail_reason", why);
+}
+
+/* Every peer the control path knows (connecting, ready or dead), in column form. */
+static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		struct kvl_peer_pub *pub = kvl_control_peer(rt, p);
+
+		if (pub && __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_FREE)
+			peer_row(rt, p, pub, &k);
+	}
+	if (k.n_cols == 0) { /* no peer: the columns still exist, empty */
+		rte_tel_data_start_dict(d);
+		return 0;
+	}
+	return sink_finish(&k, d);
+}
+
+/* Totals per transport: "tcp/done_write", "tcp/failed/conn_lost", ... since start. */
+static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct kvl_tcp_stats st = { 0 };
+	char name[64];
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
+		if (rt->io[n])
+			kvl_nic_io_total(rt->io[n], &st);
+	rte_tel_data_start_dict(d);
+#define U(f) rte_tel_data_add_dict_u64(d, "tcp/" #f, st.f)
+	U(posted_write);
+	U(posted_read);
+	U(done_write);
+	U(done_read);
+	U(bytes_written);
+	U(bytes_read);
+	U(served_write);
+	U(served_read);
+	U(served_bytes);
+	U(tx_bytes);
+	U(rx_bytes);
+#undef U
+	for (int s = 1; s < KVL_STATUS_COUNT; s++) {
+		/* telemetry names: [A-Za-z0-9_/] */
+		snprintf(name, sizeof(name), "tcp/failed/%s", kvl_status_name(s));
+		for (char *c = name; *c; c++)
+			if (*c == '-')
+				*c = '_';
+		rte_tel_data_add_dict_u64(d, name, st.failed[s]);
+		snprintf(name, sizeof(name), "tcp/refused/%s", kvl_status_name(s));
+		for (char *c = name; *c; c++)
+			if (*c == '-')
+				*c = '_';
+		rte_tel_data_add_dict_u64(d, name, st.refused[s]);
+	}
+	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
+	return 0;
+}
+
 /* Registered before EAL starts its telemetry thread, as DPDK's own libraries do. */
 RTE_INIT(kvl_telemetry_register)
 {
@@ -351,6 +473,14 @@ RTE_INIT(kvl_telemetry_register)
 		"/kvlane/gpu", tel_gpu,
 		"Staging budget (free VRAM - reserve, or [sched] budget_mb) and the "
 		"GPU it is sampled from. No parameters");
+	rte_telemetry_register_cmd(
+		"/kvlane/peers", tel_peers,
+		"Peers in column form: addr, name, state, role, last_heartbeat_ms, "
+		"rtt_us, data_conns, bytes each way, failure. No parameters");
+	rte_telemetry_register_cmd(
+		"/kvlane/stats", tel_stats,
+		"Transfer counters per transport since start: ops, bytes, errors "
+		"by type. No parameters");
 	rte_telemetry_register_cmd("/kvlane/nic", tel_nic,
 				   "One NIC's row of /kvlane/nics. Parameter: NIC label");
 }

@@ -40,6 +40,141 @@ enum kvl_status {
 /* "ok", "bounds", "no-segment", ... (stable names, used in telemetry too). */
 const char *kvl_status_name(int status);
 
+/* ---- runtime ---- */
+
+struct kvl_runtime;
+
+struct kvl_start_args {
+	int eal_argc; /* as for rte_eal_init(): argv[0], then EAL arguments */
+	char **eal_argv;
+	const char *config;	 /* INI file */
+	const char *const *sets; /* "section.key=value" overrides, applied after the file */
+	unsigned n_sets;
+	const char *sysfs_root; /* NULL: "/sys" */
+};
+
+/* Where kvl_start() failed: the stage decides kvlaned's exit status. */
+enum kvl_start_stage {
+	KVL_START_CONFIG = 3, /* the INI (every error is in the message, one per line) */
+	KVL_START_HOST = 4,   /* NIC, GPU, lcores, listeners, segments */
+	KVL_START_EAL = 5,    /* rte_eal_init() */
+};
+
+/*
+ * Load the INI, check the host, start EAL (once per process), the NIC lcores, the control
+ * thread (when [control] secret_file is set) and the [segment.*] of the INI. Returns the
+ * runtime, or NULL with the reason in @err and the failing stage in *@stage.
+ */
+struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t errlen, int *stage);
+
+/* Stop everything and release EAL. Transfers still in flight are dropped. */
+void kvl_stop(struct kvl_runtime *rt);
+
+/* The control listener's bound address ("127.0.0.1:18515"), "" when the control path is
+ * off. With port 0 in the INI this is where peers must connect. */
+const char *kvl_listen_addr(const struct kvl_runtime *rt);
+
+/* ---- segments: memory peers may read or write ---- */
+
+/* KV geometry: layers x planes (K, V) x blocks of block_bytes. */
+struct kvl_seg_geom {
+	uint32_t layers;
+	uint32_t planes; /* 1 or 2 */
+	uint32_t blocks; /* per layer and plane */
+	uint32_t block_bytes;
+};
+
+/* Byte offset of (layer, plane, block) in a segment of geometry @g. */
+static inline uint64_t kvl_block_offset(const struct kvl_seg_geom *g, uint32_t layer,
+					uint32_t plane, uint32_t block)
+{
+	return (((uint64_t)layer * g->planes + plane) * g->blocks + block) * g->block_bytes;
+}
+
+enum kvl_access {
+	KVL_REMOTE_READ = 1u << 0,  /* peers may READ from the segment */
+	KVL_REMOTE_WRITE = 1u << 1, /* peers may WRITE into it */
+};
+
+struct kvl_segment {
+	uint32_t id; /* what peers name it by */
+	void *base;
+	uint64_t length;
+	struct kvl_seg_geom geom;
+};
+
+/* Allocate a segment in DPDK memory (hugepages when EAL has them) on the NIC's NUMA node,
+ * zeroed. Returns 0 or a negative errno (-ENOMEM: EAL has no room: raise -m). */
+int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
+		  unsigned access, struct kvl_segment *out);
+
+/* Register memory the caller owns (and keeps until kvl_stop()). */
+int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
+		     const struct kvl_seg_geom *g, unsigned access, struct kvl_segment *out);
+
+/* ---- peers ---- */
+
+typedef uint32_t kvl_peer_t;
+
+/* Connect to the kvlane at @addr ("host:port" of its [control] listen), authenticate both
+ * ways with the shared secret, exchange segments and open the data connections. Blocks up to
+ * @timeout_ms. Returns 0, or a negative errno with the reason in @err. */
+int kvl_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms, kvl_peer_t *peer,
+		char *err, size_t errlen);
+
+/* A segment a peer offers. */
+struct kvl_remote_seg {
+	uint32_t id;
+	uint32_t access; /* enum kvl_access */
+	uint64_t length;
+	struct kvl_seg_geom geom;
+	char name[64];
+};
+
+/* The peer's segments; returns how many (up to @max are copied) or a negative errno. */
+int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_seg *out,
+		      unsigned max);
+
+/* ---- transfers ---- */
+
+enum kvl_op_code {
+	KVL_WRITE = 1, /* local -> remote segment */
+	KVL_READ = 2,  /* remote segment -> local */
+};
+
+struct kvl_xfer {
+	uint64_t cookie;     /* returned in the completion */
+	void *local;	     /* inside a segment registered here */
+	uint64_t remote_off; /* offset in the remote segment */
+	uint32_t length;
+	uint32_t remote_seg; /* id from kvl_peer_segments() */
+	uint32_t op;	     /* enum kvl_op_code */
+};
+
+/*
+ * Post up to @n transfers to @peer, spread over its data connections. Returns how many were
+ * taken (fewer when queues are full: post the rest later), or a negative errno before any
+ * is taken: -ENOTCONN (peer not ready or dead), -EFAULT (a local range outside every local
+ * segment), -EINVAL (bad op). Every taken transfer completes exactly once (kvl_poll).
+ */
+int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n);
+
+struct kvl_completion {
+	uint64_t cookie;
+	uint32_t bytes;
+	int32_t status; /* enum kvl_status */
+};
+
+/* Take up to @max completions. One thread at a time may poll. */
+unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max);
+
+/* ---- test data ---- */
+
+/* Fill @len bytes with the pattern that a segment at @offset of a `fill = pattern` segment
+ * with @seed holds, and find the first byte that differs from it (@len if none). */
+void kvl_pattern_fill(void *buf, uint64_t len, uint32_t seed, uint64_t offset);
+uint64_t kvl_pattern_check(const void *buf, uint64_t len, uint32_t seed, uint64_t offset);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The NIC lcore's I/O stage: route submissions to connections, drive them, return completions. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <rte_errno.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "nic_io.h"
+
+#define BURST KVL_NIC_IO_BURST
+
+_Static_assert(sizeof(struct kvl_sub) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_wc) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_lcmd) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_levt) % 4 == 0, "ring elements are multiples of 4 bytes");
+
+static struct rte_ring *ring(const char *what, unsigned nic, size_t esize, unsigned count,
+			     int socket, unsigned flags)
+{
+	char name[RTE_RING_NAMESIZE];
+
+	snprintf(name, sizeof(name), "kvl_%s%u", what, nic);
+	return rte_ring_create_elem(name, (unsigned)esize, rte_align32pow2(count), socket,
+				    flags | RING_F_EXACT_SZ);
+}
+
+int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned depth)
+{
+	/* Every connection may hold @depth requests: the completion ring takes them all, plus
+	 * a ring of submissions, so completing never waits for the API to poll mid-batch. */
+	unsigned subs = depth * 4 < 4096 ? 4096 : depth * 4;
+	unsigned cpls = subs + depth * KVL_SLOTS_PER_LCORE;
+
+	memset(io, 0, sizeof(*io));
+	snprintf(io->name, sizeof(io->name), "nic%u", nic);
+	io->sub = ring("sub", nic, sizeof(struct kvl_sub), subs, socket, RING_F_SC_DEQ);
+	io->cpl = ring("cpl", nic, sizeof(struct kvl_wc), cpls, socket,
+		       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->cmd = ring("cmd", nic, sizeof(struct kvl_lcmd), 1024, socket,
+		       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->evt = ring("evt", nic, sizeof(struct kvl_levt), 1024, socket,
+		       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	if (!io->sub || !io->cpl || !io->cmd || !io->evt) {
+		int rc = -rte_errno;
+
+		kvl_nic_io_fini(io);
+		return rc ? rc : -ENOMEM;
+	}
+	return 0;
+}
+
+void kvl_nic_io_fini(struct kvl_nic_io *io)
+{
+	struct kvl_lcmd cmd;
+
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+		if (io->slot[i].conn)
+			kvl_tcp_conn_free(io->slot[i].conn);
+		io->slot[i].conn = NULL;
+	}
+	/* Connections handed over but never taken in. */
+	while (io->cmd && rte_ring_dequeue_elem(io->cmd, &cmd, sizeof(cmd)) == 0)
+		if (cmd.type == KVL_LCMD_ADD_CONN && cmd.conn)
+			kvl_tcp_conn_free(cmd.conn);
+	rte_ring_free(io->sub);
+	rte_ring_free(io->cpl);
+	rte_ring_free(io->cmd);
+	rte_ring_free(io->evt);
+	io->sub = io->cpl = io->cmd = io->evt = NULL;
+}
+
+void kvl_tcp_stats_add(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
+{
+	uint64_t *pa = (uint64_t *)a;
+	const uint64_t *pb = (const uint64_t *)b;
+
+	_Static_assert(sizeof(*a) % sizeof(uint64_t) == 0, "kvl_tcp_stats is all uint64_t");
+	for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
+		pa[i] += __atomic_load_n(&pb[i], __ATOMIC_RELAXED);
+}
+
+/* Publish a connection's counters where telemetry reads them: field by field, relaxed, so a
+ * reader never sees a torn value. */
+static void publish_stats(struct kvl_slot_stats *dst, const struct kvl_tcp_stats *src)
+{
+	uint64_t *d = (uint64_t *)&dst->tcp;
+	const uint64_t *s = (const uint64_t *)src;
+
+	for (size_t i = 0; i < sizeof(*src) / sizeof(uint64_t); i++)
+		if (d[i] != s[i])
+			__atomic_store_n(&d[i], s[i], __ATOMIC_RELAXED);
+}
+
+static void do_commands(struct kvl_nic_io *io, unsigned *work)
+{
+	struct kvl_lcmd cmd[8];
+	unsigned n = rte_ring_dequeue_burst_elem(io->cmd, cmd, sizeof(cmd[0]), 8, NULL);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct kvl_conn_slot *s;
+
+		if (cmd[i].type == KVL_LCMD_ADD_CONN && cmd[i].slot < KVL_SLOTS_PER_LCORE) {
+			s = &io->slot[cmd[i].slot];
+			if (s->conn) /* the control thread owns slot numbers: never happens */
+				kvl_tcp_conn_free(s->conn);
+			s->conn = cmd[i].conn;
+			s->peer = cmd[i].peer;
+			s->gen = cmd[i].gen;
+			s->closing = false;
+			io->stats[cmd[i].slot].peer = cmd[i].peer;
+			io->stats[cmd[i].slot].gen = cmd[i].gen;
+			memset(&io->stats[cmd[i].slot].tcp, 0, sizeof(io->stats[0].tcp));
+		} else if (cmd[i].type == KVL_LCMD_FAIL_PEER) {
+			for (unsigned j = 0; j < KVL_SLOTS_PER_LCORE; j++) {
+				s = &io->slot[j];
+				if (s->conn && s->peer == cmd[i].peer && !s->closing)
+					kvl_tcp_fail_all(s->conn, cmd[i].status);
+			}
+		}
+	}
+	*work += n;
+}
+
+/* Room left in the completion ring: a completion is never dropped, so nothing is taken that
+ * could not complete at once. */
+static unsigned cpl_room(const struct kvl_nic_io *io)
+{
+	return rte_ring_free_count(io->cpl);
+}
+
+static void complete_now(struct kvl_nic_io *io, const struct kvl_sub *sub, int status)
+{
+	struct kvl_wc wc = { .wr_id = sub->wr.wr_id, .bytes = 0, .status = status };
+
+	rte_ring_enqueue_elem(io->cpl, &wc, sizeof(wc));
+}
+
+/* Returns false when @sub must wait: its connection has @depth requests outstanding. */
+static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub *sub)
+{
+	struct kvl_conn_slot *s = sub->slot < KVL_SLOTS_PER_LCORE ? &io->slot[sub->slot] : NULL;
+	int rc;
+
+	if (s == NULL || s->conn == NULL || s->gen != sub->gen) {
+		io->unroutable++;
+		complete_now(io, sub, KVL_ERR_NO_PEER);
+		return true;
+	}
+	rc = kvl_tcp_post(s->conn, &sub->wr);
+	if (rc == -EAGAIN)
+		return false;
+	if (rc == -EPIPE)
+		complete_now(io, sub, kvl_tcp_broken(s->conn) ?: KVL_ERR_CONN_LOST);
+	else if (rc == -EMSGSIZE)
+		complete_now(io, sub, KVL_ERR_TOO_LARGE);
+	else if (rc < 0)
+		complete_now(io, sub, KVL_ERR_PROTOCOL);
+	return true;
+}
+
+/*
+ * Submissions whose connection is full wait in the stash and are retried first, in order, so
+ * requests on one connection keep the order the API posted them in. New ones are taken only
+ * while the stash has room and the completion ring can take an immediate completion.
+ */
+static void do_submissions(struct kvl_nic_io *io, unsigned *work)
+{
+	struct kvl_sub sub[BURST];
+	unsigned room = cpl_room(io), keep = 0, n;
+
+	for (unsigned i = 0; i < io->n_stash; i++) {
+		if (room > 0 && submit_one(io, &io->stash[i])) {
+			room--;
+			(*work)++;
+		} else {
+			io->stash[keep++] = io->stash[i];
+		}
+	}
+	io->n_stash = keep;
+	while (room > 0 && io->n_stash < BURST) {
+		unsigned max = BURST - io->n_stash;
+
+		n = rte_ring_dequeue_burst_elem(io->sub, sub, sizeof(sub[0]),
+						room < max ? room : max, NULL);
+		if (n == 0)
+			return;
+		*work += n;
+		for (unsigned i = 0; i < n; i++) {
+			if (submit_one(io, &sub[i]))
+				room--;
+			else
+				io->stash[io->n_stash++] = sub[i];
+		}
+	}
+}
+
+static void do_connections(struct kvl_nic_io *io, unsigned *work)
+{
+	struct kvl_wc wc[BURST];
+
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+		struct kvl_conn_slot *s = &io->slot[i];
+		unsigned did, n, room;
+
+		if (s->conn == NULL)
+			continue;
+		did = kvl_tcp_progress(s->conn);
+		*work += did;
+		room = cpl_room(io);
+		n = kvl_tcp_reap(s->conn, wc, room < BURST ? room : BURST);
+		if (n) {
+			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), n, NULL);
+			*work += n;
+		}
+		if (did || n)
+			publish_stats(&io->stats[i], kvl_tcp_stats(s->conn));
+		if (kvl_tcp_broken(s->conn) && kvl_tcp_outstanding(s->conn) == 0) {
+			struct kvl_levt ev = { .type = KVL_LEVT_CONN_CLOSED,
+					       .peer = s->peer,
+					       .slot = i,
+					       .status = kvl_tcp_broken(s->conn) };
+
+			/* Report first: if the ring is full, try again next iteration. */
+			if (rte_ring_enqueue_elem(io->evt, &ev, sizeof(ev)) != 0)
+				continue;
+			publish_stats(&io->stats[i], kvl_tcp_stats(s->conn));
+			if (s->peer < KVL_MAX_PEERS_RT)
+				kvl_tcp_stats_add(&io->closed[s->peer], &io->stats[i].tcp);
+			memset(&io->stats[i].tcp, 0, sizeof(io->stats[i].tcp));
+			kvl_tcp_conn_free(s->conn);
+			s->conn = NULL;
+			(*work)++;
+		}
+	}
+}
+
+unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg)
+{
+	struct kvl_nic_io *io = arg;
+	unsigned work = 0;
+
+	(void)lc;
+	do_commands(io, &work);
+	do_submissions(io, &work);
+	do_connections(io, &work);
+	return work;
+}
+
+void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum)
+{
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
+		if (__atomic_load_n(&io->slot[i].conn, __ATOMIC_RELAXED) != NULL &&
+		    io->stats[i].peer == peer)
+			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
+	if (peer < KVL_MAX_PEERS_RT)
+		kvl_tcp_stats_add(sum, &io->closed[peer]);
+}
+
+void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_tcp_stats *sum)
+{
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
+		if (__atomic_load_n(&io->slot[i].conn, __ATOMIC_RELAXED) != NULL)
+			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
+	for (unsigned p = 0; p < KVL_MAX_PEERS_RT; p++)
+		kvl_tcp_stats_add(sum, &io->closed[p]);
+}

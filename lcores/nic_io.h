@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* A NIC lcore's I/O: rings to and from the API and the control thread, and its connections. */
+#ifndef KVL_LCORES_NIC_IO_H
+#define KVL_LCORES_NIC_IO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lcores.h"
+#include "tcp_data.h"
+#include "xfer.h"
+
+struct rte_ring;
+
+#define KVL_SLOTS_PER_LCORE 64 /* data connections one lcore drives */
+#define KVL_MAX_PEERS_RT    64 /* peers a runtime knows at once (slots of the peer table) */
+#define KVL_NIC_IO_BURST    32
+
+/* API -> lcore: one work request for the connection in @slot (if it is still @gen). */
+struct kvl_sub {
+	struct kvl_wr wr;
+	uint16_t slot;
+	uint16_t reserved;
+	uint32_t gen;
+};
+
+/* control thread -> lcore */
+enum kvl_lcmd_type {
+	KVL_LCMD_ADD_CONN = 1, /* take @conn into @slot (generation @gen) for peer @peer */
+	KVL_LCMD_FAIL_PEER,    /* fail everything of @peer with @status and close its conns */
+};
+
+struct kvl_lcmd {
+	uint32_t type;
+	uint32_t peer;
+	uint32_t slot;
+	uint32_t gen;
+	int32_t status;
+	uint32_t reserved;
+	struct kvl_tcp_conn *conn;
+};
+
+/* lcore -> control thread */
+enum kvl_levt_type {
+	KVL_LEVT_CONN_CLOSED = 1, /* @slot is free again; the connection failed with @status */
+};
+
+struct kvl_levt {
+	uint32_t type;
+	uint32_t peer;
+	uint32_t slot;
+	int32_t status;
+};
+
+/* Counters of one slot: the connection's, kept after it closes (one writer: the lcore). */
+struct kvl_slot_stats {
+	uint32_t peer;
+	uint32_t gen;
+	struct kvl_tcp_stats tcp;
+};
+
+struct kvl_conn_slot {
+	struct kvl_tcp_conn *conn; /* NULL: free, or closed and reported */
+	uint32_t peer;
+	uint32_t gen;
+	bool closing; /* broken: waiting for its last completions to be taken */
+};
+
+struct kvl_nic_io {
+	struct rte_ring *sub; /* struct kvl_sub, many producers (API threads), this lcore */
+	struct rte_ring *cpl; /* struct kvl_wc, this lcore -> one kvl_poll() caller */
+	struct rte_ring *cmd; /* struct kvl_lcmd, control thread -> this lcore */
+	struct rte_ring *evt; /* struct kvl_levt, this lcore -> control thread */
+	/* taken from @sub while their connection was full; retried first, in order */
+	struct kvl_sub stash[KVL_NIC_IO_BURST];
+	unsigned n_stash;
+	struct kvl_conn_slot slot[KVL_SLOTS_PER_LCORE];
+	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */
+	/* what closed connections of each peer moved, so telemetry still counts it */
+	struct kvl_tcp_stats closed[KVL_MAX_PEERS_RT];
+	uint64_t unroutable; /* submissions for a slot that is gone: completed NO_PEER */
+	char name[32];
+};
+
+/*
+ * Create the rings of NIC @nic on @socket, sized for @depth outstanding requests per
+ * connection. Returns 0 or a negative errno.
+ */
+int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned depth);
+
+/* Free the rings and every connection still open (after the lcore stopped). */
+void kvl_nic_io_fini(struct kvl_nic_io *io);
+
+/* The lcore stage: commands, submissions, progress, completions, closed connections.
+ * @arg is the struct kvl_nic_io. Returns the work done. */
+unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg);
+
+/* Sum of the counters of @peer's connections on this lcore, live and closed (relaxed reads:
+ * for telemetry). */
+void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum);
+
+/* Sum of every connection this lcore drives or drove. */
+void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_tcp_stats *sum);
+
+/* Add @b into @a, field by field. */
+void kvl_tcp_stats_add(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b);
+
+#endif /* KVL_LCORES_NIC_IO_H */

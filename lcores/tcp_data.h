@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* TCP data transport: one-sided WRITE/READ over an authenticated, non-blocking connection. */
+#ifndef KVL_LCORES_TCP_DATA_H
+#define KVL_LCORES_TCP_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer.h"
+
+/*
+ * One data connection, owned by one NIC lcore, after the control path has connected it and
+ * authenticated it (DATA_BIND). Both ends are symmetric: each may post requests (initiator)
+ * and each serves the other's requests against its own segment table (target). Nothing here
+ * blocks: the lcore calls kvl_tcp_progress() from its loop.
+ *
+ * Wire format (after the bind): a stream of frames, each a 32-byte header, little-endian,
+ *   u32 magic  "KVLD" (0x444c564b)   u8 type   u8 status   u16 reserved (0)
+ *   u32 seg_id   u32 length   u64 req_id   u64 offset
+ * followed by `length` payload bytes for WRITE_REQ and for READ_RESP with status OK.
+ *   WRITE_REQ  (1): write payload at (seg_id, offset); the target answers WRITE_ACK
+ *   READ_REQ   (2): read length bytes at (seg_id, offset); the target answers READ_RESP
+ *   WRITE_ACK  (3): status of the write, same req_id, no payload
+ *   READ_RESP  (4): status; with KVL_OK, `length` bytes of payload follow
+ * The target checks every request with kvl_seg_check() before touching memory; a refused
+ * WRITE_REQ's payload is read and dropped so the stream stays in step. Responses come back
+ * in request order (TCP keeps order, the target serves in order); a response whose req_id is
+ * not the oldest outstanding one, an unknown type, a bad magic, a non-zero reserved field, or
+ * a length over KVL_TCP_MAX_MSG is a protocol error: the connection is marked broken and
+ * every outstanding request completes with KVL_ERR_PROTOCOL.
+ */
+
+#define KVL_TCP_MAGIC	0x444c564bu
+#define KVL_TCP_HDR_LEN 32
+#define KVL_TCP_MAX_MSG (64u << 20) /* one request moves at most 64 MiB */
+
+enum kvl_tcp_type {
+	KVL_TCP_WRITE_REQ = 1,
+	KVL_TCP_READ_REQ = 2,
+	KVL_TCP_WRITE_ACK = 3,
+	KVL_TCP_READ_RESP = 4,
+};
+
+struct kvl_tcp_hdr {
+	uint32_t magic;
+	uint8_t type;
+	uint8_t status;
+	uint16_t reserved;
+	uint32_t seg_id;
+	uint32_t length;
+	uint64_t req_id;
+	uint64_t offset;
+};
+
+/* Byte-exact, endian-independent encoding of the 32-byte header. */
+void kvl_tcp_hdr_encode(const struct kvl_tcp_hdr *h, uint8_t out[KVL_TCP_HDR_LEN]);
+void kvl_tcp_hdr_decode(const uint8_t in[KVL_TCP_HDR_LEN], struct kvl_tcp_hdr *h);
+
+/* Counters, one writer (the owning lcore). */
+struct kvl_tcp_stats {
+	uint64_t tx_bytes, rx_bytes;	     /* on the socket, headers included */
+	uint64_t posted_write, posted_read;  /* initiated here */
+	uint64_t done_write, done_read;	     /* initiated here, completed OK */
+	uint64_t bytes_written, bytes_read;  /* payload of those */
+	uint64_t served_write, served_read;  /* peer's requests executed here */
+	uint64_t served_bytes;		     /* payload moved for the peer */
+	uint64_t refused[KVL_STATUS_COUNT];  /* peer's requests refused here, by status */
+	uint64_t failed[KVL_STATUS_COUNT];   /* requests initiated here, completed with an error */
+};
+
+struct kvl_tcp_conn;
+
+/*
+ * Take over @fd (connected, bound; set non-blocking here). @segs is this side's segment table
+ * (read, never written). @depth bounds the requests this side may have outstanding; the
+ * target also stops reading new requests while more than @depth responses wait to be sent,
+ * so a peer that does not read cannot make us queue without bound. Returns NULL with errno
+ * on failure (the fd is then still the caller's).
+ */
+struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, unsigned depth);
+
+/* Close the socket and free everything. Outstanding requests are dropped without completions:
+ * call kvl_tcp_fail_all() first to report them. */
+void kvl_tcp_conn_free(struct kvl_tcp_conn *c);
+
+/*
+ * Queue one request. Returns 0; -EAGAIN when @depth requests are outstanding (try again after
+ * progress); -EPIPE when the connection is broken; -EMSGSIZE over KVL_TCP_MAX_MSG; -EINVAL for
+ * an unknown op. Nothing is sent until kvl_tcp_progress().
+ */
+int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr);
+
+/*
+ * Move bytes both ways as far as the socket allows without blocking: send queued requests and
+ * responses, read and serve the peer's requests, read responses to ours. Returns the work
+ * done (frames handled + 1 per syscall that moved bytes), 0 when idle. When the socket fails
+ * or the peer sends garbage the connection becomes broken (see kvl_tcp_broken()) and every
+ * outstanding request is completed with KVL_ERR_CONN_LOST or KVL_ERR_PROTOCOL.
+ */
+unsigned kvl_tcp_progress(struct kvl_tcp_conn *c);
+
+/* Take up to @max completions of requests initiated here, oldest first. Returns the count. */
+unsigned kvl_tcp_reap(struct kvl_tcp_conn *c, struct kvl_wc *wc, unsigned max);
+
+/* Complete every outstanding request with @status (peer dead, shutdown) and mark the
+ * connection broken. The completions are then reaped as usual. */
+void kvl_tcp_fail_all(struct kvl_tcp_conn *c, int status);
+
+/* 0 while healthy, else the status the connection failed with (KVL_ERR_CONN_LOST, ...). */
+int kvl_tcp_broken(const struct kvl_tcp_conn *c);
+
+/* Requests initiated here and not yet reaped. */
+unsigned kvl_tcp_outstanding(const struct kvl_tcp_conn *c);
+
+const struct kvl_tcp_stats *kvl_tcp_stats(const struct kvl_tcp_conn *c);
+
+#endif /* KVL_LCORES_TCP_DATA_H */

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What every transport shares: work requests, completions, and the local segment table. */
+#ifndef KVL_LCORES_XFER_H
+#define KVL_LCORES_XFER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvlane/kvlane.h"
+
+enum kvl_op {
+	KVL_OP_WRITE = 1, /* local range -> remote segment */
+	KVL_OP_READ = 2,  /* remote segment -> local range */
+};
+
+/* One work request, as the lcore hands it to a transport. */
+struct kvl_wr {
+	uint64_t wr_id;	     /* returned unchanged in the completion */
+	void *local;	     /* inside a registered local segment (checked before posting) */
+	uint64_t remote_off; /* offset inside the remote segment */
+	uint32_t length;     /* bytes; 0 is allowed and completes like any other */
+	uint32_t remote_seg; /* remote segment id, as advertised by the peer */
+	uint8_t op;	     /* enum kvl_op */
+};
+
+/* One completion. */
+struct kvl_wc {
+	uint64_t wr_id;
+	uint32_t bytes; /* moved: the request's length on KVL_OK, 0 otherwise */
+	int32_t status; /* enum kvl_status */
+};
+
+/* ---- local segments: what peers may read and write here ---- */
+
+#define KVL_MAX_SEGS 64
+
+enum kvl_seg_flags {
+	KVL_SEG_REMOTE_READ = 1u << 0,	/* peers may READ from it */
+	KVL_SEG_REMOTE_WRITE = 1u << 1, /* peers may WRITE into it */
+};
+
+struct kvl_seg {
+	uint8_t *base;
+	uint64_t len;
+	uint32_t id;
+	uint32_t flags; /* enum kvl_seg_flags */
+};
+
+/*
+ * Registered segments, read by every lcore without locks: an entry is filled, then published
+ * by a release store of `live`; lcores load `live` with acquire. Entries are never reused
+ * while the runtime runs (ids grow), so a reader never sees an entry change under it.
+ */
+struct kvl_seg_table {
+	struct kvl_seg seg[KVL_MAX_SEGS];
+	bool live[KVL_MAX_SEGS];
+};
+
+/* Segment @id if it is live, else NULL. Ids are 1-based: id - 1 is the slot. */
+static inline const struct kvl_seg *kvl_seg_lookup(const struct kvl_seg_table *t, uint32_t id)
+{
+	if (id == 0 || id > KVL_MAX_SEGS || !__atomic_load_n(&t->live[id - 1], __ATOMIC_ACQUIRE))
+		return NULL;
+	return &t->seg[id - 1];
+}
+
+/*
+ * Check a remote access against a segment: the status a target returns for it.
+ * Written so that offset + length cannot overflow.
+ */
+static inline int kvl_seg_check(const struct kvl_seg *s, uint64_t off, uint64_t len, int op)
+{
+	if (s == NULL)
+		return KVL_ERR_NO_SEGMENT;
+	if (!(s->flags & (op == KVL_OP_READ ? KVL_SEG_REMOTE_READ : KVL_SEG_REMOTE_WRITE)))
+		return KVL_ERR_ACCESS;
+	if (off > s->len || len > s->len - off)
+		return KVL_ERR_BOUNDS;
+	return KVL_OK;
+}
+
+#endif /* KVL_LCORES_XFER_H */

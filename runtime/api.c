@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The public C API (include/kvlane/kvlane.h): start/stop, segments, peers, post and poll. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_malloc.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "control.h"
+#include "kvlane/kvlane.h"
+#include "runtime.h"
+
+_Static_assert(sizeof(struct kvl_completion) == sizeof(struct kvl_wc) &&
+		       offsetof(struct kvl_completion, cookie) == offsetof(struct kvl_wc, wr_id) &&
+		       offsetof(struct kvl_completion, bytes) == offsetof(struct kvl_wc, bytes) &&
+		       offsetof(struct kvl_completion, status) == offsetof(struct kvl_wc, status),
+	       "completions leave the completion ring as they are");
+_Static_assert((int)KVL_WRITE == (int)KVL_OP_WRITE && (int)KVL_READ == (int)KVL_OP_READ,
+	       "public and internal op codes agree");
+_Static_assert((int)KVL_REMOTE_READ == (int)KVL_SEG_REMOTE_READ &&
+		       (int)KVL_REMOTE_WRITE == (int)KVL_SEG_REMOTE_WRITE,
+	       "public and internal access bits agree");
+
+static const char *const status_names[KVL_STATUS_COUNT] = {
+	[KVL_OK] = "ok",
+	[KVL_ERR_BOUNDS] = "bounds",
+	[KVL_ERR_NO_SEGMENT] = "no-segment",
+	[KVL_ERR_ACCESS] = "access",
+	[KVL_ERR_LOCAL] = "local",
+	[KVL_ERR_CONN_LOST] = "conn-lost",
+	[KVL_ERR_PEER_DEAD] = "peer-dead",
+	[KVL_ERR_PROTOCOL] = "protocol",
+	[KVL_ERR_CANCELED] = "canceled",
+	[KVL_ERR_TOO_LARGE] = "too-large",
+	[KVL_ERR_NO_PEER] = "no-peer",
+};
+
+const char *kvl_status_name(int status)
+{
+	return status >= 0 && status < KVL_STATUS_COUNT ? status_names[status] : "?";
+}
+
+/* ---- the test pattern: 64-bit words of a mixing function of (seed, word index) ---- */
+
+static uint64_t pattern_word(uint32_t seed, uint64_t idx)
+{
+	uint64_t z = idx + 0x9e3779b97f4a7c15ull * ((uint64_t)seed + 1);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void kvl_pattern_fill(void *buf, uint64_t len, uint32_t seed, uint64_t offset)
+{
+	uint8_t *p = buf;
+	uint64_t i = 0;
+
+	for (; i < len && ((offset + i) & 7); i++)
+		p[i] = (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7)));
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = pattern_word(seed, (offset + i) >> 3);
+
+		memcpy(p + i, &w, 8); /* little-endian hosts: byte k of the word at offset+k */
+	}
+	for (; i < len; i++)
+		p[i] = (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7)));
+}
+
+uint64_t kvl_pattern_check(const void *buf, uint64_t len, uint32_t seed, uint64_t offset)
+{
+	const uint8_t *p = buf;
+	uint64_t i = 0;
+
+	for (; i < len && ((offset + i) & 7); i++)
+		if (p[i] !=
+		    (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7))))
+			return i;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = pattern_word(seed, (offset + i) >> 3), got;
+
+		memcpy(&got, p + i, 8);
+		if (got != w)
+			break; /* find the byte below */
+	}
+	for (; i < len; i++)
+		if (p[i] !=
+		    (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7))))
+			return i;
+	return len;
+}
+
+/* ---- start and stop ---- */
+
+/* EAL's argv plus "--no-telemetry" when the INI turns telemetry off. */
+static char **eal_argv_for(const struct kvl_start_args *a, const struct kvl_config *cfg, int *argc)
+{
+	char **v = calloc((size_t)a->eal_argc + 2, sizeof(*v));
+	int n = 0;
+
+	if (v == NULL)
+		return NULL;
+	for (int i = 0; i < a->eal_argc; i++)
+		v[n++] = a->eal_argv[i];
+	if (!cfg->telemetry.enable)
+		v[n++] = (char *)"--no-telemetry";
+	v[n] = NULL;
+	*argc = n;
+	return v;
+}
+
+struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t errlen, int *stage)
+{
+	static struct kvl_conf_errors errs;
+	struct kvl_runtime *rt = calloc(1, sizeof(*rt));
+	char **eal_argv;
+	int eal_argc, rc;
+	size_t len = 0;
+
+	err[0] = '\0';
+	if (rt == NULL) {
+		snprintf(err, errlen, "out of memory");
+		*stage = KVL_START_HOST;
+		return NULL;
+	}
+	pthread_mutex_init(&rt->seg_lock, NULL);
+	/* Everything that can be wrong in the INI is found before anything starts. */
+	rc = kvl_config_load_sets(a->config, a->sets, a->n_sets, &rt->cfg, &errs);
+	if (rc < 0) {
+		for (unsigned i = 0; i < errs.count && len < errlen; i++)
+			len += snprintf(err + len, errlen - len, "%s%s", i ? "\n" : "",
+					errs.msg[i]);
+		if (errs.dropped && len < errlen)
+			snprintf(err + len, errlen - len, "\n(%u more errors not shown)",
+				 errs.dropped);
+		*stage = KVL_START_CONFIG;
+		goto fail;
+	}
+	snprintf(rt->sysfs_root, sizeof(rt->sysfs_root), "%s",
+		 a->sysfs_root ? a->sysfs_root : "/sys");
+	if (kvl_runtime_discover(rt, err, errlen) < 0) {
+		*stage = KVL_START_HOST;
+		goto fail;
+	}
+	eal_argv = eal_argv_for(a, &rt->cfg, &eal_argc);
+	if (eal_argv == NULL) {
+		snprintf(err, errlen, "out of memory");
+		*stage = KVL_START_HOST;
+		goto fail;
+	}
+	rc = rte_eal_init(eal_argc, eal_argv);
+	free(eal_argv); /* EAL keeps pointers to the strings, not to this array */
+	if (rc < 0) {
+		/* Some EAL failures (a --file-prefix already in use) leave rte_errno at 0: then
+		 * EAL's own lines above are the explanation. */
+		snprintf(err, errlen, "EAL initialisation failed: %s; check the EAL arguments",
+			 rte_errno ? rte_strerror(rte_errno) : "see EAL's messages above");
+		*stage = KVL_START_EAL;
+		goto fail;
+	}
+	rc = kvl_runtime_start(rt, err, errlen);
+	if (rc < 0) {
+		if (err[0] == '\0')
+			snprintf(err, errlen, "%s", strerror(-rc));
+		rte_eal_cleanup();
+		*stage = KVL_START_HOST;
+		goto fail;
+	}
+	kvl_telemetry_attach(rt);
+	return rt;
+fail:
+	pthread_mutex_destroy(&rt->seg_lock);
+	free(rt);
+	return NULL;
+}
+
+void kvl_stop(struct kvl_runtime *rt)
+{
+	if (rt == NULL)
+		return;
+	kvl_telemetry_attach(NULL);
+	kvl_runtime_stop(rt);
+	/* The lcore states stay: a telemetry reply may still be reading them, and
+	 * rte_eal_cleanup() releases EAL memory as a whole. */
+	rte_eal_cleanup();
+	pthread_mutex_destroy(&rt->seg_lock);
+	free(rt);
+}
+
+const char *kvl_listen_addr(const struct kvl_runtime *rt)
+{
+	return kvl_control_listen_addr(rt);
+}
+
+/* ---- segments ---- */
+
+static int geom_desc(const struct kvl_seg_geom *g, unsigned access, struct kvl_seg_desc *d)
+{
+	memset(d, 0, sizeof(*d));
+	if (g->layers == 0 || g->blocks == 0 || g->block_bytes == 0 ||
+	    (g->planes != 1 && g->planes != 2) ||
+	    (access & ~(unsigned)(KVL_REMOTE_READ | KVL_REMOTE_WRITE)))
+		return -EINVAL;
+	d->n_layers = g->layers;
+	d->n_planes = g->planes;
+	d->block_count = g->blocks;
+	d->block_size = g->block_bytes;
+	d->plane_stride = (uint64_t)g->blocks * g->block_bytes;
+	d->layer_stride = d->plane_stride * g->planes;
+	d->length = d->layer_stride * g->layers;
+	d->flags = access;
+	return d->length > (1ull << 40) ? -E2BIG : 0;
+}
+
+static void seg_out(const struct kvl_seg_desc *d, uint32_t id, void *base, struct kvl_segment *out)
+{
+	if (out == NULL)
+		return;
+	out->id = id;
+	out->base = base;
+	out->length = d->length;
+	out->geom = (struct kvl_seg_geom){ .layers = d->n_layers,
+					   .planes = d->n_planes,
+					   .blocks = d->block_count,
+					   .block_bytes = d->block_size };
+}
+
+int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
+		  unsigned access, struct kvl_segment *out)
+{
+	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+	struct kvl_seg_desc d;
+	uint32_t id;
+	void *mem;
+	int rc = geom_desc(g, access, &d);
+
+	if (rc < 0)
+		return rc;
+	mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
+	if (mem == NULL)
+		mem = rte_zmalloc("kvl_segment", d.length, 4096);
+	if (mem == NULL)
+		return -ENOMEM;
+	rc = kvl_runtime_seg_add(rt, name, mem, mem, &d, &id);
+	if (rc < 0) {
+		rte_free(mem);
+		return rc;
+	}
+	seg_out(&d, id, mem, out);
+	return 0;
+}
+
+int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
+		     const struct kvl_seg_geom *g, unsigned access, struct kvl_segment *out)
+{
+	struct kvl_seg_desc d;
+	uint32_t id;
+	int rc = geom_desc(g, access, &d);
+
+	if (rc < 0 || base == NULL)
+		return rc < 0 ? rc : -EINVAL;
+	rc = kvl_runtime_seg_add(rt, name, base, NULL, &d, &id);
+	if (rc == 0)
+		seg_out(&d, id, base, out);
+	return rc;
+}
+
+/* ---- peers ---- */
+
+int kvl_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms, kvl_peer_t *peer,
+		char *err, size_t errlen)
+{
+	return kvl_control_connect(rt, addr, timeout_ms, peer, err, errlen);
+}
+
+int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_seg *out,
+		      unsigned max)
+{
+	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
+	int n;
+
+	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+		return -ENOTCONN;
+	rte_spinlock_lock(&pub->lock);
+	n = (int)pub->n_segs;
+	for (unsigned i = 0; i < pub->n_segs && i < max; i++) {
+		const struct kvl_seg_desc *d = &pub->seg[i];
+
+		out[i] = (struct kvl_remote_seg){ .id = d->id,
+						  .access = d->flags,
+						  .length = d->length,
+						  .geom = { .layers = d->n_layers,
+							    .planes = d->n_planes,
+							    .blocks = d->block_count,
+							    .block_bytes = d->block_size } };
+		snprintf(out[i].name, sizeof(out[i].name), "%s", d->name);
+	}
+	rte_spinlock_unlock(&pub->lock);
+	return n;
+}
+
+/* ---- transfers ---- */
+
+/* Is [p, p + len) inside one live local segment? */
+static bool local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		const struct kvl_seg *s = kvl_seg_lookup(&rt->segs, i + 1);
+
+		if (s && a >= (uintptr_t)s->base && a - (uintptr_t)s->base <= s->len &&
+		    len <= s->len - (a - (uintptr_t)s->base))
+			return true;
+	}
+	return false;
+}
+
+int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n)
+{
+	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
+	struct kvl_peer_conn conn[KVL_PEER_MAX_CONNS];
+	uint32_t n_conns, rr;
+	unsigned i;
+
+	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+		return -ENOTCONN;
+	for (i = 0; i < n; i++) {
+		if (x[i].op != KVL_WRITE && x[i].op != KVL_READ)
+			return -EINVAL;
+		if (!local_ok(rt, x[i].local, x[i].length))
+			return -EFAULT;
+	}
+	rte_spinlock_lock(&pub->lock);
+	n_conns = pub->n_conns;
+	memcpy(conn, pub->conn, sizeof(conn[0]) * n_conns);
+	rr = pub->rr;
+	pub->rr += n;
+	rte_spinlock_unlock(&pub->lock);
+	if (n_conns == 0)
+		return -ENOTCONN;
+	for (i = 0; i < n; i++) {
+		const struct kvl_peer_conn *c = &conn[(rr + i) % n_conns];
+		struct kvl_sub sub = { .wr = { .wr_id = x[i].cookie,
+					       .local = x[i].local,
+					       .remote_off = x[i].remote_off,
+					       .length = x[i].length,
+					       .remote_seg = x[i].remote_seg,
+					       .op = (uint8_t)x[i].op },
+				       .slot = c->slot,
+				       .gen = c->gen };
+
+		if (rte_ring_mp_enqueue_elem(rt->io[c->nic]->sub, &sub, sizeof(sub)) != 0)
+			break; /* full: the caller posts the rest later */
+	}
+	return (int)i;
+}
+
+unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max)
+{
+	unsigned got = 0, n_nics = rt->cfg.n_nics;
+
+	/* Start at a different NIC each call so none starves. */
+	for (unsigned k = 0; k < n_nics && got < max; k++) {
+		unsigned nic = (rt->poll_rr + k) % n_nics;
+
+		if (rt->io[nic])
+			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->cpl, c + got, sizeof(*c),
+							      max - got, NULL);
+	}
+	rt->poll_rr++;
+	return got;
+}

@@ -1,0 +1,1435 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Control thread: handshake, metadata exchange, data connection binding, heartbeats. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rte_lcore.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "control.h"
+#include "runtime.h"
+
+#define MAX_PENDING	128 /* data connections being bound */
+#define MAX_API_REQS	16
+#define RECONNECT_NS	1000000000ull
+#define FRAME_MAX	(KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
+#define BIND_TIMEOUT_NS 5000000000ull
+
+enum pconn_state {
+	PC_FREE = 0,
+	PC_CONNECTING, /* client: connect() in progress */
+	PC_BIND_SENT,  /* client: DATA_BIND sent, waiting for DATA_BIND_OK */
+	PC_WAIT_BIND,  /* server: accepted, waiting for DATA_BIND */
+};
+
+/* A data connection between accept/connect and the hand-over to its lcore. */
+struct pconn {
+	int state;
+	int fd;
+	unsigned nic;
+	uint32_t peer;
+	uint32_t peer_gen;
+	uint32_t conn_index;
+	uint64_t deadline_ns;
+	uint8_t rx[256];
+	size_t rx_len;
+};
+
+struct api_req {
+	char addr[KVL_CTRL_ADDR_LEN];
+	uint64_t deadline_ns;
+	bool taken, done;
+	int result;
+	uint32_t peer;
+	char msg[KVL_CTRL_TEXT_LEN];
+};
+
+/* The control thread's own view of a peer (the public part is in struct kvl_peer_pub). */
+struct peer {
+	int fd;
+	bool auto_reconnect; /* from [control] peers: retried after a failure */
+	uint64_t retry_ns;
+	uint64_t deadline_ns; /* of the handshake and binding */
+	uint8_t rx[FRAME_MAX];
+	size_t rx_len;
+	uint8_t *tx;
+	size_t tx_len, tx_cap;
+	struct kvl_ctrl_msg hello, challenge;
+	uint64_t session_id;
+	bool got_segs, got_eps;
+	struct kvl_endpoint eps[KVL_CTRL_MAX_EPS];
+	uint32_t n_eps;
+	uint64_t next_hb_ns, hb_seq;
+	unsigned want_conns, bound_conns;
+	struct api_req *waiter;
+	uint32_t segs_version_sent;
+};
+
+struct kvl_control {
+	struct kvl_runtime *rt;
+	struct kvl_secret secret;
+	pthread_t thread;
+	bool running;
+	volatile bool stop;
+	int efd; /* wakes the thread: API requests, stop, segment changes */
+	int lfd; /* control listener */
+	char listen_addr[KVL_CTRL_ADDR_LEN];
+	int dfd[KVL_MAX_NICS]; /* data listeners of tcp NICs, -1 otherwise */
+	struct kvl_endpoint eps[KVL_CTRL_MAX_EPS];
+	uint32_t n_eps;
+	struct peer peer[KVL_MAX_PEERS_RT];
+	struct kvl_peer_pub pub[KVL_MAX_PEERS_RT];
+	struct pconn pc[MAX_PENDING];
+	bool slot_used[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	uint32_t slot_gen[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	uint64_t auth_failures;
+	uint32_t segs_version;
+	pthread_mutex_t lock; /* API requests and waits */
+	pthread_cond_t cond;
+	struct api_req *req[MAX_API_REQS];
+};
+
+static const char *const state_names[] = { "free",    "connecting", "handshake", "exchange",
+					   "binding", "ready",	    "dead" };
+
+const char *kvl_peer_state_name(int s)
+{
+	return s >= 0 && s <= KVL_PEER_DEAD ? state_names[s] : "?";
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void wake(struct kvl_control *c)
+{
+	uint64_t one = 1;
+
+	if (write(c->efd, &one, sizeof(one)) < 0) {
+		/* The counter is full: the thread is already awake. */
+	}
+}
+
+/* "host:port" or "[v6]:port" to a socket address (names resolved). */
+static int resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *err,
+		   size_t errlen)
+{
+	char host[KVL_CTRL_ADDR_LEN];
+	const char *colon, *h = addr, *port;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	size_t hl;
+	int rc;
+
+	if (addr[0] == '[') {
+		const char *close = strchr(addr, ']');
+
+		if (close == NULL || close[1] != ':')
+			goto bad;
+		h = addr + 1;
+		hl = (size_t)(close - h);
+		port = close + 2;
+	} else {
+		colon = strrchr(addr, ':');
+		if (colon == NULL)
+			goto bad;
+		hl = (size_t)(colon - addr);
+		port = colon + 1;
+	}
+	if (hl == 0 || hl >= sizeof(host))
+		goto bad;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc != 0 || ai == NULL) {
+		snprintf(err, errlen, "%s: cannot resolve: %s", addr, gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+bad:
+	snprintf(err, errlen, "%s: expected host:port", addr);
+	return -EINVAL;
+}
+
+static void format_addr(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)ss;
+
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		port = ntohs(a->sin_port);
+		snprintf(out, len, "%s:%u", host, port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)ss;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		port = ntohs(a->sin6_port);
+		snprintf(out, len, "[%s]:%u", host, port);
+	} else {
+		snprintf(out, len, "?");
+	}
+}
+
+static int listen_on(const struct sockaddr_storage *ss, socklen_t len, char *bound, size_t boundlen)
+{
+	struct sockaddr_storage got;
+	socklen_t gl = sizeof(got);
+	int one = 1, fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)ss, len) < 0 || listen(fd, 64) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&got, &gl) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	format_addr(&got, bound, boundlen);
+	return fd;
+}
+
+/* The IPv4 address of netdev @dev (the tcp transport binds its data path there). */
+static int netdev_ipv4(const char *dev, struct in_addr *out)
+{
+	struct ifaddrs *ifa, *i;
+	int rc = -EADDRNOTAVAIL;
+
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	for (i = ifa; i; i = i->ifa_next) {
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    strcmp(i->ifa_name, dev) == 0) {
+			*out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+			rc = 0;
+			break;
+		}
+	}
+	freeifaddrs(ifa);
+	return rc;
+}
+
+/* ---- sending ---- */
+
+static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int queue_msg(struct peer *pr, struct kvl_ctrl_msg *m)
+{
+	int n;
+
+	if (pr->tx_cap - pr->tx_len < FRAME_MAX) {
+		size_t cap = pr->tx_cap ? pr->tx_cap * 2 : 2 * FRAME_MAX;
+		uint8_t *t;
+
+		if (cap > 64 * FRAME_MAX)
+			return -ENOBUFS; /* the peer stopped reading */
+		t = realloc(pr->tx, cap);
+		if (t == NULL)
+			return -ENOMEM;
+		pr->tx = t;
+		pr->tx_cap = cap;
+	}
+	n = kvl_ctrl_encode(m, pr->tx + pr->tx_len, pr->tx_cap - pr->tx_len);
+	if (n < 0)
+		return n;
+	pr->tx_len += (size_t)n;
+	return 0;
+}
+
+static void send_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m)
+{
+	int rc = queue_msg(&c->peer[p], m);
+
+	if (rc < 0)
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "cannot queue %s: %s",
+			  kvl_ctrl_type_name(m->type), strerror(-rc));
+}
+
+static int flush(struct peer *pr)
+{
+	while (pr->tx_len > 0) {
+		ssize_t n = send(pr->fd, pr->tx, pr->tx_len, MSG_NOSIGNAL);
+
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+		memmove(pr->tx, pr->tx + n, pr->tx_len - (size_t)n);
+		pr->tx_len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* A blocking-free send of one small frame on a data connection being bound. */
+static int send_small(int fd, struct kvl_ctrl_msg *m)
+{
+	uint8_t buf[256];
+	int n = kvl_ctrl_encode(m, buf, sizeof(buf));
+
+	if (n < 0)
+		return n;
+	/* The socket buffer of a fresh connection always takes a few hundred bytes. */
+	return send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -EIO;
+}
+
+static void send_segments(struct kvl_control *c, uint32_t p)
+{
+	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
+	struct kvl_runtime *rt = c->rt;
+
+	if (m == NULL)
+		return;
+	m->type = KVL_CTRL_SEGMENTS;
+	pthread_mutex_lock(&rt->seg_lock);
+	for (uint32_t i = 0; i < KVL_MAX_SEGS && m->u.segments.n < KVL_CTRL_MAX_SEGS; i++)
+		if (rt->segmeta[i].live)
+			m->u.segments.seg[m->u.segments.n++] = rt->segmeta[i].desc;
+	c->peer[p].segs_version_sent = rt->segs_version;
+	pthread_mutex_unlock(&rt->seg_lock);
+	send_msg(c, p, m);
+	free(m);
+}
+
+static void send_endpoints(struct kvl_control *c, uint32_t p)
+{
+	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
+
+	if (m == NULL)
+		return;
+	m->type = KVL_CTRL_ENDPOINTS;
+	m->u.endpoints.n = c->n_eps;
+	memcpy(m->u.endpoints.ep, c->eps, sizeof(c->eps[0]) * c->n_eps);
+	send_msg(c, p, m);
+	free(m);
+}
+
+/* ---- peers ---- */
+
+static void set_state(struct kvl_control *c, uint32_t p, int state)
+{
+	__atomic_store_n(&c->pub[p].state, state, __ATOMIC_RELEASE);
+	if (state == KVL_PEER_READY || state == KVL_PEER_DEAD) {
+		struct api_req *w = c->peer[p].waiter;
+
+		if (w) {
+			pthread_mutex_lock(&c->lock);
+			w->done = true;
+			w->peer = p;
+			w->result = state == KVL_PEER_READY ? 0 : -ECONNREFUSED;
+			if (state == KVL_PEER_DEAD)
+				snprintf(w->msg, sizeof(w->msg), "%s", c->pub[p].fail_msg);
+			pthread_cond_broadcast(&c->cond);
+			pthread_mutex_unlock(&c->lock);
+			c->peer[p].waiter = NULL;
+		}
+	}
+}
+
+/* Make slot @p a new peer (its previous one is free, or dead with no connection left). */
+static void peer_reset(struct kvl_control *c, uint32_t p, const char *addr, bool initiator)
+{
+	struct kvl_peer_pub *pub = &c->pub[p];
+	struct peer *pr = &c->peer[p];
+
+	{
+		/* Counters of the slot's earlier peers stay out of this one's. */
+		rte_spinlock_lock(&pub->lock);
+		memset(&pub->base, 0, sizeof(pub->base));
+		for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
+			if (c->rt->io[n])
+				kvl_nic_io_peer_stats(c->rt->io[n], p, &pub->base);
+		pub->gen++;
+		pub->initiator = initiator;
+		snprintf(pub->addr, sizeof(pub->addr), "%s", addr);
+		pub->name[0] = '\0';
+		pub->n_conns = 0;
+		pub->n_segs = 0;
+		pub->fail_status = 0;
+		pub->fail_msg[0] = '\0';
+		pub->last_rx_ns = now_ns();
+		pub->rtt_us = 0;
+		pub->heartbeats_rx = 0;
+		rte_spinlock_unlock(&pub->lock);
+		free(pr->tx);
+		memset(pr, 0, sizeof(*pr));
+		pr->fd = -1;
+	}
+}
+
+static int peer_alloc(struct kvl_control *c, const char *addr, bool initiator)
+{
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		int st = c->pub[p].state;
+		struct peer *pr = &c->peer[p];
+
+		if (st != KVL_PEER_FREE && !(st == KVL_PEER_DEAD && !pr->auto_reconnect &&
+					     pr->waiter == NULL && c->pub[p].n_conns == 0))
+			continue;
+		peer_reset(c, p, addr, initiator);
+		return (int)p;
+	}
+	return -ENOSPC;
+}
+
+/* Tell every lcore to fail what it has of this peer, and close the control socket. */
+static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char *fmt, ...)
+{
+	struct kvl_peer_pub *pub = &c->pub[p];
+	struct peer *pr = &c->peer[p];
+	struct kvl_lcmd cmd = { .type = KVL_LCMD_FAIL_PEER, .peer = p, .status = status };
+	va_list ap;
+
+	if (pub->state == KVL_PEER_DEAD || pub->state == KVL_PEER_FREE)
+		return;
+	rte_spinlock_lock(&pub->lock);
+	pub->fail_status = status;
+	va_start(ap, fmt);
+	vsnprintf(pub->fail_msg, sizeof(pub->fail_msg), fmt, ap);
+	va_end(ap);
+	rte_spinlock_unlock(&pub->lock);
+	KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "", pub->name,
+		pub->fail_msg);
+	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
+		if (c->rt->io[n])
+			while (rte_ring_enqueue_elem(c->rt->io[n]->cmd, &cmd, sizeof(cmd)) != 0)
+				sched_yield(); /* the lcore drains it every iteration */
+	for (unsigned i = 0; i < MAX_PENDING; i++) {
+		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p) {
+			close(c->pc[i].fd);
+			c->pc[i].state = PC_FREE;
+		}
+	}
+	if (pr->fd >= 0) {
+		struct kvl_ctrl_msg bye = { .type = KVL_CTRL_BYE };
+
+		if (queue_msg(pr, &bye) == 0)
+			flush(pr);
+		close(pr->fd);
+		pr->fd = -1;
+	}
+	pr->retry_ns = now_ns() + RECONNECT_NS;
+	set_state(c, p, KVL_PEER_DEAD);
+}
+
+static int start_connect(const char *addr, int *fd_out, char *err, size_t errlen,
+			 const struct in_addr *src)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int rc = resolve(addr, &ss, &len, err, errlen), fd, one = 1;
+
+	if (rc < 0)
+		return rc;
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (src && ss.ss_family == AF_INET) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = *src };
+
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: cannot bind to the NIC's address: %s", addr,
+				 strerror(errno));
+			close(fd);
+			return rc;
+		}
+	}
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: connect: %s", addr, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+static void peer_connect(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+	char err[KVL_CTRL_TEXT_LEN];
+	int rc;
+
+	set_state(c, p, KVL_PEER_CONNECTING);
+	pr->deadline_ns = now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
+	if (pr->waiter && pr->waiter->deadline_ns < pr->deadline_ns)
+		pr->deadline_ns = pr->waiter->deadline_ns;
+	rc = start_connect(c->pub[p].addr, &pr->fd, err, sizeof(err), NULL);
+	if (rc < 0)
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "%s", err);
+}
+
+/* Client: the control connection is up; say hello. */
+static void client_hello(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+
+	memset(&pr->hello, 0, sizeof(pr->hello));
+	pr->hello.type = KVL_CTRL_HELLO;
+	pr->hello.u.hello.min_version = KVL_CTRL_VERSION;
+	pr->hello.u.hello.max_version = KVL_CTRL_VERSION;
+	snprintf(pr->hello.u.hello.name, sizeof(pr->hello.u.hello.name), "%s",
+		 c->rt->cfg.runtime.name);
+	if (kvl_random(pr->hello.u.hello.nonce, KVL_NONCE_LEN) < 0) {
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "no random bytes for the handshake");
+		return;
+	}
+	set_state(c, p, KVL_PEER_HANDSHAKE);
+	send_msg(c, p, &pr->hello);
+}
+
+static uint32_t slot_take(struct kvl_control *c, unsigned nic)
+{
+	for (uint32_t s = 0; s < KVL_SLOTS_PER_LCORE; s++) {
+		if (!c->slot_used[nic][s]) {
+			c->slot_used[nic][s] = true;
+			c->slot_gen[nic][s]++;
+			return s;
+		}
+	}
+	return UINT32_MAX;
+}
+
+/* A bound data connection goes to its NIC's lcore, and into the peer's routing list. */
+static void hand_over(struct kvl_control *c, struct pconn *pc)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct kvl_peer_pub *pub = &c->pub[pc->peer];
+	struct kvl_tcp_conn *conn;
+	struct kvl_lcmd cmd;
+	uint32_t slot;
+
+	if (pub->gen != pc->peer_gen || pub->n_conns == KVL_PEER_MAX_CONNS) {
+		close(pc->fd);
+		pc->state = PC_FREE;
+		return;
+	}
+	slot = slot_take(c, pc->nic);
+	conn = slot == UINT32_MAX
+		       ? NULL
+		       : kvl_tcp_conn_new(pc->fd, &rt->segs, rt->cfg.nics[pc->nic].queue_depth);
+	if (conn == NULL) {
+		if (slot != UINT32_MAX)
+			c->slot_used[pc->nic][slot] = false;
+		close(pc->fd);
+		pc->state = PC_FREE;
+		peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
+			  "no room for another data connection on nic.%s",
+			  rt->cfg.nics[pc->nic].label);
+		return;
+	}
+	cmd = (struct kvl_lcmd){ .type = KVL_LCMD_ADD_CONN,
+				 .peer = pc->peer,
+				 .slot = slot,
+				 .gen = c->slot_gen[pc->nic][slot],
+				 .conn = conn };
+	while (rte_ring_enqueue_elem(rt->io[pc->nic]->cmd, &cmd, sizeof(cmd)) != 0)
+		sched_yield();
+	rte_spinlock_lock(&pub->lock);
+	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)pc->nic,
+							    .slot = (uint16_t)slot,
+							    .gen = cmd.gen };
+	rte_spinlock_unlock(&pub->lock);
+	pc->state = PC_FREE; /* the fd now belongs to the lcore */
+	if (pub->initiator) {
+		c->peer[pc->peer].bound_conns++;
+		if (c->peer[pc->peer].bound_conns == c->peer[pc->peer].want_conns)
+			set_state(c, pc->peer, KVL_PEER_READY);
+	}
+}
+
+static struct pconn *pconn_alloc(struct kvl_control *c)
+{
+	for (unsigned i = 0; i < MAX_PENDING; i++)
+		if (c->pc[i].state == PC_FREE) {
+			memset(&c->pc[i], 0, sizeof(c->pc[i]));
+			return &c->pc[i];
+		}
+	return NULL;
+}
+
+/* Client: both sides know each other; open qp_count data connections from each tcp NIC. */
+static void open_data(struct kvl_control *c, uint32_t p)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct peer *pr = &c->peer[p];
+	uint32_t idx = 0, ep = 0;
+
+	set_state(c, p, KVL_PEER_BINDING);
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		const struct kvl_nic_conf *nc = &rt->cfg.nics[n];
+		struct in_addr src;
+
+		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP || c->dfd[n] < 0)
+			continue;
+		if (netdev_ipv4(nc->device, &src) < 0)
+			continue;
+		for (unsigned q = 0; q < nc->qp_count; q++) {
+			struct pconn *pc = pconn_alloc(c);
+			char err[KVL_CTRL_TEXT_LEN];
+			const struct kvl_endpoint *e = NULL;
+
+			/* The peer's tcp endpoints, round robin. */
+			for (uint32_t k = 0; k < pr->n_eps && e == NULL; k++) {
+				const struct kvl_endpoint *cand = &pr->eps[(ep + k) % pr->n_eps];
+
+				if (cand->transport == KVL_TRANSPORT_TCP)
+					e = cand;
+			}
+			ep++;
+			if (e == NULL) {
+				peer_fail(c, p, KVL_ERR_CONN_LOST,
+					  "the peer offers no tcp data endpoint");
+				return;
+			}
+			if (pc == NULL) {
+				peer_fail(c, p, KVL_ERR_CONN_LOST,
+					  "too many connections in set-up");
+				return;
+			}
+			if (start_connect(e->addr, &pc->fd, err, sizeof(err), &src) < 0) {
+				peer_fail(c, p, KVL_ERR_CONN_LOST, "data connection to %s: %s",
+					  e->addr, err);
+				return;
+			}
+			pc->state = PC_CONNECTING;
+			pc->nic = n;
+			pc->peer = p;
+			pc->peer_gen = c->pub[p].gen;
+			pc->conn_index = idx++;
+			pc->deadline_ns = pr->deadline_ns;
+		}
+	}
+	pr->want_conns = idx;
+	pr->bound_conns = 0;
+	if (idx == 0)
+		peer_fail(c, p, KVL_ERR_CONN_LOST,
+			  "no local tcp NIC with an IPv4 address to open data connections from");
+}
+
+static void maybe_exchanged(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+
+	if (c->pub[p].state != KVL_PEER_EXCHANGE || !pr->got_segs || !pr->got_eps)
+		return;
+	if (c->pub[p].initiator)
+		open_data(c, p);
+	else
+		set_state(c, p, KVL_PEER_READY);
+}
+
+static void authenticated(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+	uint64_t t = now_ns();
+
+	set_state(c, p, KVL_PEER_EXCHANGE);
+	pr->next_hb_ns = t;
+	send_segments(c, p);
+	send_endpoints(c, p);
+	KVL_LOG(INFO, "peer %u (%s, \"%s\"): authenticated, %s", p, c->pub[p].addr, c->pub[p].name,
+		c->pub[p].initiator ? "we connected" : "it connected");
+}
+
+static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m)
+{
+	struct kvl_peer_pub *pub = &c->pub[p];
+	struct peer *pr = &c->peer[p];
+	struct kvl_ctrl_msg out;
+	uint8_t mac[KVL_MAC_LEN];
+	int st = pub->state;
+
+	memset(&out, 0, sizeof(out));
+	pub->last_rx_ns = now_ns();
+	/* Before authentication only the handshake's own messages are accepted. */
+	if (st == KVL_PEER_HANDSHAKE && pub->initiator) {
+		if (m->type == KVL_CTRL_CHALLENGE && pr->challenge.type == 0) {
+			pr->challenge = *m;
+			pr->session_id = m->u.challenge.session_id;
+			rte_spinlock_lock(&pub->lock);
+			memcpy(pub->name, m->u.challenge.name, sizeof(pub->name));
+			rte_spinlock_unlock(&pub->lock);
+			out.type = KVL_CTRL_AUTH;
+			kvl_auth_client_mac(&c->secret, &pr->hello, &pr->challenge, out.u.auth.mac);
+			send_msg(c, p, &out);
+		} else if (m->type == KVL_CTRL_AUTH_OK && pr->challenge.type != 0) {
+			kvl_auth_server_mac(&c->secret, &pr->hello, &pr->challenge, mac);
+			if (!kvl_auth_equal(mac, m->u.auth_ok.mac))
+				peer_fail(c, p, KVL_ERR_CONN_LOST,
+					  "the peer's proof did not verify: it does not hold our "
+					  "secret");
+			else
+				authenticated(c, p);
+		} else if (m->type == KVL_CTRL_AUTH_FAIL) {
+			peer_fail(c, p, KVL_ERR_CONN_LOST, "refused by the peer: %s",
+				  kvl_auth_fail_name(m->u.auth_fail.reason));
+		} else {
+			peer_fail(c, p, KVL_ERR_PROTOCOL, "unexpected %s during the handshake",
+				  kvl_ctrl_type_name(m->type));
+		}
+		return;
+	}
+	if (st == KVL_PEER_HANDSHAKE) { /* server */
+		if (m->type == KVL_CTRL_HELLO && pr->hello.type == 0) {
+			pr->hello = *m;
+			if (m->u.hello.min_version > KVL_CTRL_VERSION ||
+			    m->u.hello.max_version < KVL_CTRL_VERSION) {
+				out.type = KVL_CTRL_AUTH_FAIL;
+				out.u.auth_fail.reason = KVL_AUTH_VERSION;
+				send_msg(c, p, &out);
+				peer_fail(c, p, KVL_ERR_PROTOCOL, "no common protocol version");
+				return;
+			}
+			memset(&pr->challenge, 0, sizeof(pr->challenge));
+			pr->challenge.type = KVL_CTRL_CHALLENGE;
+			pr->challenge.u.challenge.version = KVL_CTRL_VERSION;
+			snprintf(pr->challenge.u.challenge.name,
+				 sizeof(pr->challenge.u.challenge.name), "%s",
+				 c->rt->cfg.runtime.name);
+			if (kvl_random(pr->challenge.u.challenge.nonce, KVL_NONCE_LEN) < 0 ||
+			    kvl_random(&pr->session_id, sizeof(pr->session_id)) < 0) {
+				peer_fail(c, p, KVL_ERR_CONN_LOST, "no random bytes");
+				return;
+			}
+			pr->challenge.u.challenge.session_id = pr->session_id;
+			send_msg(c, p, &pr->challenge);
+		} else if (m->type == KVL_CTRL_AUTH && pr->challenge.type != 0) {
+			kvl_auth_client_mac(&c->secret, &pr->hello, &pr->challenge, mac);
+			if (!kvl_auth_equal(mac, m->u.auth.mac)) {
+				__atomic_fetch_add(&c->auth_failures, 1, __ATOMIC_RELAXED);
+				out.type = KVL_CTRL_AUTH_FAIL;
+				out.u.auth_fail.reason = KVL_AUTH_BAD_MAC;
+				send_msg(c, p, &out);
+				peer_fail(
+					c, p, KVL_ERR_CONN_LOST,
+					"authentication failed: the peer's proof is wrong (another "
+					"secret)");
+				return;
+			}
+			rte_spinlock_lock(&pub->lock);
+			memcpy(pub->name, pr->hello.u.hello.name, sizeof(pub->name));
+			rte_spinlock_unlock(&pub->lock);
+			out.type = KVL_CTRL_AUTH_OK;
+			kvl_auth_server_mac(&c->secret, &pr->hello, &pr->challenge,
+					    out.u.auth_ok.mac);
+			send_msg(c, p, &out);
+			authenticated(c, p);
+		} else {
+			peer_fail(c, p, KVL_ERR_PROTOCOL, "unexpected %s before authentication",
+				  kvl_ctrl_type_name(m->type));
+		}
+		return;
+	}
+	switch (m->type) {
+	case KVL_CTRL_SEGMENTS:
+		rte_spinlock_lock(&pub->lock);
+		pub->n_segs = m->u.segments.n;
+		memcpy(pub->seg, m->u.segments.seg, sizeof(pub->seg[0]) * pub->n_segs);
+		rte_spinlock_unlock(&pub->lock);
+		pr->got_segs = true;
+		maybe_exchanged(c, p);
+		break;
+	case KVL_CTRL_ENDPOINTS:
+		pr->n_eps = m->u.endpoints.n;
+		memcpy(pr->eps, m->u.endpoints.ep, sizeof(pr->eps[0]) * pr->n_eps);
+		pr->got_eps = true;
+		maybe_exchanged(c, p);
+		break;
+	case KVL_CTRL_HEARTBEAT:
+		out.type = KVL_CTRL_HEARTBEAT_ACK;
+		out.u.heartbeat = m->u.heartbeat;
+		send_msg(c, p, &out);
+		break;
+	case KVL_CTRL_HEARTBEAT_ACK:
+		pub->rtt_us = (now_ns() - m->u.heartbeat.sent_ns) / 1000;
+		pub->heartbeats_rx++;
+		break;
+	case KVL_CTRL_ERROR:
+		KVL_LOG(WARNING, "peer %u (%s): error %u: %s", p, pub->addr, m->u.error.code,
+			m->u.error.text);
+		break;
+	case KVL_CTRL_BYE:
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "the peer closed the connection");
+		break;
+	default:
+		peer_fail(c, p, KVL_ERR_PROTOCOL, "unexpected %s", kvl_ctrl_type_name(m->type));
+		break;
+	}
+}
+
+static void peer_read(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+	struct kvl_ctrl_msg *m;
+	size_t used;
+	ssize_t n;
+	int rc;
+
+	n = recv(pr->fd, pr->rx + pr->rx_len, sizeof(pr->rx) - pr->rx_len, 0);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "control connection %s",
+			  n == 0 ? "closed by the peer" : strerror(errno));
+		return;
+	}
+	if (n < 0)
+		return;
+	pr->rx_len += (size_t)n;
+	m = malloc(sizeof(*m));
+	if (m == NULL)
+		return;
+	while (pr->fd >= 0) {
+		rc = kvl_ctrl_decode(pr->rx, pr->rx_len, m, &used);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			/* Nothing after a bad frame can be trusted: close this peer only. */
+			peer_fail(c, p, KVL_ERR_PROTOCOL, "malformed control message: %s",
+				  kvl_ctrl_strerror(rc));
+			break;
+		}
+		memmove(pr->rx, pr->rx + used, pr->rx_len - used);
+		pr->rx_len -= used;
+		handle_msg(c, p, m);
+	}
+	free(m);
+}
+
+/* ---- data connections being bound ---- */
+
+static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
+{
+	struct kvl_ctrl_msg m;
+	size_t used;
+	ssize_t n;
+	int rc, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+
+	if (pc->state == PC_CONNECTING) {
+		if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+			return;
+		getsockopt(pc->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		if (soerr) {
+			peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "data connection: %s",
+				  strerror(soerr));
+			return;
+		}
+		memset(&m, 0, sizeof(m));
+		m.type = KVL_CTRL_DATA_BIND;
+		m.u.data_bind.session_id = c->peer[pc->peer].session_id;
+		m.u.data_bind.conn_index = pc->conn_index;
+		kvl_auth_data_mac(&c->secret, c->peer[pc->peer].hello.u.hello.nonce,
+				  c->peer[pc->peer].challenge.u.challenge.nonce,
+				  m.u.data_bind.session_id, pc->conn_index, m.u.data_bind.mac);
+		if (send_small(pc->fd, &m) < 0) {
+			peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "data connection: cannot bind");
+			return;
+		}
+		pc->state = PC_BIND_SENT;
+		return;
+	}
+	if (!(revents & (POLLIN | POLLERR | POLLHUP)))
+		return;
+	/* Read only what the bind frame needs: data frames may follow right behind it. */
+	n = recv(pc->fd, pc->rx + pc->rx_len, sizeof(pc->rx) - pc->rx_len, MSG_PEEK);
+	if (n <= 0) {
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		close(pc->fd);
+		pc->state = PC_FREE;
+		return;
+	}
+	rc = kvl_ctrl_decode(pc->rx, (size_t)n, &m, &used);
+	if (rc == 0 && (size_t)n < sizeof(pc->rx))
+		return; /* wait for the rest; MSG_PEEK left it in the socket */
+	if (rc <= 0 || recv(pc->fd, pc->rx, used, 0) != (ssize_t)used) {
+		close(pc->fd);
+		if (pc->state == PC_BIND_SENT)
+			peer_fail(c, pc->peer, KVL_ERR_PROTOCOL, "data connection: bad bind reply");
+		pc->state = PC_FREE;
+		return;
+	}
+	if (pc->state == PC_BIND_SENT) {
+		if (m.type != KVL_CTRL_DATA_BIND_OK) {
+			close(pc->fd);
+			pc->state = PC_FREE;
+			peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "data connection refused (%s)",
+				  kvl_ctrl_type_name(m.type));
+			return;
+		}
+		hand_over(c, pc);
+		return;
+	}
+	/* Server: find the session and check the proof. */
+	if (m.type == KVL_CTRL_DATA_BIND) {
+		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+			struct peer *pr = &c->peer[p];
+			uint8_t mac[KVL_MAC_LEN];
+			int st = c->pub[p].state;
+
+			if (c->pub[p].initiator || pr->session_id != m.u.data_bind.session_id ||
+			    (st != KVL_PEER_EXCHANGE && st != KVL_PEER_READY))
+				continue;
+			kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce,
+					  pr->challenge.u.challenge.nonce, pr->session_id,
+					  m.u.data_bind.conn_index, mac);
+			if (!kvl_auth_equal(mac, m.u.data_bind.mac))
+				break;
+			memset(&m, 0, sizeof(m));
+			m.type = KVL_CTRL_DATA_BIND_OK;
+			if (send_small(pc->fd, &m) < 0)
+				break;
+			pc->peer = p;
+			pc->peer_gen = c->pub[p].gen;
+			hand_over(c, pc);
+			return;
+		}
+	}
+	__atomic_fetch_add(&c->auth_failures, 1, __ATOMIC_RELAXED);
+	memset(&m, 0, sizeof(m));
+	m.type = KVL_CTRL_AUTH_FAIL;
+	m.u.auth_fail.reason = KVL_AUTH_BAD_SESSION;
+	send_small(pc->fd, &m);
+	close(pc->fd);
+	pc->state = PC_FREE;
+}
+
+/* ---- the loop ---- */
+
+static void take_api_requests(struct kvl_control *c)
+{
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < MAX_API_REQS; i++) {
+		struct api_req *r = c->req[i];
+		int p;
+
+		if (r == NULL || r->taken)
+			continue;
+		r->taken = true;
+		p = peer_alloc(c, r->addr, true);
+		if (p < 0) {
+			r->done = true;
+			r->result = -ENOSPC;
+			snprintf(r->msg, sizeof(r->msg), "no free peer slot (at most %d peers)",
+				 KVL_MAX_PEERS_RT);
+			pthread_cond_broadcast(&c->cond);
+			continue;
+		}
+		c->peer[p].waiter = r;
+		pthread_mutex_unlock(&c->lock);
+		peer_connect(c, (uint32_t)p);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void take_lcore_events(struct kvl_control *c)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct kvl_levt ev;
+
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (rt->io[n] == NULL)
+			continue;
+		while (rte_ring_dequeue_elem(rt->io[n]->evt, &ev, sizeof(ev)) == 0) {
+			struct kvl_peer_pub *pub;
+
+			if (ev.type != KVL_LEVT_CONN_CLOSED || ev.slot >= KVL_SLOTS_PER_LCORE)
+				continue;
+			c->slot_used[n][ev.slot] = false;
+			if (ev.peer >= KVL_MAX_PEERS_RT)
+				continue;
+			pub = &c->pub[ev.peer];
+			rte_spinlock_lock(&pub->lock);
+			for (uint32_t i = 0; i < pub->n_conns; i++) {
+				if (pub->conn[i].nic == n && pub->conn[i].slot == ev.slot) {
+					pub->conn[i] = pub->conn[--pub->n_conns];
+					break;
+				}
+			}
+			rte_spinlock_unlock(&pub->lock);
+			/* A data connection that breaks breaks the peer: its requests already
+			 * failed with the status the lcore saw. */
+			peer_fail(c, ev.peer, ev.status, "data connection lost (%s)",
+				  kvl_status_name(ev.status));
+		}
+	}
+}
+
+static void timers(struct kvl_control *c, uint64_t t)
+{
+	const struct kvl_control_conf *cc = &c->rt->cfg.control;
+
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		struct kvl_peer_pub *pub = &c->pub[p];
+		struct peer *pr = &c->peer[p];
+		int st = pub->state;
+
+		if (st == KVL_PEER_FREE)
+			continue;
+		if (st == KVL_PEER_DEAD) {
+			/* A configured peer comes back once its connections are gone. */
+			if (pr->auto_reconnect && t >= pr->retry_ns && pub->n_conns == 0) {
+				char addr[KVL_CTRL_ADDR_LEN];
+
+				snprintf(addr, sizeof(addr), "%s", pub->addr);
+				peer_reset(c, p, addr, true);
+				pr->auto_reconnect = true;
+				peer_connect(c, p);
+			}
+			continue;
+		}
+		if (st < KVL_PEER_READY && st != KVL_PEER_EXCHANGE && t > pr->deadline_ns) {
+			peer_fail(c, p, KVL_ERR_CONN_LOST, "%s did not finish within %u ms",
+				  st == KVL_PEER_CONNECTING  ? "connecting"
+				  : st == KVL_PEER_HANDSHAKE ? "the handshake"
+							     : "binding data connections",
+				  cc->connect_timeout_ms);
+			continue;
+		}
+		if (st >= KVL_PEER_EXCHANGE) {
+			if (t - pub->last_rx_ns > (uint64_t)cc->peer_timeout_ms * 1000000ull) {
+				peer_fail(c, p, KVL_ERR_PEER_DEAD,
+					  "no heartbeat for %u ms (peer_timeout_ms): declared dead",
+					  cc->peer_timeout_ms);
+				continue;
+			}
+			if (t >= pr->next_hb_ns) {
+				struct kvl_ctrl_msg hb = { .type = KVL_CTRL_HEARTBEAT };
+
+				hb.u.heartbeat.seq = ++pr->hb_seq;
+				hb.u.heartbeat.sent_ns = t;
+				send_msg(c, p, &hb);
+				pr->next_hb_ns =
+					t + (uint64_t)cc->heartbeat_interval_ms * 1000000ull;
+			}
+			if (pr->segs_version_sent !=
+			    __atomic_load_n(&c->rt->segs_version, __ATOMIC_ACQUIRE))
+				send_segments(c, p);
+		}
+	}
+	for (unsigned i = 0; i < MAX_PENDING; i++) {
+		struct pconn *pc = &c->pc[i];
+
+		if (pc->state != PC_FREE && t > pc->deadline_ns) {
+			bool ours = pc->state == PC_BIND_SENT || pc->state == PC_CONNECTING;
+
+			close(pc->fd);
+			pc->state = PC_FREE;
+			if (ours)
+				peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
+					  "data connection set-up timed out");
+		}
+	}
+}
+
+static void accept_control(struct kvl_control *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char addr[KVL_CTRL_ADDR_LEN];
+	int fd = accept4(c->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int p, one = 1;
+
+	if (fd < 0)
+		return;
+	format_addr(&ss, addr, sizeof(addr));
+	p = peer_alloc(c, addr, false);
+	if (p < 0) {
+		close(fd);
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->peer[p].fd = fd;
+	c->peer[p].deadline_ns =
+		now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
+	set_state(c, (uint32_t)p, KVL_PEER_HANDSHAKE);
+}
+
+static void accept_data(struct kvl_control *c, unsigned nic)
+{
+	int fd = accept4(c->dfd[nic], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
+	struct pconn *pc;
+
+	if (fd < 0)
+		return;
+	pc = pconn_alloc(c);
+	if (pc == NULL) {
+		close(fd);
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	pc->fd = fd;
+	pc->state = PC_WAIT_BIND;
+	pc->nic = nic;
+	pc->peer = UINT32_MAX;
+	pc->deadline_ns = now_ns() + BIND_TIMEOUT_NS;
+}
+
+enum { FD_EVENT, FD_LISTEN, FD_DATA, FD_PEER, FD_PENDING };
+
+static void *control_main(void *arg)
+{
+	struct kvl_control *c = arg;
+	struct pollfd pfd[2 + KVL_MAX_NICS + KVL_MAX_PEERS_RT + MAX_PENDING];
+	int kind[sizeof(pfd) / sizeof(pfd[0])], who[sizeof(pfd) / sizeof(pfd[0])];
+
+	while (!c->stop) {
+		unsigned n = 0;
+		int rc;
+
+		pfd[n] = (struct pollfd){ .fd = c->efd, .events = POLLIN };
+		kind[n++] = FD_EVENT;
+		if (c->lfd >= 0) {
+			pfd[n] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
+			kind[n++] = FD_LISTEN;
+		}
+		for (unsigned i = 0; i < c->rt->cfg.n_nics; i++) {
+			if (c->dfd[i] < 0)
+				continue;
+			pfd[n] = (struct pollfd){ .fd = c->dfd[i], .events = POLLIN };
+			who[n] = (int)i;
+			kind[n++] = FD_DATA;
+		}
+		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+			struct peer *pr = &c->peer[p];
+
+			if (pr->fd < 0 || c->pub[p].state == KVL_PEER_FREE)
+				continue;
+			pfd[n] = (struct pollfd){ .fd = pr->fd, .events = POLLIN };
+			if (pr->tx_len || c->pub[p].state == KVL_PEER_CONNECTING)
+				pfd[n].events |= POLLOUT;
+			who[n] = (int)p;
+			kind[n++] = FD_PEER;
+		}
+		for (unsigned i = 0; i < MAX_PENDING; i++) {
+			if (c->pc[i].state == PC_FREE)
+				continue;
+			pfd[n] = (struct pollfd){ .fd = c->pc[i].fd,
+						  .events = c->pc[i].state == PC_CONNECTING
+								    ? POLLOUT
+								    : POLLIN };
+			who[n] = (int)i;
+			kind[n++] = FD_PENDING;
+		}
+		rc = poll(pfd, n, 10);
+		for (unsigned i = 0; rc > 0 && i < n; i++) {
+			short re = pfd[i].revents;
+
+			if (re == 0)
+				continue;
+			switch (kind[i]) {
+			case FD_EVENT: {
+				uint64_t v;
+
+				if (read(c->efd, &v, sizeof(v)) < 0) {
+					/* nothing to clear */
+				}
+				break;
+			}
+			case FD_LISTEN:
+				accept_control(c);
+				break;
+			case FD_DATA:
+				accept_data(c, (unsigned)who[i]);
+				break;
+			case FD_PEER: {
+				uint32_t p = (uint32_t)who[i];
+				struct peer *pr = &c->peer[p];
+
+				if (c->pub[p].state == KVL_PEER_CONNECTING) {
+					int soerr = 0;
+					socklen_t sl = sizeof(soerr);
+
+					getsockopt(pr->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+					if (soerr)
+						peer_fail(c, p, KVL_ERR_CONN_LOST, "connect: %s",
+							  strerror(soerr));
+					else if (re & POLLOUT)
+						client_hello(c, p);
+				}
+				if (pr->fd >= 0 && (re & (POLLIN | POLLHUP | POLLERR)))
+					peer_read(c, p);
+				if (pr->fd >= 0 && pr->tx_len && flush(pr) < 0)
+					peer_fail(c, p, KVL_ERR_CONN_LOST,
+						  "control connection: send failed");
+				break;
+			}
+			case FD_PENDING:
+				if (c->pc[who[i]].state != PC_FREE)
+					pconn_event(c, &c->pc[who[i]], re);
+				break;
+			}
+		}
+		take_api_requests(c);
+		take_lcore_events(c);
+		timers(c, now_ns());
+		/* Flush what handling queued, without waiting for POLLOUT. */
+		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++)
+			if (c->peer[p].fd >= 0 && c->peer[p].tx_len &&
+			    c->pub[p].state != KVL_PEER_CONNECTING && flush(&c->peer[p]) < 0)
+				peer_fail(c, p, KVL_ERR_CONN_LOST,
+					  "control connection: send failed");
+		if (c->rt->gpu.open)
+			kvl_runtime_sample(c->rt);
+	}
+	return NULL;
+}
+
+/* ---- start, stop, API ---- */
+
+static int open_data_listeners(struct kvl_control *c, char *err, size_t errlen)
+{
+	struct kvl_runtime *rt = c->rt;
+
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
+		c->dfd[n] = -1;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		const struct kvl_nic_conf *nc = &rt->cfg.nics[n];
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(nc->data_port) };
+		struct kvl_endpoint *e;
+		int fd;
+
+		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP)
+			continue;
+		if (netdev_ipv4(nc->device, &sa.sin_addr) < 0) {
+			snprintf(err, errlen,
+				 "nic.%s (%s): the netdev has no IPv4 address; the tcp transport "
+				 "listens for data there",
+				 nc->label, nc->device);
+			return -EADDRNOTAVAIL;
+		}
+		e = &c->eps[c->n_eps];
+		fd = listen_on((struct sockaddr_storage *)&sa, sizeof(sa), e->addr,
+			       sizeof(e->addr));
+		if (fd < 0) {
+			snprintf(err, errlen, "nic.%s (%s): cannot listen for data on port %u: %s",
+				 nc->label, nc->device, nc->data_port, strerror(-fd));
+			return fd;
+		}
+		c->dfd[n] = fd;
+		snprintf(e->nic, sizeof(e->nic), "%s", nc->label);
+		e->transport = KVL_TRANSPORT_TCP;
+		c->n_eps++;
+	}
+	return 0;
+}
+
+static void control_free(struct kvl_control *c)
+{
+	if (c->lfd >= 0)
+		close(c->lfd);
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
+		if (c->dfd[n] >= 0)
+			close(c->dfd[n]);
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		if (c->peer[p].fd >= 0)
+			close(c->peer[p].fd);
+		free(c->peer[p].tx);
+	}
+	for (unsigned i = 0; i < MAX_PENDING; i++)
+		if (c->pc[i].state != PC_FREE)
+			close(c->pc[i].fd);
+	if (c->efd >= 0)
+		close(c->efd);
+	memset(&c->secret, 0, sizeof(c->secret));
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+}
+
+int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	const struct kvl_control_conf *cc = &rt->cfg.control;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	struct kvl_control *c;
+	bool warn = false;
+	int rc;
+
+	if (cc->secret_file[0] == '\0')
+		return 0; /* no secret, no control path: a runtime on its own */
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return -ENOMEM;
+	c->rt = rt;
+	c->lfd = -1;
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
+		c->dfd[n] = -1;
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		c->peer[p].fd = -1;
+		rte_spinlock_init(&c->pub[p].lock);
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	rc = c->efd < 0 ? -errno : 0;
+	if (rc == 0)
+		rc = kvl_secret_load(cc->secret_file, &c->secret, &warn, err, errlen);
+	if (rc == 0 && warn)
+		KVL_LOG(WARNING, "%s", err);
+	if (rc == 0)
+		rc = resolve(cc->listen, &ss, &sl, err, errlen);
+	if (rc == 0) {
+		c->lfd = listen_on(&ss, sl, c->listen_addr, sizeof(c->listen_addr));
+		if (c->lfd < 0) {
+			rc = c->lfd;
+			snprintf(err, errlen, "control.listen = %s: cannot listen: %s", cc->listen,
+				 strerror(-rc));
+		}
+	}
+	if (rc == 0)
+		rc = open_data_listeners(c, err, errlen);
+	if (rc == 0) {
+		rt->ctl = c;
+		for (uint32_t i = 0; i < cc->n_peers; i++) {
+			int p = peer_alloc(c, cc->peers[i], true);
+
+			if (p >= 0) {
+				c->peer[p].auto_reconnect = true;
+				peer_connect(c, (uint32_t)p);
+			}
+		}
+		rc = rte_ctrl_thread_create(&c->thread, "kvl-ctrl", NULL, control_main, c);
+		if (rc != 0) {
+			snprintf(err, errlen, "cannot start the control thread: %s", strerror(rc));
+			rc = -rc;
+			rt->ctl = NULL;
+		}
+	}
+	if (rc < 0) {
+		control_free(c);
+		return rc;
+	}
+	c->running = true;
+	return 0;
+}
+
+void kvl_control_stop(struct kvl_runtime *rt)
+{
+	struct kvl_control *c = rt->ctl;
+
+	if (c == NULL)
+		return;
+	c->stop = true;
+	wake(c);
+	pthread_join(c->thread, NULL);
+	/* Wake API callers still waiting. */
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < MAX_API_REQS; i++)
+		if (c->req[i] && !c->req[i]->done) {
+			c->req[i]->done = true;
+			c->req[i]->result = -ECANCELED;
+			snprintf(c->req[i]->msg, sizeof(c->req[i]->msg), "the runtime stopped");
+		}
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	rt->ctl = NULL;
+	control_free(c);
+}
+
+int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms,
+			uint32_t *peer, char *err, size_t errlen)
+{
+	struct kvl_control *c = rt->ctl;
+	struct api_req r;
+	struct timespec ts;
+	unsigned slot = MAX_API_REQS;
+	int rc;
+
+	if (c == NULL) {
+		snprintf(err, errlen, "the control path is off: set [control] secret_file");
+		return -ENOTSUP;
+	}
+	memset(&r, 0, sizeof(r));
+	snprintf(r.addr, sizeof(r.addr), "%s", addr);
+	r.deadline_ns = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < MAX_API_REQS; i++)
+		if (c->req[i] == NULL) {
+			c->req[i] = &r;
+			slot = i;
+			break;
+		}
+	if (slot == MAX_API_REQS) {
+		pthread_mutex_unlock(&c->lock);
+		snprintf(err, errlen, "too many connects in progress");
+		return -EBUSY;
+	}
+	wake(c);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (timeout_ms + 1000) / 1000 + 1; /* the thread enforces the real deadline */
+	while (!r.done) {
+		if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && !r.done) {
+			r.result = -ETIMEDOUT;
+			snprintf(r.msg, sizeof(r.msg), "no answer from the control thread");
+			break;
+		}
+	}
+	/* Detach from the peer before our stack frame goes. */
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++)
+		if (c->peer[p].waiter == &r)
+			c->peer[p].waiter = NULL;
+	c->req[slot] = NULL;
+	pthread_mutex_unlock(&c->lock);
+	rc = r.result;
+	if (rc == 0)
+		*peer = r.peer;
+	else
+		snprintf(err, errlen, "%s: %s", addr, r.msg[0] ? r.msg : strerror(-rc));
+	return rc;
+}
+
+void kvl_control_segments_changed(struct kvl_runtime *rt)
+{
+	if (rt->ctl)
+		wake(rt->ctl);
+}
+
+struct kvl_peer_pub *kvl_control_peer(struct kvl_runtime *rt, uint32_t peer)
+{
+	if (rt->ctl == NULL || peer >= KVL_MAX_PEERS_RT)
+		return NULL;
+	return &rt->ctl->pub[peer];
+}
+
+bool kvl_control_enabled(const struct kvl_runtime *rt)
+{
+	return rt->ctl != NULL;
+}
+
+const char *kvl_control_listen_addr(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? rt->ctl->listen_addr : "";
+}
+
+uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? __atomic_load_n(&rt->ctl->auth_failures, __ATOMIC_RELAXED) : 0;
+}

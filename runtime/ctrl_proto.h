@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Control protocol: framed, versioned messages, their codec, and the HMAC handshake proofs. */
+#ifndef KVL_RUNTIME_CTRL_PROTO_H
+#define KVL_RUNTIME_CTRL_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Pure C: no sockets, no EAL. The control path feeds received bytes to kvl_ctrl_decode() and
+ * sends what kvl_ctrl_encode() writes. Everything on the wire is little-endian and packed by
+ * explicit byte encoding (no struct is sent as memory).
+ *
+ * Frame: 16-byte header, then `length` payload bytes.
+ *   u32 magic "KVLC" (0x434c564b)  u16 version (1)  u16 type  u32 length  u32 seq
+ * Strings on the wire: u8 length + bytes (no NUL); a decoded string must fit its field
+ * (including the NUL the decoder adds) and contain no NUL byte.
+ *
+ * Handshake (client = the side that connects):
+ *   C -> S  HELLO      {min_version, max_version, name, nonce_c[32]}
+ *   S -> C  CHALLENGE  {version, name, nonce_s[32], session_id}
+ *   C -> S  AUTH       {mac_c[32] = kvl_auth_client_mac(...)}
+ *   S -> C  AUTH_OK    {mac_s[32] = kvl_auth_server_mac(...)}   or AUTH_FAIL {reason}
+ * The server sends nothing about itself beyond its name and nonce until AUTH verifies; the
+ * client checks mac_s before it trusts anything the server says (mutual authentication).
+ * Then either side may send at any time:
+ *   SEGMENTS   {segment descriptors of the sender}
+ *   ENDPOINTS  {data endpoints of the sender: per NIC, transport + address:port}
+ *   HEARTBEAT  {seq, sent_ns}     answered by HEARTBEAT_ACK {seq, sent_ns (echoed)}
+ *   ERROR      {code, text}       BYE {}
+ * A data connection opens with DATA_BIND {session_id, conn_index, mac} (answered DATA_BIND_OK
+ * or AUTH_FAIL) framed like the above, then carries only data frames (tcp_data.h).
+ */
+
+#define KVL_CTRL_MAGIC	     0x434c564bu
+#define KVL_CTRL_VERSION     1
+#define KVL_CTRL_HDR_LEN     16
+#define KVL_CTRL_MAX_PAYLOAD (64u << 10)
+#define KVL_CTRL_NAME_LEN    64 /* names: runtime.name, NIC labels, segment names */
+#define KVL_CTRL_ADDR_LEN    80
+#define KVL_CTRL_TEXT_LEN    160
+#define KVL_NONCE_LEN	     32
+#define KVL_MAC_LEN	     32 /* HMAC-SHA256 */
+#define KVL_CTRL_MAX_SEGS    64
+#define KVL_CTRL_MAX_EPS     16
+
+enum kvl_ctrl_type {
+	KVL_CTRL_HELLO = 1,
+	KVL_CTRL_CHALLENGE = 2,
+	KVL_CTRL_AUTH = 3,
+	KVL_CTRL_AUTH_OK = 4,
+	KVL_CTRL_AUTH_FAIL = 5,
+	KVL_CTRL_SEGMENTS = 6,
+	KVL_CTRL_ENDPOINTS = 7,
+	KVL_CTRL_HEARTBEAT = 8,
+	KVL_CTRL_HEARTBEAT_ACK = 9,
+	KVL_CTRL_DATA_BIND = 10,
+	KVL_CTRL_DATA_BIND_OK = 11,
+	KVL_CTRL_ERROR = 12,
+	KVL_CTRL_BYE = 13,
+	KVL_CTRL_TYPE_MAX = 13,
+};
+
+/* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
+enum kvl_ctrl_err {
+	KVL_CTRL_E_MAGIC = 1,	/* not a kvlane control stream */
+	KVL_CTRL_E_VERSION = 2, /* a protocol version this side does not speak */
+	KVL_CTRL_E_TYPE = 3,	/* unknown message type */
+	KVL_CTRL_E_LENGTH = 4,	/* payload length over KVL_CTRL_MAX_PAYLOAD, or not the length
+				 * the message's fields add up to */
+	KVL_CTRL_E_FIELD = 5,	/* a field out of range: string too long or with NUL, count
+				 * over its maximum, unknown enum value, ... */
+	KVL_CTRL_E_COUNT,
+};
+
+/* A segment as advertised to peers: enough to address (segment, layer, plane, block). */
+struct kvl_seg_desc {
+	uint32_t id;
+	uint32_t flags; /* enum kvl_seg_flags (remote read / write) */
+	uint64_t length;
+	uint32_t block_size;   /* bytes of one block */
+	uint32_t block_count;  /* blocks per layer and plane */
+	uint32_t n_layers;     /* >= 1 */
+	uint32_t n_planes;     /* 1 (K and V together) or 2 (K and V apart) */
+	uint64_t layer_stride; /* bytes from layer l to l + 1 */
+	uint64_t plane_stride; /* bytes from plane 0 (K) to plane 1 (V) */
+	char name[KVL_CTRL_NAME_LEN];
+};
+
+/* Where a peer's NIC takes data connections. */
+struct kvl_endpoint {
+	char nic[KVL_CTRL_NAME_LEN];  /* NIC label */
+	uint8_t transport;	      /* enum kvl_transport (tcp now; verbs/mlx5 later) */
+	char addr[KVL_CTRL_ADDR_LEN]; /* host:port */
+};
+
+enum kvl_auth_fail_reason {
+	KVL_AUTH_BAD_MAC = 1,	  /* the proof did not verify: wrong secret */
+	KVL_AUTH_BAD_SESSION = 2, /* DATA_BIND for a session this side does not know */
+	KVL_AUTH_VERSION = 3,	  /* no common protocol version */
+	KVL_AUTH_FAIL_MAX = 3,
+};
+
+struct kvl_ctrl_msg {
+	uint16_t type;
+	uint16_t version; /* of the frame header */
+	uint32_t seq;
+	union {
+		struct {
+			uint16_t min_version, max_version;
+			char name[KVL_CTRL_NAME_LEN];
+			uint8_t nonce[KVL_NONCE_LEN];
+		} hello;
+		struct {
+			uint16_t version;
+			char name[KVL_CTRL_NAME_LEN];
+			uint8_t nonce[KVL_NONCE_LEN];
+			uint64_t session_id;
+		} challenge;
+		struct {
+			uint8_t mac[KVL_MAC_LEN];
+		} auth, auth_ok;
+		struct {
+			uint16_t reason; /* enum kvl_auth_fail_reason */
+		} auth_fail;
+		struct {
+			uint32_t n;
+			struct kvl_seg_desc seg[KVL_CTRL_MAX_SEGS];
+		} segments;
+		struct {
+			uint32_t n;
+			struct kvl_endpoint ep[KVL_CTRL_MAX_EPS];
+		} endpoints;
+		struct {
+			uint64_t seq;
+			uint64_t sent_ns;
+		} heartbeat; /* also HEARTBEAT_ACK */
+		struct {
+			uint64_t session_id;
+			uint32_t conn_index;
+			uint8_t mac[KVL_MAC_LEN];
+		} data_bind;
+		struct {
+			uint16_t code;
+			char text[KVL_CTRL_TEXT_LEN];
+		} error;
+	} u;
+};
+
+/*
+ * Decode one frame from @buf (@len bytes available). Returns 1 and fills @msg and *@consumed
+ * when a whole, valid frame is there; 0 when more bytes are needed (nothing consumed); or
+ * -KVL_CTRL_E_* when the bytes can never become a valid frame (the connection must be closed:
+ * there is no way to resynchronise). The header is checked as soon as 16 bytes are there, so
+ * a bad magic or an oversized length is refused without waiting for the payload.
+ */
+int kvl_ctrl_decode(const uint8_t *buf, size_t len, struct kvl_ctrl_msg *msg, size_t *consumed);
+
+/* Encode @msg (type, seq and the matching union member; version is set to KVL_CTRL_VERSION).
+ * Returns the frame length, or -ENOSPC if @cap is too small, -EINVAL for an invalid message
+ * (the same rules the decoder enforces: what encodes, decodes). */
+int kvl_ctrl_encode(const struct kvl_ctrl_msg *msg, uint8_t *buf, size_t cap);
+
+const char *kvl_ctrl_type_name(int type);   /* "HELLO", ... or "?" */
+const char *kvl_ctrl_strerror(int err);	    /* for -KVL_CTRL_E_* or KVL_CTRL_E_*: words */
+const char *kvl_auth_fail_name(int reason); /* "bad-mac", ... */
+
+/* ---- authentication (OpenSSL libcrypto: RAND_bytes, HMAC-SHA256, CRYPTO_memcmp) ---- */
+
+#define KVL_SECRET_MIN 16
+#define KVL_SECRET_MAX 1024
+
+struct kvl_secret {
+	uint8_t key[KVL_SECRET_MAX];
+	size_t len;
+};
+
+/*
+ * Read the shared secret from @path: the file's bytes, one trailing newline (\n or \r\n)
+ * removed. Refused (negative errno, message in @err naming the path and the fix): missing or
+ * unreadable file, fewer than KVL_SECRET_MIN or more than KVL_SECRET_MAX bytes, not a regular
+ * file. A file readable by group or others is accepted with *@warn set (message in @err).
+ */
+int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *err, size_t errlen);
+
+/* Cryptographically random bytes (nonces, session ids). Returns 0 or -EIO. */
+int kvl_random(void *out, size_t len);
+
+/*
+ * The proofs. Each is HMAC-SHA256 under the secret over a domain-separation label and every
+ * value of the handshake that an attacker could otherwise swap (both nonces, the session id,
+ * both names, the version), so a proof from one role, session or connection never verifies
+ * in another.
+ */
+void kvl_auth_client_mac(const struct kvl_secret *s, const struct kvl_ctrl_msg *hello,
+			 const struct kvl_ctrl_msg *challenge, uint8_t out[KVL_MAC_LEN]);
+void kvl_auth_server_mac(const struct kvl_secret *s, const struct kvl_ctrl_msg *hello,
+			 const struct kvl_ctrl_msg *challenge, uint8_t out[KVL_MAC_LEN]);
+void kvl_auth_data_mac(const struct kvl_secret *s, const uint8_t nonce_c[KVL_NONCE_LEN],
+		       const uint8_t nonce_s[KVL_NONCE_LEN], uint64_t session_id,
+		       uint32_t conn_index, uint8_t out[KVL_MAC_LEN]);
+
+/* Constant-time comparison of two MACs. */
+bool kvl_auth_equal(const uint8_t a[KVL_MAC_LEN], const uint8_t b[KVL_MAC_LEN]);
+
+#endif /* KVL_RUNTIME_CTRL_PROTO_H */
