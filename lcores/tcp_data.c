@@ -77,6 +77,7 @@ struct kvl_tcp_conn {
 	struct tx_frame *tx;
 	uint32_t tx_mask, tx_head, tx_tail;
 	uint32_t tx_off;      /* bytes of the head frame already on the socket */
+	bool tx_full;	      /* the last flush stopped on a full socket buffer */
 	unsigned resp_queued; /* responses in tx: the backpressure bound */
 
 	/* Receive: headers are batched in stage, a payload in progress goes to pl_dst. */
@@ -351,6 +352,7 @@ static unsigned tx_flush(struct kvl_tcp_conn *c)
 {
 	unsigned work = 0;
 
+	c->tx_full = false;
 	for (unsigned calls = 0; c->tx_head != c->tx_tail && calls < IO_BUDGET; calls++) {
 		struct msghdr m = { .msg_iov = c->iov };
 		uint32_t off = c->tx_off, n = 0;
@@ -378,6 +380,7 @@ static unsigned tx_flush(struct kvl_tcp_conn *c)
 				continue;
 			if (!transient(errno))
 				conn_break(c, KVL_ERR_CONN_LOST);
+			c->tx_full = true;
 			break;
 		}
 		work++;
@@ -396,8 +399,10 @@ static unsigned tx_flush(struct kvl_tcp_conn *c)
 			frame_sent(c, f);
 			work++;
 		}
-		if ((size_t)r < want)
-			break; /* socket buffer full: the next call would only say EAGAIN */
+		if ((size_t)r < want) {
+			c->tx_full = true; /* the next call would only say EAGAIN */
+			break;
+		}
 	}
 	return work;
 }
@@ -626,8 +631,9 @@ unsigned kvl_tcp_progress(struct kvl_tcp_conn *c)
 	work = tx_flush(c);
 	if (!c->broken)
 		work += rx_poll(c);
-	/* Responses made by this poll leave now rather than one loop turn later. */
-	if (!c->broken && c->tx_head != c->tx_tail)
+	/* Responses made by this poll leave now rather than one loop turn later (unless the socket
+	 * was full a moment ago: asking again would most likely just cost an EAGAIN). */
+	if (!c->broken && !c->tx_full && c->tx_head != c->tx_tail)
 		work += tx_flush(c);
 	return work;
 }

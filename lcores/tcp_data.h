@@ -59,14 +59,14 @@ void kvl_tcp_hdr_decode(const uint8_t in[KVL_TCP_HDR_LEN], struct kvl_tcp_hdr *h
 
 /* Counters, one writer (the owning lcore). */
 struct kvl_tcp_stats {
-	uint64_t tx_bytes, rx_bytes;	     /* on the socket, headers included */
-	uint64_t posted_write, posted_read;  /* initiated here */
-	uint64_t done_write, done_read;	     /* initiated here, completed OK */
-	uint64_t bytes_written, bytes_read;  /* payload of those */
-	uint64_t served_write, served_read;  /* peer's requests executed here */
-	uint64_t served_bytes;		     /* payload moved for the peer */
-	uint64_t refused[KVL_STATUS_COUNT];  /* peer's requests refused here, by status */
-	uint64_t failed[KVL_STATUS_COUNT];   /* requests initiated here, completed with an error */
+	uint64_t tx_bytes, rx_bytes;	    /* on the socket, headers included */
+	uint64_t posted_write, posted_read; /* initiated here */
+	uint64_t done_write, done_read;	    /* initiated here, completed OK */
+	uint64_t bytes_written, bytes_read; /* payload of those */
+	uint64_t served_write, served_read; /* peer's requests executed here */
+	uint64_t served_bytes;		    /* payload moved for the peer */
+	uint64_t refused[KVL_STATUS_COUNT]; /* peer's requests refused here, by status */
+	uint64_t failed[KVL_STATUS_COUNT];  /* requests initiated here, completed with an error */
 };
 
 struct kvl_tcp_conn;
