@@ -412,8 +412,12 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 	vsnprintf(pub->fail_msg, sizeof(pub->fail_msg), fmt, ap);
 	va_end(ap);
 	rte_spinlock_unlock(&pub->lock);
-	KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "", pub->name,
-		pub->fail_msg);
+	if (status == KVL_ERR_CANCELED)
+		KVL_LOG(INFO, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
+			pub->name, pub->fail_msg);
+	else
+		KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
+			pub->name, pub->fail_msg);
 	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
 		if (c->rt->io[n])
 			while (rte_ring_enqueue_elem(c->rt->io[n]->cmd, &cmd, sizeof(cmd)) != 0)
@@ -776,7 +780,8 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 			m->u.error.text);
 		break;
 	case KVL_CTRL_BYE:
-		peer_fail(c, p, KVL_ERR_CONN_LOST, "the peer closed the connection");
+		/* A clean goodbye: what was in flight with it is canceled, not lost. */
+		peer_fail(c, p, KVL_ERR_CANCELED, "the peer stopped (BYE)");
 		break;
 	default:
 		peer_fail(c, p, KVL_ERR_PROTOCOL, "unexpected %s", kvl_ctrl_type_name(m->type));
@@ -1340,6 +1345,9 @@ void kvl_control_stop(struct kvl_runtime *rt)
 	c->stop = true;
 	wake(c);
 	pthread_join(c->thread, NULL);
+	/* Say goodbye, and cancel what is in flight (the lcores still run). */
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++)
+		peer_fail(c, p, KVL_ERR_CANCELED, "this runtime is stopping");
 	/* Wake API callers still waiting. */
 	pthread_mutex_lock(&c->lock);
 	for (unsigned i = 0; i < MAX_API_REQS; i++)
