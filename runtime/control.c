@@ -26,6 +26,7 @@
 #include "runtime.h"
 
 #define MAX_PENDING	128 /* data connections being bound */
+#define MAX_PREAUTH	16  /* control connections not authenticated yet */
 #define MAX_API_REQS	16
 #define RECONNECT_NS	1000000000ull
 #define FRAME_MAX	(KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
@@ -99,6 +100,8 @@ struct kvl_control {
 	bool slot_used[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
 	uint32_t slot_gen[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
 	uint64_t auth_failures;
+	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
+	uint64_t warn_ns, warn_suppressed;
 	uint32_t segs_version;
 	pthread_mutex_t lock; /* API requests and waits */
 	pthread_cond_t cond;
@@ -396,6 +399,26 @@ static int peer_alloc(struct kvl_control *c, const char *addr, bool initiator)
 	return -ENOSPC;
 }
 
+/*
+ * Connections that never authenticate are anyone's to open: their warnings are limited to
+ * one a second (with the count of those not shown), so they cannot flood the log.
+ */
+static bool warn_ok(struct kvl_control *c)
+{
+	uint64_t t = now_ns();
+
+	if (t - c->warn_ns < 1000000000ull) {
+		c->warn_suppressed++;
+		return false;
+	}
+	if (c->warn_suppressed)
+		KVL_LOG(WARNING, "%llu more warnings about unauthenticated connections not shown",
+			(unsigned long long)c->warn_suppressed);
+	c->warn_ns = t;
+	c->warn_suppressed = 0;
+	return true;
+}
+
 /* Tell every lcore to fail what it has of this peer, and close the control socket. */
 static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char *fmt, ...)
 {
@@ -415,7 +438,7 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 	if (status == KVL_ERR_CANCELED)
 		KVL_LOG(INFO, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
 			pub->name, pub->fail_msg);
-	else
+	else if (pub->state >= KVL_PEER_EXCHANGE || pub->initiator || warn_ok(c))
 		KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
 			pub->name, pub->fail_msg);
 	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
@@ -431,8 +454,11 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 	if (pr->fd >= 0) {
 		struct kvl_ctrl_msg bye = { .type = KVL_CTRL_BYE };
 
-		if (queue_msg(pr, &bye) == 0)
-			flush(pr);
+		/* What is queued (an AUTH_FAIL) still goes out; a connection that never
+		 * authenticated gets no BYE: nothing more from us. */
+		if (pub->state >= KVL_PEER_EXCHANGE)
+			queue_msg(pr, &bye);
+		flush(pr);
 		close(pr->fd);
 		pr->fd = -1;
 	}
@@ -830,6 +856,7 @@ static void peer_read(struct kvl_control *c, uint32_t p)
 
 static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 {
+	int reason;
 	struct kvl_ctrl_msg m;
 	size_t used;
 	ssize_t n;
@@ -892,6 +919,7 @@ static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 		return;
 	}
 	/* Server: find the session and check the proof. */
+	reason = KVL_AUTH_BAD_SESSION;
 	if (m.type == KVL_CTRL_DATA_BIND) {
 		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
 			struct peer *pr = &c->peer[p];
@@ -904,8 +932,10 @@ static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 			kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce,
 					  pr->challenge.u.challenge.nonce, pr->session_id,
 					  m.u.data_bind.conn_index, mac);
-			if (!kvl_auth_equal(mac, m.u.data_bind.mac))
+			if (!kvl_auth_equal(mac, m.u.data_bind.mac)) {
+				reason = KVL_AUTH_BAD_MAC; /* a known session, the wrong proof */
 				break;
+			}
 			memset(&m, 0, sizeof(m));
 			m.type = KVL_CTRL_DATA_BIND_OK;
 			if (send_small(pc->fd, &m) < 0)
@@ -919,7 +949,7 @@ static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 	__atomic_fetch_add(&c->auth_failures, 1, __ATOMIC_RELAXED);
 	memset(&m, 0, sizeof(m));
 	m.type = KVL_CTRL_AUTH_FAIL;
-	m.u.auth_fail.reason = KVL_AUTH_BAD_SESSION;
+	m.u.auth_fail.reason = (uint16_t)reason;
 	send_small(pc->fd, &m);
 	close(pc->fd);
 	pc->state = PC_FREE;
@@ -1062,8 +1092,26 @@ static void accept_control(struct kvl_control *c)
 	int fd = accept4(c->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	int p, one = 1;
 
+	uint32_t oldest = UINT32_MAX;
+	unsigned preauth = 0;
+
 	if (fd < 0)
 		return;
+	/* Unauthenticated connections may hold only part of the peer table, so that anyone who
+	 * can reach the port cannot lock real peers out: past the cap the oldest one goes. A real
+	 * handshake takes a round trip or two; connections that sit silent are what is evicted. */
+	for (uint32_t q = 0; q < KVL_MAX_PEERS_RT; q++) {
+		if (c->pub[q].state != KVL_PEER_HANDSHAKE || c->pub[q].initiator)
+			continue;
+		preauth++;
+		if (oldest == UINT32_MAX || c->peer[q].deadline_ns < c->peer[oldest].deadline_ns)
+			oldest = q;
+	}
+	if (preauth >= MAX_PREAUTH) {
+		__atomic_fetch_add(&c->preauth_evicted, 1, __ATOMIC_RELAXED);
+		peer_fail(c, oldest, KVL_ERR_CONN_LOST,
+			  "evicted: too many unauthenticated connections (%d)", MAX_PREAUTH);
+	}
 	format_addr(&ss, addr, sizeof(addr));
 	p = peer_alloc(c, addr, false);
 	if (p < 0) {
@@ -1440,4 +1488,9 @@ const char *kvl_control_listen_addr(const struct kvl_runtime *rt)
 uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt)
 {
 	return rt->ctl ? __atomic_load_n(&rt->ctl->auth_failures, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? __atomic_load_n(&rt->ctl->preauth_evicted, __ATOMIC_RELAXED) : 0;
 }

@@ -77,5 +77,6 @@ struct kvl_peer_pub *kvl_control_peer(struct kvl_runtime *rt, uint32_t peer);
 bool kvl_control_enabled(const struct kvl_runtime *rt);
 const char *kvl_control_listen_addr(const struct kvl_runtime *rt); /* "host:port" bound */
 uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt);
+uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt);
 
 #endif /* KVL_RUNTIME_CONTROL_H */

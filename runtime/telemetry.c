@@ -400,11 +400,7 @@ static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d
 		if (pub && __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_FREE)
 			peer_row(rt, p, pub, &k);
 	}
-	if (k.n_cols == 0) { /* no peer: the columns still exist, empty */
-		rte_tel_data_start_dict(d);
-		return 0;
-	}
-	return sink_finish(&k, d);
+	return sink_finish(&k, d); /* no peer: an empty dict */
 }
 
 /* Totals per transport: "tcp/done_write", "tcp/failed/conn_lost", ... since start. */
@@ -449,6 +445,7 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 		rte_tel_data_add_dict_u64(d, name, st.refused[s]);
 	}
 	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
+	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
 	return 0;
 }
 

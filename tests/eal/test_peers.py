@@ -1,0 +1,774 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""EAL tests of two kvlanes talking: a refused handshake, hostile clients, and `make demo`.
+
+Usage: test_peers.py SCENARIO PATH-TO-KVLANED PATH-TO-KVLANE-KVDEMO, with KVL_SRC (repository
+root) and optionally KVL_BUILD (build folder) in the environment. Exit 0 pass, 1 fail.
+
+  wrong_secret  a kvlaned on config/default.ini, then: (a) kvlane-kvdemo holding another
+                secret is refused and learns nothing; (b) a hand-written client that speaks
+                the control protocol byte by byte sends a wrong proof: AUTH_FAIL, closed,
+                nothing about the server's segments or data port; (c) garbage on the control
+                port and an impossible frame header: closed, the server keeps answering;
+                (d) a DATA_BIND with a made-up session on the data port: AUTH_FAIL
+                (bad-session), closed. Controls: (b') the same probe with the right secret
+                gets AUTH_OK, SEGMENTS and ENDPOINTS (so (b) is a real test), and (d') a
+                DATA_BIND with that live session's id but no proof is refused too. Then the
+                same kvlaned serves a good kvlane-kvdemo run, every byte verified.
+  demo          tools/demo.py (what `make demo` runs): exit 0, every byte verified, 1 GiB per
+                request, and the prefill served exactly requests x 1 GiB.
+"""
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
+import kvlane_telemetry as kt  # noqa: E402  (path set just above)
+
+SCENARIO_LIMIT_S = 85  # the whole scenario, daemons included (meson's limit is higher)
+READY_TIMEOUT_S = 15
+RUN_TIMEOUT_S = 30     # one kvlane-kvdemo run
+DEMO_TIMEOUT_S = 75    # the whole demo (it takes < 60 s)
+STOP_TIMEOUT_S = 10
+SOCK_TIMEOUT_S = 5     # a raw client waiting for the server
+
+DEFAULT_INI = os.path.join(KVL_SRC, "config", "default.ini")
+EAL = ["-l", "0-1", "--no-huge", "-m", "256", "--no-pci", "--log-level", "lib.eal:warning"]
+GIB = 1 << 30
+KV_BYTES_DEFAULT = 32 * 2 * 16 * 32768  # [segment.kv] of default.ini: 32 MiB
+
+# ---- the control protocol, written out from runtime/ctrl_proto.h and ctrl_proto.c ----
+MAGIC = 0x434C564B  # "KVLC"
+VERSION = 1
+HDR = struct.Struct("<IHHII")  # magic, version, type, payload length, seq
+HELLO, CHALLENGE, AUTH, AUTH_OK, AUTH_FAIL, SEGMENTS, ENDPOINTS = 1, 2, 3, 4, 5, 6, 7
+HEARTBEAT, HEARTBEAT_ACK, DATA_BIND, DATA_BIND_OK, ERROR, BYE = 8, 9, 10, 11, 12, 13
+TYPE_NAMES = {1: "HELLO", 2: "CHALLENGE", 3: "AUTH", 4: "AUTH_OK", 5: "AUTH_FAIL",
+              6: "SEGMENTS", 7: "ENDPOINTS", 8: "HEARTBEAT", 9: "HEARTBEAT_ACK",
+              10: "DATA_BIND", 11: "DATA_BIND_OK", 12: "ERROR", 13: "BYE"}
+BAD_MAC, BAD_SESSION = 1, 2
+NONCE_LEN = MAC_LEN = 32
+# After AUTH_FAIL the server also says BYE (empty: it tells nothing) as it closes. The brief
+# asked for nothing at all after AUTH_FAIL; an empty BYE is tolerated here, on purpose, and
+# anything else fails. Set to () to require silence.
+TOLERATED_AFTER_FAIL = ()
+
+
+def frame(mtype, payload=b"", seq=0):
+    return HDR.pack(MAGIC, VERSION, mtype, len(payload), seq) + payload
+
+
+def wire_str(s):
+    b = s.encode()
+    assert len(b) < 64
+    return bytes([len(b)]) + b
+
+
+def hello_payload(name, nonce, min_v=VERSION, max_v=VERSION):
+    return struct.pack("<HH", min_v, max_v) + wire_str(name) + nonce
+
+
+def parse_frames(data):
+    """[(type, seq, payload)] of the whole frames in @data, and the bytes left over."""
+    out, off = [], 0
+    while len(data) - off >= HDR.size:
+        magic, ver, mtype, length, seq = HDR.unpack_from(data, off)
+        if magic != MAGIC or ver != VERSION:
+            raise Fail(f"a frame from the server\n  expected: magic 0x{MAGIC:08x} version "
+                       f"{VERSION}\n  seen:     magic 0x{magic:08x} version {ver} at byte "
+                       f"{off} of {data.hex()}\n")
+        if len(data) - off - HDR.size < length:
+            break
+        out.append((mtype, seq, data[off + HDR.size:off + HDR.size + length]))
+        off += HDR.size + length
+    return out, data[off:]
+
+
+def parse_challenge(p):
+    """CHALLENGE {u16 version, str name, nonce[32], u64 session_id}."""
+    version = struct.unpack_from("<H", p, 0)[0]
+    n = p[2]
+    name = p[3:3 + n].decode(errors="replace")
+    nonce = p[3 + n:3 + n + NONCE_LEN]
+    (session,) = struct.unpack_from("<Q", p, 3 + n + NONCE_LEN)
+    if len(p) != 3 + n + NONCE_LEN + 8:
+        raise Fail(f"CHALLENGE payload\n  expected: {3 + n + NONCE_LEN + 8} bytes\n"
+                   f"  seen:     {len(p)} bytes: {p.hex()}\n")
+    return version, name, nonce, session
+
+
+def parse_segment_names(p):
+    """SEGMENTS {u32 n, then per segment 48 fixed bytes and a name}: the names."""
+    (n,), off, names = struct.unpack_from("<I", p, 0), 4, []
+    for _ in range(n):
+        off += 48
+        names.append(p[off + 1:off + 1 + p[off]].decode(errors="replace"))
+        off += 1 + p[off]
+    return names
+
+
+def parse_endpoints(p):
+    """ENDPOINTS {u32 n, then per endpoint str nic, u8 transport, str addr}: the addresses."""
+    (n,), off, addrs = struct.unpack_from("<I", p, 0), 4, []
+    for _ in range(n):
+        off += 1 + p[off]
+        off += 1
+        addrs.append(p[off + 1:off + 1 + p[off]].decode(errors="replace"))
+        off += 1 + p[off]
+    return addrs
+
+
+def load_secret(path):
+    """The secret as kvl_secret_load reads it: the file's bytes, one trailing newline off."""
+    with open(path, "rb") as f:
+        b = f.read()
+    return b[:-2] if b.endswith(b"\r\n") else b[:-1] if b.endswith(b"\n") else b
+
+
+def handshake_mac(secret, label, hello, challenge):
+    """kvl_auth_client_mac / kvl_auth_server_mac: HMAC-SHA256 over a length-prefixed label,
+    the HELLO (min, max, name, nonce) and the CHALLENGE (version, name, nonce, session)."""
+    (min_v, max_v, name_c, nonce_c), (ver, name_s, nonce_s, session) = hello, challenge
+    msg = (wire_str(label) + struct.pack("<HH", min_v, max_v) + wire_str(name_c) + nonce_c
+           + struct.pack("<H", ver) + wire_str(name_s) + nonce_s + struct.pack("<Q", session))
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def describe_frames(frames):
+    return ", ".join(f"{TYPE_NAMES.get(t, t)}({p.hex() or '-'})" for t, _, p in frames) or "none"
+
+
+# ---- failures ----
+
+class Fail(Exception):
+    """A failed expectation; the message says what was expected and what was seen."""
+
+
+def check(cond, what, expected, seen, *subjects):
+    if not cond:
+        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n"
+                   + "".join(s.describe() for s in subjects if s is not None))
+
+
+def check_eq(seen, expected, what, *subjects):
+    check(seen == expected, what, repr(expected), repr(seen), *subjects)
+
+
+def log(msg):
+    print(f"  {msg}", flush=True)
+
+
+def indent(text, prefix="    | "):
+    if not text:
+        return f"{prefix}(nothing)\n"
+    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
+
+
+# ---- processes ----
+
+class Run:
+    """A command that ran to its end (or was killed at its deadline)."""
+
+    def __init__(self, argv, env, timeout, cwd=None):
+        self.argv, self.rundir = argv, env.get("RUNTIME_DIRECTORY", "")
+        t0 = time.monotonic()
+        self.timed_out = False
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env, text=True, errors="replace",
+                             cwd=cwd, start_new_session=True)
+        try:
+            self.stdout, self.stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)  # its own session: the demo's children too
+            self.stdout, self.stderr = p.communicate()
+        self.rc = p.returncode
+        self.secs = time.monotonic() - t0
+
+    def describe(self):
+        state = f"killed after {self.secs:.1f} s (deadline)" if self.timed_out else \
+            f"{self.rc} (after {self.secs:.2f} s)"
+        return (f"  command: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
+                f"  exit status: {state}\n"
+                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n"
+                f"{indent(self.stderr)}")
+
+
+class Daemon:
+    """A kvlaned in the background; its stdout and stderr collected line by line."""
+
+    def __init__(self, ctx, argv, rundir, prefix):
+        self.ctx, self.argv, self.rundir, self.prefix = ctx, argv, rundir, prefix
+        self.out, self.err = [], []
+        self.cond = threading.Condition()
+        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, text=True,
+                                     errors="replace", start_new_session=True)
+        self.pid = self.proc.pid
+        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                        for f, buf in ((self.proc.stdout, self.out),
+                                       (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
+
+    def _read(self, f, buf):
+        for line in f:
+            with self.cond:
+                buf.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def stdout(self):
+        with self.cond:
+            return "\n".join(self.out)
+
+    @property
+    def stderr(self):
+        with self.cond:
+            return "\n".join(self.err)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def describe(self):
+        rc = self.proc.poll()
+        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
+        return (f"  daemon: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
+                f"  exit status: {state}\n"
+                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n"
+                f"{indent(self.stderr)}")
+
+    def wait_line(self, pattern, timeout, what):
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.out:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                exited = self.proc.poll() is not None and not any(
+                    t.is_alive() for t in self.readers)
+                if left <= 0 or exited:
+                    break
+                self.cond.wait(min(left, 0.1))
+        why = "exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
+        raise Fail(f"{what}\n  expected: a line matching {pattern!r}\n  seen:     {why}\n"
+                   + self.describe())
+
+    def telemetry(self):
+        path = kt.socket_path(self.prefix, self.rundir)
+        ok = kt.wait_for_socket(path, 5.0, alive=self.running)
+        check(ok, "telemetry socket", f"{path} within 5 s", "no socket", self)
+        c = kt.TelemetryClient(timeout=5.0)
+        try:
+            c.connect(path, wait=2.0)
+        except kt.TelemetryError as e:
+            raise Fail(f"telemetry connect\n  expected: a connection\n  seen:     {e}\n"
+                       + self.describe()) from e
+        self.ctx.clients.append(c)
+        return c
+
+    def stop(self, timeout=STOP_TIMEOUT_S):
+        """SIGTERM, bounded wait, SIGKILL if it hangs. The exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Fail(f"kvlaned stop\n  expected: exit within {timeout} s of SIGTERM\n"
+                       f"  seen:     still running; killed\n" + self.describe())
+        for t in self.readers:
+            t.join(timeout=2)
+        return self.proc.returncode
+
+
+class Ctx:
+    """What a scenario started: killed and removed in finally, whatever happened."""
+
+    def __init__(self, kvlaned, kvdemo):
+        self.kvlaned, self.kvdemo = kvlaned, kvdemo
+        self.tmp = tempfile.mkdtemp(prefix="kvl-peers-")
+        self.daemons, self.clients, self.socks = [], [], []
+        self.n = 0
+
+    def unique(self, what):
+        self.n += 1
+        return f"kvlpeers-{os.getpid()}-{what}{self.n}"
+
+    def rundir(self, prefix):
+        d = os.path.join(self.tmp, prefix)
+        os.makedirs(d, mode=0o700)
+        return d
+
+    def kvlaned_start(self, sets=()):
+        prefix = self.unique("srv")
+        argv = [self.kvlaned, *EAL, "--file-prefix", prefix, "--", "-c", DEFAULT_INI,
+                "--set", "control.listen=127.0.0.1:0", *[a for s in sets for a in ("--set", s)]]
+        d = Daemon(self, argv, self.rundir(prefix), prefix)
+        self.daemons.append(d)
+        d.wait_line(r"^kvlaned: ready$", READY_TIMEOUT_S, "kvlaned start-up")
+        m = d.wait_line(r"^\s*control: listening on (\S+)", 1, "the control address")
+        d.addr = m.group(1)
+        return d
+
+    def kvdemo_run(self, addr, sets=(), args=(), name="decode"):
+        prefix = self.unique(name)
+        argv = [self.kvdemo, *EAL, "--file-prefix", prefix, "--", "-c", DEFAULT_INI,
+                "--set", "control.listen=127.0.0.1:0", "--set", f"runtime.name={name}",
+                *[a for s in sets for a in ("--set", s)], *args, addr]
+        env = dict(os.environ, RUNTIME_DIRECTORY=self.rundir(prefix))
+        return Run(argv, env, RUN_TIMEOUT_S)
+
+    def sock(self, addr):
+        host, port = addr.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=SOCK_TIMEOUT_S)
+        s.settimeout(SOCK_TIMEOUT_S)
+        self.socks.append(s)
+        return s
+
+    def kill_all(self):
+        for d in self.daemons:
+            if d.proc.poll() is None:
+                d.proc.kill()
+
+    def cleanup(self):
+        for s in self.socks:
+            s.close()
+        for c in self.clients:
+            c.close()
+        for d in self.daemons:
+            if d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+        subprocess.run(["rm", "-rf", self.tmp], check=False)
+
+
+def read_until_closed(s, what, *subjects):
+    """Every byte the server sends until it closes; a Fail if it keeps the connection open."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            raise Fail(f"{what}\n  expected: the server closes the connection within "
+                       f"{SOCK_TIMEOUT_S} s\n  seen:     still open; received "
+                       f"{len(data)} bytes: {data.hex()}\n"
+                       + "".join(x.describe() for x in subjects)) from None
+        except ConnectionResetError:
+            return data, "reset"
+        if not chunk:
+            return data, "closed"
+        data += chunk
+
+
+def recv_frame(s, buf, what, *subjects):
+    """One whole frame (waiting for it), and what is left in the buffer."""
+    while True:
+        frames, rest = parse_frames(buf)
+        if frames:
+            t, seq, p = frames[0]
+            consumed = HDR.size + len(p)
+            return (t, seq, p), buf[consumed:]
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            chunk = None
+        check(chunk, what, "a frame from the server",
+              "nothing within 5 s" if chunk is None else f"connection closed after "
+              f"{buf.hex() or 'nothing'}", *subjects)
+        buf += chunk
+
+
+def listening_ports(pid):
+    """TCP ports @pid listens on at 127.0.0.1 (from /proc/net/tcp and its fds)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        m = re.match(r"socket:\[(\d+)\]", target)
+        if m:
+            inodes.add(m.group(1))
+    ports = []
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            col = line.split()
+            local, state, inode = col[1], col[3], col[9]
+            ip, port = local.split(":")
+            if state == "0A" and inode in inodes and ip == "0100007F":
+                ports.append(int(port, 16))
+    return sorted(ports)
+
+
+def peers_rows(tel):
+    p = tel.command("/kvlane/peers")
+    n = len(p.get("peer", []))
+    return [{k: v[i] for k, v in p.items()} for i in range(n)]
+
+
+def wait_for(cond, timeout, interval=0.05):
+    """Poll @cond until it returns something true, at most @timeout s; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+# ---- scenarios ----
+
+def scenario_wrong_secret(ctx):
+    srv = ctx.kvlaned_start()
+    tel = srv.telemetry()
+    ctl_port = int(srv.addr.rsplit(":", 1)[1])
+    ports = listening_ports(srv.pid)
+    data_ports = [p for p in ports if p != ctl_port]
+    check(ctl_port in ports and len(data_ports) == 1, "kvlaned's listening ports on 127.0.0.1",
+          f"the control port {ctl_port} and one data port (nic.lo)", ports, srv)
+    data_port = data_ports[0]
+    log(f"kvlaned up: control {srv.addr}, data port {data_port} (found in /proc/net/tcp)")
+    stats = tel.command("/kvlane/stats")
+    check_eq(stats["control/auth_failures"], 0, "auth_failures at start", srv)
+
+    # (a) kvlane-kvdemo with another secret: refused, learns nothing.
+    other = os.path.join(ctx.tmp, "other.secret")
+    with open(other, "w") as f:
+        f.write(secrets.token_hex(16))  # 32 bytes, not the demo's
+    os.chmod(other, 0o600)
+    r = ctx.kvdemo_run(srv.addr, sets=[f"control.secret_file={other}"], name="intruder")
+    both = r.stdout + "\n" + r.stderr
+    check(r.rc not in (0, None) and not r.timed_out, "kvlane-kvdemo with another secret",
+          "a non-zero exit", f"status {r.rc}", r)
+    check(re.search(r"cannot connect.*(refused|proof)", both, re.I), "its message",
+          "'cannot connect ... refused' or '... proof ...'", "neither", r)
+    leaked = [ln for ln in both.splitlines()
+              if re.search(r'"kv"|layers|blocks|segment \S|verified', ln)]
+    check(not leaked, "kvlane-kvdemo refused", "no line about the server's segments",
+          leaked, r)
+    msg = next(ln for ln in both.splitlines() if re.search(r"cannot connect", ln))
+    log(f"(a) another secret: exit {r.rc} in {r.secs:.1f} s: {msg.strip()}")
+    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 1,
+             "/kvlane/stats control/auth_failures after (a)", srv)
+    rows = wait_for(lambda: [x for x in peers_rows(tel) if x["state"] == "dead"], 5)
+    rows_all = peers_rows(tel)
+    check(len(rows_all) == 1 and rows, "/kvlane/peers after (a)",
+          "one row, state dead", rows_all, srv)
+    row = rows_all[0]
+    check_eq((row["state"], row["segments"], row["data_conns"], row["name"]),
+             ("dead", 0, 0, ""), "the refused peer's row (state, segments, data_conns, name)",
+             srv)
+    log(f"    /kvlane/peers: {row['addr']} state {row['state']}, segments {row['segments']}, "
+        f"fail_reason {row['fail_reason']!r}; auth_failures 1")
+
+    # (b) The handshake by hand, with a wrong proof.
+    s = ctx.sock(srv.addr)
+    nonce_c = secrets.token_bytes(NONCE_LEN)
+    s.sendall(frame(HELLO, hello_payload("raw-probe", nonce_c)))
+    (t, _, p), buf = recv_frame(s, b"", "answer to HELLO", srv)
+    check_eq(TYPE_NAMES.get(t, t), "CHALLENGE", "the answer to a well-formed HELLO", srv)
+    version, name, nonce_s, session = parse_challenge(p)
+    check_eq((version, name), (VERSION, "kvlane-default"), "CHALLENGE version and name", srv)
+    s.sendall(frame(AUTH, secrets.token_bytes(MAC_LEN), seq=1))
+    rest, how = read_until_closed(s, "after a wrong AUTH", srv)
+    frames, tail = parse_frames(buf + rest)
+    types = [TYPE_NAMES.get(ft, ft) for ft, _, _ in frames]
+    check(frames and frames[0][0] == AUTH_FAIL, "the answer to a wrong AUTH", "AUTH_FAIL",
+          describe_frames(frames), srv)
+    check_eq(struct.unpack("<H", frames[0][2])[0], BAD_MAC, "AUTH_FAIL reason (1 = bad-mac)",
+             srv)
+    extra = [(ft, fp) for ft, _, fp in frames[1:]
+             if not (ft in TOLERATED_AFTER_FAIL and fp == b"")]
+    check(not extra and not tail, "what follows AUTH_FAIL",
+          "nothing" + (" (an empty BYE tolerated)" if TOLERATED_AFTER_FAIL else "")
+          + ", then the connection closed",
+          describe_frames(frames[1:]) + (f", and {len(tail)} stray bytes" if tail else ""), srv)
+    check(not any(ft in (SEGMENTS, ENDPOINTS, AUTH_OK) for ft, _, _ in frames),
+          "frames after a wrong AUTH", "no AUTH_OK, SEGMENTS or ENDPOINTS", types, srv)
+    after = buf + rest
+    check(b"kv" not in after and str(data_port).encode() not in after,
+          "bytes after the CHALLENGE", f"neither \"kv\" nor the data port {data_port}",
+          after.hex(), srv)
+    log(f"(b) raw HELLO -> CHALLENGE from \"{name}\" (session {session:#x}); wrong AUTH -> "
+        f"{', '.join(types)}; connection {how}")
+    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 2,
+             "control/auth_failures after (b)", srv)
+    rows = wait_for(lambda: [(x["state"], x["segments"]) for x in peers_rows(tel)
+                             if (x["state"], x["segments"]) != ("dead", 0)] == [], 5)
+    check(rows, "/kvlane/peers after (b)", "every row dead, 0 segments", peers_rows(tel), srv)
+
+    # (b') The same probe with the right secret, as a control: the proofs computed here verify
+    # both ways and the server then tells what (b) did not get. Its connection stays open so
+    # that (d') can try its session id.
+    secret = load_secret(os.path.join(KVL_SRC, "config", "demo.secret"))
+    good = ctx.sock(srv.addr)
+    nonce_c = secrets.token_bytes(NONCE_LEN)
+    hello = (VERSION, VERSION, "raw-probe-ok", nonce_c)
+    good.sendall(frame(HELLO, hello_payload("raw-probe-ok", nonce_c)))
+    (t, _, p), buf = recv_frame(good, b"", "answer to HELLO", srv)
+    check_eq(TYPE_NAMES.get(t, t), "CHALLENGE", "the answer to HELLO (right secret)", srv)
+    challenge = parse_challenge(p)
+    good.sendall(frame(AUTH, handshake_mac(secret, "kvlane-v1 client proof", hello,
+                                           challenge), seq=1))
+    got = []
+    while len(got) < 3:
+        f, buf = recv_frame(good, buf, "AUTH_OK, SEGMENTS, ENDPOINTS after a right AUTH", srv)
+        got.append(f)
+    check_eq([TYPE_NAMES.get(t, t) for t, _, _ in got], ["AUTH_OK", "SEGMENTS", "ENDPOINTS"],
+             "what a right AUTH gets", srv)
+    check_eq(got[0][2], handshake_mac(secret, "kvlane-v1 server proof", hello, challenge),
+             "the server's proof in AUTH_OK (as computed here)", srv)
+    names, addrs = parse_segment_names(got[1][2]), parse_endpoints(got[2][2])
+    check("kv" in names and f"127.0.0.1:{data_port}" in addrs, "SEGMENTS and ENDPOINTS",
+          f"segment \"kv\" and endpoint 127.0.0.1:{data_port}", (names, addrs), srv)
+    log(f"(b') control, right secret: AUTH_OK (server proof verified here), SEGMENTS {names}, "
+        f"ENDPOINTS {addrs}")
+
+    # (c) Garbage: 64 random bytes (never the magic), then a header with an impossible length.
+    garbage = secrets.token_bytes(64)
+    while garbage[:4] == struct.pack("<I", MAGIC):
+        garbage = secrets.token_bytes(64)
+    for what, payload in (("64 random bytes", garbage),
+                          ("a header announcing a 1 GiB HELLO",
+                           HDR.pack(MAGIC, VERSION, HELLO, GIB, 0))):
+        s = ctx.sock(srv.addr)
+        s.sendall(payload)
+        got, how = read_until_closed(s, f"after {what}", srv)
+        frames, _ = parse_frames(got) if got[:4] == struct.pack("<I", MAGIC) else ([], got)
+        check(all(ft in (BYE, ERROR) for ft, _, _ in frames) and len(got) ==
+              sum(HDR.size + len(fp) for _, _, fp in frames), f"the answer to {what}",
+              "at most BYE or ERROR frames, then closed", got.hex() or "nothing", srv)
+        check(srv.running(), f"kvlaned after {what}", "still running", "exited", srv)
+        info = tel.command("/kvlane/info")
+        check(isinstance(info, dict) and info.get("pid") == srv.pid,
+              f"/kvlane/info after {what}", f"pid {srv.pid}", info, srv)
+        log(f"(c) {what}: connection {how} after {describe_frames(frames)}; server answers "
+            f"telemetry")
+
+    # (d) A data connection that claims a session nobody opened.
+    s = ctx.sock(f"127.0.0.1:{data_port}")
+    bind = struct.pack("<QI", int.from_bytes(secrets.token_bytes(8), "little"), 0) + \
+        secrets.token_bytes(MAC_LEN)
+    s.sendall(frame(DATA_BIND, bind))
+    got, how = read_until_closed(s, "after a DATA_BIND with a made-up session", srv)
+    frames, tail = parse_frames(got)
+    check(len(frames) == 1 and frames[0][0] == AUTH_FAIL and not tail,
+          "the answer to DATA_BIND with a made-up session", "AUTH_FAIL only, then closed",
+          describe_frames(frames) + (f" + {tail.hex()}" if tail else ""), srv)
+    check_eq(struct.unpack("<H", frames[0][2])[0], BAD_SESSION,
+             "AUTH_FAIL reason (2 = bad-session)", srv)
+    log(f"(d) DATA_BIND on data port {data_port} with a made-up session -> AUTH_FAIL "
+        f"(bad-session); connection {how}")
+    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 3,
+             "control/auth_failures after (d)", srv)
+
+    # (d') The session id is no secret (CHALLENGE carries it before any proof): with the id
+    # of the live session of (b') but no proof of the secret, a DATA_BIND is still refused.
+    session = challenge[3]
+    s = ctx.sock(f"127.0.0.1:{data_port}")
+    s.sendall(frame(DATA_BIND, struct.pack("<QI", session, 0) + secrets.token_bytes(MAC_LEN)))
+    got, how = read_until_closed(s, "after a DATA_BIND with a live session and a wrong proof",
+                                 srv)
+    frames, tail = parse_frames(got)
+    check(len(frames) == 1 and frames[0][0] == AUTH_FAIL and not tail,
+          "the answer to DATA_BIND with a live session id and a wrong proof",
+          "AUTH_FAIL only, then closed",
+          describe_frames(frames) + (f" + {tail.hex()}" if tail else ""), srv)
+    log(f"(d') DATA_BIND with the live session id of (b') and a wrong proof -> AUTH_FAIL "
+        f"(reason {struct.unpack('<H', frames[0][2])[0]}); connection {how}")
+    good.close()
+    stats = tel.command("/kvlane/stats")
+    check_eq(stats["control/auth_failures"], 4, "control/auth_failures after (d')", srv)
+    check_eq(stats["tcp/served_bytes"], 0, "bytes served to the bad clients", srv)
+
+    # The bad clients cost nothing: a good client is served, every byte verified.
+    r = ctx.kvdemo_run(srv.addr, args=["--requests", "2"])
+    check(r.rc == 0 and re.search(r"^verified: every byte", r.stdout, re.M),
+          "kvlane-kvdemo with the right secret, after the bad clients",
+          "exit 0 and 'verified: every byte'", f"status {r.rc}", r)
+    m = re.search(r"^\s*request 2/2 (\d+) bytes in", r.stdout, re.M)
+    check(m and int(m.group(1)) == KV_BYTES_DEFAULT, "bytes per request",
+          KV_BYTES_DEFAULT, m and m.group(1), r)
+    stats = tel.command("/kvlane/stats")
+    check_eq(stats["tcp/served_bytes"], 2 * KV_BYTES_DEFAULT,
+             "tcp/served_bytes after the good run", srv)
+    refused = {k: v for k, v in stats.items() if k.startswith("tcp/refused/") and v}
+    check_eq(refused, {}, "requests the server refused", srv)
+    check_eq(stats["control/auth_failures"], 4, "auth_failures after the good run", srv)
+    log(f"good kvlane-kvdemo: exit 0 in {r.secs:.1f} s, 2 x {KV_BYTES_DEFAULT} bytes served "
+        f"and verified; auth_failures still 4")
+
+    rc = srv.stop()
+    check_eq(rc, 0, "kvlaned exit status after SIGTERM", srv)
+    srv.wait_line(r"^kvlaned: stopped \(SIGTERM\)", 2, "the stop summary")
+
+
+def demo_leftovers(demo_pid):
+    """Processes the demo started (by their --file-prefix) that still run."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(re.fullmatch(rb"kvlane-demo-(prefill|decode)-%d" % demo_pid, a) for a in cmd):
+            left.append(int(pid))
+    return left
+
+
+def scenario_demo(ctx):
+    build = os.environ.get("KVL_BUILD") or os.path.dirname(os.path.abspath(ctx.kvlaned))
+    argv = [sys.executable, os.path.join(KVL_SRC, "tools", "demo.py"), build,
+            "config/default.ini"]
+    env = dict(os.environ)
+    env.pop("RUNTIME_DIRECTORY", None)  # the demo makes its own, one per process
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
+                         cwd=KVL_SRC, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=DEMO_TIMEOUT_S)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+    secs = time.monotonic() - t0
+    left = demo_leftovers(p.pid)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+
+    class Seen:
+        def describe(self):
+            return (f"  command: (cd {KVL_SRC} && {shlex.join(argv)})\n  exit status: "
+                    f"{'killed at the deadline' if timed_out else p.returncode} after "
+                    f"{secs:.1f} s\n  --- output ---\n{indent(out)}")
+    seen = Seen()
+    check(not timed_out, "make demo's duration", f"< {DEMO_TIMEOUT_S} s",
+          f"still running after {secs:.0f} s", seen)
+    check_eq(left, [], "processes the demo left running", seen)
+    check_eq(p.returncode, 0, "demo.py exit status", seen)
+    check(re.search(r"^\s*verified: every byte", out, re.M), "the decode report",
+          "'verified: every byte'", "no such line", seen)
+    reqs = re.findall(r"^\s*request (\d+)/(\d+) (\d+) bytes in", out, re.M)
+    check(reqs and len(reqs) == int(reqs[0][1]), "per-request lines",
+          "one 'request i/N ... bytes in' line per request", reqs, seen)
+    n = len(reqs)
+    check(all(int(b) == GIB for _, _, b in reqs), "bytes moved per request",
+          f"{GIB} (1 GiB) each", [int(b) for _, _, b in reqs], seen)
+    m = re.search(r"/kvlane/stats\s+served \d+ READs, (\d+) bytes", out)
+    check(m, "the prefill's served bytes in the demo output", "a '/kvlane/stats served ...' "
+          "line", "none", seen)
+    check_eq(int(m.group(1)), n * GIB, f"bytes the prefill served ({n} requests x 1 GiB)",
+             seen)
+    check(re.search(r"^demo: OK", out, re.M), "the demo's last word", "'demo: OK ...'",
+          "none", seen)
+    rate = re.search(r"moved .*?: ([\d.]+) GB/s", out)
+    log(f"demo: exit 0 in {secs:.1f} s, {n} x {GIB} bytes verified, prefill served "
+        f"{m.group(1)} bytes" + (f", {rate.group(1)} GB/s" if rate else ""))
+
+
+def scenario_preauth_flood(ctx):
+    """Anyone who reaches the port may open connections: unauthenticated ones hold at most
+    16 peer slots, the oldest is evicted past that, and a real peer still gets in."""
+    srv = ctx.kvlaned_start()
+    tel = srv.telemetry()
+    idle = []
+    try:
+        for _ in range(40):
+            idle.append(ctx.sock(srv.addr))
+        closed = wait_for(lambda: sum(closed_now(s) for s in idle) >= 24, 5)
+        n_closed = sum(closed_now(s) for s in idle)
+        check(closed and n_closed == 24, "40 silent connections to the control port",
+              "24 closed (the oldest, 16 left to the handshake timeout)", n_closed, srv)
+        check(all(closed_now(s) for s in idle[:24]) and not any(closed_now(s) for s in idle[24:]),
+              "which connections were closed", "the 24 oldest",
+              [i for i, s in enumerate(idle) if closed_now(s)], srv)
+        evicted = tel.command("/kvlane/stats")["control/preauth_evicted"]
+        check_eq(evicted, 24, "/kvlane/stats control/preauth_evicted", srv)
+        r = ctx.kvdemo_run(srv.addr)
+        check(r.rc == 0 and "verified: every byte" in r.stdout,
+              "a real peer while 16 unauthenticated connections wait",
+              "connects and verifies", f"exit {r.rc}", r)
+        check(closed_now(idle[24]), "the oldest waiting connection when the real peer came",
+              "evicted to make room", "still open", srv)
+        log(f"40 idle connections: the 24 oldest evicted (preauth_evicted {evicted}); a real "
+            f"peer evicted the next oldest, connected and verified its KV")
+    finally:
+        for s in idle:
+            s.close()
+
+
+def closed_now(s):
+    """True once the server has closed @s (EOF or reset), without blocking."""
+    try:
+        s.setblocking(False)
+        return s.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+SCENARIOS = {"wrong_secret": scenario_wrong_secret, "demo": scenario_demo,
+             "preauth_flood": scenario_preauth_flood}
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in SCENARIOS:
+        print(f"usage: {sys.argv[0]} {{{','.join(SCENARIOS)}}} KVLANED KVLANE-KVDEMO",
+              file=sys.stderr)
+        return 2
+    name, kvlaned, kvdemo = sys.argv[1:]
+    ctx = Ctx(os.path.abspath(kvlaned), os.path.abspath(kvdemo))
+    print(f"scenario {name}", flush=True)
+    t0 = time.monotonic()
+
+    def overtime():
+        # A hung step must not hang the suite: say so, kill what we started, leave.
+        print(f"FAIL {name}: over {SCENARIO_LIMIT_S} s; stopping", flush=True)
+        ctx.kill_all()
+        os._exit(1)
+
+    alarm = threading.Timer(SCENARIO_LIMIT_S, overtime)
+    alarm.daemon = True
+    alarm.start()
+    try:
+        SCENARIOS[name](ctx)
+    except Fail as e:
+        print(f"FAIL {name}: {e}", flush=True)
+        return 1
+    finally:
+        alarm.cancel()
+        ctx.cleanup()
+    print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
