@@ -1,0 +1,650 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""EAL tests of the data path between processes: kvlane-perf against kvlaned on loopback TCP.
+
+Usage: test_dataplane.py {move_1gib|sigkill|perf_cli} PATH-TO-KVLANED PATH-TO-KVLANE-PERF,
+with KVL_SRC (repository root) in the environment. Exit 0 pass, 1 fail (with what was
+expected, what was seen, and every process's command line and output).
+"""
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
+import kvlane_telemetry as kt  # noqa: E402  (path set just above)
+
+CONFIG = os.path.join(KVL_SRC, "config", "default.ini")
+LIMIT_S = {"move_1gib": 120, "sigkill": 60, "sigstop": 60, "perf_cli": 60}  # whole scenario
+READY_TIMEOUT_S = 15      # start until ready (EAL, telemetry, the segment filled)
+STOP_TIMEOUT_S = 10       # signal until exit
+RUN_TIMEOUT_S = 30        # a command that should exit by itself
+SETTLE_TIMEOUT_S = 5      # telemetry or /proc reaching the expected state
+
+EAL = ["-l", "0-1", "--no-huge", "--no-pci"]
+LISTEN_ANY = "control.listen=127.0.0.1:0"
+LISTEN_RE = r"control: listening on (\S+) "
+PERF_SERVER_RE = r"^kvlane-perf server: listening on (\S+), segment (\d+) (\d+)$"
+READY_RE = r"^kvlaned: ready$"
+GIB = 1 << 30
+
+# kvlaned's [segment.kv] of default.ini, made writable: kvlane-perf --segment kv --seed 1.
+KV_RW = ["--set", "segment.kv.access=readwrite"]
+KV_SEED = "1"  # default.ini leaves pattern_seed at its default
+
+
+# ---- failures ----
+
+class Fail(Exception):
+    """A failed expectation: what was expected, what was seen, and the processes involved."""
+
+
+def indent(text, prefix="    | "):
+    if not text:
+        return f"{prefix}(nothing)\n"
+    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
+
+
+def check(cond, what, expected, seen, *procs):
+    if not cond:
+        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n"
+                   + "".join(p.describe() for p in procs if p is not None))
+
+
+def check_eq(seen, expected, what, *procs):
+    check(seen == expected, what, repr(expected), repr(seen), *procs)
+
+
+def log(msg):
+    print(f"  {msg}", flush=True)
+
+
+# ---- processes ----
+
+class Proc:
+    """A process in the background (kvlaned, kvlane-perf), its output collected by line."""
+
+    def __init__(self, ctx, argv, rundir, prefix, tag):
+        self.argv, self.rundir, self.prefix, self.tag = argv, rundir, prefix, tag
+        self.out, self.err = [], []
+        self.cond = threading.Condition()
+        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, text=True,
+                                     errors="replace")
+        self.pid = self.proc.pid
+        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                        for f, buf in ((self.proc.stdout, self.out),
+                                       (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
+        ctx.procs.append(self)
+
+    def _read(self, f, buf):
+        for line in f:
+            with self.cond:
+                buf.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def stdout(self):
+        with self.cond:
+            return "\n".join(self.out)
+
+    @property
+    def stderr(self):
+        with self.cond:
+            return "\n".join(self.err)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def describe(self):
+        rc = self.proc.poll()
+        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
+        return (f"  {self.tag}: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
+                f"  exit status: {state}\n"
+                f"  --- stdout ---\n{indent(self.stdout)}"
+                f"  --- stderr ---\n{indent(self.stderr)}")
+
+    def wait_line(self, pattern, timeout, stream="out", what=None):
+        """The first match of @pattern (re.search) in a line of @stream; fail on timeout."""
+        rx = re.compile(pattern)
+        buf = self.out if stream == "out" else self.err
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in buf:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                done = self.proc.poll() is not None and not any(t.is_alive()
+                                                                for t in self.readers)
+                if left <= 0 or done:
+                    break
+                self.cond.wait(min(left, 0.1))
+        why = "it exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
+        raise Fail(f"{what or 'a line on ' + stream}\n  expected: a line matching "
+                   f"{pattern!r}\n  seen:     {why}\n" + self.describe())
+
+    def wait_exit(self, timeout):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise Fail(f"{self.tag}: exit\n  expected: it exits within {timeout} s\n"
+                       f"  seen:     still running; killed it\n" + self.describe()) from None
+        for t in self.readers:
+            t.join(2.0)
+        return rc
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
+        """Signal, wait, expect exit 0."""
+        if self.running():
+            self.proc.send_signal(sig)
+        rc = self.wait_exit(timeout)
+        check_eq(rc, 0, f"{self.tag}: exit status after {signal.Signals(sig).name}", self)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def fds(self):
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def telemetry(self, ctx, timeout=5.0):
+        path = kt.socket_path(self.prefix, self.rundir)
+        ok = kt.wait_for_socket(path, timeout, alive=self.running)
+        check(ok, f"{self.tag}: telemetry socket", f"{path} within {timeout} s",
+              "no socket" + ("" if self.running() else " (it exited)"), self)
+        c = kt.TelemetryClient(timeout=5.0)
+        try:
+            c.connect(path, wait=2.0)
+        except kt.TelemetryError as e:
+            raise Fail(f"{self.tag}: telemetry connect\n  expected: a connection\n"
+                       f"  seen:     {e}\n" + self.describe()) from e
+        ctx.clients.append(c)
+        return c
+
+
+class Ctx:
+    """One scenario: a temp dir, unique prefixes, and everything to clean up afterwards."""
+
+    def __init__(self, scenario, kvlaned, perf):
+        self.scenario, self.kvlaned_exe, self.perf = scenario, kvlaned, perf
+        self.tmp = tempfile.mkdtemp(prefix=f"kvl-dp-{scenario}-")
+        self.procs, self.clients = [], []
+        self.n = 0
+
+    def cleanup(self):
+        for c in self.clients:
+            c.close()
+        for p in self.procs:
+            p.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def unique(self, tag):
+        self.n += 1
+        return f"kvl{os.getpid()}_{tag}{self.n}"
+
+    def rundir(self):
+        return tempfile.mkdtemp(prefix="run-", dir=self.tmp)
+
+    def kvlaned(self, tag, mem_mb=256, sets=()):
+        """A kvlaned on a free control port; returns (proc, its control address)."""
+        prefix = self.unique(tag)
+        argv = [self.kvlaned_exe, *EAL, "-m", str(mem_mb), "--file-prefix", prefix, "--",
+                "-c", CONFIG, "--set", LISTEN_ANY, *sets]
+        p = Proc(self, argv, self.rundir(), prefix, f"kvlaned {tag}")
+        p.wait_line(READY_RE, READY_TIMEOUT_S, what=f"kvlaned {tag}: start-up")
+        addr = p.wait_line(LISTEN_RE, 1, what=f"kvlaned {tag}: control address")[1]
+        return p, addr
+
+    def perf_argv(self, prefix, args, mem_mb=256):
+        return [self.perf, *EAL, "-m", str(mem_mb), "--file-prefix", prefix, "--",
+                "-c", CONFIG, *args]
+
+    def perf_start(self, tag, args, mem_mb=256):
+        prefix = self.unique(tag)
+        return Proc(self, self.perf_argv(prefix, args, mem_mb), self.rundir(), prefix,
+                    f"kvlane-perf {tag}")
+
+    def perf_run(self, tag, args, mem_mb=256, timeout=RUN_TIMEOUT_S, rundir=None):
+        """kvlane-perf until it exits by itself; returns (exit status, proc)."""
+        prefix = self.unique(tag)
+        p = Proc(self, self.perf_argv(prefix, args, mem_mb), rundir or self.rundir(), prefix,
+                 f"kvlane-perf {tag}")
+        return p.wait_exit(timeout), p
+
+    def perf_raw(self, args, timeout=RUN_TIMEOUT_S):
+        """kvlane-perf with @args exactly as given (no EAL or INI added)."""
+        rundir = self.rundir()
+        p = Proc(self, [self.perf, *args], rundir, "none", "kvlane-perf")
+        return p.wait_exit(timeout), p
+
+
+def json_lines(p, what):
+    """Every stdout line of @p parsed as JSON (kvlane-perf --json)."""
+    objs = []
+    for line in p.out:
+        try:
+            objs.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise Fail(f"{what}: JSON\n  expected: one JSON object per stdout line\n"
+                       f"  seen:     {line!r}: {e}\n" + p.describe()) from e
+    return objs
+
+
+def cmd(c, command, *procs):
+    try:
+        v = c.command(command)
+    except kt.TelemetryError as e:
+        raise Fail(f"telemetry {command}\n  expected: a reply\n  seen:     {e}\n"
+                   + "".join(p.describe() for p in procs)) from e
+    check(v is not None, f"telemetry {command}", "a value", "null", *procs)
+    return v
+
+
+def peer_rows(c, *procs):
+    """/kvlane/peers (column form) as a list of row dicts."""
+    v = cmd(c, "/kvlane/peers", *procs)
+    if not v:
+        return []
+    n = len(next(iter(v.values())))
+    return [{k: v[k][i] for k in v} for i in range(n)]
+
+
+def wait_for(cond, timeout, interval=0.05):
+    """Poll cond() until it returns a true value or @timeout s pass; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def check_counters_zero(stats, prefix, what, *procs):
+    bad = {k: v for k, v in stats.items() if k.startswith(prefix) and v != 0}
+    check(not bad, what, f"every {prefix}* counter 0", bad, *procs)
+
+
+# ---- move_1gib ----
+
+MOVE_SIZES = "16K,64K,256K,1M,2M"
+MOVE_ITERS = 200  # per size and op: 200 x (16K + 64K + 256K + 1M + 2M) = 666 MiB per op
+
+
+def move_run(ctx, server, addr, op, tel):
+    """One kvlane-perf --verify run against @server; returns (its JSON objects, total)."""
+    args = [f"--{op}", "--verify", "--json", "-s", MOVE_SIZES, "-n", str(MOVE_ITERS),
+            "--segment", "kv", "--seed", KV_SEED, "--seg-size", "128M", addr]
+    t0 = time.monotonic()
+    rc, p = ctx.perf_run(op, args, mem_mb=512, timeout=90)
+    secs = time.monotonic() - t0
+    check_eq(rc, 0, f"kvlane-perf --{op} --verify: exit status", p, server)
+    objs = json_lines(p, f"kvlane-perf --{op}")
+    sizes = [o.get("bytes_per_msg") for o in objs]
+    check_eq(sizes, [16384, 65536, 262144, 1048576, 2097152], f"--{op}: one object per size",
+             p)
+    total = 0
+    for o in objs:
+        s = o["bytes_per_msg"]
+        want = {"op": op, "result": "ok", "iterations": MOVE_ITERS, "completed_ok": MOVE_ITERS,
+                "failed": 0, "bytes": s * MOVE_ITERS, "verify": True,
+                "verified_bytes": s * MOVE_ITERS, "verify_error": None}
+        check_eq({k: o.get(k) for k in want}, want, f"--{op} {s} B: counts", p)
+        check_eq(o["servers"][0]["status"], {"ok": MOVE_ITERS}, f"--{op} {s} B: statuses", p)
+        if op == "write":
+            # every byte written was read back once, and the pattern written back after
+            check_eq(o["verify_read_bytes"], s * MOVE_ITERS, f"--write {s} B: read back", p)
+            check(o["verify_write_bytes"] > 0, f"--write {s} B: pattern written back",
+                  "verify_write_bytes > 0", o["verify_write_bytes"], p)
+        else:
+            check_eq((o["verify_read_bytes"], o["verify_write_bytes"]), (0, 0),
+                     f"--read {s} B: no extra transfers", p)
+        total += o["bytes"] + o["verify_read_bytes"] + o["verify_write_bytes"]
+    moved = sum(o["bytes"] for o in objs)
+    log(f"--{op} --verify: {moved / 2**20:.0f} MiB in 5 sizes, every byte verified, "
+        f"{total / 2**20:.0f} MiB on the wire with the verification, {secs:.1f} s")
+
+    # The server counted exactly that, and it shows this client's share in /kvlane/peers
+    # once the client is gone.
+    def client_row():
+        rows = [r for r in peer_rows(tel, server) if r["name"] == "kvlane-perf"
+                and r["state"] == "dead" and r["data_conns"] == 0
+                and r["served_bytes"] == total]
+        return rows[0] if rows else None
+    row = wait_for(client_row, SETTLE_TIMEOUT_S)
+    check(row is not None, f"--{op}: the client's row of the server's /kvlane/peers",
+          f"name kvlane-perf, state dead, data_conns 0, served_bytes {total}",
+          peer_rows(tel, server), p, server)
+    return objs, moved, total
+
+
+def scenario_move_1gib(ctx):
+    server, addr = ctx.kvlaned("srv", mem_mb=512,
+                               sets=[*KV_RW, "--set", "segment.kv.blocks=64"])
+    server.wait_line(r'segment \d+ "kv": 128 MiB .*peers may read and write', 1,
+                     what="the 128 MiB readwrite segment")
+    tel = server.telemetry(ctx)
+    stats = cmd(tel, "/kvlane/stats", server)
+    check_eq(stats.get("tcp/served_bytes"), 0, "tcp/served_bytes before any client", server)
+
+    _, w_moved, w_total = move_run(ctx, server, addr, "write", tel)
+    stats = cmd(tel, "/kvlane/stats", server)
+    check_eq(stats.get("tcp/served_bytes"), w_total,
+             "server's tcp/served_bytes after --write (bytes + read back + written back)",
+             server)
+    # After the writes (and their restore) the segment must hold its pattern again: the
+    # READ run checks every byte it reads against it.
+    _, r_moved, r_total = move_run(ctx, server, addr, "read", tel)
+    check(w_moved + r_moved >= GIB, "bytes moved by WRITE and READ", ">= 1 GiB",
+          f"{(w_moved + r_moved) / GIB:.2f} GiB", server)
+    stats = cmd(tel, "/kvlane/stats", server)
+    check_eq(stats.get("tcp/served_bytes"), w_total + r_total,
+             "server's tcp/served_bytes after both runs", server)
+    check_counters_zero(stats, "tcp/refused/", "server refused nothing", server)
+    check_counters_zero(stats, "tcp/failed/", "server initiated nothing that failed", server)
+    log(f"server: tcp/served_bytes = {w_total + r_total} = what the two runs reported "
+        f"({(w_moved + r_moved) / GIB:.2f} GiB measured + verification); refused/* all 0")
+    tel.close()
+    server.stop()
+    log("kvlaned stopped: exit 0")
+
+
+# ---- sigkill ----
+
+PEER_TIMEOUT_MS = 1500
+HEARTBEAT_MS = 200
+TIMERS = ["--set", f"control.peer_timeout_ms={PEER_TIMEOUT_MS}",
+          "--set", f"control.heartbeat_interval_ms={HEARTBEAT_MS}"]
+DURATION_S = 6.0
+KILL_AFTER_S = 2.0
+DEAD_STATUSES = {"conn-lost", "peer-dead"}
+
+
+def scenario_sigkill(ctx):
+    server_loss(ctx, signal.SIGKILL)
+
+
+def scenario_sigstop(ctx):
+    server_loss(ctx, signal.SIGSTOP)
+
+
+def server_loss(ctx, sig):
+    """S1 dies (SIGKILL: its sockets close at once) or stops answering (SIGSTOP: nothing
+    closes; only the missing heartbeats tell) in the middle of a run over S1 and S2."""
+    s1, a1 = ctx.kvlaned("s1", sets=[*KV_RW, *TIMERS])
+    s2, a2 = ctx.kvlaned("s2", sets=[*KV_RW, *TIMERS])
+    tel2 = s2.telemetry(ctx)
+    cmd(tel2, "/kvlane/info", s2)
+    fds_before = s2.fds()
+    log(f"S1 {a1} (pid {s1.pid}), S2 {a2} (pid {s2.pid}, {fds_before} fds)")
+
+    client = ctx.perf_start("client", ["--bw", "--json", "-s", "64K", "--duration",
+                                       str(DURATION_S), "--segment", "kv", "--seed", KV_SEED,
+                                       *TIMERS, f"{a1},{a2}"])
+    # The header (stderr with --json) comes once both servers are connected.
+    client.wait_line(r"^ Operation\s+: WRITE", 15, stream="err",
+                     what="kvlane-perf connected to both servers")
+    time.sleep(KILL_AFTER_S)  # let transfers to both run before the kill
+    check(client.running(), "kvlane-perf before the kill", "running", "exited", client)
+    t_kill = time.monotonic()
+    s1.proc.send_signal(sig)
+    if sig == signal.SIGKILL:
+        s1.wait_exit(5)
+    t_dead = time.monotonic()  # S1 no longer answers: nothing posted after this can be OK
+    log(f"{signal.Signals(sig).name} S1 {KILL_AFTER_S} s into the run")
+
+    rc = client.wait_exit(DURATION_S + 30)
+    check_eq(rc, 0, "kvlane-perf exit status (S2 did everything it was given)", client, s2)
+    objs = json_lines(client, "kvlane-perf")
+    check_eq(len(objs), 1, "JSON objects (one size)", client)
+    o = objs[0]
+    check_eq(o.get("result"), "ok", "JSON result", client)
+    srv = {s["addr"]: s for s in o["servers"]}
+    check_eq(sorted(srv), sorted([a1, a2]), "servers in the JSON", client)
+    r1, r2 = srv[a1], srv[a2]
+    check("typed status of a dead server" in client.stderr, "kvlane-perf says why it exits 0",
+          "a line naming the dead server's typed failures", "none", client)
+
+    # S1: its outstanding transfers failed with typed statuses, after the kill, in time.
+    fails1 = {k: v for k, v in r1["status"].items() if k != "ok"}
+    # A stopped peer closes nothing: only the heartbeat timeout can declare it dead.
+    want = {"peer-dead"} if sig == signal.SIGSTOP else DEAD_STATUSES
+    check(r1["dead"], "S1 marked dead", True, r1["dead"], client)
+    check(fails1 and set(fails1) <= want, "S1's failed transfers",
+          f"at least one, each with a status in {sorted(want)}", fails1, client)
+    check_eq(r1["posted"], r1["ok"] + sum(fails1.values()),
+             "S1: every posted transfer completed once", client)
+    first, drained = r1["first_failure_mono"], r1["last_outstanding_done_mono"]
+    check(first is not None and first >= t_kill, "S1's first failure",
+          f"after the kill (monotonic {t_kill:.6f})", first, client)
+    if sig == signal.SIGSTOP:
+        # Declared dead peer_timeout_ms after the last frame it sent (a heartbeat at most
+        # heartbeat_interval_ms before the stop), not sooner.
+        check(first - t_kill >= (PEER_TIMEOUT_MS - 2 * HEARTBEAT_MS) / 1000,
+              "S1's first failure", f"only once about peer_timeout_ms = {PEER_TIMEOUT_MS} ms "
+              "of silence had passed", f"{1e3 * (first - t_kill):.1f} ms after the stop",
+              client)
+    check(drained is not None and drained - t_kill <= PEER_TIMEOUT_MS / 1000 + 0.25,
+          "S1's last outstanding transfer completed",
+          f"within peer_timeout_ms = {PEER_TIMEOUT_MS} ms of the kill",
+          f"{1e3 * (drained - t_kill):.1f} ms" if drained else None, client)
+    check(r1["last_ok_posted_mono"] is not None and r1["last_ok_posted_mono"] < t_dead,
+          "S1: no OK completion of a transfer posted after S1 was gone",
+          f"the last OK one posted before {t_dead:.6f}", r1["last_ok_posted_mono"], client)
+    log(f"S1: {r1['ok']} ok before the kill, then {fails1}; first failure "
+        f"{1e3 * (first - t_kill):.1f} ms after the kill, all of S1's outstanding transfers "
+        f"completed {r1['failure_to_drained_ms']:.2f} ms after that")
+
+    # S2: everything OK, and still taking transfers after the kill.
+    check_eq(r2["status"], {"ok": r2["posted"]}, "S2: every transfer OK", client)
+    check(not r2["dead"], "S2 alive", "not dead", r2["dead"], client)
+    tl, t0 = r2["ok_timeline"], o["t0_mono"]
+    step = o["timeline_interval_ms"] / 1000
+    after_kill = sum(n for i, n in enumerate(tl) if t0 + i * step >= t_dead)
+    second_half = sum(n for i, n in enumerate(tl) if i * step >= DURATION_S / 2)
+    check(after_kill > 0 and second_half > 0, "S2's OK completions after the kill",
+          "some after S1 died and some in the second half of the run",
+          f"{after_kill} after the kill, {second_half} in the second half; timeline {tl}",
+          client)
+    log(f"S2: {r2['ok']} ok, none failed; {after_kill} after the kill, {second_half} in the "
+        f"second half")
+
+    # Nothing leaks on S2: the client is dead there, its connections and fds gone.
+    check(s2.running(), "S2 after the client exited", "running", "exited", s2)
+
+    def client_gone():
+        rows = [r for r in peer_rows(tel2, s2) if r["name"] == "kvlane-perf"]
+        return rows if rows and all(r["state"] == "dead" and r["data_conns"] == 0
+                                    for r in rows) else None
+    rows = wait_for(client_gone, SETTLE_TIMEOUT_S)
+    check(rows is not None, "S2's /kvlane/peers after the client exited",
+          "the kvlane-perf row dead with data_conns 0", peer_rows(tel2, s2), s2)
+    fds = wait_for(lambda: s2.fds() == fds_before and s2.fds(), SETTLE_TIMEOUT_S)
+    check(fds == fds_before, "S2's open fds after the client exited",
+          f"{fds_before}, as before the client connected", s2.fds(), s2)
+    stats = cmd(tel2, "/kvlane/stats", s2)
+    check_eq(stats.get("tcp/served_bytes"), r2["bytes"],
+             "S2's tcp/served_bytes = the bytes kvlane-perf reports for S2", s2, client)
+    log(f"S2: client dead with data_conns 0, {fds} fds as before, tcp/served_bytes matches")
+    tel2.close()
+    s2.stop()
+    log("S2 stopped: exit 0")
+    if sig == signal.SIGSTOP:
+        s1.proc.send_signal(signal.SIGKILL)
+        s1.proc.send_signal(signal.SIGCONT)
+        s1.wait_exit(5)
+
+
+# ---- perf_cli ----
+
+OPTIONS = ["-c", "--config", "--set", "-s", "--size", "-a", "--all", "-n", "--iters", "-q",
+           "--qp", "--write", "--read", "--bw", "--lat", "-t", "--tx-depth", "--verify",
+           "--json", "--duration", "-d", "--device", "--segment", "--seed", "--seg-size",
+           "-h", "--help"]
+
+
+def expect_usage_error(ctx, args, needles, what):
+    rc, p = ctx.perf_raw(args)
+    check_eq(rc, 2, f"{what}: exit status", p)
+    for n in needles:
+        check(n in p.stderr, f"{what}: message on stderr", repr(n), "not in stderr", p)
+    check(not os.path.isdir(os.path.join(p.rundir, "dpdk")), f"{what}: EAL must not start",
+          "no runtime directory", "EAL started", p)
+    log(f"{what}: exit 2, {p.stderr.strip().splitlines()[-1]!r}")
+
+
+def scenario_perf_cli(ctx):
+    for args in (["--help"], ["--", "-h"], ["--", "--help"]):
+        rc, p = ctx.perf_raw(args)
+        check_eq(rc, 0, f"kvlane-perf {shlex.join(args)}: exit status", p)
+        words = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", p.stdout))
+        missing = [o for o in OPTIONS if o not in words]
+        check(not missing, f"kvlane-perf {shlex.join(args)}: every option in the help",
+              OPTIONS, f"missing {missing}", p)
+    log(f"--help: exit 0, mentions all {len(OPTIONS)} option spellings")
+
+    eal = [*EAL, "-m", "256", "--file-prefix", ctx.unique("bad"), "--"]
+    srv = "127.0.0.1:1"
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--bogus", srv], ["unknown option", "--bogus"],
+                       "unknown option")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "-s", "0", srv], ["-s 0", "at least 1 byte"],
+                       "-s 0")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "-s", "9G", srv], ["-s 9G", "at most 64M"],
+                       "-s 9G")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "-d", "nosuchdev", srv],
+                       ["-d nosuchdev", "no [nic.*] section", "tcp NICs: lo"], "-d nosuchdev")
+    expect_usage_error(ctx, [*eal, "-s", "4K", srv], ["-c FILE.ini is required"],
+                       "missing -c")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--lat", "--duration", "2", srv],
+                       ["--duration needs --bw"], "--duration with --lat")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--read"], ["--read is a client option"],
+                       "client option in server mode")
+
+    # A kvlane-perf server for the runs.
+    server = ctx.perf_start("server", ["--set", LISTEN_ANY])
+    m = server.wait_line(PERF_SERVER_RE, READY_TIMEOUT_S, what="kvlane-perf server start-up")
+    addr, seg_bytes = m[1], int(m[3])
+    check_eq(seg_bytes, 64 << 20, "kvlane-perf server: default segment size", server)
+    tel = server.telemetry(ctx)
+    log(f"kvlane-perf server on {addr}: segment {m[2]}, {seg_bytes} bytes")
+
+    rc, p = ctx.perf_run("lat", ["--lat", "-n", "100", "-s", "4K", "-d", "lo", addr])
+    check_eq(rc, 0, "--lat -n 100 -s 4K: exit status", p, server)
+    for col in ("#bytes", "#iterations", "t_min[usec]", "t_typical[usec]", "t_p99[usec]",
+                "t_max[usec]"):
+        check(col in p.stdout, "--lat: table header", repr(col), "not in stdout", p)
+    for s in ("Transport", "tcp", addr, "Connections", "WRITE"):
+        check(s in p.stdout, "--lat: header", repr(s), "not in stdout", p)
+    rows = [ln.split() for ln in p.out if re.match(r"^\s*4096\s", ln)]
+    check_eq(len(rows), 1, "--lat: rows for 4096 bytes", p)
+    row = rows[0]
+    check_eq(row[1], "100", "--lat: #iterations", p)
+    t = [float(x) for x in row[2:6]]
+    check(0 < t[0] <= t[1] <= t[2] <= t[3], "--lat: t_min <= t_typical <= t_p99 <= t_max",
+          "positive and ordered", t, p)
+    log(f"--lat 4 KiB x 100: t_min {t[0]} t_typical {t[1]} t_p99 {t[2]} t_max {t[3]} usec")
+
+    rc, p = ctx.perf_run("json", ["--json", "--bw", "-s", "4K,64K", "-n", "300", "-q", "1",
+                                  addr])
+    check_eq(rc, 0, "--json --bw: exit status", p, server)
+    objs = json_lines(p, "--json --bw")
+    check_eq([o.get("bytes_per_msg") for o in objs], [4096, 65536], "--json: one per size", p)
+    for o in objs:
+        s = o["bytes_per_msg"]
+        got = {k: o.get(k) for k in ("iterations", "completed_ok", "bytes", "connections",
+                                     "mode", "op", "result")}
+        want = {"iterations": 300, "completed_ok": 300, "bytes": s * 300, "connections": 1,
+                "mode": "bw", "op": "write", "result": "ok"}
+        check_eq(got, want, f"--json {s} B: fields", p)
+        check_eq(o["servers"][0]["bytes"], s * 300, f"--json {s} B: the server's bytes", p)
+        check(o["bw_peak_MBps"] >= o["bw_avg_MBps"] > 0, f"--json {s} B: bandwidth",
+              "peak >= average > 0", (o["bw_peak_MBps"], o["bw_avg_MBps"]), p)
+    log("--json --bw 4K,64K x 300: parses, bytes = size x iterations")
+
+    # A verification that fails says where: the server's seed is 7, not 8.
+    rc, p = ctx.perf_run("badseed", ["--read", "--verify", "--seed", "8", "-s", "4K", "-n",
+                                     "10", addr])
+    check_eq(rc, 1, "--read --verify with the wrong --seed: exit status", p)
+    check("remote offset 0" in p.stderr, "--verify mismatch message", "names remote offset 0",
+          "no", p)
+    log("--read --verify --seed 8 (server's is 7): exit 1 naming remote offset 0")
+
+    # The server served exactly what the clients report (4 KiB x 100, then the JSON runs,
+    # then 10 reads of 4 KiB).
+    want = 4096 * 100 + sum(o["bytes"] for o in objs) + 4096 * 10
+
+    def served():
+        return cmd(tel, "/kvlane/stats", server).get("tcp/served_bytes")
+    seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
+    check_eq(seen, want, "kvlane-perf server's tcp/served_bytes", server)
+    tel.close()
+    server.stop(signal.SIGINT)
+    server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1, what="server stop line")
+    log("kvlane-perf server: served_bytes matches, SIGINT -> exit 0")
+
+
+SCENARIOS = {
+    "move_1gib": scenario_move_1gib,
+    "sigkill": scenario_sigkill,
+    "sigstop": scenario_sigstop,
+    "perf_cli": scenario_perf_cli,
+}
+
+
+def on_signal(sig, frame):
+    raise Fail(f"interrupted: {signal.Signals(sig).name}"
+               + (" (the scenario ran over its time limit)" if sig == signal.SIGALRM else ""))
+
+
+def main(argv):
+    if len(argv) != 4 or argv[1] not in SCENARIOS:
+        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED PATH-TO-KVLANE-PERF",
+              file=sys.stderr)
+        return 1
+    scenario = argv[1]
+    exes = [os.path.abspath(a) for a in argv[2:4]]
+    for exe in exes:
+        if not os.access(exe, os.X_OK):
+            print(f"FAIL {scenario}: {exe} is not an executable", file=sys.stderr)
+            return 1
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+        signal.signal(sig, on_signal)
+    signal.alarm(LIMIT_S[scenario])
+    ctx = Ctx(scenario, *exes)
+    t0 = time.monotonic()
+    print(f"{scenario}: {exes[0]} {exes[1]}", flush=True)
+    try:
+        SCENARIOS[scenario](ctx)
+    except Fail as e:
+        signal.alarm(0)
+        print(f"FAIL {scenario} ({time.monotonic() - t0:.2f} s): {e}", flush=True)
+        return 1
+    finally:
+        signal.alarm(0)
+        ctx.cleanup()
+    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
