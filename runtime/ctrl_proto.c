@@ -28,6 +28,9 @@
 #define SEG_MAX_LEN   (SEG_FIXED_LEN + 1 + KVL_CTRL_NAME_LEN - 1)
 #define EP_MIN_LEN    (1 + 1 + 1)
 #define EP_MAX_LEN    (1 + KVL_CTRL_NAME_LEN - 1 + 1 + 1 + KVL_CTRL_ADDR_LEN - 1)
+/* QP_INFO without its NIC name: conn_index, qpn, psn, gid, lid, mtu, gid_type, gid_index,
+ * port */
+#define QP_INFO_FIXED (4 + 4 + 4 + 16 + 2 + 4)
 
 /*
  * Smallest and largest payload each type can have. Lets the decoder refuse an impossible
@@ -50,6 +53,8 @@ static const struct {
 	[KVL_CTRL_DATA_BIND_OK] = { 0, 0 },
 	[KVL_CTRL_ERROR] = { 2 + 1, 2 + KVL_CTRL_TEXT_LEN },
 	[KVL_CTRL_BYE] = { 0, 0 },
+	[KVL_CTRL_QP_INFO] = { QP_INFO_FIXED + 1, QP_INFO_FIXED + KVL_CTRL_NAME_LEN },
+	[KVL_CTRL_RKEYS] = { 1 + 4, KVL_CTRL_NAME_LEN + 4 + KVL_CTRL_MAX_SEGS * 16 },
 };
 
 _Static_assert(4 + KVL_CTRL_MAX_SEGS * SEG_MAX_LEN <= KVL_CTRL_MAX_PAYLOAD,
@@ -339,6 +344,22 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 		if (!str_ok(m->u.error.text, sizeof(m->u.error.text)))
 			return -KVL_CTRL_E_FIELD;
 		return 0;
+	case KVL_CTRL_QP_INFO: {
+		const typeof(m->u.qp_info) *q = &m->u.qp_info;
+
+		if (!str_ok(q->nic, sizeof(q->nic)) || q->qpn > 0xffffff || q->psn > 0xffffff ||
+		    q->mtu < 1 || q->mtu > 5 || q->gid_type > 2 || q->port == 0)
+			return -KVL_CTRL_E_FIELD;
+		return 0;
+	}
+	case KVL_CTRL_RKEYS:
+		if (!str_ok(m->u.rkeys.nic, sizeof(m->u.rkeys.nic)) ||
+		    m->u.rkeys.n > KVL_CTRL_MAX_SEGS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.rkeys.n; i++)
+			if (m->u.rkeys.key[i].seg_id == 0)
+				return -KVL_CTRL_E_FIELD;
+		return 0;
 	case KVL_CTRL_AUTH:
 	case KVL_CTRL_AUTH_OK:
 	case KVL_CTRL_HEARTBEAT:
@@ -421,6 +442,28 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 	case KVL_CTRL_ERROR:
 		TRY(r_u16(r, &m->u.error.code));
 		return r_str(r, m->u.error.text, sizeof(m->u.error.text));
+	case KVL_CTRL_QP_INFO:
+		TRY(r_u32(r, &m->u.qp_info.conn_index));
+		TRY(r_str(r, m->u.qp_info.nic, sizeof(m->u.qp_info.nic)));
+		TRY(r_u32(r, &m->u.qp_info.qpn));
+		TRY(r_u32(r, &m->u.qp_info.psn));
+		TRY(r_bytes(r, m->u.qp_info.gid, 16));
+		TRY(r_u16(r, &m->u.qp_info.lid));
+		TRY(r_u8(r, &m->u.qp_info.mtu));
+		TRY(r_u8(r, &m->u.qp_info.gid_type));
+		TRY(r_u8(r, &m->u.qp_info.gid_index));
+		return r_u8(r, &m->u.qp_info.port);
+	case KVL_CTRL_RKEYS:
+		TRY(r_str(r, m->u.rkeys.nic, sizeof(m->u.rkeys.nic)));
+		TRY(r_u32(r, &m->u.rkeys.n));
+		if (m->u.rkeys.n > KVL_CTRL_MAX_SEGS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.rkeys.n; i++) {
+			TRY(r_u32(r, &m->u.rkeys.key[i].seg_id));
+			TRY(r_u32(r, &m->u.rkeys.key[i].rkey));
+			TRY(r_u64(r, &m->u.rkeys.key[i].addr));
+		}
+		return 0;
 	default:
 		return -KVL_CTRL_E_TYPE;
 	}
@@ -545,6 +588,27 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 		w_u16(w, m->u.error.code);
 		w_str(w, m->u.error.text, sizeof(m->u.error.text));
 		break;
+	case KVL_CTRL_QP_INFO:
+		w_u32(w, m->u.qp_info.conn_index);
+		w_str(w, m->u.qp_info.nic, sizeof(m->u.qp_info.nic));
+		w_u32(w, m->u.qp_info.qpn);
+		w_u32(w, m->u.qp_info.psn);
+		w_bytes(w, m->u.qp_info.gid, 16);
+		w_u16(w, m->u.qp_info.lid);
+		w_u8(w, m->u.qp_info.mtu);
+		w_u8(w, m->u.qp_info.gid_type);
+		w_u8(w, m->u.qp_info.gid_index);
+		w_u8(w, m->u.qp_info.port);
+		break;
+	case KVL_CTRL_RKEYS:
+		w_str(w, m->u.rkeys.nic, sizeof(m->u.rkeys.nic));
+		w_u32(w, m->u.rkeys.n);
+		for (uint32_t i = 0; i < m->u.rkeys.n; i++) {
+			w_u32(w, m->u.rkeys.key[i].seg_id);
+			w_u32(w, m->u.rkeys.key[i].rkey);
+			w_u64(w, m->u.rkeys.key[i].addr);
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: no payload; unknown types were refused by msg_check */
 		break;
 	}
@@ -591,6 +655,8 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_DATA_BIND_OK] = "DATA_BIND_OK",
 		[KVL_CTRL_ERROR] = "ERROR",
 		[KVL_CTRL_BYE] = "BYE",
+		[KVL_CTRL_QP_INFO] = "QP_INFO",
+		[KVL_CTRL_RKEYS] = "RKEYS",
 	};
 
 	return type >= 1 && type <= KVL_CTRL_TYPE_MAX ? names[type] : "?";

@@ -29,6 +29,10 @@
  *   ENDPOINTS  {data endpoints of the sender: per NIC, transport + address:port}
  *   HEARTBEAT  {seq, sent_ns}     answered by HEARTBEAT_ACK {seq, sent_ns (echoed)}
  *   ERROR      {code, text}       BYE {}
+ *   QP_INFO    {conn_index, nic, qpn, psn, gid, lid, mtu, gid_type, gid_index, port}:
+ *              the client sends one per RDMA connection it opens, the server answers with
+ *              its own for the same conn_index; both then connect their QPs
+ *   RKEYS      {nic, [seg_id, rkey, addr]...}: per RDMA NIC, sent after SEGMENTS
  * A data connection opens with DATA_BIND {session_id, conn_index, mac} (answered DATA_BIND_OK
  * or AUTH_FAIL) framed like the above, then carries only data frames (tcp_data.h).
  */
@@ -59,7 +63,9 @@ enum kvl_ctrl_type {
 	KVL_CTRL_DATA_BIND_OK = 11,
 	KVL_CTRL_ERROR = 12,
 	KVL_CTRL_BYE = 13,
-	KVL_CTRL_TYPE_MAX = 13,
+	KVL_CTRL_QP_INFO = 14, /* RDMA: one RC connection's address (QPN, PSN, GID, MTU) */
+	KVL_CTRL_RKEYS = 15,   /* RDMA: where the sender's segments are on one NIC, and rkeys */
+	KVL_CTRL_TYPE_MAX = 15,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -145,6 +151,27 @@ struct kvl_ctrl_msg {
 			uint16_t code;
 			char text[KVL_CTRL_TEXT_LEN];
 		} error;
+		struct {
+			uint32_t conn_index;
+			char nic[KVL_CTRL_NAME_LEN];
+			uint32_t qpn; /* 24 bits */
+			uint32_t psn; /* 24 bits */
+			uint8_t gid[16];
+			uint16_t lid;
+			uint8_t mtu;	  /* enum ibv_mtu: 1 (256) .. 5 (4096) */
+			uint8_t gid_type; /* 0 InfiniBand, 1 RoCE v1, 2 RoCE v2 */
+			uint8_t gid_index;
+			uint8_t port; /* >= 1 */
+		} qp_info;
+		struct {
+			char nic[KVL_CTRL_NAME_LEN];
+			uint32_t n;
+			struct {
+				uint32_t seg_id; /* >= 1 */
+				uint32_t rkey;
+				uint64_t addr;
+			} key[KVL_CTRL_MAX_SEGS];
+		} rkeys;
 	} u;
 };
 

@@ -105,6 +105,28 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 		x->u.error.code = 0xbeef;
 		memset(x->u.error.text, 't', KVL_CTRL_TEXT_LEN - 1);
 		break;
+	case KVL_CTRL_QP_INFO:
+		x->u.qp_info.conn_index = 7;
+		memset(x->u.qp_info.nic, 'r', KVL_CTRL_NAME_LEN - 1);
+		x->u.qp_info.qpn = 0xabcdef;
+		x->u.qp_info.psn = 0x123456;
+		for (int i = 0; i < 16; i++)
+			x->u.qp_info.gid[i] = (uint8_t)(0xf0 + i);
+		x->u.qp_info.lid = 0x1234;
+		x->u.qp_info.mtu = 5;
+		x->u.qp_info.gid_type = 2;
+		x->u.qp_info.gid_index = 3;
+		x->u.qp_info.port = 1;
+		break;
+	case KVL_CTRL_RKEYS:
+		strcpy(x->u.rkeys.nic, "rail0");
+		x->u.rkeys.n = KVL_CTRL_MAX_SEGS;
+		for (uint32_t i = 0; i < KVL_CTRL_MAX_SEGS; i++) {
+			x->u.rkeys.key[i].seg_id = i + 1;
+			x->u.rkeys.key[i].rkey = 0x80000000u + i;
+			x->u.rkeys.key[i].addr = 0x7f0000000000ull + ((uint64_t)i << 30);
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: header only */
 		break;
 	}
@@ -263,7 +285,7 @@ static void test_round_trip(void)
 		int n2;
 
 		memcpy(two, fb, (size_t)n);
-		fill(&m, t == KVL_CTRL_BYE ? KVL_CTRL_HELLO : t + 1);
+		fill(&m, t == KVL_CTRL_TYPE_MAX ? KVL_CTRL_HELLO : t + 1);
 		n2 = kvl_ctrl_encode(&m, two + n, sizeof(two) - (size_t)n);
 		CHECK(n2 > 0);
 		if (n2 <= 0)
@@ -306,11 +328,11 @@ static void test_header_refusals(void)
 	raw(f, KVL_CTRL_MAGIC, 0, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
 
-	/* Types 0 and 14. */
+	/* Types 0 and one past the last. */
 	raw(f, KVL_CTRL_MAGIC, 1, 0, 0, NULL, 0);
 	CHECK_INT(dec(f, 8), -KVL_CTRL_E_TYPE);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
-	raw(f, KVL_CTRL_MAGIC, 1, 14, 0, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_TYPE_MAX + 1, 0, NULL, 0);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
 	raw(f, KVL_CTRL_MAGIC, 1, 0xffff, 0, NULL, 0);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
@@ -467,7 +489,23 @@ static void test_field_refusals(void)
 	fill(&m, KVL_CTRL_BYE);
 	m.type = 0;
 	CHECK_INT(enc(&m), -EINVAL);
-	m.type = 14;
+	m.type = KVL_CTRL_TYPE_MAX + 1;
+	CHECK_INT(enc(&m), -EINVAL);
+	/* QP_INFO and RKEYS fields out of range. */
+	fill(&m, KVL_CTRL_QP_INFO);
+	m.u.qp_info.qpn = 0x1000000;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_QP_INFO);
+	m.u.qp_info.mtu = 6;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_QP_INFO);
+	m.u.qp_info.port = 0;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_RKEYS);
+	m.u.rkeys.key[5].seg_id = 0;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_RKEYS);
+	m.u.rkeys.n = KVL_CTRL_MAX_SEGS + 1;
 	CHECK_INT(enc(&m), -EINVAL);
 	fill(&m, KVL_CTRL_CHALLENGE);
 	memset(m.u.challenge.name, 'c', sizeof(m.u.challenge.name));
@@ -672,12 +710,12 @@ static void test_segments(void)
 static void test_names(void)
 {
 	static const char *const types[] = {
-		"?",	     "HELLO",	     "CHALLENGE", "AUTH",      "AUTH_OK",
-		"AUTH_FAIL", "SEGMENTS",     "ENDPOINTS", "HEARTBEAT", "HEARTBEAT_ACK",
-		"DATA_BIND", "DATA_BIND_OK", "ERROR",	  "BYE",       "?"
+		"?",	    "HELLO",	 "CHALLENGE", "AUTH",	       "AUTH_OK",   "AUTH_FAIL",
+		"SEGMENTS", "ENDPOINTS", "HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND", "DATA_BIND_OK",
+		"ERROR",    "BYE",	 "QP_INFO",   "RKEYS",	       "?"
 	};
 
-	for (int t = 0; t <= 14; t++)
+	for (int t = 0; t <= 16; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");
@@ -1021,7 +1059,7 @@ static int write_corpus(const char *dir)
 {
 	static const int types[] = { KVL_CTRL_HELLO,	 KVL_CTRL_CHALLENGE, KVL_CTRL_AUTH,
 				     KVL_CTRL_AUTH_FAIL, KVL_CTRL_HEARTBEAT, KVL_CTRL_DATA_BIND,
-				     KVL_CTRL_ERROR,	 KVL_CTRL_BYE };
+				     KVL_CTRL_ERROR,	 KVL_CTRL_BYE,	     KVL_CTRL_QP_INFO };
 	char path[512];
 	int n;
 
@@ -1048,6 +1086,14 @@ static int write_corpus(const char *dir)
 	snprintf(path, sizeof(path), "%s/SEGMENTS.bin", dir);
 	FILE *f = fopen(path, "wb");
 
+	if (f == NULL || n < 0 || fwrite(fb, 1, (size_t)n, f) != (size_t)n)
+		return 1;
+	fclose(f);
+	fill(&m, KVL_CTRL_RKEYS);
+	m.u.rkeys.n = 4;
+	n = enc(&m);
+	snprintf(path, sizeof(path), "%s/RKEYS.bin", dir);
+	f = fopen(path, "wb");
 	if (f == NULL || n < 0 || fwrite(fb, 1, (size_t)n, f) != (size_t)n)
 		return 1;
 	fclose(f);
