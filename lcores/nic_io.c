@@ -57,14 +57,14 @@ void kvl_nic_io_fini(struct kvl_nic_io *io)
 	struct kvl_lcmd cmd;
 
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
-		if (io->slot[i].conn)
-			kvl_tcp_conn_free(io->slot[i].conn);
-		io->slot[i].conn = NULL;
+		if (io->slot[i].x.ops)
+			io->slot[i].x.ops->free(io->slot[i].x.c);
+		io->slot[i].x.ops = NULL;
 	}
 	/* Connections handed over but never taken in. */
 	while (io->cmd && rte_ring_dequeue_elem(io->cmd, &cmd, sizeof(cmd)) == 0)
-		if (cmd.type == KVL_LCMD_ADD_CONN && cmd.conn)
-			kvl_tcp_conn_free(cmd.conn);
+		if (cmd.type == KVL_LCMD_ADD_CONN && cmd.x.ops)
+			cmd.x.ops->free(cmd.x.c);
 	rte_ring_free(io->sub);
 	rte_ring_free(io->cpl);
 	rte_ring_free(io->cmd);
@@ -104,9 +104,9 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 
 		if (cmd[i].type == KVL_LCMD_ADD_CONN && cmd[i].slot < KVL_SLOTS_PER_LCORE) {
 			s = &io->slot[cmd[i].slot];
-			if (s->conn) /* the control thread owns slot numbers: never happens */
-				kvl_tcp_conn_free(s->conn);
-			s->conn = cmd[i].conn;
+			if (s->x.ops) /* the control thread owns slot numbers: never happens */
+				s->x.ops->free(s->x.c);
+			s->x = cmd[i].x;
 			s->peer = cmd[i].peer;
 			s->gen = cmd[i].gen;
 			s->closing = false;
@@ -116,8 +116,8 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 		} else if (cmd[i].type == KVL_LCMD_FAIL_PEER) {
 			for (unsigned j = 0; j < KVL_SLOTS_PER_LCORE; j++) {
 				s = &io->slot[j];
-				if (s->conn && s->peer == cmd[i].peer && !s->closing)
-					kvl_tcp_fail_all(s->conn, cmd[i].status);
+				if (s->x.ops && s->peer == cmd[i].peer && !s->closing)
+					s->x.ops->fail_all(s->x.c, cmd[i].status);
 			}
 		}
 	}
@@ -144,16 +144,16 @@ static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub *sub)
 	struct kvl_conn_slot *s = sub->slot < KVL_SLOTS_PER_LCORE ? &io->slot[sub->slot] : NULL;
 	int rc;
 
-	if (s == NULL || s->conn == NULL || s->gen != sub->gen) {
+	if (s == NULL || s->x.ops == NULL || s->gen != sub->gen) {
 		io->unroutable++;
 		complete_now(io, sub, KVL_ERR_NO_PEER);
 		return true;
 	}
-	rc = kvl_tcp_post(s->conn, &sub->wr);
+	rc = s->x.ops->post(s->x.c, &sub->wr);
 	if (rc == -EAGAIN)
 		return false;
 	if (rc == -EPIPE)
-		complete_now(io, sub, kvl_tcp_broken(s->conn) ?: KVL_ERR_CONN_LOST);
+		complete_now(io, sub, s->x.ops->broken(s->x.c) ?: KVL_ERR_CONN_LOST);
 	else if (rc == -EMSGSIZE)
 		complete_now(io, sub, KVL_ERR_TOO_LARGE);
 	else if (rc < 0)
@@ -199,39 +199,46 @@ static void do_submissions(struct kvl_nic_io *io, unsigned *work)
 
 static void do_connections(struct kvl_nic_io *io, unsigned *work)
 {
+	struct kvl_tcp_stats st;
 	struct kvl_wc wc[BURST];
 
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
 		struct kvl_conn_slot *s = &io->slot[i];
+		const struct kvl_xport_ops *ops = s->x.ops;
 		unsigned did, n, room;
+		int broken;
 
-		if (s->conn == NULL)
+		if (ops == NULL)
 			continue;
-		did = kvl_tcp_progress(s->conn);
+		did = ops->progress(s->x.c);
 		*work += did;
 		room = cpl_room(io);
-		n = kvl_tcp_reap(s->conn, wc, room < BURST ? room : BURST);
+		n = ops->reap(s->x.c, wc, room < BURST ? room : BURST);
 		if (n) {
 			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), n, NULL);
 			*work += n;
 		}
-		if (did || n)
-			publish_stats(&io->stats[i], kvl_tcp_stats(s->conn));
-		if (kvl_tcp_broken(s->conn) && kvl_tcp_outstanding(s->conn) == 0) {
+		if (did || n) {
+			ops->stats(s->x.c, &st);
+			publish_stats(&io->stats[i], &st);
+		}
+		broken = ops->broken(s->x.c);
+		if (broken && ops->outstanding(s->x.c) == 0) {
 			struct kvl_levt ev = { .type = KVL_LEVT_CONN_CLOSED,
 					       .peer = s->peer,
 					       .slot = i,
-					       .status = kvl_tcp_broken(s->conn) };
+					       .status = broken };
 
 			/* Report first: if the ring is full, try again next iteration. */
 			if (rte_ring_enqueue_elem(io->evt, &ev, sizeof(ev)) != 0)
 				continue;
-			publish_stats(&io->stats[i], kvl_tcp_stats(s->conn));
+			ops->stats(s->x.c, &st);
+			publish_stats(&io->stats[i], &st);
 			if (s->peer < KVL_MAX_PEERS_RT)
 				kvl_tcp_stats_add(&io->closed[s->peer], &io->stats[i].tcp);
 			memset(&io->stats[i].tcp, 0, sizeof(io->stats[i].tcp));
-			kvl_tcp_conn_free(s->conn);
-			s->conn = NULL;
+			ops->free(s->x.c);
+			s->x.ops = NULL;
 			(*work)++;
 		}
 	}
@@ -252,7 +259,7 @@ unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg)
 void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum)
 {
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
-		if (__atomic_load_n(&io->slot[i].conn, __ATOMIC_RELAXED) != NULL &&
+		if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_RELAXED) != NULL &&
 		    io->stats[i].peer == peer)
 			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
 	if (peer < KVL_MAX_PEERS_RT)
@@ -262,7 +269,7 @@ void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kv
 void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_tcp_stats *sum)
 {
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
-		if (__atomic_load_n(&io->slot[i].conn, __ATOMIC_RELAXED) != NULL)
+		if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_RELAXED) != NULL)
 			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
 	for (unsigned p = 0; p < KVL_MAX_PEERS_RT; p++)
 		kvl_tcp_stats_add(sum, &io->closed[p]);

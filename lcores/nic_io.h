@@ -9,6 +9,7 @@
 #include "lcores.h"
 #include "tcp_data.h"
 #include "xfer.h"
+#include "xport.h"
 
 struct rte_ring;
 
@@ -26,7 +27,7 @@ struct kvl_sub {
 
 /* control thread -> lcore */
 enum kvl_lcmd_type {
-	KVL_LCMD_ADD_CONN = 1, /* take @conn into @slot (generation @gen) for peer @peer */
+	KVL_LCMD_ADD_CONN = 1, /* take @x into @slot (generation @gen) for peer @peer */
 	KVL_LCMD_FAIL_PEER,    /* fail everything of @peer with @status and close its conns */
 };
 
@@ -37,7 +38,7 @@ struct kvl_lcmd {
 	uint32_t gen;
 	int32_t status;
 	uint32_t reserved;
-	struct kvl_tcp_conn *conn;
+	struct kvl_xconn x;
 };
 
 /* lcore -> control thread */
@@ -60,7 +61,7 @@ struct kvl_slot_stats {
 };
 
 struct kvl_conn_slot {
-	struct kvl_tcp_conn *conn; /* NULL: free, or closed and reported */
+	struct kvl_xconn x; /* x.ops NULL: free, or closed and reported */
 	uint32_t peer;
 	uint32_t gen;
 	bool closing; /* broken: waiting for its last completions to be taken */

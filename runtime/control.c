@@ -578,7 +578,7 @@ static void hand_over(struct kvl_control *c, struct pconn *pc)
 				 .peer = pc->peer,
 				 .slot = slot,
 				 .gen = c->slot_gen[pc->nic][slot],
-				 .conn = conn };
+				 .x = { .ops = &kvl_xport_tcp, .c = conn } };
 	while (rte_ring_enqueue_elem(rt->io[pc->nic]->cmd, &cmd, sizeof(cmd)) != 0)
 		sched_yield();
 	rte_spinlock_lock(&pub->lock);

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The one small interface every transport's connection offers to the NIC lcore. */
+#ifndef KVL_LCORES_XPORT_H
+#define KVL_LCORES_XPORT_H
+
+#include "tcp_data.h"
+#include "xfer.h"
+
+/*
+ * What nic_io needs of a connection, whatever moves its bytes (TCP sockets, verbs QPs, and
+ * later mlx5 WQEs). The counters use struct kvl_tcp_stats as the common shape: a transport
+ * fills the fields that mean something for it (socket bytes are payload bytes on RDMA).
+ */
+struct kvl_xport_ops {
+	const char *name;
+	/* 0; -EAGAIN when full; -EPIPE when broken; -EMSGSIZE over the largest message */
+	int (*post)(void *c, const struct kvl_wr *wr);
+	unsigned (*progress)(void *c);
+	unsigned (*reap)(void *c, struct kvl_wc *wc, unsigned max);
+	void (*fail_all)(void *c, int status);
+	int (*broken)(const void *c); /* non-zero: closing once nothing is outstanding */
+	unsigned (*outstanding)(const void *c);
+	void (*stats)(const void *c, struct kvl_tcp_stats *out);
+	void (*free)(void *c);
+};
+
+struct kvl_xconn {
+	const struct kvl_xport_ops *ops; /* NULL: no connection */
+	void *c;
+};
+
+extern const struct kvl_xport_ops kvl_xport_tcp;
+extern const struct kvl_xport_ops kvl_xport_verbs;
+
+#endif /* KVL_LCORES_XPORT_H */
