@@ -1,0 +1,1383 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Verbs transport: RC QPs fed through ibv_wr_*, selective signaling, in-order completions. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "verbs.h"
+
+/*
+ * Regions registered per device. A fixed table whose entries are never reused lets lcores
+ * check local ranges without a lock while the control thread registers more (see n_mr).
+ */
+#define MAX_MRS 128
+/* CQEs handled per progress call: one busy connection cannot hold its lcore. */
+#define POLL_BUDGET 64
+/*
+ * Outstanding RDMA READs per QP, both as initiator and as responder. The peer's responder
+ * resources are not exchanged, so both ends cap at ConnectX's limit: an initiator asking for
+ * more than the responder has would see its READs rejected (REM_INV_REQ).
+ */
+#define RD_ATOMIC_MAX 16
+#define HOP_LIMIT     64 /* RoCE v2 crosses routers; v1 ignores it */
+#define MIN_RNR_TIMER 12 /* 0.64 ms: only SENDs meet RNR, and we post none */
+#define ACK_TIMEOUT   14 /* 4.096 us << 14 = 67 ms per try: a lossy fabric, not a dead peer */
+/*
+ * Transport retries before RETRY_EXC_ERR. Not 7: soft-RoCE (kernel rxe_comp.c) reads
+ * retry_cnt 7 as "retry for ever", as the spec does only for rnr_retry, and a dead peer would
+ * never be reported. 6 means 6 everywhere: about 0.5 s to detect one at ACK_TIMEOUT.
+ */
+#define RETRY_CNT 6
+#define RNR_RETRY 7 /* 7 = retry for ever */
+
+struct mr_ent {
+	uintptr_t base;
+	uint64_t len;
+	uint32_t lkey;
+	struct ibv_mr *mr;
+};
+
+struct kvl_verbs_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char name[64];
+	uint8_t port;
+	uint8_t link_layer; /* IBV_LINK_LAYER_* */
+	int gid_index;
+	int gid_type; /* 0 IB, 1 RoCE v1, 2 RoCE v2 */
+	union ibv_gid gid;
+	uint16_t lid;
+	uint8_t mtu; /* enum ibv_mtu: the port's active MTU capped by the options */
+	uint32_t max_msg_sz;
+	int max_qp_wr, max_cqe;
+	uint8_t rd_atomic, init_rd_atomic;
+	uint32_t max_cq_count, max_cq_period;
+	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
+	 * a release store of n_mr; lcores load n_mr with acquire. One registering thread. */
+	unsigned n_mr;
+	struct mr_ent mr[MAX_MRS];
+};
+
+/* One request, from post to reap. */
+struct slot {
+	uint64_t wr_id;
+	uint32_t length;
+	uint8_t op;
+	bool nic;	/* handed to the QP; otherwise refused here and status is already set */
+	int32_t status; /* valid once completed */
+};
+
+struct kvl_verbs_conn {
+	struct kvl_verbs_dev *d;
+	struct ibv_cq_ex *cqx; /* NULL when the provider has only ibv_create_cq */
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_qp_ex *qpx;
+	unsigned depth, signal_every, since_sig;
+	struct kvl_verbs_addr local, remote;
+	uint8_t path_mtu;
+	bool connected;
+
+	/*
+	 * Requests: the post sequence number is the WR's wr_id on the QP and (masked) its slot.
+	 * reap <= done <= post, post - reap <= depth. [reap, done) waits to be reaped, [done,
+	 * post) is in flight (or refused behind one in flight: completions leave in post order).
+	 * RC completes in order, so a CQE for seq s also completes every unsignaled WR before s.
+	 */
+	struct slot *ring;
+	uint64_t mask;
+	uint64_t post_seq, done_seq, reap_seq;
+	uint64_t nic_end; /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	int err_cause;	  /* status of the error that took the QP down: its flushes carry it */
+	bool recovering;  /* QP in error: waiting for the flush of nic_end - 1, then restart */
+	int broken;	  /* fail_all or a failed restart: posts complete at once with this */
+
+	struct kvl_verbs_rseg *rseg;
+	unsigned n_rseg, rseg_hint, mr_hint;
+	/* posted: WRs given to the QP; completed: requests completed, refused ones included;
+	 * errors: error CQEs, flushes included; failed[]: requests by their error status. */
+	struct kvl_verbs_stats stats;
+};
+
+/* ---- messages ---- */
+
+struct msg {
+	char *buf;
+	size_t cap, len;
+};
+
+__attribute__((format(printf, 2, 3))) static void msg_add(struct msg *m, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	if (m->buf == NULL || m->cap == 0 || m->len + 1 >= m->cap)
+		return;
+	va_start(ap, fmt);
+	r = vsnprintf(m->buf + m->len, m->cap - m->len, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return;
+	if ((size_t)r >= m->cap - m->len) {
+		/* Cut: say so, so that a cut list is not read as the whole of it. */
+		m->len = m->cap - 1;
+		if (m->cap > 4)
+			memcpy(m->buf + m->cap - 4, "...", 4);
+		return;
+	}
+	m->len += (size_t)r;
+}
+
+__attribute__((format(printf, 3, 4))) static void errf(char *err, size_t errlen, const char *fmt,
+						       ...)
+{
+	va_list ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static void err_clear(char *err, size_t errlen)
+{
+	if (err != NULL && errlen != 0)
+		err[0] = '\0';
+}
+
+static unsigned mtu_bytes(unsigned m)
+{
+	return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128u << m : 0;
+}
+
+static uint8_t mtu_code(unsigned bytes)
+{
+	for (unsigned m = IBV_MTU_256; m <= IBV_MTU_4096; m++)
+		if (128u << m == bytes)
+			return (uint8_t)m;
+	return 0;
+}
+
+static const char *gid_type_name(int t)
+{
+	return t == 0 ? "InfiniBand" : t == 1 ? "RoCE v1" : t == 2 ? "RoCE v2" : "unknown";
+}
+
+static const char *gid_str(const union ibv_gid *g, char *buf, size_t cap)
+{
+	if (inet_ntop(AF_INET6, g->raw, buf, (socklen_t)cap) == NULL)
+		snprintf(buf, cap, "?");
+	return buf;
+}
+
+static bool gid_zero(const union ibv_gid *g)
+{
+	for (unsigned i = 0; i < sizeof(g->raw); i++)
+		if (g->raw[i] != 0)
+			return false;
+	return true;
+}
+
+/* ::ffff:a.b.c.d, the form a RoCE GID takes for an IPv4 address */
+static bool gid_v4mapped(const union ibv_gid *g)
+{
+	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return memcmp(g->raw, pfx, sizeof(pfx)) == 0;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- sysfs ---- */
+
+/* One attribute, trailing white space trimmed. Returns its length or a negative errno. */
+static int sysfs_read(const char *path, char *buf, size_t cap)
+{
+	ssize_t r;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	r = read(fd, buf, cap - 1);
+	if (r < 0)
+		r = -errno;
+	close(fd);
+	if (r < 0)
+		return (int)r;
+	while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == ' '))
+		r--;
+	buf[r] = '\0';
+	return (int)r;
+}
+
+/* gid_attrs/<attr>/<index> of the device's port. */
+static int gid_attr(const struct kvl_verbs_dev *d, const char *root, const char *attr, int index,
+		    char *buf, size_t cap)
+{
+	char path[512];
+	size_t rl;
+
+	if (root == NULL)
+		root = "/sys";
+	rl = strlen(root);
+	while (rl > 1 && root[rl - 1] == '/')
+		rl--;
+	if (snprintf(path, sizeof(path), "%.*s/class/infiniband/%s/ports/%u/gid_attrs/%s/%d",
+		     (int)rl, root, d->name, d->port, attr, index) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	return sysfs_read(path, buf, cap);
+}
+
+/*
+ * The kernel writes "IB/RoCE v1" for v1 entries (the same code serves InfiniBand) and
+ * "RoCE v2" for v2 ones. -1 when the entry has no type (empty) or the type is unknown.
+ */
+static int gid_type_of(const struct kvl_verbs_dev *d, const char *root, int index)
+{
+	char t[32];
+	struct ibv_gid_entry e;
+
+	if (gid_attr(d, root, "types", index, t, sizeof(t)) >= 0) {
+		if (strcmp(t, "RoCE v2") == 0)
+			return 2;
+		if (strcmp(t, "IB/RoCE v1") == 0 || strcmp(t, "RoCE v1") == 0)
+			return d->link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : 0;
+		return -1;
+	}
+	/* No sysfs (a container without /sys/class/infiniband): ask the device. */
+	if (ibv_query_gid_ex(d->ctx, d->port, (uint32_t)index, &e, 0) != 0)
+		return -1;
+	if (e.gid_type == IBV_GID_TYPE_ROCE_V2)
+		return 2;
+	if (e.gid_type == IBV_GID_TYPE_ROCE_V1 && d->link_layer == IBV_LINK_LAYER_ETHERNET)
+		return 1;
+	return 0;
+}
+
+/* "[0] fe80::1 RoCE v2 eth0, [1] ..." for messages: what an operator compares with show_gids. */
+static void list_gids(const struct kvl_verbs_dev *d, const char *root, int tbl_len, struct msg *m)
+{
+	unsigned shown = 0;
+
+	for (int i = 0; i < tbl_len; i++) {
+		union ibv_gid g;
+		char gs[INET6_ADDRSTRLEN], nd[64];
+		int t;
+
+		if (ibv_query_gid(d->ctx, d->port, i, &g) != 0 || gid_zero(&g))
+			continue;
+		t = gid_type_of(d, root, i);
+		if (gid_attr(d, root, "ndevs", i, nd, sizeof(nd)) < 0)
+			snprintf(nd, sizeof(nd), "-");
+		msg_add(m, "%s[%d] %s %s %s", shown++ ? ", " : "", i, gid_str(&g, gs, sizeof(gs)),
+			gid_type_name(t), nd);
+	}
+	if (shown == 0)
+		msg_add(m, "empty");
+}
+
+/*
+ * The RoCE v2 GID that carries an IPv4 address of the port's own netdev: the address peers
+ * route to. The default entry (index 0) always belongs to that netdev, so its ndevs/0 names
+ * it; GIDs of VLAN or macvlan netdevs on the same port are skipped (pin those by index).
+ */
+static int pick_gid(struct kvl_verbs_dev *d, const char *root, int tbl_len, char *err,
+		    size_t errlen)
+{
+	char netdev[64], nd[64], t[32];
+	bool typed = false;
+	struct msg m = { err, errlen, 0 };
+
+	if (gid_attr(d, root, "ndevs", 0, netdev, sizeof(netdev)) < 0)
+		netdev[0] = '\0';
+	for (int i = 0; i < tbl_len; i++) {
+		union ibv_gid g;
+
+		if (gid_attr(d, root, "types", i, t, sizeof(t)) < 0)
+			continue;
+		typed = true;
+		if (strcmp(t, "RoCE v2") != 0)
+			continue;
+		if (ibv_query_gid(d->ctx, d->port, i, &g) != 0 || !gid_v4mapped(&g))
+			continue;
+		if (netdev[0] != '\0' &&
+		    (gid_attr(d, root, "ndevs", i, nd, sizeof(nd)) < 0 || strcmp(nd, netdev) != 0))
+			continue;
+		d->gid_index = i;
+		d->gid_type = 2;
+		d->gid = g;
+		return 0;
+	}
+	if (!typed) {
+		char path[300];
+
+		snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/%u/gid_attrs/types",
+			 root ? root : "/sys", d->name, d->port);
+		msg_add(&m,
+			"%s port %u: gid_index auto reads GID types from %s, which has none "
+			"readable (is /sys mounted?): set gid_index",
+			d->name, d->port, path);
+		return -ENOENT;
+	}
+	msg_add(&m, "%s port %u: no RoCE v2 GID with an IPv4 address of %s (GID table: ", d->name,
+		d->port, netdev[0] ? netdev : "its netdev");
+	list_gids(d, root, tbl_len, &m);
+	msg_add(&m, "): give %s an IPv4 address, or set gid_index to a RoCE v2 entry",
+		netdev[0] ? netdev : "the netdev");
+	return -EADDRNOTAVAIL;
+}
+
+static int use_gid_index(struct kvl_verbs_dev *d, const char *root, int idx, int tbl_len, char *err,
+			 size_t errlen)
+{
+	struct msg m = { err, errlen, 0 };
+
+	if (idx >= tbl_len) {
+		msg_add(&m, "%s port %u: gid_index %d is past the GID table (%d entries)", d->name,
+			d->port, idx, tbl_len);
+		return -EINVAL;
+	}
+	if (ibv_query_gid(d->ctx, d->port, idx, &d->gid) != 0 || gid_zero(&d->gid)) {
+		msg_add(&m, "%s port %u: gid_index %d is an empty GID entry (GID table: ", d->name,
+			d->port, idx);
+		list_gids(d, root, tbl_len, &m);
+		msg_add(&m, ")");
+		return -EADDRNOTAVAIL;
+	}
+	d->gid_index = idx;
+	d->gid_type = d->link_layer == IBV_LINK_LAYER_ETHERNET ? gid_type_of(d, root, idx) : 0;
+	if (d->gid_type < 0) {
+		msg_add(&m, "%s port %u: gid_index %d has no known GID type", d->name, d->port,
+			idx);
+		return -EADDRNOTAVAIL;
+	}
+	return 0;
+}
+
+/* ---- device ---- */
+
+static void no_such_device(const char *name, struct ibv_device **list, int n, char *err,
+			   size_t errlen)
+{
+	struct msg m = { err, errlen, 0 };
+
+	if (n == 0) {
+		msg_add(&m,
+			"no RDMA device \"%s\": this host has none (load the NIC's RDMA driver, "
+			"or rdma_rxe and 'rdma link add' for soft-RoCE)",
+			name);
+		return;
+	}
+	msg_add(&m, "no RDMA device \"%s\"; devices here: ", name);
+	for (int i = 0; i < n; i++)
+		msg_add(&m, "%s%s", i ? ", " : "", ibv_get_device_name(list[i]));
+}
+
+struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *err, size_t errlen)
+{
+	struct ibv_device **list;
+	struct ibv_device *dev = NULL;
+	struct kvl_verbs_dev *d;
+	struct ibv_device_attr_ex ax;
+	struct ibv_port_attr pa;
+	int n = 0, rc;
+	uint8_t cap;
+
+	err_clear(err, errlen);
+	if (o == NULL || o->name == NULL || o->name[0] == '\0') {
+		errf(err, errlen, "no RDMA device named");
+		errno = EINVAL;
+		return NULL;
+	}
+	if (o->mtu != 0 && mtu_code(o->mtu) == 0) {
+		errf(err, errlen,
+		     "%s: mtu %u is not an RDMA path MTU: use 256, 512, 1024, 2048 or 4096 "
+		     "(it is not the Ethernet MTU)",
+		     o->name, o->mtu);
+		errno = EINVAL;
+		return NULL;
+	}
+	list = ibv_get_device_list(&n);
+	if (list == NULL) {
+		rc = errno;
+		errf(err, errlen, "%s: cannot list RDMA devices: %s", o->name, strerror(rc));
+		errno = rc;
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		if (strcmp(ibv_get_device_name(list[i]), o->name) == 0)
+			dev = list[i];
+	if (dev == NULL) {
+		no_such_device(o->name, list, n, err, errlen);
+		ibv_free_device_list(list);
+		errno = ENODEV;
+		return NULL;
+	}
+	d = calloc(1, sizeof(*d));
+	if (d == NULL) {
+		ibv_free_device_list(list);
+		errf(err, errlen, "%s: out of memory", o->name);
+		errno = ENOMEM;
+		return NULL;
+	}
+	snprintf(d->name, sizeof(d->name), "%s", o->name);
+	d->port = (uint8_t)(o->port ? o->port : 1);
+	d->ctx = ibv_open_device(dev);
+	rc = errno;
+	ibv_free_device_list(list);
+	if (d->ctx == NULL) {
+		errf(err, errlen, "%s: cannot open the device: %s%s", o->name, strerror(rc),
+		     rc == EACCES || rc == EPERM ? " (no access to /dev/infiniband/uverbs*)" : "");
+		goto fail;
+	}
+
+	memset(&ax, 0, sizeof(ax));
+	rc = ibv_query_device_ex(d->ctx, NULL, &ax);
+	if (rc != 0 && ibv_query_device(d->ctx, &ax.orig_attr) != 0) {
+		rc = errno;
+		errf(err, errlen, "%s: cannot query the device: %s", o->name, strerror(rc));
+		goto fail;
+	}
+	if (o->port == 0 || o->port > ax.orig_attr.phys_port_cnt) {
+		rc = EINVAL;
+		errf(err, errlen, "%s: port %u does not exist: the device has %u port%s (1-based)",
+		     o->name, o->port, ax.orig_attr.phys_port_cnt,
+		     ax.orig_attr.phys_port_cnt == 1 ? "" : "s");
+		goto fail;
+	}
+	d->max_qp_wr = ax.orig_attr.max_qp_wr;
+	d->max_cqe = ax.orig_attr.max_cqe;
+	cap = (uint8_t)(ax.orig_attr.max_qp_rd_atom < RD_ATOMIC_MAX ? ax.orig_attr.max_qp_rd_atom
+								    : RD_ATOMIC_MAX);
+	d->rd_atomic = cap;
+	cap = (uint8_t)(ax.orig_attr.max_qp_init_rd_atom < RD_ATOMIC_MAX
+				? ax.orig_attr.max_qp_init_rd_atom
+				: RD_ATOMIC_MAX);
+	d->init_rd_atomic = cap;
+	d->max_cq_count = ax.cq_mod_caps.max_cq_count;
+	d->max_cq_period = ax.cq_mod_caps.max_cq_period;
+
+	rc = ibv_query_port(d->ctx, d->port, &pa);
+	if (rc != 0) {
+		errf(err, errlen, "%s: cannot query port %u: %s", o->name, d->port, strerror(rc));
+		goto fail;
+	}
+	if (pa.state != IBV_PORT_ACTIVE) {
+		rc = ENETDOWN;
+		errf(err, errlen,
+		     "%s port %u is %s, not ACTIVE: check its link (ibv_devinfo; on RoCE, 'ip "
+		     "link' "
+		     "of the netdev; on InfiniBand, the cable and the subnet manager)",
+		     o->name, d->port, ibv_port_state_str(pa.state));
+		goto fail;
+	}
+	d->link_layer = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET
+								 : IBV_LINK_LAYER_INFINIBAND;
+	d->lid = pa.lid;
+	d->max_msg_sz = pa.max_msg_sz;
+	d->mtu = (uint8_t)pa.active_mtu;
+	if (o->mtu != 0 && mtu_code(o->mtu) < d->mtu)
+		d->mtu = mtu_code(o->mtu);
+
+	if (o->gid_index >= 0)
+		rc = -use_gid_index(d, o->sysfs_root, o->gid_index, pa.gid_tbl_len, err, errlen);
+	else if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
+		rc = -pick_gid(d, o->sysfs_root, pa.gid_tbl_len, err, errlen);
+	else
+		rc = -use_gid_index(d, o->sysfs_root, 0, pa.gid_tbl_len, err, errlen);
+	if (rc != 0)
+		goto fail;
+	if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && d->lid == 0) {
+		rc = ENETDOWN;
+		errf(err, errlen,
+		     "%s port %u has LID 0: no subnet manager has configured it (start opensm "
+		     "or the switch's SM)",
+		     o->name, d->port);
+		goto fail;
+	}
+
+	d->pd = ibv_alloc_pd(d->ctx);
+	if (d->pd == NULL) {
+		rc = errno;
+		errf(err, errlen, "%s: cannot allocate a protection domain: %s", o->name,
+		     strerror(rc));
+		goto fail;
+	}
+	return d;
+fail:
+	if (d->ctx != NULL)
+		ibv_close_device(d->ctx);
+	free(d);
+	errno = rc ? rc : EIO;
+	return NULL;
+}
+
+/* Free the device's connections first: a PD still holding QPs cannot be released. */
+void kvl_verbs_close(struct kvl_verbs_dev *d)
+{
+	if (d == NULL)
+		return;
+	for (unsigned i = 0; i < d->n_mr; i++)
+		ibv_dereg_mr(d->mr[i].mr);
+	if (d->pd != NULL)
+		ibv_dealloc_pd(d->pd);
+	ibv_close_device(d->ctx);
+	free(d);
+}
+
+void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_type, unsigned *mtu,
+			bool *cq_moderation)
+{
+	if (gid_index != NULL)
+		*gid_index = d->gid_index;
+	if (gid_type != NULL)
+		*gid_type = d->gid_type;
+	if (mtu != NULL)
+		*mtu = mtu_bytes(d->mtu);
+	if (cq_moderation != NULL)
+		*cq_moderation = d->max_cq_count > 0;
+}
+
+/* ---- memory ---- */
+
+static void fmt_limit(rlim_t v, char *buf, size_t cap)
+{
+	if (v == RLIM_INFINITY)
+		snprintf(buf, cap, "unlimited");
+	else
+		snprintf(buf, cap, "%llu KiB", (unsigned long long)(v / 1024));
+}
+
+int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
+		  uint64_t *ns, char *err, size_t errlen)
+{
+	int access = IBV_ACCESS_LOCAL_WRITE; /* RDMA READ lands in local memory */
+	struct ibv_mr *mr;
+	uint64_t t0, t1;
+	unsigned n;
+
+	err_clear(err, errlen);
+	if (d == NULL || base == NULL || len == 0 ||
+	    (flags & ~(uint32_t)(KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE)) != 0) {
+		errf(err, errlen, "%s: nothing to register (base %p, %llu bytes, flags 0x%x)",
+		     d ? d->name : "?", base, (unsigned long long)len, flags);
+		return -EINVAL;
+	}
+	n = d->n_mr;
+	if (n == MAX_MRS) {
+		errf(err, errlen,
+		     "%s: %u regions are registered already, the most one device holds", d->name,
+		     MAX_MRS);
+		return -ENOSPC;
+	}
+	if (flags & KVL_SEG_REMOTE_READ)
+		access |= IBV_ACCESS_REMOTE_READ;
+	if (flags & KVL_SEG_REMOTE_WRITE)
+		access |= IBV_ACCESS_REMOTE_WRITE;
+	t0 = now_ns();
+	mr = ibv_reg_mr(d->pd, base, len, access);
+	t1 = now_ns();
+	if (ns != NULL)
+		*ns = t1 - t0;
+	if (mr == NULL) {
+		int e = errno ? errno : EIO;
+		struct rlimit rl;
+		char cur[32], max[32];
+
+		if ((e == ENOMEM || e == EPERM) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+			fmt_limit(rl.rlim_cur, cur, sizeof(cur));
+			fmt_limit(rl.rlim_max, max, sizeof(max));
+			errf(err, errlen,
+			     "%s: cannot register %llu KiB at %p: %s; the locked-memory limit "
+			     "RLIMIT_MEMLOCK is %s (hard %s) and registration pins every page: "
+			     "raise it (ulimit -l unlimited, or LimitMEMLOCK=infinity in the "
+			     "systemd unit, or a memlock line in limits.conf)",
+			     d->name, (unsigned long long)(len >> 10), base, strerror(e), cur, max);
+		} else {
+			errf(err, errlen, "%s: cannot register %llu bytes at %p: %s", d->name,
+			     (unsigned long long)len, base, strerror(e));
+		}
+		return -e;
+	}
+	d->mr[n] = (struct mr_ent){ (uintptr_t)base, len, mr->lkey, mr };
+	__atomic_store_n(&d->n_mr, n + 1, __ATOMIC_RELEASE);
+	if (rkey != NULL)
+		*rkey = mr->rkey;
+	return 0;
+}
+
+/* ---- QP state machine ---- */
+
+static int qp_modify(struct kvl_verbs_conn *c, struct ibv_qp_attr *a, int mask, const char *to,
+		     char *err, size_t errlen)
+{
+	int rc = ibv_modify_qp(c->qp, a, mask);
+	char gs[INET6_ADDRSTRLEN];
+
+	if (rc == 0)
+		return 0;
+	if (rc < 0) /* some providers return -1 and set errno */
+		rc = errno ? errno : EIO;
+	errf(err, errlen,
+	     "%s: QP 0x%x to %s failed: %s (remote QPN 0x%x, GID %s, path MTU %u, PSN 0x%x/0x%x)",
+	     c->d->name, c->qp->qp_num, to, strerror(rc), c->remote.qpn,
+	     gid_str((const union ibv_gid *)c->remote.gid, gs, sizeof(gs)), mtu_bytes(c->path_mtu),
+	     c->local.psn, c->remote.psn);
+	return -rc;
+}
+
+static int qp_to_init(struct kvl_verbs_conn *c, char *err, size_t errlen)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = c->d->port,
+		/* what the peer may do to us; each segment's MR narrows it */
+		.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE,
+	};
+
+	return qp_modify(c, &a,
+			 IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+			 "INIT", err, errlen);
+}
+
+/*
+ * RESET -> INIT -> RTR -> RTS towards c->remote, from any state. The PSNs are those of the
+ * addresses the two ends exchanged (local.psn out, remote.psn in): a peer that restarts its
+ * side with the address it already holds meets us at the same numbers without a new exchange.
+ */
+static int qp_start(struct kvl_verbs_conn *c, char *err, size_t errlen)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	struct ibv_qp_attr a;
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RESET;
+	rc = qp_modify(c, &a, IBV_QP_STATE, "RESET", err, errlen);
+	if (rc == 0)
+		rc = qp_to_init(c, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = c->path_mtu;
+	a.dest_qp_num = c->remote.qpn;
+	a.rq_psn = c->remote.psn;
+	a.max_dest_rd_atomic = d->rd_atomic;
+	a.min_rnr_timer = MIN_RNR_TIMER;
+	a.ah_attr.port_num = d->port;
+	if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
+		/* RoCE has no LIDs: every packet carries a GRH (v1) or IP header (v2) */
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, c->remote.gid, sizeof(a.ah_attr.grh.dgid.raw));
+		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+		a.ah_attr.grh.hop_limit = HOP_LIMIT;
+	} else {
+		a.ah_attr.dlid = c->remote.lid;
+	}
+	rc = qp_modify(c, &a,
+		       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+		       "RTR", err, errlen);
+	if (rc != 0)
+		return rc;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = ACK_TIMEOUT;
+	a.retry_cnt = RETRY_CNT;
+	a.rnr_retry = RNR_RETRY;
+	a.sq_psn = c->local.psn;
+	a.max_rd_atomic = d->init_rd_atomic;
+	rc = qp_modify(c, &a,
+		       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+		       "RTS", err, errlen);
+	if (rc != 0)
+		return rc;
+	c->since_sig = 0;
+	return 0;
+}
+
+/* ---- connection ---- */
+
+static uint64_t pow2_at_least(uint64_t n)
+{
+	uint64_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+static uint32_t random_psn(void)
+{
+	uint32_t v;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+		v = (uint32_t)now_ns() ^ ((uint32_t)getpid() << 8);
+	return v & 0xffffff;
+}
+
+/*
+ * Moderation coalesces completion *events*: it spares an lcore that arms the CQ and sleeps;
+ * a busy poller reads every CQE either way. Selective signaling is what cuts the CQEs.
+ */
+static void cq_moderate(struct kvl_verbs_conn *c, unsigned count, unsigned period_us,
+			struct msg *note)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	struct ibv_modify_cq_attr ma = { .attr_mask = IBV_CQ_ATTR_MODERATE };
+	int rc;
+
+	if (count == 0)
+		return;
+	if (d->max_cq_count == 0) {
+		msg_add(note,
+			"%s: CQ moderation not supported (max_cq_count 0): completion events are "
+			"not coalesced; selective signaling still cuts CQEs",
+			d->name);
+		return;
+	}
+	ma.moderate.cq_count = (uint16_t)(count < d->max_cq_count ? count : d->max_cq_count);
+	ma.moderate.cq_period =
+		(uint16_t)(period_us < d->max_cq_period ? period_us : d->max_cq_period);
+	rc = ibv_modify_cq(c->cq, &ma);
+	if (rc != 0)
+		msg_add(note, "%s: CQ moderation refused by the device: %s; running without it",
+			d->name, strerror(rc < 0 ? errno : rc));
+}
+
+static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t errlen)
+{
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = cqe,
+		.wc_flags = 0, /* wr_id and status are all we read */
+		.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+		.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED, /* one lcore: skip the CQ lock */
+	};
+	int e1;
+
+	c->cqx = ibv_create_cq_ex(c->d->ctx, &ca);
+	if (c->cqx == NULL) {
+		ca.comp_mask = 0; /* the provider may not know the flag */
+		c->cqx = ibv_create_cq_ex(c->d->ctx, &ca);
+	}
+	if (c->cqx != NULL) {
+		c->cq = ibv_cq_ex_to_cq(c->cqx);
+		return 0;
+	}
+	e1 = errno;
+	c->cq = ibv_create_cq(c->d->ctx, (int)cqe, NULL, NULL, 0);
+	if (c->cq != NULL)
+		return 0;
+	errf(err, errlen, "%s: cannot create a CQ of %u entries: %s (ibv_create_cq_ex: %s)",
+	     c->d->name, cqe, strerror(errno), strerror(e1));
+	return -(errno ? errno : EIO);
+}
+
+struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned depth,
+					  unsigned signal_every, unsigned cq_count,
+					  unsigned cq_period_us, struct kvl_verbs_addr *local,
+					  char *err, size_t errlen)
+{
+	struct kvl_verbs_conn *c;
+	struct ibv_qp_init_attr_ex qa;
+	struct msg note = { err, errlen, 0 };
+	unsigned cqe;
+	int rc;
+
+	err_clear(err, errlen);
+	if (d == NULL || depth == 0 || (int)depth > d->max_qp_wr || (int)depth > d->max_cqe) {
+		errf(err, errlen,
+		     "%s: queue depth %u is outside 1..%d (the device's max_qp_wr %d, "
+		     "max_cqe %d)",
+		     d ? d->name : "?", depth,
+		     d ? (d->max_qp_wr < d->max_cqe ? d->max_qp_wr : d->max_cqe) : 0,
+		     d ? d->max_qp_wr : 0, d ? d->max_cqe : 0);
+		errno = EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		goto nomem;
+	c->d = d;
+	c->depth = depth;
+	c->signal_every = signal_every == 0 ? 1 : signal_every > depth ? depth : signal_every;
+	c->mask = pow2_at_least(depth) - 1;
+	c->ring = calloc(c->mask + 1, sizeof(*c->ring));
+	if (c->ring == NULL)
+		goto nomem;
+
+	/*
+	 * Each WR makes at most one CQE, but after kvl_verbs_fail_all() the flushes of one
+	 * incarnation may still sit in the CQ while the next one runs: room for two windows.
+	 */
+	cqe = 2 * depth <= (unsigned)d->max_cqe ? 2 * depth : (unsigned)d->max_cqe;
+	rc = make_cq(c, cqe, err, errlen);
+	if (rc != 0)
+		goto fail;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = c->cq;
+	qa.recv_cq = c->cq;
+	qa.cap.max_send_wr = depth;
+	qa.cap.max_recv_wr = 1; /* no receives are posted; some providers refuse 0 */
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	qa.qp_type = IBV_QPT_RC;
+	qa.sq_sig_all = 0;
+	qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	qa.pd = d->pd;
+	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+	c->qp = ibv_create_qp_ex(d->ctx, &qa);
+	if (c->qp == NULL) {
+		rc = -(errno ? errno : EIO);
+		errf(err, errlen,
+		     "%s: cannot create an RC QP of depth %u with the ibv_wr_* API: %s", d->name,
+		     depth, strerror(-rc));
+		goto fail;
+	}
+	c->qpx = ibv_qp_to_qp_ex(c->qp);
+	if (c->qpx == NULL) {
+		rc = -EOPNOTSUPP;
+		errf(err, errlen, "%s: the provider has no ibv_qp_ex for its QPs", d->name);
+		goto fail;
+	}
+	rc = qp_to_init(c, err, errlen);
+	if (rc != 0)
+		goto fail;
+
+	c->local.qpn = c->qp->qp_num;
+	c->local.psn = random_psn();
+	memcpy(c->local.gid, d->gid.raw, sizeof(c->local.gid));
+	c->local.lid = d->link_layer == IBV_LINK_LAYER_INFINIBAND ? d->lid : 0;
+	c->local.mtu = d->mtu;
+	c->local.gid_type = (uint8_t)d->gid_type;
+	c->local.gid_index = (uint8_t)d->gid_index;
+	c->local.port = d->port;
+	if (local != NULL)
+		*local = c->local;
+	cq_moderate(c, cq_count, cq_period_us, &note);
+	return c;
+nomem:
+	rc = -ENOMEM;
+	errf(err, errlen, "%s: out of memory for a connection of depth %u", d->name, depth);
+fail:
+	kvl_verbs_conn_free(c);
+	errno = -rc;
+	return NULL;
+}
+
+void kvl_verbs_conn_free(struct kvl_verbs_conn *c)
+{
+	if (c == NULL)
+		return;
+	if (c->qp != NULL)
+		ibv_destroy_qp(c->qp);
+	if (c->cq != NULL)
+		ibv_destroy_cq(c->cq);
+	free(c->rseg);
+	free(c->ring);
+	free(c);
+}
+
+int kvl_verbs_conn_connect(struct kvl_verbs_conn *c, const struct kvl_verbs_addr *r, char *err,
+			   size_t errlen)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	bool eth = d->link_layer == IBV_LINK_LAYER_ETHERNET;
+	char gs[INET6_ADDRSTRLEN];
+	int rc;
+
+	err_clear(err, errlen);
+	if (r == NULL || r->qpn == 0 || r->qpn > 0xffffff || r->psn > 0xffffff) {
+		errf(err, errlen, "%s: the peer's address is not usable (QPN 0x%x, PSN 0x%x)",
+		     d->name, r ? r->qpn : 0, r ? r->psn : 0);
+		return -EINVAL;
+	}
+	if (mtu_bytes(r->mtu) == 0) {
+		errf(err, errlen,
+		     "%s: the peer's MTU code %u is not one of 1..5 (256..4096 bytes): its address "
+		     "is corrupt or from another version",
+		     d->name, r->mtu);
+		return -EINVAL;
+	}
+	if (r->gid_type > 2) {
+		errf(err, errlen, "%s: the peer's GID type %u is unknown (0 IB, 1 RoCE v1, 2 v2)",
+		     d->name, r->gid_type);
+		return -EINVAL;
+	}
+	if (eth != (r->gid_type != 0)) {
+		errf(err, errlen,
+		     "link layers differ: local %s port %u is %s, the peer's port is %s: an RC "
+		     "connection needs both ends on the same link layer (Ethernet/RoCE or "
+		     "InfiniBand)",
+		     d->name, d->port, eth ? "Ethernet (RoCE)" : "InfiniBand",
+		     r->gid_type ? "Ethernet (RoCE)" : "InfiniBand");
+		return -EPROTO;
+	}
+	if (eth && r->gid_type != d->gid_type) {
+		errf(err, errlen,
+		     "GID types differ: local %s gid_index %d is %s, the peer's gid_index %u is "
+		     "%s: "
+		     "both ends must use the same RoCE version (set gid_index on one side to an "
+		     "entry of the other's type; show_gids lists them)",
+		     d->name, d->gid_index, gid_type_name(d->gid_type), r->gid_index,
+		     gid_type_name(r->gid_type));
+		return -EPROTO;
+	}
+	if (eth && gid_zero((const union ibv_gid *)r->gid)) {
+		errf(err, errlen, "%s: the peer's GID is all zeros: its gid_index %u is empty",
+		     d->name, r->gid_index);
+		return -EINVAL;
+	}
+	if (!eth && r->lid == 0) {
+		errf(err, errlen,
+		     "%s: the peer's LID is 0: no subnet manager has configured its port %u (start "
+		     "opensm or the switch's SM there)",
+		     d->name, r->port);
+		return -EPROTO;
+	}
+	if (c->done_seq < c->nic_end && !c->broken) {
+		errf(err, errlen,
+		     "%s: %llu requests are still on QP 0x%x: reap them, or kvl_verbs_fail_all() "
+		     "first (a reset would lose their completions)",
+		     d->name, (unsigned long long)(c->nic_end - c->done_seq), c->qp->qp_num);
+		return -EBUSY;
+	}
+
+	c->remote = *r;
+	c->path_mtu = r->mtu < d->mtu ? r->mtu : d->mtu;
+	c->connected = false;
+	rc = qp_start(c, err, errlen);
+	if (rc != 0)
+		return rc;
+	c->connected = true;
+	c->broken = 0;
+	c->recovering = false;
+	c->err_cause = 0;
+	/* Completions of the last incarnation still in the CQ are stale: by sequence number
+	 * they all fall before done_seq and are dropped when polled. */
+	if (r->mtu != d->mtu)
+		errf(err, errlen,
+		     "%s: path MTU %u bytes: local side allows %u, the peer (%s) %u; the smaller "
+		     "is used",
+		     d->name, mtu_bytes(c->path_mtu), mtu_bytes(d->mtu),
+		     gid_str((const union ibv_gid *)r->gid, gs, sizeof(gs)), mtu_bytes(r->mtu));
+	return 0;
+}
+
+int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *s, unsigned n)
+{
+	struct kvl_verbs_rseg *copy = NULL;
+
+	if (n != 0 && s == NULL)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (s[i].addr + s[i].len < s[i].addr)
+			return -EINVAL; /* wraps: no real mapping does */
+		for (unsigned j = 0; j < i; j++)
+			if (s[j].id == s[i].id)
+				return -EEXIST;
+	}
+	if (n != 0) {
+		copy = malloc(n * sizeof(*copy));
+		if (copy == NULL)
+			return -ENOMEM;
+		memcpy(copy, s, n * sizeof(*copy));
+	}
+	free(c->rseg);
+	c->rseg = copy;
+	c->n_rseg = n;
+	c->rseg_hint = 0;
+	return 0;
+}
+
+/* ---- completions ---- */
+
+static void finish(struct kvl_verbs_conn *c, struct slot *s, int status)
+{
+	s->status = status;
+	c->stats.completed++;
+	if (status != KVL_OK)
+		c->stats.failed[status]++;
+	else if (s->op == KVL_OP_WRITE)
+		c->stats.bytes_written += s->length;
+	else
+		c->stats.bytes_read += s->length;
+}
+
+/* Complete every request before @end; those that went to the NIC get @st. */
+static void finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
+{
+	for (; c->done_seq < end; c->done_seq++) {
+		struct slot *s = &c->ring[c->done_seq & c->mask];
+
+		finish(c, s, s->nic ? st : s->status);
+	}
+}
+
+/* Refused requests at the head have nothing to wait for. */
+static void finish_refused(struct kvl_verbs_conn *c)
+{
+	while (c->done_seq != c->post_seq) {
+		struct slot *s = &c->ring[c->done_seq & c->mask];
+
+		if (s->nic)
+			break;
+		finish(c, s, s->status);
+		c->done_seq++;
+	}
+}
+
+static int wc_status(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_REM_ACCESS_ERR: /* bad rkey, range outside the MR, or access it lacks */
+	case IBV_WC_REM_INV_REQ_ERR:
+		return KVL_ERR_ACCESS;
+	case IBV_WC_RETRY_EXC_ERR: /* no ACK: the peer or the path is gone */
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return KVL_ERR_CONN_LOST;
+	case IBV_WC_LOC_PROT_ERR: /* lkey/PD mismatch: a local range we believed registered */
+	case IBV_WC_LOC_LEN_ERR:
+	case IBV_WC_LOC_ACCESS_ERR: /* a READ into memory without LOCAL_WRITE */
+		return KVL_ERR_LOCAL;
+	default:
+		return KVL_ERR_PROTOCOL;
+	}
+}
+
+static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st)
+{
+	c->stats.cqes++;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	if (st == IBV_WC_SUCCESS) {
+		finish_until(c, seq + 1, KVL_OK);
+	} else if (st == IBV_WC_WR_FLUSH_ERR) {
+		c->stats.errors++;
+		/*
+		 * A flush with no error of ours before it: the QP went down for a reason outside
+		 * this side's requests (the peer's responder saw an error, the port died). The
+		 * unsignaled requests before it are not known to have landed: fail them too.
+		 */
+		if (c->err_cause == 0)
+			c->err_cause = KVL_ERR_CONN_LOST;
+		c->recovering = true;
+		finish_until(c, seq + 1, c->err_cause);
+	} else {
+		c->stats.errors++;
+		/* RC reports an error on the oldest unfinished WR: all before it succeeded. */
+		finish_until(c, seq, KVL_OK);
+		if (c->err_cause == 0)
+			c->err_cause = wc_status(st);
+		c->recovering = true;
+		finish_until(c, seq + 1, wc_status(st));
+	}
+	finish_refused(c);
+}
+
+static unsigned poll_cq(struct kvl_verbs_conn *c)
+{
+	unsigned n = 0;
+
+	c->stats.cq_polls++;
+	if (c->cqx != NULL) {
+		/*
+		 * One CQE per start/end pair, never ibv_next_poll(): rxe's next_poll (rdma-core
+		 * 44) already consumes and unlocks when it finds the queue empty, and the
+		 * ibv_end_poll() the man page asks for then moves the consumer index past the
+		 * producer: the CQ reads as full of garbage. With selective signaling CQEs are
+		 * few, and a single-threaded CQ takes no lock, so the pair costs little.
+		 */
+		struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+
+		while (n < POLL_BUDGET && ibv_start_poll(c->cqx, &pa) == 0) {
+			uint64_t seq = c->cqx->wr_id;
+			enum ibv_wc_status st = c->cqx->status;
+
+			ibv_end_poll(c->cqx);
+			on_cqe(c, seq, st);
+			n++;
+		}
+		return n;
+	}
+	for (;;) {
+		struct ibv_wc wc[16];
+		int r = ibv_poll_cq(c->cq, 16, wc);
+
+		for (int i = 0; i < r; i++)
+			on_cqe(c, wc[i].wr_id, wc[i].status);
+		if (r > 0)
+			n += (unsigned)r;
+		if (r < 16 || n >= POLL_BUDGET)
+			return n;
+	}
+}
+
+/*
+ * Bring the QP back once every WR it held has come back flushed. Only the local side is
+ * restarted; the peer's QP may be in error too (a responder that refuses an access goes to
+ * error, IB spec class C) and a live one expects PSNs we no longer send. So the peer must
+ * restart as well, with kvl_verbs_conn_connect() and the address it already holds: both ends
+ * then start over at the exchanged PSNs. Until it has, our requests are retried and end in
+ * KVL_ERR_CONN_LOST (retry exceeded), never in silent loss while its QP is in error.
+ */
+static void recover(struct kvl_verbs_conn *c)
+{
+	c->recovering = false;
+	c->err_cause = 0;
+	if (qp_start(c, NULL, 0) != 0) {
+		c->broken = KVL_ERR_CONN_LOST;
+		return;
+	}
+	c->stats.recoveries++;
+}
+
+unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
+{
+	unsigned work;
+
+	if (c == NULL)
+		return 0;
+	work = poll_cq(c);
+	/* After ibv_end_poll: a reset cleans the CQ, which must not happen inside a poll. */
+	if (c->recovering && c->done_seq >= c->nic_end) {
+		recover(c);
+		work++;
+	}
+	return work;
+}
+
+unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	unsigned n = 0;
+
+	for (; n < max && c->reap_seq != c->done_seq; n++, c->reap_seq++) {
+		const struct slot *s = &c->ring[c->reap_seq & c->mask];
+
+		wc[n].wr_id = s->wr_id;
+		wc[n].status = s->status;
+		wc[n].bytes = s->status == KVL_OK ? s->length : 0;
+	}
+	return n;
+}
+
+unsigned kvl_verbs_outstanding(const struct kvl_verbs_conn *c)
+{
+	return (unsigned)(c->post_seq - c->reap_seq);
+}
+
+void kvl_verbs_fail_all(struct kvl_verbs_conn *c, int status)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	/* A failed connection must read as failed: KVL_OK or a foreign value cannot be it. */
+	if (status <= KVL_OK || status >= KVL_STATUS_COUNT)
+		status = KVL_ERR_CANCELED;
+	/* The NIC stops touching our buffers once the QP is in error; the flushes it then
+	 * writes are stale by sequence number and dropped by progress. */
+	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+	c->broken = status;
+	c->recovering = false;
+	c->err_cause = 0;
+	finish_until(c, c->post_seq, status);
+	c->nic_end = c->post_seq;
+}
+
+/* Also KVL_ERR_CONN_LOST when a recovery could not bring the QP back: that connection is as
+ * good as failed on purpose, and the lcore should close it the same way. */
+int kvl_verbs_failed(const struct kvl_verbs_conn *c)
+{
+	return c->broken;
+}
+
+/* ---- posting ---- */
+
+/* Local range inside memory registered on this device: its lkey, or KVL_ERR_LOCAL. */
+static int local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len, uint32_t *lkey)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	unsigned n = __atomic_load_n(&d->n_mr, __ATOMIC_ACQUIRE);
+	uintptr_t a = (uintptr_t)p;
+
+	*lkey = 0;
+	if (len == 0)
+		return KVL_OK; /* touches no memory: no SGE is posted */
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = (c->mr_hint + k) % n;
+		const struct mr_ent *m = &d->mr[i];
+
+		if (a >= m->base && a - m->base <= m->len && len <= m->len - (a - m->base)) {
+			c->mr_hint = i;
+			*lkey = m->lkey;
+			return KVL_OK;
+		}
+	}
+	return KVL_ERR_LOCAL;
+}
+
+static int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
+			uint32_t *rkey)
+{
+	for (unsigned k = 0; k < c->n_rseg; k++) {
+		unsigned i = (c->rseg_hint + k) % c->n_rseg;
+		const struct kvl_verbs_rseg *r = &c->rseg[i];
+		struct kvl_seg s;
+		int st;
+
+		if (r->id != w->remote_seg)
+			continue;
+		c->rseg_hint = i;
+		s = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
+		st = kvl_seg_check(&s, w->remote_off, w->length, w->op);
+		*raddr = r->addr + w->remote_off;
+		*rkey = r->rkey;
+		return st;
+	}
+	return KVL_ERR_NO_SEGMENT;
+}
+
+/* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
+static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint32_t *lkey, uint64_t *raddr,
+		 uint32_t *rkey)
+{
+	int st;
+
+	if (c->broken)
+		return c->broken;
+	if (!c->connected)
+		return KVL_ERR_NO_PEER;
+	if (w->op != KVL_OP_WRITE && w->op != KVL_OP_READ)
+		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
+	if (w->length > c->d->max_msg_sz)
+		return KVL_ERR_TOO_LARGE;
+	st = local_check(c, w->local, w->length, lkey);
+	if (st == KVL_OK)
+		st = remote_check(c, w, raddr, rkey);
+	return st;
+}
+
+unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	uint64_t room, first = 0, last_seq = 0, raddr = 0;
+	uint32_t lkey, rkey = 0;
+	unsigned last_nic = n, nic = 0, sig = 0;
+
+	/* In error, waiting for the last flush: taking more would only feed it the flush. */
+	if (c->recovering)
+		return 0;
+	room = c->depth - (c->post_seq - c->reap_seq);
+	if (n > room)
+		n = (unsigned)room;
+	/* The newest WR of the post must be signaled: find it first (usually the last one). */
+	for (unsigned i = n; i-- > 0;) {
+		if (check(c, &wr[i], &lkey, &raddr, &rkey) == KVL_OK) {
+			last_nic = i;
+			break;
+		}
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct slot *s = &c->ring[c->post_seq & c->mask];
+		const struct kvl_wr *w = &wr[i];
+		int st = check(c, w, &lkey, &raddr, &rkey);
+		bool signaled;
+
+		s->wr_id = w->wr_id;
+		s->length = w->length;
+		s->op = w->op;
+		s->nic = st == KVL_OK;
+		s->status = st;
+		if (st != KVL_OK) {
+			c->post_seq++;
+			continue;
+		}
+		if (nic++ == 0) {
+			ibv_wr_start(c->qpx);
+			first = c->post_seq;
+		}
+		signaled = ++c->since_sig >= c->signal_every || i == last_nic;
+		if (signaled) {
+			c->since_sig = 0;
+			sig++;
+		}
+		c->qpx->wr_id = c->post_seq;
+		c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
+		if (w->op == KVL_OP_WRITE)
+			ibv_wr_rdma_write(c->qpx, rkey, raddr);
+		else
+			ibv_wr_rdma_read(c->qpx, rkey, raddr);
+		if (w->length != 0)
+			ibv_wr_set_sge(c->qpx, lkey, (uintptr_t)w->local, w->length);
+		else
+			ibv_wr_set_sge_list(c->qpx, 0, NULL); /* mlx5 reads a 0-byte SGE as 2 GiB */
+		last_seq = c->post_seq++;
+	}
+	if (nic != 0) {
+		int rc = ibv_wr_complete(c->qpx);
+
+		c->stats.posts++;
+		if (rc == 0) {
+			c->nic_end = last_seq + 1;
+			c->stats.posted += nic;
+			c->stats.signaled += sig;
+		} else {
+			/* The whole posting was dropped (QP not in RTS, a WR the provider refused):
+			 * none of it reached the NIC. */
+			for (uint64_t q = first; q <= last_seq; q++) {
+				struct slot *s = &c->ring[q & c->mask];
+
+				if (s->nic) {
+					s->nic = false;
+					s->status = KVL_ERR_CONN_LOST;
+				}
+			}
+			c->since_sig = 0;
+		}
+	}
+	finish_refused(c);
+	return n;
+}
+
+const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c)
+{
+	return &c->stats;
+}
+
+const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c)
+{
+	static const char *const names[] = {
+		[IBV_QPS_RESET] = "RESET", [IBV_QPS_INIT] = "INIT", [IBV_QPS_RTR] = "RTR",
+		[IBV_QPS_RTS] = "RTS",	   [IBV_QPS_SQD] = "SQD",   [IBV_QPS_SQE] = "SQE",
+		[IBV_QPS_ERR] = "ERR",
+	};
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	if (c == NULL || c->qp == NULL || ibv_query_qp(c->qp, &a, IBV_QP_STATE, &ia) != 0)
+		return "?";
+	if ((unsigned)a.qp_state >= sizeof(names) / sizeof(names[0]) || names[a.qp_state] == NULL)
+		return "UNKNOWN";
+	return names[a.qp_state];
+}

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Verbs transport: RC queue pairs posted through the ibv_wr_* API, for any RDMA device. */
+#ifndef KVL_LCORES_VERBS_H
+#define KVL_LCORES_VERBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer.h"
+
+/*
+ * One RDMA device (context + protection domain + the chosen port and GID), its registered
+ * memory, and RC connections on it. A connection is driven by one lcore: post, progress
+ * (poll the CQ), reap; nothing blocks. Connection set-up (exchanging kvl_verbs_addr and the
+ * remote segments' addresses and rkeys) is the control path's job: this layer only takes
+ * what the peer said and checks it.
+ *
+ * Everything here runs on any verbs provider (rxe in CI, mlx5 on ConnectX). Capabilities
+ * that rxe lacks (CQ moderation: ibv_modify_cq) are used when present and reported when not.
+ */
+
+#define KVL_VERBS_ERR_LEN 320
+
+struct kvl_verbs_dev;
+struct kvl_verbs_conn;
+
+/* What a peer needs to connect its QP to ours. */
+struct kvl_verbs_addr {
+	uint32_t qpn;
+	uint32_t psn; /* 24 bits */
+	uint8_t gid[16];
+	uint16_t lid;	  /* InfiniBand; 0 on RoCE */
+	uint8_t mtu;	  /* enum ibv_mtu of the port (active MTU, capped by the INI's mtu) */
+	uint8_t gid_type; /* 0 InfiniBand, 1 RoCE v1, 2 RoCE v2 */
+	uint8_t gid_index;
+	uint8_t port;
+};
+
+/* A peer's segment as the initiator addresses it. */
+struct kvl_verbs_rseg {
+	uint32_t id;
+	uint32_t flags; /* enum kvl_seg_flags the peer allows */
+	uint64_t addr;	/* remote virtual address of byte 0 */
+	uint64_t len;
+	uint32_t rkey;
+};
+
+struct kvl_verbs_dev_opts {
+	const char *name;	/* "rxe0", "mlx5_0" */
+	unsigned port;		/* 1-based */
+	int gid_index;		/* -1: auto = the RoCE v2 GID of the port's netdev IPv4 address
+				 * (sysfs gid_attrs/types), or index 0 on InfiniBand */
+	unsigned mtu;		/* bytes (256..4096): the most this side uses */
+	const char *sysfs_root; /* NULL: "/sys" (for gid_attrs) */
+};
+
+/*
+ * Open the device and its port. Returns NULL with a message in @err that names the device
+ * and says what is wrong in operator terms: no such device (and the ones there are), port
+ * not ACTIVE, no RoCE v2 GID (and the GID table), ...
+ */
+struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *err, size_t errlen);
+void kvl_verbs_close(struct kvl_verbs_dev *d);
+
+/* The chosen GID index, type and port MTU, for logs and telemetry. */
+void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_type,
+			unsigned *mtu_bytes, bool *cq_moderation);
+
+/*
+ * Register [base, base + len) for local access and the remote @flags (enum kvl_seg_flags).
+ * Returns 0 with the rkey, or a negative errno with a message; when the kernel refuses for
+ * lack of locked memory the message names RLIMIT_MEMLOCK's value and the fix (ulimit -l,
+ * LimitMEMLOCK=infinity). The time the registration took is returned in @ns.
+ */
+int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
+		  uint64_t *ns, char *err, size_t errlen);
+
+/*
+ * A connection: CQ + RC QP in INIT, @depth send WRs, one signaled WR every @signal_every
+ * (and the last of each post), CQ moderation (count, period_us) when the device has it.
+ * Returns NULL with a message. @local is what the peer needs.
+ */
+struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned depth,
+					  unsigned signal_every, unsigned cq_count,
+					  unsigned cq_period_us, struct kvl_verbs_addr *local,
+					  char *err, size_t errlen);
+
+/*
+ * Move the QP to RTR and RTS towards @remote. A mismatch an operator can fix is reported
+ * in words, naming both ends' values: GID type (RoCE v1 vs v2), link layer, MTU (the path
+ * MTU is the smaller, and said), a LID of 0 on InfiniBand. Returns 0 or a negative errno.
+ */
+int kvl_verbs_conn_connect(struct kvl_verbs_conn *c, const struct kvl_verbs_addr *remote, char *err,
+			   size_t errlen);
+
+/* The peer's segments (copied): what kvl_verbs_post() checks and addresses against. */
+int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *s, unsigned n);
+
+/*
+ * Post a batch: every WR is checked first (local range inside memory registered on this
+ * device: else KVL_ERR_LOCAL; remote segment known, allowed and in bounds: else
+ * KVL_ERR_NO_SEGMENT / ACCESS / BOUNDS) — a refused WR completes at once with that status
+ * and never reaches the NIC. The rest go to the QP in one ibv_wr_start/complete, several WRs
+ * per post. Returns how many of @n were taken (fewer when the queue is full).
+ */
+unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+
+/* Poll the CQ. An error completion becomes a typed status on its request (remote access
+ * error -> KVL_ERR_ACCESS, retry exceeded -> KVL_ERR_CONN_LOST, ...) and a counter; the QP,
+ * now in the error state, is flushed and brought back (reset, init, rtr, rts towards the same
+ * remote) so later requests run. Returns the work done. */
+unsigned kvl_verbs_progress(struct kvl_verbs_conn *c);
+
+/* Take up to @max completions, in posting order. */
+unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max);
+
+/* Requests posted and not yet reaped. */
+unsigned kvl_verbs_outstanding(const struct kvl_verbs_conn *c);
+
+/* Fail everything outstanding with @status (peer dead, shutdown): the QP goes to error, its
+ * WRs are flushed and reported with @status. Posting afterwards fails at once with it. */
+void kvl_verbs_fail_all(struct kvl_verbs_conn *c, int status);
+
+/* The status kvl_verbs_fail_all() was given, 0 before. */
+int kvl_verbs_failed(const struct kvl_verbs_conn *c);
+
+struct kvl_verbs_stats {
+	uint64_t posted, signaled, completed, errors;
+	uint64_t posts; /* ibv_wr_complete calls */
+	uint64_t bytes_written, bytes_read;
+	uint64_t failed[KVL_STATUS_COUNT];
+	uint64_t recoveries;	 /* QP brought back from the error state */
+	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
+};
+
+const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c);
+
+/* QP state as ibv_query_qp reports it ("RTS", "ERR", ...), for telemetry. */
+const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c);
+
+void kvl_verbs_conn_free(struct kvl_verbs_conn *c);
+
+#endif /* KVL_LCORES_VERBS_H */

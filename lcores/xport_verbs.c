@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The verbs transport behind struct kvl_xport_ops. */
+#include <errno.h>
+#include <string.h>
+
+#include "verbs.h"
+#include "xport.h"
+
+/* ---- verbs: a QP recovers from its errors by itself, so "broken" means only that the
+ * connection was failed on purpose (peer dead, shutdown) and is to be closed. ---- */
+
+static int verbs_post(void *c, const struct kvl_wr *wr)
+{
+	return kvl_verbs_post(c, wr, 1) == 1 ? 0 : -EAGAIN;
+}
+
+static unsigned verbs_progress(void *c)
+{
+	return kvl_verbs_progress(c);
+}
+
+static unsigned verbs_reap(void *c, struct kvl_wc *wc, unsigned max)
+{
+	return kvl_verbs_reap(c, wc, max);
+}
+
+static void verbs_fail_all(void *c, int status)
+{
+	kvl_verbs_fail_all(c, status);
+}
+
+static int verbs_broken(const void *c)
+{
+	return kvl_verbs_failed(c);
+}
+
+static unsigned verbs_outstanding(const void *c)
+{
+	return kvl_verbs_outstanding(c);
+}
+
+static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
+{
+	const struct kvl_verbs_stats *v = kvl_verbs_stats(c);
+
+	memset(out, 0, sizeof(*out));
+	out->bytes_written = v->bytes_written;
+	out->bytes_read = v->bytes_read;
+	out->tx_bytes = v->bytes_written;
+	out->rx_bytes = v->bytes_read;
+	memcpy(out->failed, v->failed, sizeof(out->failed));
+}
+
+static void verbs_free(void *c)
+{
+	kvl_verbs_conn_free(c);
+}
+
+const struct kvl_xport_ops kvl_xport_verbs = {
+	.name = "verbs",
+	.post = verbs_post,
+	.progress = verbs_progress,
+	.reap = verbs_reap,
+	.fail_all = verbs_fail_all,
+	.broken = verbs_broken,
+	.outstanding = verbs_outstanding,
+	.stats = verbs_stats,
+	.free = verbs_free,
+};

@@ -1,0 +1,933 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* RDMA test of the verbs transport on soft-RoCE: rxe0 <-> rxe1 in one process, one thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvl_test.h"
+#include "verbs.h"
+
+#define KIB	      1024u
+#define MIB	      (1024u * 1024u)
+#define BUF_LEN	      (64u * MIB)
+#define DEPTH	      512u
+#define SIGNAL_EVERY  16u
+#define BATCH	      32u
+#define WC_MAX	      1024u
+#define PHASE_TIMEOUT 30.0  /* seconds: a stuck phase fails, the test never hangs */
+#define TOTAL_TIMEOUT 210.0 /* and the whole run stays inside the harness's budget */
+#define ERR_LEN	      KVL_VERBS_ERR_LEN
+
+/* Remote segment ids as A sees B (and B sees A: only SEG_RW). */
+enum {
+	SEG_RW = 1,	  /* all of B's buffer, read and write */
+	SEG_RO = 2,	  /* B's first MiB, read only */
+	SEG_WO = 3,	  /* B's first MiB, write only */
+	SEG_BAD_RKEY = 7, /* all of B's buffer, rkey corrupted */
+	SEG_UNKNOWN = 99, /* never advertised */
+};
+
+struct side {
+	const char *name;
+	int want_gid;
+	struct kvl_verbs_dev *d;
+	struct kvl_verbs_conn *c;
+	struct kvl_verbs_addr addr;
+	uint8_t *buf;
+	uint32_t rkey;
+};
+
+static struct side A, B;
+static uint64_t next_id = 1;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double test_deadline;
+static bool quick; /* KVL_VERBS_QUICK=1: 1/16 of the volume, for valgrind */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* now + @timeout, but never past the end of the whole run */
+static double deadline_in(double timeout)
+{
+	double d = now_s() + timeout;
+
+	return d < test_deadline ? d : test_deadline;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		memcpy(p + i, &rng, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)(rng >> (i % 8 * 8)) ^ (uint8_t)i;
+}
+
+/* dst = ~src: every byte differs, so a request that moved nothing cannot pass the check. */
+static void poison(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, src + i, 8);
+		v = ~v;
+		memcpy(dst + i, &v, 8);
+	}
+	for (; i < n; i++)
+		dst[i] = (uint8_t)~src[i];
+}
+
+/* Index of the first byte that differs, n if none. */
+static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	if (memcmp(a, b, n) == 0)
+		return n;
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return i;
+	return n;
+}
+
+static void *xalloc(size_t n)
+{
+	void *p = aligned_alloc(4096, n);
+
+	if (p == NULL) {
+		fprintf(stderr, "out of memory (%zu bytes)\n", n);
+		exit(2);
+	}
+	return p;
+}
+
+static struct kvl_wr mkwr(uint8_t op, void *local, uint32_t seg, uint64_t off, uint32_t len)
+{
+	return (struct kvl_wr){ .wr_id = next_id++,
+				.local = local,
+				.remote_off = off,
+				.length = len,
+				.remote_seg = seg,
+				.op = op };
+}
+
+/* Progress @c (and @peer) until @n completions are reaped into @wc; false on timeout. */
+static bool collect(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer, struct kvl_wc *wc,
+		    unsigned n, double timeout)
+{
+	double deadline = deadline_in(timeout);
+	unsigned got = 0;
+
+	while (got < n) {
+		unsigned w = kvl_verbs_progress(c) + (peer ? kvl_verbs_progress(peer) : 0);
+		unsigned r = kvl_verbs_reap(c, wc + got, n - got);
+
+		got += r;
+		if (w == 0 && r == 0) {
+			if (now_s() > deadline) {
+				fprintf(stderr, "collect: %u of %u completions after %.0f s\n", got,
+					n, timeout);
+				return false;
+			}
+			sched_yield();
+		}
+	}
+	return true;
+}
+
+/*
+ * Run @n requests of @len bytes: request i moves [i * stride, + len) between @lbase and
+ * segment @seg at the same offset, up to BATCH per post, the queue kept full. Every
+ * completion must come back in posting order, OK, with @len bytes. Returns the seconds it
+ * took, or -1.
+ */
+static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lbase, uint32_t seg,
+		     uint64_t stride, uint32_t len, unsigned n)
+{
+	struct kvl_wr w[BATCH];
+	struct kvl_wc wc[WC_MAX];
+	uint64_t id0 = next_id;
+	unsigned posted = 0, done = 0, bad = 0;
+	double t0 = now_s(), deadline = deadline_in(PHASE_TIMEOUT);
+
+	next_id += n;
+	while (done < n) {
+		unsigned got, work;
+
+		if (posted < n) {
+			unsigned k = n - posted < BATCH ? n - posted : BATCH;
+
+			for (unsigned j = 0; j < k; j++) {
+				uint64_t off = (uint64_t)(posted + j) * stride;
+
+				w[j] = (struct kvl_wr){ .wr_id = id0 + posted + j,
+							.local = lbase + off,
+							.remote_off = off,
+							.length = len,
+							.remote_seg = seg,
+							.op = op };
+			}
+			posted += kvl_verbs_post(s->c, w, k);
+		}
+		work = kvl_verbs_progress(s->c) + kvl_verbs_progress(peer->c);
+		got = kvl_verbs_reap(s->c, wc, WC_MAX);
+		for (unsigned j = 0; j < got; j++, done++) {
+			if (wc[j].wr_id == id0 + done && wc[j].status == KVL_OK &&
+			    wc[j].bytes == len)
+				continue;
+			if (bad++ < 5)
+				fprintf(stderr,
+					"%s %u B #%u: wr_id %llu (expected %llu) status %d bytes "
+					"%u\n",
+					op == KVL_OP_WRITE ? "write" : "read", len, done,
+					(unsigned long long)wc[j].wr_id,
+					(unsigned long long)(id0 + done), wc[j].status,
+					wc[j].bytes);
+		}
+		if (work == 0 && got == 0) {
+			if (now_s() > deadline) {
+				fprintf(stderr, "%s %u B: stuck at %u/%u completions\n",
+					op == KVL_OP_WRITE ? "write" : "read", len, done, n);
+				return -1;
+			}
+			sched_yield();
+		}
+	}
+	CHECK_INT(bad, 0);
+	return bad ? -1 : now_s() - t0;
+}
+
+/*
+ * One verified phase: fresh random source, the destination set to its complement, @n
+ * requests, then every byte compared. WRITE moves A's buffer into B's, READ B's into A's.
+ */
+static double phase(uint8_t op, uint64_t stride, uint32_t len, unsigned n)
+{
+	uint8_t *src = op == KVL_OP_WRITE ? A.buf : B.buf;
+	uint8_t *dst = op == KVL_OP_WRITE ? B.buf : A.buf;
+	uint64_t span = (uint64_t)(n - 1) * stride + len;
+	size_t bad_req = 0;
+	double t;
+
+	fill_random(src, span);
+	for (unsigned i = 0; i < n; i++)
+		poison(dst + (uint64_t)i * stride, src + (uint64_t)i * stride, len);
+	t = stream(&A, &B, op, A.buf, SEG_RW, stride, len, n);
+	CHECK(t >= 0);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = (uint64_t)i * stride;
+		size_t d = first_diff(dst + off, src + off, len);
+
+		if (d != len && bad_req++ < 3)
+			fprintf(stderr, "%s %u B request %u: first wrong byte at %zu\n",
+				op == KVL_OP_WRITE ? "write" : "read", len, i, d);
+	}
+	CHECK_INT(bad_req, 0);
+	return t;
+}
+
+static const char *op_name(uint8_t op)
+{
+	return op == KVL_OP_WRITE ? "WRITE" : "READ";
+}
+
+/* Sizes 1 B .. 4 MiB both ways, >= 256 MiB each way; throughput of the big ones printed. */
+static void test_sizes(void)
+{
+	static const struct {
+		uint32_t len;
+		uint64_t stride;
+		unsigned n, rounds;
+	} sz[] = {
+		{ 1, 4099, 4096, 1 },		/* scattered single bytes */
+		{ 4 * KIB, 12 * KIB, 4096, 1 }, /* 16 MiB of pages, gaps between */
+		{ 64 * KIB, 64 * KIB, 1024, 1 },
+		{ MIB, MIB, 64, 2 },
+		{ 4 * MIB, 4 * MIB, 16, 2 },
+	};
+	static const uint8_t ops[] = { KVL_OP_WRITE, KVL_OP_READ };
+
+	for (unsigned o = 0; o < 2; o++) {
+		for (unsigned i = 0; i < sizeof(sz) / sizeof(sz[0]); i++) {
+			double t = 0;
+			uint64_t bytes = 0;
+
+			unsigned n = quick ? (sz[i].n + 15) / 16 : sz[i].n;
+			unsigned rounds = quick ? 1 : sz[i].rounds;
+
+			for (unsigned r = 0; r < rounds; r++) {
+				double tr = phase(ops[o], sz[i].stride, sz[i].len, n);
+
+				t += tr > 0 ? tr : 0;
+				bytes += (uint64_t)sz[i].len * n;
+			}
+			printf("  %-5s %7u B x %5u: %6.1f MB/s %7.0f requests/s (%.2f s)\n",
+			       op_name(ops[o]), sz[i].len, n * rounds,
+			       t > 0 ? bytes / t / 1e6 : 0.0, t > 0 ? n * rounds / t : 0.0, t);
+		}
+	}
+	printf("  moved: %llu MiB written, %llu MiB read\n",
+	       (unsigned long long)(kvl_verbs_stats(A.c)->bytes_written >> 20),
+	       (unsigned long long)(kvl_verbs_stats(A.c)->bytes_read >> 20));
+	if (quick) {
+		printf("  quick mode: the 256 MiB each way is not asked for\n");
+		return;
+	}
+	CHECK(kvl_verbs_stats(A.c)->bytes_written >= 256ull * MIB);
+	CHECK(kvl_verbs_stats(A.c)->bytes_read >= 256ull * MIB);
+}
+
+/* 256 WRs in one post: 16 signaled, one ibv_wr_complete, 256 completions in order. */
+static void test_batch(void)
+{
+	static struct kvl_wr w[256];
+	static struct kvl_wc wc[256];
+	struct kvl_verbs_stats s0 = *kvl_verbs_stats(A.c), s1;
+	uint64_t id0 = next_id;
+	unsigned ok = 0;
+
+	fill_random(A.buf, 256 * 4 * KIB);
+	poison(B.buf, A.buf, 256 * 4 * KIB);
+	for (unsigned i = 0; i < 256; i++)
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * 4 * KIB, SEG_RW, i * 4 * KIB, 4 * KIB);
+	CHECK_INT(kvl_verbs_post(A.c, w, 256), 256);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.posts - s0.posts, 1);
+	CHECK_INT(s1.posted - s0.posted, 256);
+	CHECK_INT(s1.signaled - s0.signaled, 256 / SIGNAL_EVERY);
+	CHECK(collect(A.c, B.c, wc, 256, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < 256; i++)
+		ok += wc[i].wr_id == id0 + i && wc[i].status == KVL_OK && wc[i].bytes == 4 * KIB;
+	CHECK_INT(ok, 256);
+	CHECK_INT(first_diff(B.buf, A.buf, 256 * 4 * KIB), 256 * 4 * KIB);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.completed - s0.completed, 256);
+	CHECK_INT(s1.cqes - s0.cqes, 256 / SIGNAL_EVERY);
+	printf("  batch: 256 requests, 1 post, %llu signaled, %llu CQEs\n",
+	       (unsigned long long)(s1.signaled - s0.signaled),
+	       (unsigned long long)(s1.cqes - s0.cqes));
+	printf("  so far: %llu requests, %llu CQEs (%.1f requests per CQE), %llu CQ polls\n",
+	       (unsigned long long)s1.completed, (unsigned long long)s1.cqes,
+	       s1.cqes ? (double)s1.completed / (double)s1.cqes : 0.0,
+	       (unsigned long long)s1.cq_polls);
+	CHECK(s1.cqes * 8 < s1.completed);
+}
+
+/* The queue holds DEPTH requests posted and not reaped: more are not taken. */
+static void test_depth(void)
+{
+	static struct kvl_wr w[DEPTH + 88];
+	static struct kvl_wc wc[DEPTH + 88];
+	uint64_t id0 = next_id;
+	unsigned taken, ok = 0;
+
+	for (unsigned i = 0; i < DEPTH + 88; i++)
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * KIB, SEG_RW, i * KIB, KIB);
+	taken = kvl_verbs_post(A.c, w, DEPTH + 88);
+	CHECK_INT(taken, DEPTH);
+	CHECK_INT(kvl_verbs_outstanding(A.c), DEPTH);
+	CHECK_INT(kvl_verbs_post(A.c, w + taken, 1), 0);
+	CHECK(collect(A.c, B.c, wc, DEPTH, PHASE_TIMEOUT));
+	CHECK_INT(kvl_verbs_outstanding(A.c), 0);
+	CHECK_INT(kvl_verbs_post(A.c, w + taken, 88), 88);
+	CHECK(collect(A.c, B.c, wc + DEPTH, 88, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < DEPTH + 88; i++)
+		ok += wc[i].wr_id == id0 + i && wc[i].status == KVL_OK;
+	CHECK_INT(ok, DEPTH + 88);
+}
+
+/* Requests refused before the NIC: complete at once, in order, nothing posted. */
+static void test_refused(void)
+{
+	uint8_t *loose = xalloc(4 * KIB); /* never registered */
+	struct kvl_wr w[] = {
+		mkwr(KVL_OP_WRITE, loose, SEG_RW, 0, 64),
+		mkwr(KVL_OP_WRITE, A.buf + BUF_LEN - 10, SEG_RW, 0, 100), /* runs past the MR */
+		mkwr(KVL_OP_READ, NULL, SEG_RW, 0, 8),
+		mkwr(KVL_OP_WRITE, A.buf, SEG_UNKNOWN, 0, 64),
+		mkwr(KVL_OP_WRITE, A.buf, SEG_RW, BUF_LEN - 10, 100),
+		mkwr(KVL_OP_READ, A.buf, SEG_RW, UINT64_MAX - 5, 100), /* offset + len wraps */
+		mkwr(KVL_OP_WRITE, A.buf, SEG_RO, 0, 64),
+		mkwr(KVL_OP_READ, A.buf, SEG_WO, 0, 64),
+		mkwr(KVL_OP_READ, A.buf, SEG_RO, MIB - 8, 16), /* allowed, but past the 1 MiB */
+	};
+	static const int want[] = { KVL_ERR_LOCAL,	KVL_ERR_LOCAL,	KVL_ERR_LOCAL,
+				    KVL_ERR_NO_SEGMENT, KVL_ERR_BOUNDS, KVL_ERR_BOUNDS,
+				    KVL_ERR_ACCESS,	KVL_ERR_ACCESS, KVL_ERR_BOUNDS };
+	const unsigned n = sizeof(w) / sizeof(w[0]);
+	struct kvl_verbs_stats s0 = *kvl_verbs_stats(A.c), s1;
+	struct kvl_wc wc[16];
+	unsigned got;
+
+	CHECK_INT(kvl_verbs_post(A.c, w, n), n);
+	/* no progress call: nothing went to the NIC, so nothing is waited for */
+	got = kvl_verbs_reap(A.c, wc, 16);
+	CHECK_INT(got, n);
+	for (unsigned i = 0; i < got && i < n; i++) {
+		CHECK_INT(wc[i].wr_id, w[i].wr_id);
+		CHECK_INT(wc[i].status, want[i]);
+		CHECK_INT(wc[i].bytes, 0);
+	}
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.posts - s0.posts, 0);
+	CHECK_INT(s1.posted - s0.posted, 0);
+	CHECK_INT(s1.failed[KVL_ERR_LOCAL] - s0.failed[KVL_ERR_LOCAL], 3);
+	CHECK_INT(s1.failed[KVL_ERR_NO_SEGMENT] - s0.failed[KVL_ERR_NO_SEGMENT], 1);
+	CHECK_INT(s1.failed[KVL_ERR_BOUNDS] - s0.failed[KVL_ERR_BOUNDS], 3);
+	CHECK_INT(s1.failed[KVL_ERR_ACCESS] - s0.failed[KVL_ERR_ACCESS], 2);
+
+	/* Mixed with good ones, a refused request waits for those before it: order holds. */
+	{
+		struct kvl_wr m[] = {
+			mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 64 * KIB),
+			mkwr(KVL_OP_WRITE, loose, SEG_RW, 0, 64),
+			mkwr(KVL_OP_WRITE, A.buf + MIB, SEG_RW, MIB, 64 * KIB),
+			mkwr(KVL_OP_READ, A.buf, SEG_UNKNOWN, 0, 64),
+			mkwr(KVL_OP_READ, A.buf + 2 * MIB, SEG_RW, 2 * MIB, 0), /* zero-length */
+			mkwr(KVL_OP_WRITE, A.buf + 3 * MIB, SEG_RW, 3 * MIB, 0),
+			mkwr(KVL_OP_WRITE, NULL, SEG_RW, 4 * MIB, 0),
+		};
+		static const int mwant[] = { KVL_OK, KVL_ERR_LOCAL, KVL_OK, KVL_ERR_NO_SEGMENT,
+					     KVL_OK, KVL_OK,	    KVL_OK };
+		const unsigned mn = sizeof(m) / sizeof(m[0]);
+
+		s0 = *kvl_verbs_stats(A.c);
+		CHECK_INT(kvl_verbs_post(A.c, m, mn), mn);
+		CHECK_INT(kvl_verbs_reap(A.c, wc, 16), 0); /* the first one is on the wire */
+		CHECK(collect(A.c, B.c, wc, mn, PHASE_TIMEOUT));
+		for (unsigned i = 0; i < mn; i++) {
+			CHECK_INT(wc[i].wr_id, m[i].wr_id);
+			CHECK_INT(wc[i].status, mwant[i]);
+			CHECK_INT(wc[i].bytes, mwant[i] == KVL_OK ? m[i].length : 0);
+		}
+		s1 = *kvl_verbs_stats(A.c);
+		CHECK_INT(s1.posted - s0.posted, 5);
+		CHECK_INT(s1.posts - s0.posts, 1);
+	}
+	free(loose);
+}
+
+/* What is in B's buffer at @off after A wrote random bytes there, checked by A reading back. */
+static void write_read_verify(struct side *s, struct side *peer, uint8_t *lsrc, uint8_t *rmem,
+			      uint64_t off, uint32_t len, const char *what)
+{
+	struct kvl_wr w;
+	struct kvl_wc wc;
+	uint8_t *back = xalloc(len);
+
+	fill_random(lsrc + off, len);
+	poison(rmem + off, lsrc + off, len);
+	w = mkwr(KVL_OP_WRITE, lsrc + off, SEG_RW, off, len);
+	CHECK_INT(kvl_verbs_post(s->c, &w, 1), 1);
+	CHECK(collect(s->c, peer->c, &wc, 1, PHASE_TIMEOUT));
+	CHECK_INT(wc.wr_id, w.wr_id);
+	CHECK_INT(wc.status, KVL_OK);
+	CHECK_INT(first_diff(rmem + off, lsrc + off, len), len);
+	/* read back into the same local range, cleared first */
+	memcpy(back, lsrc + off, len);
+	memset(lsrc + off, 0, len);
+	w = mkwr(KVL_OP_READ, lsrc + off, SEG_RW, off, len);
+	CHECK_INT(kvl_verbs_post(s->c, &w, 1), 1);
+	CHECK(collect(s->c, peer->c, &wc, 1, PHASE_TIMEOUT));
+	CHECK_INT(wc.wr_id, w.wr_id);
+	CHECK_INT(wc.status, KVL_OK);
+	CHECK_INT(first_diff(lsrc + off, back, len), len);
+	printf("  %s: %u B written and read back, %s\n", what, len,
+	       wc.status == KVL_OK && first_diff(lsrc + off, back, len) == len ? "verified"
+									       : "WRONG");
+	free(back);
+}
+
+/*
+ * A wrong rkey: the responder refuses the access (REM_ACCESS_ERR) and, by the IB spec,
+ * takes its own QP to error too. Ours is flushed, recovered by progress, and runs again once
+ * the peer has restarted its side with kvl_verbs_conn_connect() and the address it holds.
+ */
+static void test_bad_rkey(void)
+{
+	struct kvl_verbs_stats s0 = *kvl_verbs_stats(A.c), s1;
+	struct kvl_wr w[] = {
+		mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 64 * KIB),
+		mkwr(KVL_OP_WRITE, A.buf + 64 * KIB, SEG_BAD_RKEY, 64 * KIB, 64 * KIB),
+		mkwr(KVL_OP_WRITE, A.buf + 128 * KIB, SEG_RW, 128 * KIB, 64 * KIB),
+		mkwr(KVL_OP_READ, A.buf + 192 * KIB, SEG_RW, 192 * KIB, 64 * KIB),
+	};
+	static const int want[] = { KVL_OK, KVL_ERR_ACCESS, KVL_ERR_ACCESS, KVL_ERR_ACCESS };
+	struct kvl_wc wc[4];
+	const char *peer_state;
+	char err[ERR_LEN];
+	double t0;
+
+	fill_random(A.buf, 64 * KIB);
+	poison(B.buf, A.buf, 64 * KIB);
+	CHECK_INT(kvl_verbs_post(A.c, w, 4), 4);
+	CHECK(collect(A.c, B.c, wc, 4, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK_INT(wc[i].wr_id, w[i].wr_id);
+		CHECK_INT(wc[i].status, want[i]);
+	}
+	/* the one before the bad rkey completed OK: its bytes are there */
+	CHECK_INT(first_diff(B.buf, A.buf, 64 * KIB), 64 * KIB);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK(s1.errors - s0.errors >= 1);
+	CHECK_INT(s1.failed[KVL_ERR_ACCESS] - s0.failed[KVL_ERR_ACCESS], 3);
+	CHECK_INT(s1.recoveries - s0.recoveries, 1);
+	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
+	peer_state = kvl_verbs_qp_state(B.c);
+	printf("  bad rkey: statuses ok/access/access/access, %llu error CQEs, A recovered "
+	       "(%s); the peer's QP is %s\n",
+	       (unsigned long long)(s1.errors - s0.errors), kvl_verbs_qp_state(A.c), peer_state);
+
+	if (strcmp(peer_state, "ERR") == 0) {
+		/* Before the peer restarts: our requests are retried, then fail, never lost. */
+		struct kvl_wr x = mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 4 * KIB);
+
+		t0 = now_s();
+		CHECK_INT(kvl_verbs_post(A.c, &x, 1), 1);
+		CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
+		CHECK_INT(wc[0].status, KVL_ERR_CONN_LOST);
+		CHECK_INT(kvl_verbs_stats(A.c)->recoveries - s0.recoveries, 2);
+		printf("  a write while the peer's QP is in ERR: status %d (conn-lost) after "
+		       "%.2f s of retries, A recovered again\n",
+		       wc[0].status, now_s() - t0);
+	}
+	/* The peer's part: restart its QP towards the address it already holds. */
+	CHECK_INT(kvl_verbs_conn_connect(B.c, &A.addr, err, sizeof(err)), 0);
+	CHECK_STR(kvl_verbs_qp_state(B.c), "RTS");
+	write_read_verify(&A, &B, A.buf, B.buf, 8 * MIB, MIB, "after recovery, A -> B");
+	write_read_verify(&B, &A, B.buf, A.buf, 16 * MIB, MIB, "after recovery, B -> A");
+}
+
+/* fail_all: every request completes at once with the status; connect brings it back. */
+static void test_fail_all(void)
+{
+	struct kvl_wr w[8];
+	struct kvl_wc wc[16];
+	char err[ERR_LEN];
+	unsigned got, ok = 0;
+	double t_end;
+
+	for (unsigned i = 0; i < 8; i++)
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * 4 * MIB, SEG_RW, i * 4 * MIB, 4 * MIB);
+	CHECK_INT(kvl_verbs_post(A.c, w, 8), 8);
+	CHECK_INT(kvl_verbs_failed(A.c), 0);
+	kvl_verbs_fail_all(A.c, KVL_ERR_PEER_DEAD);
+	CHECK_INT(kvl_verbs_failed(A.c), KVL_ERR_PEER_DEAD);
+	got = kvl_verbs_reap(A.c, wc, 16);
+	CHECK_INT(got, 8);
+	for (unsigned i = 0; i < got; i++)
+		ok += wc[i].wr_id == w[i].wr_id && wc[i].status == KVL_ERR_PEER_DEAD;
+	CHECK_INT(ok, 8);
+	CHECK_STR(kvl_verbs_qp_state(A.c), "ERR");
+	/* the QP's flushes that follow are stale: no second completion for anything */
+	t_end = now_s() + 0.3;
+	while (now_s() < t_end) {
+		kvl_verbs_progress(A.c);
+		kvl_verbs_progress(B.c);
+		got = kvl_verbs_reap(A.c, wc, 16);
+		CHECK_INT(got, 0);
+		if (got)
+			break;
+		sched_yield();
+	}
+	/* posting to a failed connection completes at once with the failure */
+	w[0] = mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 64);
+	CHECK_INT(kvl_verbs_post(A.c, w, 1), 1);
+	CHECK_INT(kvl_verbs_reap(A.c, wc, 16), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_PEER_DEAD);
+	CHECK_INT(kvl_verbs_outstanding(A.c), 0);
+	/* both ends restart: writes were cut mid-flight, the peer's PSNs moved on */
+	CHECK_INT(kvl_verbs_conn_connect(A.c, &B.addr, err, sizeof(err)), 0);
+	CHECK_INT(kvl_verbs_conn_connect(B.c, &A.addr, err, sizeof(err)), 0);
+	CHECK_INT(kvl_verbs_failed(A.c), 0);
+	write_read_verify(&A, &B, A.buf, B.buf, 24 * MIB, 4 * MIB, "after fail_all + connect");
+}
+
+static void test_mismatch(void)
+{
+	struct kvl_verbs_addr c_addr, d_addr, r;
+	struct kvl_verbs_conn *c, *d;
+	char err[ERR_LEN];
+	int rc;
+
+	c = kvl_verbs_conn_new(A.d, 64, SIGNAL_EVERY, 0, 0, &c_addr, err, sizeof(err));
+	d = kvl_verbs_conn_new(B.d, 64, SIGNAL_EVERY, 0, 0, &d_addr, err, sizeof(err));
+	CHECK(c != NULL && d != NULL);
+	if (c == NULL || d == NULL)
+		return;
+
+	r = d_addr;
+	r.gid_type = 1;
+	rc = kvl_verbs_conn_connect(c, &r, err, sizeof(err));
+	CHECK(rc < 0);
+	CHECK_HAS(err, "GID types differ");
+	CHECK_HAS(err, "RoCE v2");
+	CHECK_HAS(err, "RoCE v1");
+	printf("  gid type mismatch: %s\n", err);
+
+	r = d_addr;
+	r.gid_type = 0;
+	rc = kvl_verbs_conn_connect(c, &r, err, sizeof(err));
+	CHECK(rc < 0);
+	CHECK_HAS(err, "link layers differ");
+	CHECK_HAS(err, "InfiniBand");
+
+	r = d_addr;
+	r.mtu = 9;
+	CHECK_INT(kvl_verbs_conn_connect(c, &r, err, sizeof(err)), -EINVAL);
+	CHECK_HAS(err, "MTU code 9");
+
+	/* The peer's MTU is smaller: the smaller is used, and said. Both ends use it. */
+	r = d_addr;
+	r.mtu = IBV_MTU_1024;
+	CHECK_INT(kvl_verbs_conn_connect(c, &r, err, sizeof(err)), 0);
+	CHECK_HAS(err, "path MTU 1024");
+	CHECK_HAS(err, "allows 4096");
+	printf("  mtu: %s\n", err);
+	r = c_addr;
+	r.mtu = IBV_MTU_1024;
+	CHECK_INT(kvl_verbs_conn_connect(d, &r, err, sizeof(err)), 0);
+	CHECK_STR(kvl_verbs_qp_state(c), "RTS");
+	{
+		struct kvl_verbs_rseg seg = { .id = SEG_RW,
+					      .flags = KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE,
+					      .addr = (uintptr_t)B.buf,
+					      .len = BUF_LEN,
+					      .rkey = B.rkey };
+		struct side sc = { .name = "C", .c = c }, sd = { .name = "D", .c = d };
+
+		CHECK_INT(kvl_verbs_set_remote(c, &seg, 1), 0);
+		write_read_verify(&sc, &sd, A.buf, B.buf, 32 * MIB, MIB, "path MTU 1024");
+	}
+	kvl_verbs_conn_free(c);
+	kvl_verbs_conn_free(d);
+}
+
+static int mkdirs(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (f != NULL) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* Undo what test_open() made under @root: two files in two folders and the chain above. */
+static void rm_fake(const char *root)
+{
+	static const char *const attrs[] = { "types", "ndevs" };
+	char path[512];
+
+	for (unsigned a = 0; a < 2; a++) {
+		for (unsigned i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path),
+				 "%s/class/infiniband/%s/ports/1/gid_attrs/%s/%u", root, A.name,
+				 attrs[a], i);
+			unlink(path);
+		}
+		snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/1/gid_attrs/%s", root,
+			 A.name, attrs[a]);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/1/gid_attrs", root, A.name);
+	while (strlen(path) > strlen(root)) {
+		rmdir(path);
+		*strrchr(path, '/') = '\0';
+	}
+	rmdir(root);
+}
+
+static void test_open(void)
+{
+	struct kvl_verbs_dev_opts o = {
+		.name = "nosuch9", .port = 1, .gid_index = -1, .mtu = 4096
+	};
+	struct kvl_verbs_dev *d;
+	char err[ERR_LEN], root[] = "/tmp/kvl-fakesys.XXXXXX", dir[256], ndev[64] = "";
+	int gi, gt;
+	unsigned mtu;
+	bool mod;
+	FILE *f;
+
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "no RDMA device \"nosuch9\"");
+	CHECK_HAS(err, A.name);
+	printf("  %s\n", err);
+
+	o.name = A.name;
+	o.port = 2;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "port 2 does not exist");
+
+	o.port = 1;
+	o.mtu = 1500;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "not an RDMA path MTU");
+
+	/* the MTU option caps the port's */
+	o.mtu = 1024;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		kvl_verbs_dev_info(d, &gi, &gt, &mtu, &mod);
+		CHECK_INT(mtu, 1024);
+		kvl_verbs_close(d);
+	}
+
+	/* a pinned index: the harness's, and an empty one */
+	o.mtu = 4096;
+	o.gid_index = A.want_gid;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		kvl_verbs_dev_info(d, &gi, &gt, &mtu, &mod);
+		CHECK_INT(gi, A.want_gid);
+		CHECK_INT(gt, 2);
+		kvl_verbs_close(d);
+	}
+	o.gid_index = 15;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "gid_index 15 is an empty GID entry");
+	CHECK_HAS(err, "RoCE v2");
+	printf("  %s\n", err);
+
+	/* a GID table with only RoCE v1 entries (a fake sysfs): auto finds nothing, says so */
+	snprintf(dir, sizeof(dir), "/sys/class/infiniband/%s/ports/1/gid_attrs/ndevs/0", A.name);
+	f = fopen(dir, "r");
+	if (f != NULL) {
+		if (fgets(ndev, sizeof(ndev), f) == NULL)
+			ndev[0] = '\0';
+		fclose(f);
+	}
+	if (mkdtemp(root) != NULL) {
+		static const char *const attrs[] = { "types", "ndevs" };
+
+		for (unsigned a = 0; a < 2; a++) {
+			snprintf(dir, sizeof(dir), "%s/class/infiniband/%s/ports/1/gid_attrs/%s",
+				 root, A.name, attrs[a]);
+			CHECK_INT(mkdirs(dir), 0);
+			put_file(dir, "0", a == 0 ? "IB/RoCE v1\n" : ndev);
+			put_file(dir, "1", a == 0 ? "IB/RoCE v1\n" : ndev);
+		}
+		o.gid_index = -1;
+		o.sysfs_root = root;
+		d = kvl_verbs_open(&o, err, sizeof(err));
+		CHECK(d == NULL);
+		CHECK_HAS(err, "no RoCE v2 GID with an IPv4 address");
+		CHECK_HAS(err, "RoCE v1");
+		printf("  %s\n", err);
+		kvl_verbs_close(d);
+		o.sysfs_root = NULL;
+		rm_fake(root);
+	}
+}
+
+/* RLIMIT_MEMLOCK enforced (CAP_IPC_LOCK dropped): the message names the limit and the fix. */
+static void test_memlock(void)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct cd[2];
+	struct rlimit rl = { .rlim_cur = MIB, .rlim_max = MIB };
+	uint8_t *p = xalloc(4 * MIB);
+	char err[ERR_LEN];
+	uint32_t rkey;
+	uint64_t ns;
+	int rc;
+
+	if (syscall(SYS_capget, &h, cd) != 0)
+		goto skip;
+	cd[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+	if (syscall(SYS_capset, &h, cd) != 0 || setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		goto skip;
+	rc = kvl_verbs_reg(A.d, p, 4 * MIB, KVL_SEG_REMOTE_WRITE, &rkey, &ns, err, sizeof(err));
+	CHECK_INT(rc, -ENOMEM);
+	CHECK_HAS(err, "RLIMIT_MEMLOCK is 1024 KiB");
+	CHECK_HAS(err, "ulimit -l unlimited");
+	CHECK_HAS(err, "LimitMEMLOCK=infinity");
+	printf("  %s\n", err);
+	free(p);
+	return;
+skip:
+	printf("  memlock: cannot drop CAP_IPC_LOCK here (%s): not checked\n", strerror(errno));
+	free(p);
+}
+
+static int open_side(struct side *s, const char *env_dev, const char *env_gid)
+{
+	struct kvl_verbs_dev_opts o = { .port = 1, .gid_index = -1, .mtu = 4096 };
+	char err[ERR_LEN];
+	const char *g = getenv(env_gid);
+	int gi, gt;
+	unsigned mtu;
+	bool mod;
+	uint64_t ns;
+
+	s->name = getenv(env_dev);
+	s->want_gid = g ? atoi(g) : -1;
+	o.name = s->name;
+	s->d = kvl_verbs_open(&o, err, sizeof(err));
+	if (s->d == NULL) {
+		fprintf(stderr, "kvl_verbs_open(%s): %s\n", s->name, err);
+		return -1;
+	}
+	kvl_verbs_dev_info(s->d, &gi, &gt, &mtu, &mod);
+	CHECK_INT(gi, s->want_gid); /* gid auto = the harness's RoCE v2 IPv4 GID */
+	CHECK_INT(gt, 2);
+	CHECK_INT(mtu, 4096);
+	CHECK(!mod); /* rxe: max_cq_count 0 */
+	printf("  %s: gid_index %d (%s, harness says %d), mtu %u, CQ moderation %s\n", s->name, gi,
+	       gt == 2 ? "RoCE v2" : "?", s->want_gid, mtu, mod ? "yes" : "no");
+
+	s->buf = xalloc(BUF_LEN);
+	memset(s->buf, 0, BUF_LEN);
+	if (kvl_verbs_reg(s->d, s->buf, BUF_LEN, KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE,
+			  &s->rkey, &ns, err, sizeof(err)) != 0) {
+		fprintf(stderr, "kvl_verbs_reg(%s): %s\n", s->name, err);
+		return -1;
+	}
+	CHECK(ns > 0);
+	printf("  %s: registered %u MiB in %.2f ms\n", s->name, BUF_LEN >> 20, ns / 1e6);
+	CHECK_INT(kvl_verbs_reg(s->d, s->buf, 0, 0, NULL, NULL, err, sizeof(err)), -EINVAL);
+
+	/* CQ moderation asked for, not there: said, not fatal */
+	s->c = kvl_verbs_conn_new(s->d, DEPTH, SIGNAL_EVERY, 16, 50, &s->addr, err, sizeof(err));
+	if (s->c == NULL) {
+		fprintf(stderr, "kvl_verbs_conn_new(%s): %s\n", s->name, err);
+		return -1;
+	}
+	CHECK_HAS(err, "CQ moderation not supported");
+	printf("  %s: %s\n", s->name, err);
+	CHECK_STR(kvl_verbs_qp_state(s->c), "INIT");
+	return 0;
+}
+
+static void set_remotes(void)
+{
+	const uint32_t rw = KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE;
+	struct kvl_verbs_rseg b[] = {
+		{ SEG_RW, rw, (uintptr_t)B.buf, BUF_LEN, B.rkey },
+		{ SEG_RO, KVL_SEG_REMOTE_READ, (uintptr_t)B.buf, MIB, B.rkey },
+		{ SEG_WO, KVL_SEG_REMOTE_WRITE, (uintptr_t)B.buf, MIB, B.rkey },
+		{ SEG_BAD_RKEY, rw, (uintptr_t)B.buf, BUF_LEN, B.rkey ^ 0x5a5a00u },
+	};
+	struct kvl_verbs_rseg a = { SEG_RW, rw, (uintptr_t)A.buf, BUF_LEN, A.rkey };
+
+	CHECK_INT(kvl_verbs_set_remote(A.c, b, 4), 0);
+	CHECK_INT(kvl_verbs_set_remote(B.c, &a, 1), 0);
+	CHECK_INT(kvl_verbs_set_remote(A.c, (struct kvl_verbs_rseg[]){ b[0], b[0] }, 2), -EEXIST);
+}
+
+int main(void)
+{
+	char err[ERR_LEN];
+	double t0 = now_s();
+	struct kvl_wr w;
+	struct kvl_wc wc;
+	const struct kvl_verbs_stats *s;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	test_deadline = t0 + TOTAL_TIMEOUT;
+	quick = getenv("KVL_VERBS_QUICK") != NULL && strcmp(getenv("KVL_VERBS_QUICK"), "0") != 0;
+	if (getenv("RXE_DEV0") == NULL || getenv("RXE_DEV1") == NULL) {
+		printf("verbs: skipped: RXE_DEV0/RXE_DEV1 not set (run inside the rxe VM "
+		       "harness)\n");
+		return 77;
+	}
+	printf("open and register\n");
+	if (open_side(&A, "RXE_DEV0", "RXE_GID0") != 0 ||
+	    open_side(&B, "RXE_DEV1", "RXE_GID1") != 0) {
+		kvl_test_done("verbs");
+		return 1;
+	}
+
+	/* not connected yet: refused with NO_PEER, without the NIC */
+	w = mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 64);
+	CHECK_INT(kvl_verbs_post(A.c, &w, 1), 1);
+	CHECK_INT(kvl_verbs_reap(A.c, &wc, 1), 1);
+	CHECK_INT(wc.status, KVL_ERR_NO_PEER);
+
+	CHECK_INT(kvl_verbs_conn_connect(A.c, &B.addr, err, sizeof(err)), 0);
+	CHECK_STR(err, "");
+	CHECK_INT(kvl_verbs_conn_connect(B.c, &A.addr, err, sizeof(err)), 0);
+	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
+	CHECK_STR(kvl_verbs_qp_state(B.c), "RTS");
+	set_remotes();
+
+	printf("device options\n");
+	test_open();
+	printf("refused before the NIC\n");
+	test_refused();
+	printf("batches and depth\n");
+	test_batch();
+	test_depth();
+	printf("sizes (every byte verified)\n");
+	test_sizes();
+	printf("wrong rkey and recovery\n");
+	test_bad_rkey();
+	printf("fail_all\n");
+	test_fail_all();
+	printf("mismatches\n");
+	test_mismatch();
+	printf("locked memory\n");
+	test_memlock();
+
+	s = kvl_verbs_stats(A.c);
+	printf("A: %llu requests (%llu to the NIC, %llu signaled) in %llu posts, %llu CQEs, "
+	       "%llu error CQEs, %llu recoveries, %llu MiB written, %llu MiB read\n",
+	       (unsigned long long)s->completed, (unsigned long long)s->posted,
+	       (unsigned long long)s->signaled, (unsigned long long)s->posts,
+	       (unsigned long long)s->cqes, (unsigned long long)s->errors,
+	       (unsigned long long)s->recoveries, (unsigned long long)(s->bytes_written >> 20),
+	       (unsigned long long)(s->bytes_read >> 20));
+	kvl_verbs_conn_free(A.c);
+	kvl_verbs_conn_free(B.c);
+	kvl_verbs_close(A.d);
+	kvl_verbs_close(B.d);
+	free(A.buf);
+	free(B.buf);
+	printf("total %.1f s\n", now_s() - t0);
+	return kvl_test_done("verbs");
+}
