@@ -6,10 +6,12 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 MESON_OPTS ?=
 
-# Debian packages kvlane builds and tests with (nothing is downloaded from elsewhere).
+# Debian packages kvlane builds and tests with (nothing is downloaded from elsewhere; the
+# rdma suite's VM boots Debian's own kernel package, fetched with apt-get download).
 DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format \
 	libdpdk-dev dpdk-dev python3-pyelftools libibverbs-dev ibverbs-providers \
-	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev
+	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev \
+	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
