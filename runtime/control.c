@@ -24,6 +24,7 @@
 
 #include "control.h"
 #include "runtime.h"
+#include "verbs.h"
 
 #define MAX_PENDING	128 /* data connections being bound */
 #define MAX_PREAUTH	16  /* control connections not authenticated yet */
@@ -80,6 +81,15 @@ struct peer {
 	unsigned want_conns, bound_conns;
 	struct api_req *waiter;
 	uint32_t segs_version_sent;
+	/* RDMA: the peer's RKEYS (one message per NIC of its), our QPs waiting for its QP_INFO */
+	struct kvl_ctrl_msg rkeys[KVL_CTRL_MAX_EPS];
+	uint32_t n_rkeys;
+	struct vpend {
+		struct kvl_verbs_conn *vc;
+		unsigned nic;
+		uint32_t conn_index;
+	} vpend[KVL_PEER_MAX_CONNS];
+	unsigned n_vpend;
 };
 
 struct kvl_control {
@@ -419,6 +429,14 @@ static bool warn_ok(struct kvl_control *c)
 	return true;
 }
 
+static void drop_vpend(struct peer *pr)
+{
+	for (unsigned i = 0; i < pr->n_vpend; i++)
+		if (pr->vpend[i].vc)
+			kvl_verbs_conn_free(pr->vpend[i].vc);
+	pr->n_vpend = 0;
+}
+
 /* Tell every lcore to fail what it has of this peer, and close the control socket. */
 static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char *fmt, ...)
 {
@@ -451,6 +469,7 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 			c->pc[i].state = PC_FREE;
 		}
 	}
+	drop_vpend(pr);
 	if (pr->fd >= 0) {
 		struct kvl_ctrl_msg bye = { .type = KVL_CTRL_BYE };
 
@@ -547,51 +566,61 @@ static uint32_t slot_take(struct kvl_control *c, unsigned nic)
 }
 
 /* A bound data connection goes to its NIC's lcore, and into the peer's routing list. */
-static void hand_over(struct kvl_control *c, struct pconn *pc)
+/* A ready connection (any transport) goes to its NIC's lcore and into the peer's routing
+ * list; a client peer is READY once all it opened are there. On failure @x is freed. */
+static int give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_xconn x)
 {
-	struct kvl_runtime *rt = c->rt;
-	struct kvl_peer_pub *pub = &c->pub[pc->peer];
-	struct kvl_tcp_conn *conn;
+	struct kvl_peer_pub *pub = &c->pub[p];
 	struct kvl_lcmd cmd;
-	uint32_t slot;
+	uint32_t slot = pub->n_conns < KVL_PEER_MAX_CONNS ? slot_take(c, nic) : UINT32_MAX;
 
-	if (pub->gen != pc->peer_gen || pub->n_conns == KVL_PEER_MAX_CONNS) {
-		close(pc->fd);
-		pc->state = PC_FREE;
-		return;
-	}
-	slot = slot_take(c, pc->nic);
-	conn = slot == UINT32_MAX
-		       ? NULL
-		       : kvl_tcp_conn_new(pc->fd, &rt->segs, rt->cfg.nics[pc->nic].queue_depth);
-	if (conn == NULL) {
-		if (slot != UINT32_MAX)
-			c->slot_used[pc->nic][slot] = false;
-		close(pc->fd);
-		pc->state = PC_FREE;
-		peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
-			  "no room for another data connection on nic.%s",
-			  rt->cfg.nics[pc->nic].label);
-		return;
+	if (slot == UINT32_MAX) {
+		x.ops->free(x.c);
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "no room for another data connection on nic.%s",
+			  c->rt->cfg.nics[nic].label);
+		return -ENOSPC;
 	}
 	cmd = (struct kvl_lcmd){ .type = KVL_LCMD_ADD_CONN,
-				 .peer = pc->peer,
+				 .peer = p,
 				 .slot = slot,
-				 .gen = c->slot_gen[pc->nic][slot],
-				 .x = { .ops = &kvl_xport_tcp, .c = conn } };
-	while (rte_ring_enqueue_elem(rt->io[pc->nic]->cmd, &cmd, sizeof(cmd)) != 0)
+				 .gen = c->slot_gen[nic][slot],
+				 .x = x };
+	while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
 		sched_yield();
 	rte_spinlock_lock(&pub->lock);
-	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)pc->nic,
+	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)nic,
 							    .slot = (uint16_t)slot,
 							    .gen = cmd.gen };
 	rte_spinlock_unlock(&pub->lock);
-	pc->state = PC_FREE; /* the fd now belongs to the lcore */
 	if (pub->initiator) {
-		c->peer[pc->peer].bound_conns++;
-		if (c->peer[pc->peer].bound_conns == c->peer[pc->peer].want_conns)
-			set_state(c, pc->peer, KVL_PEER_READY);
+		c->peer[p].bound_conns++;
+		if (c->peer[p].bound_conns == c->peer[p].want_conns)
+			set_state(c, p, KVL_PEER_READY);
 	}
+	return 0;
+}
+
+/* A bound TCP data connection: its fd now belongs to the transport, then the lcore. */
+static void hand_over(struct kvl_control *c, struct pconn *pc)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct kvl_tcp_conn *conn;
+
+	if (c->pub[pc->peer].gen != pc->peer_gen) {
+		close(pc->fd);
+		pc->state = PC_FREE;
+		return;
+	}
+	conn = kvl_tcp_conn_new(pc->fd, &rt->segs, rt->cfg.nics[pc->nic].queue_depth);
+	if (conn == NULL) {
+		close(pc->fd);
+		pc->state = PC_FREE;
+		peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "nic.%s: cannot set up a connection: %s",
+			  rt->cfg.nics[pc->nic].label, strerror(errno));
+		return;
+	}
+	pc->state = PC_FREE;
+	give_to_lcore(c, pc->peer, pc->nic, (struct kvl_xconn){ .ops = &kvl_xport_tcp, .c = conn });
 }
 
 static struct pconn *pconn_alloc(struct kvl_control *c)
@@ -604,7 +633,187 @@ static struct pconn *pconn_alloc(struct kvl_control *c)
 	return NULL;
 }
 
-/* Client: both sides know each other; open qp_count data connections from each tcp NIC. */
+/* ---- RDMA (verbs) connections: QP addresses over the control path ---- */
+
+static bool is_rdma(const struct kvl_runtime *rt, unsigned nic)
+{
+	return rt->vdev[nic] != NULL;
+}
+
+/* RKEYS for each of our RDMA NICs: where every segment is, and its rkey there. */
+static void send_rkeys(struct kvl_control *c, uint32_t p)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
+
+	if (m == NULL)
+		return;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (!is_rdma(rt, n))
+			continue;
+		memset(m, 0, sizeof(*m));
+		m->type = KVL_CTRL_RKEYS;
+		snprintf(m->u.rkeys.nic, sizeof(m->u.rkeys.nic), "%s", rt->cfg.nics[n].label);
+		pthread_mutex_lock(&rt->seg_lock);
+		for (uint32_t i = 0; i < KVL_MAX_SEGS && m->u.rkeys.n < KVL_CTRL_MAX_SEGS; i++) {
+			if (!rt->segmeta[i].live)
+				continue;
+			m->u.rkeys.key[m->u.rkeys.n].seg_id = i + 1;
+			m->u.rkeys.key[m->u.rkeys.n].rkey = rt->segmeta[i].rkey[n];
+			m->u.rkeys.key[m->u.rkeys.n].addr = (uintptr_t)rt->segs.seg[i].base;
+			m->u.rkeys.n++;
+		}
+		pthread_mutex_unlock(&rt->seg_lock);
+		send_msg(c, p, m);
+	}
+	free(m);
+}
+
+/* The peer's segments on its RDMA NIC @nic, as a verbs connection addresses them. */
+static unsigned remote_segs(struct kvl_control *c, uint32_t p, const char *nic,
+			    struct kvl_verbs_rseg *out)
+{
+	struct peer *pr = &c->peer[p];
+	struct kvl_peer_pub *pub = &c->pub[p];
+	unsigned n = 0;
+
+	for (uint32_t k = 0; k < pr->n_rkeys; k++) {
+		if (strcmp(pr->rkeys[k].u.rkeys.nic, nic) != 0)
+			continue;
+		rte_spinlock_lock(&pub->lock);
+		for (uint32_t i = 0; i < pr->rkeys[k].u.rkeys.n; i++)
+			for (uint32_t s = 0; s < pub->n_segs; s++)
+				if (pub->seg[s].id == pr->rkeys[k].u.rkeys.key[i].seg_id)
+					out[n++] = (struct kvl_verbs_rseg){
+						.id = pub->seg[s].id,
+						.flags = pub->seg[s].flags,
+						.addr = pr->rkeys[k].u.rkeys.key[i].addr,
+						.len = pub->seg[s].length,
+						.rkey = pr->rkeys[k].u.rkeys.key[i].rkey,
+					};
+		rte_spinlock_unlock(&pub->lock);
+	}
+	return n;
+}
+
+static struct kvl_verbs_conn *verbs_conn_new(struct kvl_control *c, unsigned nic,
+					     struct kvl_verbs_addr *local, char *err, size_t errlen)
+{
+	const struct kvl_config *cfg = &c->rt->cfg;
+	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
+
+	return kvl_verbs_conn_new(c->rt->vdev[nic], cfg->nics[nic].queue_depth, cq->signal_every,
+				  cq->enable ? cq->count : 0, cq->enable ? cq->period_us : 0, local,
+				  err, errlen);
+}
+
+static void addr_to_msg(struct kvl_ctrl_msg *m, uint32_t idx, const char *nic,
+			const struct kvl_verbs_addr *a)
+{
+	memset(m, 0, sizeof(*m));
+	m->type = KVL_CTRL_QP_INFO;
+	m->u.qp_info.conn_index = idx;
+	snprintf(m->u.qp_info.nic, sizeof(m->u.qp_info.nic), "%s", nic);
+	m->u.qp_info.qpn = a->qpn;
+	m->u.qp_info.psn = a->psn;
+	memcpy(m->u.qp_info.gid, a->gid, 16);
+	m->u.qp_info.lid = a->lid;
+	m->u.qp_info.mtu = a->mtu;
+	m->u.qp_info.gid_type = a->gid_type;
+	m->u.qp_info.gid_index = a->gid_index;
+	m->u.qp_info.port = a->port;
+}
+
+static void msg_to_addr(const struct kvl_ctrl_msg *m, struct kvl_verbs_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->qpn = m->u.qp_info.qpn;
+	a->psn = m->u.qp_info.psn;
+	memcpy(a->gid, m->u.qp_info.gid, 16);
+	a->lid = m->u.qp_info.lid;
+	a->mtu = m->u.qp_info.mtu;
+	a->gid_type = m->u.qp_info.gid_type;
+	a->gid_index = m->u.qp_info.gid_index;
+	a->port = m->u.qp_info.port;
+}
+
+/* Connect @vc towards what the peer sent, give it the peer's segments, hand it over. The
+ * mismatch messages (MTU, GID type) go to the peer too, so both ends log the same words. */
+static void verbs_finish(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_verbs_conn *vc,
+			 const struct kvl_ctrl_msg *m)
+{
+	struct kvl_verbs_rseg rs[KVL_CTRL_MAX_SEGS];
+	struct kvl_verbs_addr ra;
+	char err[KVL_VERBS_ERR_LEN];
+	unsigned n;
+
+	msg_to_addr(m, &ra);
+	if (kvl_verbs_conn_connect(vc, &ra, err, sizeof(err)) < 0) {
+		struct kvl_ctrl_msg e = { .type = KVL_CTRL_ERROR };
+
+		e.u.error.code = 1;
+		snprintf(e.u.error.text, sizeof(e.u.error.text), "%.*s",
+			 (int)sizeof(e.u.error.text) - 1, err);
+		send_msg(c, p, &e);
+		kvl_verbs_conn_free(vc);
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "nic.%s: %s", c->rt->cfg.nics[nic].label, err);
+		return;
+	}
+	n = remote_segs(c, p, m->u.qp_info.nic, rs);
+	kvl_verbs_set_remote(vc, rs, n);
+	give_to_lcore(c, p, nic, (struct kvl_xconn){ .ops = &kvl_xport_verbs, .c = vc });
+}
+
+/* Server: a client's RDMA connection. Use our RDMA NIC of the same label, else the first. */
+static void on_qp_info_server(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m)
+{
+	struct kvl_runtime *rt = c->rt;
+	struct kvl_verbs_addr local;
+	struct kvl_verbs_conn *vc;
+	struct kvl_ctrl_msg out;
+	char err[KVL_VERBS_ERR_LEN];
+	int nic = -1;
+
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (!is_rdma(rt, n))
+			continue;
+		if (nic < 0 || strcmp(rt->cfg.nics[n].label, m->u.qp_info.nic) == 0)
+			nic = (int)n;
+	}
+	if (nic < 0) {
+		peer_fail(c, p, KVL_ERR_CONN_LOST,
+			  "the peer asks for RDMA but we have no RDMA NIC");
+		return;
+	}
+	vc = verbs_conn_new(c, (unsigned)nic, &local, err, sizeof(err));
+	if (vc == NULL) {
+		peer_fail(c, p, KVL_ERR_CONN_LOST, "nic.%s: %s", rt->cfg.nics[nic].label, err);
+		return;
+	}
+	addr_to_msg(&out, m->u.qp_info.conn_index, rt->cfg.nics[nic].label, &local);
+	send_msg(c, p, &out);
+	verbs_finish(c, p, (unsigned)nic, vc, m);
+}
+
+/* Client: the server's answer for one of the RDMA connections we opened. */
+static void on_qp_info_client(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m)
+{
+	struct peer *pr = &c->peer[p];
+
+	for (unsigned i = 0; i < pr->n_vpend; i++) {
+		if (pr->vpend[i].conn_index != m->u.qp_info.conn_index || pr->vpend[i].vc == NULL)
+			continue;
+		struct kvl_verbs_conn *vc = pr->vpend[i].vc;
+
+		pr->vpend[i].vc = NULL;
+		verbs_finish(c, p, pr->vpend[i].nic, vc, m);
+		return;
+	}
+	peer_fail(c, p, KVL_ERR_PROTOCOL, "QP_INFO for a connection we did not open (%u)",
+		  m->u.qp_info.conn_index);
+}
+
+/* Client: both sides know each other; open qp_count data connections from each NIC. */
 static void open_data(struct kvl_control *c, uint32_t p)
 {
 	struct kvl_runtime *rt = c->rt;
@@ -616,6 +825,32 @@ static void open_data(struct kvl_control *c, uint32_t p)
 		const struct kvl_nic_conf *nc = &rt->cfg.nics[n];
 		struct in_addr src;
 
+		if (is_rdma(rt, n)) {
+			/* One QP per connection; the server picks its NIC of our label. */
+			for (unsigned q = 0; q < nc->qp_count; q++) {
+				struct kvl_verbs_addr local;
+				struct kvl_ctrl_msg m;
+				char err[KVL_VERBS_ERR_LEN];
+				struct kvl_verbs_conn *vc;
+
+				if (pr->n_vpend == KVL_PEER_MAX_CONNS) {
+					peer_fail(c, p, KVL_ERR_CONN_LOST,
+						  "too many RDMA connections");
+					return;
+				}
+				vc = verbs_conn_new(c, n, &local, err, sizeof(err));
+				if (vc == NULL) {
+					peer_fail(c, p, KVL_ERR_CONN_LOST, "nic.%s: %s", nc->label,
+						  err);
+					return;
+				}
+				pr->vpend[pr->n_vpend++] =
+					(struct vpend){ .vc = vc, .nic = n, .conn_index = idx };
+				addr_to_msg(&m, idx++, nc->label, &local);
+				send_msg(c, p, &m);
+			}
+			continue;
+		}
 		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP || c->dfd[n] < 0)
 			continue;
 		if (netdev_ipv4(nc->device, &src) < 0)
@@ -660,7 +895,7 @@ static void open_data(struct kvl_control *c, uint32_t p)
 	pr->bound_conns = 0;
 	if (idx == 0)
 		peer_fail(c, p, KVL_ERR_CONN_LOST,
-			  "no local tcp NIC with an IPv4 address to open data connections from");
+			  "no local NIC to open data connections from (tcp needs an IPv4 address)");
 }
 
 static void maybe_exchanged(struct kvl_control *c, uint32_t p)
@@ -683,6 +918,7 @@ static void authenticated(struct kvl_control *c, uint32_t p)
 	set_state(c, p, KVL_PEER_EXCHANGE);
 	pr->next_hb_ns = t;
 	send_segments(c, p);
+	send_rkeys(c, p); /* before ENDPOINTS: the peer opens connections once it has those */
 	send_endpoints(c, p);
 	KVL_LOG(INFO, "peer %u (%s, \"%s\"): authenticated, %s", p, c->pub[p].addr, c->pub[p].name,
 		c->pub[p].initiator ? "we connected" : "it connected");
@@ -791,6 +1027,19 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 		memcpy(pr->eps, m->u.endpoints.ep, sizeof(pr->eps[0]) * pr->n_eps);
 		pr->got_eps = true;
 		maybe_exchanged(c, p);
+		break;
+	case KVL_CTRL_RKEYS:
+		if (pr->n_rkeys < KVL_CTRL_MAX_EPS)
+			pr->rkeys[pr->n_rkeys++] = *m;
+		break;
+	case KVL_CTRL_QP_INFO:
+		if (pub->initiator && st == KVL_PEER_BINDING)
+			on_qp_info_client(c, p, m);
+		else if (!pub->initiator && (st == KVL_PEER_EXCHANGE || st == KVL_PEER_READY))
+			on_qp_info_server(c, p, m);
+		else
+			peer_fail(c, p, KVL_ERR_PROTOCOL, "QP_INFO in state %s",
+				  kvl_peer_state_name(st));
 		break;
 	case KVL_CTRL_HEARTBEAT:
 		out.type = KVL_CTRL_HEARTBEAT_ACK;
@@ -1269,6 +1518,12 @@ static int open_data_listeners(struct kvl_control *c, char *err, size_t errlen)
 		struct kvl_endpoint *e;
 		int fd;
 
+		if (is_rdma(rt, n)) {
+			e = &c->eps[c->n_eps++];
+			snprintf(e->nic, sizeof(e->nic), "%s", nc->label);
+			e->transport = KVL_TRANSPORT_VERBS; /* its QPs are set up over QP_INFO */
+			continue;
+		}
 		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP)
 			continue;
 		if (netdev_ipv4(nc->device, &sa.sin_addr) < 0) {

@@ -12,6 +12,7 @@
 
 #include "control.h"
 #include "runtime.h"
+#include "verbs.h"
 
 RTE_LOG_REGISTER(kvl_logtype_runtime, kvlane.runtime, INFO);
 
@@ -75,7 +76,52 @@ int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, un
 	return (int)rte_lcore_to_socket_id(lcore_id);
 }
 
-/* The NIC's rings, and its transport's stage in the loop (tcp now; RDMA later). */
+/* An RDMA NIC: its device through verbs (mlx5 too, until its direct path exists). */
+static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errlen)
+{
+	const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
+	struct kvl_verbs_dev_opts o = { .name = nc->device,
+					.port = nc->port,
+					.gid_index = nc->gid_index,
+					.mtu = nc->mtu,
+					.sysfs_root = rt->sysfs_root };
+	char msg[KVL_VERBS_ERR_LEN];
+	int gid_index, gid_type;
+	unsigned mtu;
+	bool moderation;
+
+	/* A fixture tree describes devices that are not there: pair and report, open nothing. */
+	if (custom_sysfs(rt)) {
+		KVL_LOG(NOTICE,
+			"nic.%s (%s): dry run (--sysfs-root %s): the RDMA device is not "
+			"opened, this NIC carries no data",
+			nc->label, nc->device, rt->sysfs_root);
+		return 0;
+	}
+	if (rt->nic_info[i].transport == KVL_TRANSPORT_MLX5)
+		KVL_LOG(NOTICE, "nic.%s (%s): the mlx5 direct path is not written yet: using verbs",
+			nc->label, nc->device);
+	rt->vdev[i] = kvl_verbs_open(&o, msg, sizeof(msg));
+	if (rt->vdev[i] == NULL) {
+		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
+		return -ENODEV;
+	}
+	kvl_verbs_dev_info(rt->vdev[i], &gid_index, &gid_type, &mtu, &moderation);
+	KVL_LOG(INFO, "nic.%s (%s): port %u, GID index %d (%s), MTU %u%s", nc->label, nc->device,
+		nc->port, gid_index,
+		gid_type == 2	? "RoCE v2"
+		: gid_type == 1 ? "RoCE v1"
+				: "InfiniBand",
+		mtu,
+		moderation || !rt->cfg.cq_moderation.enable
+			? ""
+			: "; the device has no CQ moderation: [cq_moderation] count/period_us "
+			  "are not applied");
+	kvl_lcore_add_stage(rt->nic_lcore[i], "verbs", kvl_nic_io_stage, rt->io[i]);
+	return 0;
+}
+
+/* The NIC's rings, and its transport's stage in the loop. */
 static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, size_t errlen)
 {
 	struct kvl_nic_io *io =
@@ -99,6 +145,8 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 	rt->io[i] = io;
 	if (rt->nic_info[i].transport == KVL_TRANSPORT_TCP)
 		kvl_lcore_add_stage(rt->nic_lcore[i], "tcp", kvl_nic_io_stage, io);
+	else
+		return open_rdma(rt, i, err, errlen);
 	return 0;
 }
 
@@ -114,6 +162,25 @@ int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, vo
 	if (i == KVL_MAX_SEGS) {
 		pthread_mutex_unlock(&rt->seg_lock);
 		return -ENOSPC;
+	}
+	/* Every RDMA NIC must be able to reach it: register it on each device first. */
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		char msg[KVL_VERBS_ERR_LEN];
+		uint64_t ns;
+		int rc;
+
+		if (rt->vdev[n] == NULL)
+			continue;
+		rc = kvl_verbs_reg(rt->vdev[n], base, geom->length, geom->flags,
+				   &rt->segmeta[i].rkey[n], &ns, msg, sizeof(msg));
+		if (rc < 0) {
+			pthread_mutex_unlock(&rt->seg_lock);
+			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, rt->cfg.nics[n].label,
+				msg);
+			return rc;
+		}
+		KVL_LOG(INFO, "segment \"%s\" (%llu MiB) registered on nic.%s in %.2f ms", name,
+			(unsigned long long)(geom->length >> 20), rt->cfg.nics[n].label, ns / 1e6);
 	}
 	rt->segmeta[i].desc = *geom;
 	rt->segmeta[i].desc.id = i + 1;
@@ -279,6 +346,12 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 		kvl_nic_io_fini(rt->io[i]);
 		rte_free(rt->io[i]);
 		rt->io[i] = NULL;
+	}
+	/* Memory registrations go with their device, before the memory goes. */
+	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
+		if (rt->vdev[i])
+			kvl_verbs_close(rt->vdev[i]);
+		rt->vdev[i] = NULL;
 	}
 	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
 		__atomic_store_n(&rt->segs.live[i], false, __ATOMIC_RELEASE);

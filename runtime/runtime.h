@@ -19,12 +19,14 @@
 #include "xfer.h"
 
 struct kvl_control;
+struct kvl_verbs_dev;
 
 /* A local segment: what the lcores check against (segs) and what peers are told (desc). */
 struct kvl_local_seg {
 	bool live;
 	struct kvl_seg_desc desc;
 	void *owned; /* allocated by kvlane (rte_malloc), freed at stop; NULL if registered */
+	uint32_t rkey[KVL_MAX_NICS]; /* on each RDMA NIC's device */
 };
 
 struct kvl_runtime {
@@ -34,6 +36,7 @@ struct kvl_runtime {
 	struct kvl_lcore *nic_lcore[KVL_MAX_NICS];  /* on the NIC's socket; NULL until started */
 	struct kvl_gpu gpu;			    /* open when [gpu] enable = true */
 	struct kvl_nic_io *io[KVL_MAX_NICS];	    /* rings and connections of each NIC lcore */
+	struct kvl_verbs_dev *vdev[KVL_MAX_NICS];   /* RDMA NICs: the opened device, else NULL */
 	struct kvl_seg_table segs;		    /* read by the lcores without locks */
 	struct kvl_local_seg segmeta[KVL_MAX_SEGS]; /* guarded by seg_lock */
 	uint32_t segs_version;			    /* bumped at every registration */

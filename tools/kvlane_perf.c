@@ -85,7 +85,7 @@ static const char *const help[] = {
 	"Usage: %s [EAL options] -- -c FILE.ini [--set S.K=V ...] [options] [SERVER[,SERVER...]]",
 	"",
 	"Bandwidth and latency of kvlane's own data path, in the manner of perftest (ib_write_bw,",
-	"ib_write_lat), over the INI's tcp NIC (kvlane's only transport for now). EAL options",
+	"ib_write_lat), over the INI's NIC: tcp, or verbs on an RDMA device. EAL options",
 	"come first, as for kvlaned:",
 	"  server: %s -l 0-1 --no-huge -m 256 --no-pci --file-prefix ps -- -c config/default.ini",
 	"  client: %s -l 0-1 --no-huge -m 256 --no-pci --file-prefix pc -- -c config/default.ini "
@@ -132,9 +132,9 @@ static const char *const help[] = {
 	"                        header goes to stderr)",
 	"      --duration SECS   --bw: run each size for SECS instead of -n transfers. Server",
 	"                        mode: stop after SECS",
-	"  -d, --device DEV      the NIC whose device is DEV: it must be a tcp NIC of the INI",
-	"                        (default: the first tcp NIC). Other NICs of the INI still open",
-	"                        data connections and carry transfers too",
+	"  -d, --device DEV      the NIC whose device is DEV (default: the INI's first NIC).",
+	"                        Other NICs of the INI still open data connections and",
+	"                        carry transfers too",
 	"      --segment NAME    the server's segment (default \"perf\"; kvlaned's is \"kv\")",
 	"      --seed N          the pattern seed of that segment (default 7, kvlane-perf "
 	"server's;",
@@ -559,32 +559,18 @@ static int pick_nic(const struct opts *o, struct nic_scan *s)
 		scan_key(s, sec, key, eq + 1);
 	}
 	for (unsigned i = 0; i < s->n; i++) {
-		if (!nic_is_tcp(s, i))
-			continue;
 		len += (size_t)snprintf(tcp + len, len < sizeof(tcp) ? sizeof(tcp) - len : 0,
 					"%s%s", len ? ", " : "", s->device[i]);
 		if (pick < 0 && (o->device == NULL || strcmp(o->device, s->device[i]) == 0))
 			pick = (int)i;
 	}
 	if (o->device && pick < 0) {
-		for (unsigned i = 0; i < s->n; i++)
-			if (strcmp(o->device, s->device[i]) == 0) {
-				usage_error("-d %s: nic.%s is not a tcp NIC (transport %s%s); "
-					    "kvlane-perf runs on tcp NICs only for now",
-					    o->device, s->label[i],
-					    s->transport[i][0] ? s->transport[i] : "auto",
-					    strcasecmp(s->transport[i], "tcp") ? ", an RDMA device"
-									       : "");
-				return -EXIT_USAGE;
-			}
-		usage_error("-d %s: no [nic.*] section of %s has device = %s (its tcp NICs: %s)",
+		usage_error("-d %s: no [nic.*] section of %s has device = %s (its NICs: %s)",
 			    o->device, o->config, o->device, tcp[0] ? tcp : "none");
 		return -EXIT_USAGE;
 	}
 	if (pick < 0) {
-		usage_error("%s has no tcp NIC (transport = tcp): kvlane-perf runs on tcp NICs "
-			    "only for now",
-			    o->config);
+		usage_error("%s has no [nic.*] section", o->config);
 		return -EXIT_USAGE;
 	}
 	return pick;
@@ -668,7 +654,7 @@ struct client {
 	unsigned n_srv, rr;
 	uint64_t area; /* bytes of each server's segment used */
 	uint8_t *local;
-	const char *nic_label, *nic_device;
+	const char *nic_label, *nic_device, *nic_transport;
 	unsigned conns;
 
 	/* per size */
@@ -1281,7 +1267,8 @@ static void print_header(struct client *c, FILE *fp)
 	rule(fp);
 	fprintf(fp, "                    kvlane %s %s (kvlane-perf)\n", op_name(o->op),
 		o->mode == MODE_BW ? "bandwidth" : "latency");
-	fprintf(fp, " Transport       : tcp (nic.%s, device %s)\n", c->nic_label, c->nic_device);
+	fprintf(fp, " Transport       : %s (nic.%s, device %s)\n", c->nic_transport, c->nic_label,
+		c->nic_device);
 	for (unsigned i = 0; i < c->n_srv; i++)
 		fprintf(fp, " %-16s%s %s, segment \"%s\" id %" PRIu32 " of %" PRIu64 " bytes\n",
 			i ? "" : (c->n_srv > 1 ? "Servers" : "Server"), i ? " " : ":",
@@ -1366,10 +1353,10 @@ static void print_json(struct client *c, const struct result *r)
 {
 	const struct opts *o = c->o;
 
-	printf("{\"transport\":\"tcp\",\"nic\":\"%s\",\"device\":\"%s\",\"op\":\"%s\","
+	printf("{\"transport\":\"%s\",\"nic\":\"%s\",\"device\":\"%s\",\"op\":\"%s\","
 	       "\"mode\":\"%s\",\"bytes_per_msg\":%" PRIu32 ",\"iterations\":%" PRIu64
 	       ",\"window\":%u,\"connections\":%u,\"duration_s\":%.3f",
-	       c->nic_label, c->nic_device, o->op == KVL_WRITE ? "write" : "read",
+	       c->nic_transport, c->nic_label, c->nic_device, o->op == KVL_WRITE ? "write" : "read",
 	       o->mode == MODE_BW ? "bw" : "lat", c->size, c->posted, o->depth, c->conns,
 	       o->duration);
 	printf(",\"completed_ok\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"not_posted\":%" PRIu64
@@ -1769,6 +1756,7 @@ int main(int argc, char **argv)
 		c.o = &o;
 		c.nic_label = nics.label[nic];
 		c.nic_device = nics.device[nic];
+		c.nic_transport = nic_is_tcp(&nics, nic) ? "tcp" : "verbs";
 		c.conns = o.qps ? o.qps : nics.qp_count[nic];
 		status = run_client(&c);
 	}

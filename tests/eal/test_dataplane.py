@@ -532,7 +532,7 @@ def scenario_perf_cli(ctx):
     expect_usage_error(ctx, [*eal, "-c", CONFIG, "-s", "9G", srv], ["-s 9G", "at most 64M"],
                        "-s 9G")
     expect_usage_error(ctx, [*eal, "-c", CONFIG, "-d", "nosuchdev", srv],
-                       ["-d nosuchdev", "no [nic.*] section", "tcp NICs: lo"], "-d nosuchdev")
+                       ["-d nosuchdev", "no [nic.*] section", "NICs: lo"], "-d nosuchdev")
     expect_usage_error(ctx, [*eal, "-s", "4K", srv], ["-c FILE.ini is required"],
                        "missing -c")
     expect_usage_error(ctx, [*eal, "-c", CONFIG, "--lat", "--duration", "2", srv],
