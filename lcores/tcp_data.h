@@ -67,6 +67,8 @@ struct kvl_tcp_stats {
 	uint64_t served_bytes;		    /* payload moved for the peer */
 	uint64_t refused[KVL_STATUS_COUNT]; /* peer's requests refused here, by status */
 	uint64_t failed[KVL_STATUS_COUNT];  /* requests initiated here, completed with an error */
+	/* RDMA queue pairs (0 on tcp): what the NIC was given and what it reported */
+	uint64_t qp_posted, qp_signaled, qp_cqes, qp_posts, qp_recoveries, qp_outstanding;
 };
 
 struct kvl_tcp_conn;

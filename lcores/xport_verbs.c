@@ -49,6 +49,12 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->tx_bytes = v->bytes_written;
 	out->rx_bytes = v->bytes_read;
 	memcpy(out->failed, v->failed, sizeof(out->failed));
+	out->qp_posted = v->posted;
+	out->qp_signaled = v->signaled;
+	out->qp_cqes = v->cqes;
+	out->qp_posts = v->posts;
+	out->qp_recoveries = v->recoveries;
+	out->qp_outstanding = kvl_verbs_outstanding(c);
 }
 
 static void verbs_free(void *c)

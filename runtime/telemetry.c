@@ -403,22 +403,15 @@ static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d
 	return sink_finish(&k, d); /* no peer: an empty dict */
 }
 
-/* Totals per transport: "tcp/done_write", "tcp/failed/conn_lost", ... since start. */
-static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+static void stats_transport(struct rte_tel_data *d, const char *tr, const struct kvl_tcp_stats *st)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct kvl_tcp_stats st = { 0 };
 	char name[64];
 
-	(void)cmd;
-	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
-		if (rt->io[n])
-			kvl_nic_io_total(rt->io[n], &st);
-	rte_tel_data_start_dict(d);
-#define U(f) rte_tel_data_add_dict_u64(d, "tcp/" #f, st.f)
+#define U(f)                                                \
+	do {                                                \
+		snprintf(name, sizeof(name), "%s/" #f, tr); \
+		rte_tel_data_add_dict_u64(d, name, st->f);  \
+	} while (0)
 	U(posted_write);
 	U(posted_read);
 	U(done_write);
@@ -430,23 +423,107 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	U(served_bytes);
 	U(tx_bytes);
 	U(rx_bytes);
+	if (strcmp(tr, "tcp") != 0) {
+		U(qp_posted);
+		U(qp_signaled);
+		U(qp_cqes);
+		U(qp_posts);
+		U(qp_recoveries);
+	}
 #undef U
 	for (int s = 1; s < KVL_STATUS_COUNT; s++) {
 		/* telemetry names: [A-Za-z0-9_/] */
-		snprintf(name, sizeof(name), "tcp/failed/%s", kvl_status_name(s));
+		snprintf(name, sizeof(name), "%s/failed/%s", tr, kvl_status_name(s));
 		for (char *c = name; *c; c++)
 			if (*c == '-')
 				*c = '_';
-		rte_tel_data_add_dict_u64(d, name, st.failed[s]);
-		snprintf(name, sizeof(name), "tcp/refused/%s", kvl_status_name(s));
+		rte_tel_data_add_dict_u64(d, name, st->failed[s]);
+		snprintf(name, sizeof(name), "%s/refused/%s", tr, kvl_status_name(s));
 		for (char *c = name; *c; c++)
 			if (*c == '-')
 				*c = '_';
-		rte_tel_data_add_dict_u64(d, name, st.refused[s]);
+		rte_tel_data_add_dict_u64(d, name, st->refused[s]);
 	}
+}
+
+/*
+ * Totals per transport since start: "tcp/done_write", "verbs/qp_cqes", "tcp/failed/conn_lost".
+ * tcp counters are always there; a transport's own only when one of its NICs is. On RDMA the
+ * serving side's CPU sees nothing of the peer's one-sided transfers: "served" stays 0 there.
+ */
+static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct kvl_tcp_stats tcp = { 0 }, rdma = { 0 };
+	bool have_rdma = false;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (rt->io[n] == NULL)
+			continue;
+		if (rt->vdev[n]) {
+			have_rdma = true;
+			kvl_nic_io_total(rt->io[n], &rdma);
+		} else {
+			kvl_nic_io_total(rt->io[n], &tcp);
+		}
+	}
+	rte_tel_data_start_dict(d);
+	stats_transport(d, "tcp", &tcp);
+	if (have_rdma)
+		stats_transport(d, "verbs", &rdma);
 	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
 	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
 	return 0;
+}
+
+/* Every RDMA queue pair in column form: its NIC, slot, peer, and what the NIC did. */
+static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		const struct kvl_nic_io *io = rt->io[n];
+
+		if (io == NULL || rt->vdev[n] == NULL)
+			continue;
+		for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+			const struct kvl_tcp_stats *st = &io->stats[i].tcp;
+			uint64_t errors = 0;
+
+			if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_ACQUIRE) == NULL)
+				continue;
+			for (int s = 1; s < KVL_STATUS_COUNT; s++)
+				errors += __atomic_load_n(&st->failed[s], __ATOMIC_RELAXED);
+			put_str(&k, "nic", rt->cfg.nics[n].label);
+			put_str(&k, "device", rt->cfg.nics[n].device);
+			put_int(&k, "slot", (int)i);
+			put_int(&k, "peer", (int)io->stats[i].peer);
+			put_u64(&k, "posted", __atomic_load_n(&st->qp_posted, __ATOMIC_RELAXED));
+			put_u64(&k, "signaled",
+				__atomic_load_n(&st->qp_signaled, __ATOMIC_RELAXED));
+			put_u64(&k, "cqes", __atomic_load_n(&st->qp_cqes, __ATOMIC_RELAXED));
+			put_u64(&k, "posts", __atomic_load_n(&st->qp_posts, __ATOMIC_RELAXED));
+			put_u64(&k, "errors", errors);
+			put_u64(&k, "recoveries",
+				__atomic_load_n(&st->qp_recoveries, __ATOMIC_RELAXED));
+			put_u64(&k, "outstanding",
+				__atomic_load_n(&st->qp_outstanding, __ATOMIC_RELAXED));
+			put_u64(&k, "bytes_written",
+				__atomic_load_n(&st->bytes_written, __ATOMIC_RELAXED));
+			put_u64(&k, "bytes_read",
+				__atomic_load_n(&st->bytes_read, __ATOMIC_RELAXED));
+		}
+	}
+	return sink_finish(&k, d);
 }
 
 /* Registered before EAL starts its telemetry thread, as DPDK's own libraries do. */
@@ -478,6 +555,10 @@ RTE_INIT(kvl_telemetry_register)
 		"/kvlane/stats", tel_stats,
 		"Transfer counters per transport since start: ops, bytes, errors "
 		"by type. No parameters");
+	rte_telemetry_register_cmd(
+		"/kvlane/qps", tel_qps,
+		"RDMA queue pairs in column form: nic, slot, peer, posted, "
+		"signaled, cqes, errors, recoveries, outstanding. No parameters");
 	rte_telemetry_register_cmd("/kvlane/nic", tel_nic,
 				   "One NIC's row of /kvlane/nics. Parameter: NIC label");
 }

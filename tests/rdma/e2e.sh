@@ -79,8 +79,12 @@ for op in ("--write", "--read"):
         print(f"kvlane-perf {op[2:]}: {o['bytes'] >> 20} MiB by RDMA {op[2:].upper()} at "
               f"{o['bw_avg_MBps']:.1f} MB/s, every byte verified")
 st = json.load(open(f"{out}/stats.json"))["/kvlane/stats"]
-# One-sided RDMA: the serving side's CPU sees none of it; its TCP counters stay at 0.
+# One-sided RDMA: the serving side's CPU sees none of it; its TCP counters stay at 0, and
+# its own queue pairs posted nothing and failed nothing.
 assert st["tcp/served_bytes"] == 0, st
+assert st["verbs/qp_posted"] == 0 and st["verbs/qp_recoveries"] == 0, st
+assert all(v == 0 for k, v in st.items() if k.startswith("verbs/failed/")), st
+print("server /kvlane/stats: verbs counters present, nothing failed, nothing served by its CPU")
 PY
 [ $rc = 0 ] || echo "e2e: FAILED (see above)"
 exit $rc
