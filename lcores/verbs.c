@@ -1067,7 +1067,8 @@ static int wc_status(enum ibv_wc_status st)
 	}
 }
 
-static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st)
+static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st,
+		   uint32_t vendor_err)
 {
 	c->stats.cqes++;
 	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
@@ -1088,6 +1089,8 @@ static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st
 		finish_until(c, seq + 1, c->err_cause);
 	} else {
 		c->stats.errors++;
+		c->stats.last_wc_status = st;
+		c->stats.last_vendor_err = vendor_err;
 		/* RC reports an error on the oldest unfinished WR: all before it succeeded. */
 		finish_until(c, seq, KVL_OK);
 		if (c->err_cause == 0)
@@ -1116,9 +1119,10 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 		while (n < POLL_BUDGET && ibv_start_poll(c->cqx, &pa) == 0) {
 			uint64_t seq = c->cqx->wr_id;
 			enum ibv_wc_status st = c->cqx->status;
+			uint32_t vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
 
 			ibv_end_poll(c->cqx);
-			on_cqe(c, seq, st);
+			on_cqe(c, seq, st, vendor);
 			n++;
 		}
 		return n;
@@ -1128,7 +1132,7 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 		int r = ibv_poll_cq(c->cq, 16, wc);
 
 		for (int i = 0; i < r; i++)
-			on_cqe(c, wc[i].wr_id, wc[i].status);
+			on_cqe(c, wc[i].wr_id, wc[i].status, wc[i].vendor_err);
 		if (r > 0)
 			n += (unsigned)r;
 		if (r < 16 || n >= POLL_BUDGET)

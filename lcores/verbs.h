@@ -132,6 +132,9 @@ struct kvl_verbs_stats {
 	uint64_t failed[KVL_STATUS_COUNT];
 	uint64_t recoveries;	 /* QP brought back from the error state */
 	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
+	/* The last error CQE as the provider reported it (its status mapping merges some):
+	 * enum ibv_wc_status (0: none yet) and the vendor syndrome. */
+	uint64_t last_wc_status, last_vendor_err;
 };
 
 const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c);

@@ -55,6 +55,8 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_posts = v->posts;
 	out->qp_recoveries = v->recoveries;
 	out->qp_outstanding = kvl_verbs_outstanding(c);
+	out->qp_last_wc_status = v->last_wc_status;
+	out->qp_last_vendor_err = v->last_vendor_err;
 }
 
 static void verbs_free(void *c)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <rte_lcore.h>
+#include <infiniband/verbs.h>
 #include <rte_telemetry.h>
 
 #include "kvl_build_config.h"
@@ -497,7 +498,7 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 			continue;
 		for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
 			const struct kvl_tcp_stats *st = &io->stats[i].tcp;
-			uint64_t errors = 0;
+			uint64_t errors = 0, last;
 
 			if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_ACQUIRE) == NULL)
 				continue;
@@ -521,6 +522,12 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 				__atomic_load_n(&st->bytes_written, __ATOMIC_RELAXED));
 			put_u64(&k, "bytes_read",
 				__atomic_load_n(&st->bytes_read, __ATOMIC_RELAXED));
+			/* Raw, so that errors the typed statuses merge can be told apart. */
+			last = __atomic_load_n(&st->qp_last_wc_status, __ATOMIC_RELAXED);
+			put_str(&k, "last_error",
+				last ? ibv_wc_status_str((enum ibv_wc_status)last) : "");
+			put_u64(&k, "last_vendor_err",
+				__atomic_load_n(&st->qp_last_vendor_err, __ATOMIC_RELAXED));
 		}
 	}
 	return sink_finish(&k, d);
