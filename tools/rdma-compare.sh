@@ -20,6 +20,7 @@
 # figures move with the host's load: read the ratios, not the absolute MB/s.
 # Output: OUT_DIR/compare.tsv (the table), kvlaned.log, pt-*.client/.server, kl-*.json/.log.
 set -u
+. "${KVL_SRC:-$(cd "$(dirname "$0")/.." && pwd)}/tests/rdma/lib.sh"
 build=${1:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 out=${2:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 mib=${3:-${KVL_COMPARE_MIB:-64}}
@@ -33,50 +34,12 @@ t0=$(date +%s.%N)
 el() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 
 # kvlaned on rxe1: a 64 MiB pattern-filled readwrite segment "kv", as e2e.sh
-secret=$tmp/secret
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret"
-chmod 600 "$secret"
-for side in a b; do
-	if [ $side = a ]; then dev=$RXE_DEV0 ip=$RXE_IP0 port=0 pol=$idle; else dev=$RXE_DEV1 ip=$RXE_IP1 port=18515 pol=hybrid; fi
-	cat > "$tmp/$side.ini" <<INI
-[runtime]
-name = cmp-$side
-idle_policy = $pol
-[nic.r]
-device = $dev
-transport = verbs
-gid_index = auto
-queue_depth = 256
-[cq_moderation]
-signal_every = 16
-[segment.kv]
-layers = 1
-planes = 1
-blocks = 64
-block_bytes = 1048576
-access = readwrite
-fill = pattern
-[control]
-listen = $ip:$port
-secret_file = $secret
-heartbeat_interval_ms = 500
-peer_timeout_ms = 5000
-INI
-done
+kvl_rdma_inis "$tmp" cmp 64 hybrid "$idle"
 eal="-l 0-1 --no-huge -m 500 --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
 mkdir -p "$RUNTIME_DIRECTORY"
-"$build/kvlaned" $eal --file-prefix srv -- -c "$tmp/b.ini" > "$out/kvlaned.log" 2>&1 &
-srv=$!
-trap 'kill $srv 2> /dev/null; rm -rf "$tmp"' EXIT
-i=0
-until grep -q "kvlaned: ready" "$out/kvlaned.log"; do
-	i=$((i + 1))
-	if [ $i -gt 600 ] || ! kill -0 $srv 2> /dev/null; then
-		echo "compare: kvlaned did not start:"; cat "$out/kvlaned.log"; exit 1
-	fi
-	sleep 0.1
-done
+trap 'kill ${srv:-} 2> /dev/null || true; rm -rf "$tmp"' EXIT
+kvl_rdma_server "$build" "$tmp" "$out" compare $eal
 
 FAIL=0
 PORT=18600

@@ -6,55 +6,18 @@
 # byte verified; then the server's telemetry must show it served exactly that.
 #   e2e.sh BUILD_DIR OUT_DIR
 set -eu
+. "${KVL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/rdma/lib.sh"
 build=$1
 out=$2
 : "${RXE_DEV0:?run inside the VM harness}" "${RXE_DEV1:?}" "${RXE_IP0:?}" "${RXE_IP1:?}"
 mkdir -p "$out"
 tmp=$(mktemp -d)
-secret=$tmp/secret
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret"
-chmod 600 "$secret"
-for side in a b; do
-	if [ $side = a ]; then dev=$RXE_DEV0 ip=$RXE_IP0 port=0; else dev=$RXE_DEV1 ip=$RXE_IP1 port=18515; fi
-	cat > "$tmp/$side.ini" <<INI
-[runtime]
-name = rdma-$side
-idle_policy = yield
-[nic.r]
-device = $dev
-transport = verbs
-gid_index = auto
-queue_depth = 256
-[cq_moderation]
-signal_every = 16
-[segment.kv]
-layers = 1
-planes = 1
-blocks = 128
-block_bytes = 1048576
-access = readwrite
-fill = pattern
-[control]
-listen = $ip:$port
-secret_file = $secret
-heartbeat_interval_ms = 500
-peer_timeout_ms = 5000
-INI
-done
+kvl_rdma_inis "$tmp" rdma 128 yield yield
 eal="-l 0-1 --no-huge -m 600 --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
 mkdir -p "$RUNTIME_DIRECTORY"
-"$build/kvlaned" $eal --file-prefix srv -- -c "$tmp/b.ini" > "$out/kvlaned.log" 2>&1 &
-srv=$!
-trap 'kill $srv 2>/dev/null || true; rm -rf "$tmp"' EXIT
-i=0
-until grep -q "kvlaned: ready" "$out/kvlaned.log"; do
-	i=$((i + 1))
-	if [ $i -gt 600 ] || ! kill -0 $srv 2>/dev/null; then
-		echo "e2e: kvlaned did not start:"; cat "$out/kvlaned.log"; exit 1
-	fi
-	sleep 0.1
-done
+trap 'kill ${srv:-} 2>/dev/null || true; rm -rf "$tmp"' EXIT
+kvl_rdma_server "$build" "$tmp" "$out" e2e $eal
 rc=0
 for op in --write --read; do
 	if ! "$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" --segment kv --seed 1 \

@@ -16,65 +16,27 @@
 # drops READ responses and WRITE ACKs. Checks: vethA's netem dropped packets (its count at
 # the end > 0, as `tc -s qdisc show dev vethA` shows it), and each phase saw drops.
 set -eu
+. "${KVL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/rdma/lib.sh"
 build=$1
 out=$2
 pct=${3:-1}
 mib=${4:-64}
 devs=${KVL_LOSS_DEVS:-vethA vethB}
-: "${RXE_DEV0:?run inside the VM harness}" "${RXE_DEV1:?}" "${RXE_IP0:?}" "${RXE_IP1:?}"
 mkdir -p "$out"
 tmp=$(mktemp -d)
-secret=$tmp/secret
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret"
-chmod 600 "$secret"
 t0=$(date +%s.%N)
 el() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"; }
-for side in a b; do
-	if [ $side = a ]; then dev=$RXE_DEV0 ip=$RXE_IP0 port=0; else dev=$RXE_DEV1 ip=$RXE_IP1 port=18515; fi
-	cat > "$tmp/$side.ini" <<INI
-[runtime]
-name = rdma-$side
-idle_policy = yield
-[nic.r]
-device = $dev
-transport = verbs
-gid_index = auto
-queue_depth = 256
-[cq_moderation]
-signal_every = 16
-[segment.kv]
-layers = 1
-planes = 1
-blocks = $mib
-block_bytes = 1048576
-access = readwrite
-fill = pattern
-[control]
-listen = $ip:$port
-secret_file = $secret
-heartbeat_interval_ms = 500
-peer_timeout_ms = 5000
-INI
-done
+kvl_rdma_inis "$tmp" rdma "$mib"
 eal="-l 0-1 --no-huge -m $((mib * 2 + 344)) --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
 mkdir -p "$RUNTIME_DIRECTORY"
-"$build/kvlaned" $eal --file-prefix srv -- -c "$tmp/b.ini" > "$out/kvlaned.log" 2>&1 &
-srv=$!
 cleanup() {
-	kill $srv 2> /dev/null || true
+	kill ${srv:-} 2> /dev/null || true
 	for d in $devs; do tc qdisc del dev $d root 2> /dev/null || true; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-i=0
-until grep -q "kvlaned: ready" "$out/kvlaned.log"; do
-	i=$((i + 1))
-	if [ $i -gt 600 ] || ! kill -0 $srv 2> /dev/null; then
-		echo "loss: kvlaned did not start:"; cat "$out/kvlaned.log"; exit 1
-	fi
-	sleep 0.1
-done
+kvl_rdma_server "$build" "$tmp" "$out" loss $eal
 
 # netem on the wire, after the control listener is up (the control path's TCP sees the loss
 # too). limit: rxe bursts whole messages; netem's default queue of 1000 packets would add
