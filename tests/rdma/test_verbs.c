@@ -51,7 +51,6 @@ struct side {
 
 static struct side A, B;
 static uint64_t next_id = 1;
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double test_deadline;
 static bool quick; /* KVL_VERBS_QUICK=1: 1/16 of the volume, for valgrind */
 
@@ -69,20 +68,6 @@ static double deadline_in(double timeout)
 	double d = now_s() + timeout;
 
 	return d < test_deadline ? d : test_deadline;
-}
-
-static void fill_random(uint8_t *p, size_t n)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		memcpy(p + i, &rng, 8);
-	}
-	for (; i < n; i++)
-		p[i] = (uint8_t)(rng >> (i % 8 * 8)) ^ (uint8_t)i;
 }
 
 /* dst = ~src: every byte differs, so a request that moved nothing cannot pass the check. */
@@ -231,7 +216,7 @@ static double phase(uint8_t op, uint64_t stride, uint32_t len, unsigned n)
 	size_t bad_req = 0;
 	double t;
 
-	fill_random(src, span);
+	kvl_test_fill_random(src, span);
 	for (unsigned i = 0; i < n; i++)
 		poison(dst + (uint64_t)i * stride, src + (uint64_t)i * stride, len);
 	t = stream(&A, &B, op, A.buf, SEG_RW, stride, len, n);
@@ -308,7 +293,7 @@ static void test_batch(void)
 	uint64_t id0 = next_id;
 	unsigned ok = 0;
 
-	fill_random(A.buf, 256 * 4 * KIB);
+	kvl_test_fill_random(A.buf, 256 * 4 * KIB);
 	poison(B.buf, A.buf, 256 * 4 * KIB);
 	for (unsigned i = 0; i < 256; i++)
 		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * 4 * KIB, SEG_RW, i * 4 * KIB, 4 * KIB);
@@ -437,7 +422,7 @@ static void write_read_verify(struct side *s, struct side *peer, uint8_t *lsrc, 
 	struct kvl_wc wc;
 	uint8_t *back = xalloc(len);
 
-	fill_random(lsrc + off, len);
+	kvl_test_fill_random(lsrc + off, len);
 	poison(rmem + off, lsrc + off, len);
 	w = mkwr(KVL_OP_WRITE, lsrc + off, SEG_RW, off, len);
 	CHECK_INT(kvl_verbs_post(s->c, &w, 1), 1);
@@ -480,7 +465,7 @@ static void test_bad_rkey(void)
 	char err[ERR_LEN];
 	double t0;
 
-	fill_random(A.buf, 64 * KIB);
+	kvl_test_fill_random(A.buf, 64 * KIB);
 	poison(B.buf, A.buf, 64 * KIB);
 	CHECK_INT(kvl_verbs_post(A.c, w, 4), 4);
 	CHECK(collect(A.c, B.c, wc, 4, PHASE_TIMEOUT));

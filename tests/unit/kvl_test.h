@@ -3,6 +3,7 @@
 #ifndef KVL_TEST_H
 #define KVL_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +53,23 @@ static int kvl_test_checks;
 				__FILE__, __LINE__, n_, h_ ? h_ : "(null)");               \
 		}                                                                          \
 	} while (0)
+
+/* Fill @n bytes with xorshift data: a fixed sequence, so a failure reproduces. */
+static uint64_t kvl_test_rng = 0x9e3779b97f4a7c15ull;
+
+static inline void kvl_test_fill_random(uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		kvl_test_rng ^= kvl_test_rng << 13;
+		kvl_test_rng ^= kvl_test_rng >> 7;
+		kvl_test_rng ^= kvl_test_rng << 17;
+		memcpy(p + i, &kvl_test_rng, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)(kvl_test_rng >> (i % 8 * 8)) ^ (uint8_t)i;
+}
 
 /* Print a summary and give main()'s exit status. */
 static inline int kvl_test_done(const char *name)

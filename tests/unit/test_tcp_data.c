@@ -34,22 +34,6 @@ struct end {
 
 static struct end end_a, end_b;
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static void fill_random(uint8_t *p, size_t n)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		memcpy(p + i, &rng, 8);
-	}
-	for (; i < n; i++)
-		p[i] = (uint8_t)(rng >> (i % 8 * 8)) ^ (uint8_t)i;
-}
-
 static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
@@ -254,7 +238,7 @@ static void test_write_read(enum transport t, const uint32_t *sizes, unsigned ns
 		uint32_t len = sizes[i];
 		uint64_t off = (uint64_t)i * 4097 % (8 * KIB);
 
-		fill_random(src, len);
+		kvl_test_fill_random(src, len);
 		memset(dst, 0xee, len);
 		end_a.n = 0;
 		CHECK_INT(post(end_a.c, KVL_OP_WRITE, 100 + i, src, 1, off, len), 0);
@@ -318,7 +302,7 @@ static void test_window(enum transport t)
 
 	open_pair(t, DEPTH);
 	add_seg(&end_b.segs, 1, seg, DEPTH * LEN, KVL_SEG_REMOTE_WRITE);
-	fill_random(src, DEPTH * LEN);
+	kvl_test_fill_random(src, DEPTH * LEN);
 
 	CHECK_INT(post(end_a.c, 3, 1, src, 1, 0, 1), -EINVAL);
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 1, NULL, 1, 0, 1), -EINVAL);
@@ -370,8 +354,8 @@ static void test_symmetric(enum transport t)
 		rseg[s] = xmalloc(N * SLOT);
 		src[s] = xmalloc(N * SLOT);
 		dst[s] = xmalloc(N * SLOT);
-		fill_random(rseg[s], N * SLOT);
-		fill_random(src[s], N * SLOT);
+		kvl_test_fill_random(rseg[s], N * SLOT);
+		kvl_test_fill_random(src[s], N * SLOT);
 		memset(dst[s], 0, N * SLOT);
 		add_seg(&e[s]->segs, 1, wseg[s], N * SLOT, KVL_SEG_REMOTE_WRITE);
 		add_seg(&e[s]->segs, 2, rseg[s], N * SLOT, KVL_SEG_REMOTE_READ);
@@ -473,10 +457,10 @@ static void test_refusals(enum transport t)
 	unsigned ok_w = 0, ok_r = 0;
 
 	open_pair(t, 64);
-	fill_random(rw, SEG);
-	fill_random(ro, SEG);
-	fill_random(wo, SEG);
-	fill_random(src, 2 * MIB);
+	kvl_test_fill_random(rw, SEG);
+	kvl_test_fill_random(ro, SEG);
+	kvl_test_fill_random(wo, SEG);
+	kvl_test_fill_random(src, 2 * MIB);
 	memcpy(ro_copy, ro, SEG);
 	add_seg(&end_b.segs, 1, rw, SEG, KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE);
 	add_seg(&end_b.segs, 2, ro, SEG, KVL_SEG_REMOTE_READ);
@@ -573,7 +557,7 @@ static void test_peer_close(enum transport t)
 	end_b.c = kvl_tcp_conn_new(fds[1], &end_b.segs, 8);
 	CHECK(end_a.c != NULL && end_b.c != NULL);
 	add_seg(&end_b.segs, 1, seg, 4 * MIB, KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE);
-	fill_random(src, 2 * MIB);
+	kvl_test_fill_random(src, 2 * MIB);
 
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 0, src, 1, 0, 4096), 0);
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 1, src, 1, 0, 2 * MIB), 0);
