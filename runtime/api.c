@@ -309,8 +309,10 @@ int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote
 static bool local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)p;
+	uint32_t hwm = __atomic_load_n(&rt->segs_hwm, __ATOMIC_ACQUIRE);
 
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+	/* Per transfer: scan only the slots ever used, not all KVL_MAX_SEGS. */
+	for (unsigned i = 0; i < hwm; i++) {
 		const struct kvl_seg *s = kvl_seg_lookup(&rt->segs, i + 1);
 
 		if (s && a >= (uintptr_t)s->base && a - (uintptr_t)s->base <= s->len &&

@@ -191,6 +191,8 @@ int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, vo
 	};
 	__atomic_store_n(&rt->segs.live[i], true, __ATOMIC_RELEASE);
 	rt->segmeta[i].live = true;
+	if (i + 1 > rt->segs_hwm)
+		__atomic_store_n(&rt->segs_hwm, i + 1, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&rt->segs_version, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&rt->seg_lock);
 	*id = i + 1;

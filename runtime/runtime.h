@@ -40,6 +40,7 @@ struct kvl_runtime {
 	struct kvl_seg_table segs;		    /* read by the lcores without locks */
 	struct kvl_local_seg segmeta[KVL_MAX_SEGS]; /* guarded by seg_lock */
 	uint32_t segs_version;			    /* bumped at every registration */
+	uint32_t segs_hwm; /* slots ever used (ids 1..hwm): what lookups by address scan */
 	pthread_mutex_t seg_lock;
 	struct kvl_control *ctl; /* NULL when the control path is off */
 	uint64_t next_sample_tsc;
