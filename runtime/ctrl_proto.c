@@ -55,6 +55,7 @@ static const struct {
 	[KVL_CTRL_BYE] = { 0, 0 },
 	[KVL_CTRL_QP_INFO] = { QP_INFO_FIXED + 1, QP_INFO_FIXED + KVL_CTRL_NAME_LEN },
 	[KVL_CTRL_RKEYS] = { 1 + 4, KVL_CTRL_NAME_LEN + 4 + KVL_CTRL_MAX_SEGS * 16 },
+	[KVL_CTRL_QP_RESYNC] = { 20, 20 },
 };
 
 _Static_assert(4 + KVL_CTRL_MAX_SEGS * SEG_MAX_LEN <= KVL_CTRL_MAX_PAYLOAD,
@@ -360,6 +361,14 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 			if (m->u.rkeys.key[i].seg_id == 0)
 				return -KVL_CTRL_E_FIELD;
 		return 0;
+	case KVL_CTRL_QP_RESYNC: {
+		const typeof(m->u.qp_resync) *q = &m->u.qp_resync;
+
+		if (q->kind < 1 || q->kind > 2 || q->dst_qpn > 0xffffff || q->src_qpn > 0xffffff ||
+		    q->psn > 0xffffff || q->echo > 0xffffff)
+			return -KVL_CTRL_E_FIELD;
+		return 0;
+	}
 	case KVL_CTRL_AUTH:
 	case KVL_CTRL_AUTH_OK:
 	case KVL_CTRL_HEARTBEAT:
@@ -464,6 +473,12 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 			TRY(r_u64(r, &m->u.rkeys.key[i].addr));
 		}
 		return 0;
+	case KVL_CTRL_QP_RESYNC:
+		TRY(r_u32(r, &m->u.qp_resync.kind));
+		TRY(r_u32(r, &m->u.qp_resync.dst_qpn));
+		TRY(r_u32(r, &m->u.qp_resync.src_qpn));
+		TRY(r_u32(r, &m->u.qp_resync.psn));
+		return r_u32(r, &m->u.qp_resync.echo);
 	default:
 		return -KVL_CTRL_E_TYPE;
 	}
@@ -609,6 +624,13 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 			w_u64(w, m->u.rkeys.key[i].addr);
 		}
 		break;
+	case KVL_CTRL_QP_RESYNC:
+		w_u32(w, m->u.qp_resync.kind);
+		w_u32(w, m->u.qp_resync.dst_qpn);
+		w_u32(w, m->u.qp_resync.src_qpn);
+		w_u32(w, m->u.qp_resync.psn);
+		w_u32(w, m->u.qp_resync.echo);
+		break;
 	default: /* DATA_BIND_OK, BYE: no payload; unknown types were refused by msg_check */
 		break;
 	}
@@ -656,6 +678,7 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_ERROR] = "ERROR",
 		[KVL_CTRL_BYE] = "BYE",
 		[KVL_CTRL_QP_INFO] = "QP_INFO",
+		[KVL_CTRL_QP_RESYNC] = "QP_RESYNC",
 		[KVL_CTRL_RKEYS] = "RKEYS",
 	};
 

@@ -63,9 +63,10 @@ enum kvl_ctrl_type {
 	KVL_CTRL_DATA_BIND_OK = 11,
 	KVL_CTRL_ERROR = 12,
 	KVL_CTRL_BYE = 13,
-	KVL_CTRL_QP_INFO = 14, /* RDMA: one RC connection's address (QPN, PSN, GID, MTU) */
-	KVL_CTRL_RKEYS = 15,   /* RDMA: where the sender's segments are on one NIC, and rkeys */
-	KVL_CTRL_TYPE_MAX = 15,
+	KVL_CTRL_QP_INFO = 14,	 /* RDMA: one RC connection's address (QPN, PSN, GID, MTU) */
+	KVL_CTRL_RKEYS = 15,	 /* RDMA: where the sender's segments are on one NIC, and rkeys */
+	KVL_CTRL_QP_RESYNC = 16, /* RDMA: restart both QPs of a connection after an error */
+	KVL_CTRL_TYPE_MAX = 16,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -172,6 +173,13 @@ struct kvl_ctrl_msg {
 				uint64_t addr;
 			} key[KVL_CTRL_MAX_SEGS];
 		} rkeys;
+		struct {
+			uint32_t kind;	  /* 1 REQ, 2 ACK (enum kvl_resync_kind) */
+			uint32_t dst_qpn; /* the receiver's QP: which connection */
+			uint32_t src_qpn; /* the sender's */
+			uint32_t psn;	  /* the sender's fresh PSN (24 bits) */
+			uint32_t echo;	  /* ACK: the PSN of the REQ it answers */
+		} qp_resync;
 	} u;
 };
 

@@ -127,6 +127,13 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 			x->u.rkeys.key[i].addr = 0x7f0000000000ull + ((uint64_t)i << 30);
 		}
 		break;
+	case KVL_CTRL_QP_RESYNC:
+		x->u.qp_resync.kind = 2;
+		x->u.qp_resync.dst_qpn = 0xfedcba;
+		x->u.qp_resync.src_qpn = 0x000011;
+		x->u.qp_resync.psn = 0xffffff;
+		x->u.qp_resync.echo = 0x0a0b0c;
+		break;
 	default: /* DATA_BIND_OK, BYE: header only */
 		break;
 	}
@@ -507,6 +514,19 @@ static void test_field_refusals(void)
 	fill(&m, KVL_CTRL_RKEYS);
 	m.u.rkeys.n = KVL_CTRL_MAX_SEGS + 1;
 	CHECK_INT(enc(&m), -EINVAL);
+	/* QP_RESYNC: kind 1..2, 24-bit QPNs and PSNs */
+	fill(&m, KVL_CTRL_QP_RESYNC);
+	m.u.qp_resync.kind = 3;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_QP_RESYNC);
+	m.u.qp_resync.kind = 0;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_QP_RESYNC);
+	m.u.qp_resync.psn = 0x1000000;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_QP_RESYNC);
+	m.u.qp_resync.dst_qpn = 0x1000000;
+	CHECK_INT(enc(&m), -EINVAL);
 	fill(&m, KVL_CTRL_CHALLENGE);
 	memset(m.u.challenge.name, 'c', sizeof(m.u.challenge.name));
 	CHECK_INT(enc(&m), -EINVAL);
@@ -712,10 +732,10 @@ static void test_names(void)
 	static const char *const types[] = {
 		"?",	    "HELLO",	 "CHALLENGE", "AUTH",	       "AUTH_OK",   "AUTH_FAIL",
 		"SEGMENTS", "ENDPOINTS", "HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND", "DATA_BIND_OK",
-		"ERROR",    "BYE",	 "QP_INFO",   "RKEYS",	       "?"
+		"ERROR",    "BYE",	 "QP_INFO",   "RKEYS",	       "QP_RESYNC", "?"
 	};
 
-	for (int t = 0; t <= 16; t++)
+	for (int t = 0; t <= 17; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");
