@@ -48,6 +48,9 @@ struct kvl_lcore {
 	struct kvl_stage stages[KVL_MAX_STAGES];
 	unsigned n_stages;
 	uint64_t idle_since; /* clock() when the current idle run began, 0 if busy */
+	/* hybrid: sleep until woken (completion events, kicks) or @us; NULL: nap @us */
+	unsigned (*sleep)(void *arg, uint32_t us);
+	void *sleep_arg;
 	struct kvl_lcore_stats stats;
 };
 

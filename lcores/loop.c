@@ -66,12 +66,19 @@ static void idle_action(struct kvl_lcore *lc, uint64_t now)
 			rte_pause();
 			return;
 		}
-		/* Until transports give a completion channel to sleep on, nap a bounded time:
-		 * the wake-up latency is at most hybrid_sleep_us. */
+		bump(&lc->stats.naps, 1);
+		if (lc->sleep != NULL) {
+			/* On completion channels and kicks: woken at once by what it waits for,
+			 * hybrid_sleep_us only bounds the wait. Work found on the way in counts. */
+			if (lc->sleep(lc->sleep_arg, lc->hybrid_sleep_us))
+				lc->idle_since = 0;
+			return;
+		}
+		/* Nothing to sleep on: nap a bounded time, the wake-up latency is at most
+		 * hybrid_sleep_us. */
 		ts.tv_sec = lc->hybrid_sleep_us / 1000000;
 		ts.tv_nsec = (long)(lc->hybrid_sleep_us % 1000000) * 1000;
 		nanosleep(&ts, NULL);
-		bump(&lc->stats.naps, 1);
 		return;
 	}
 }

@@ -3,6 +3,10 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <rte_errno.h>
 #include <rte_ring.h>
@@ -10,7 +14,8 @@
 
 #include "nic_io.h"
 
-#define BURST KVL_NIC_IO_BURST
+#define BURST	 KVL_NIC_IO_BURST
+#define KICK_TAG UINT32_MAX /* epoll data of the eventfd; connections carry their slot */
 
 _Static_assert(sizeof(struct kvl_sub) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_wc) % 4 == 0, "ring elements are multiples of 4 bytes");
@@ -36,6 +41,25 @@ int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned de
 
 	memset(io, 0, sizeof(*io));
 	snprintf(io->name, sizeof(io->name), "nic%u", nic);
+	io->epfd = epoll_create1(EPOLL_CLOEXEC);
+	io->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (io->epfd >= 0 && io->efd >= 0) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = KICK_TAG };
+
+		if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->efd, &ev) != 0) {
+			close(io->epfd);
+			io->epfd = -1;
+		}
+	}
+	if (io->epfd < 0 || io->efd < 0) {
+		int rc = -errno;
+
+		if (io->epfd >= 0)
+			close(io->epfd);
+		if (io->efd >= 0)
+			close(io->efd);
+		return rc ? rc : -EMFILE;
+	}
 	io->sub = ring("sub", nic, sizeof(struct kvl_sub), subs, socket, RING_F_SC_DEQ);
 	io->cpl = ring("cpl", nic, sizeof(struct kvl_wc), cpls, socket,
 		       RING_F_SP_ENQ | RING_F_SC_DEQ);
@@ -70,6 +94,93 @@ void kvl_nic_io_fini(struct kvl_nic_io *io)
 	rte_ring_free(io->cmd);
 	rte_ring_free(io->evt);
 	io->sub = io->cpl = io->cmd = io->evt = NULL;
+	if (io->epfd >= 0)
+		close(io->epfd);
+	if (io->efd >= 0)
+		close(io->efd);
+	io->epfd = io->efd = -1;
+}
+
+void kvl_nic_io_kick(struct kvl_nic_io *io)
+{
+	uint64_t one = 1;
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&io->sleeping, __ATOMIC_RELAXED) && write(io->efd, &one, 8) < 0) {
+		/* EAGAIN: the counter is full of kicks already; the lcore wakes either way */
+	}
+}
+
+/* Watch a new connection's completion channel (if it has one). */
+static void watch(struct kvl_nic_io *io, unsigned slot)
+{
+	const struct kvl_xport_ops *ops = io->slot[slot].x.ops;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = slot };
+	int fd = ops->event_fd ? ops->event_fd(io->slot[slot].x.c) : -1;
+
+	if (fd >= 0)
+		(void)epoll_ctl(io->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void unwatch(struct kvl_nic_io *io, unsigned slot)
+{
+	const struct kvl_xport_ops *ops = io->slot[slot].x.ops;
+	int fd = ops->event_fd ? ops->event_fd(io->slot[slot].x.c) : -1;
+
+	if (fd >= 0)
+		(void)epoll_ctl(io->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+unsigned kvl_nic_io_sleep(void *arg, uint32_t max_us)
+{
+	struct kvl_nic_io *io = arg;
+	struct epoll_event ev[16];
+	struct timespec ts = { .tv_sec = max_us / 1000000,
+			       .tv_nsec = (long)(max_us % 1000000) * 1000 };
+	unsigned work;
+	int n;
+
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+		struct kvl_conn_slot *s = &io->slot[i];
+
+		if (s->x.ops && s->x.ops->arm)
+			(void)s->x.ops->arm(
+				s->x.c); /* cannot arm: the timeout still bounds the nap */
+	}
+	work = kvl_nic_io_stage(NULL, io);
+	if (work) {
+		io->sleep.sleep_skipped++;
+		return work;
+	}
+	__atomic_store_n(&io->sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (rte_ring_count(io->sub) != 0 || rte_ring_count(io->cmd) != 0) {
+		__atomic_store_n(&io->sleeping, 0, __ATOMIC_RELAXED);
+		io->sleep.sleep_skipped++;
+		return 0;
+	}
+	io->sleep.sleeps++;
+	n = epoll_pwait2(io->epfd, ev, 16, &ts, NULL);
+	__atomic_store_n(&io->sleeping, 0, __ATOMIC_RELAXED);
+	if (n <= 0) {
+		io->sleep.wake_timeout++;
+		return 0;
+	}
+	for (int i = 0; i < n; i++) {
+		uint32_t slot = ev[i].data.u32;
+
+		if (slot == KICK_TAG) {
+			uint64_t v;
+
+			if (read(io->efd, &v, 8) == 8)
+				io->sleep.wake_kick++;
+		} else if (slot < KVL_SLOTS_PER_LCORE && io->slot[slot].x.ops &&
+			   io->slot[slot].x.ops->take_events) {
+			if (io->slot[slot].x.ops->take_events(io->slot[slot].x.c))
+				io->sleep.wake_cq++;
+		}
+	}
+	return 0;
 }
 
 void kvl_tcp_stats_add(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
@@ -110,9 +221,14 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 			s->peer = cmd[i].peer;
 			s->gen = cmd[i].gen;
 			s->closing = false;
+			watch(io, cmd[i].slot);
 			io->stats[cmd[i].slot].peer = cmd[i].peer;
 			io->stats[cmd[i].slot].gen = cmd[i].gen;
 			memset(&io->stats[cmd[i].slot].tcp, 0, sizeof(io->stats[0].tcp));
+		} else if (cmd[i].type == KVL_LCMD_RESYNC && cmd[i].slot < KVL_SLOTS_PER_LCORE) {
+			s = &io->slot[cmd[i].slot];
+			if (s->x.ops && s->x.ops->resync_in && s->gen == cmd[i].gen && !s->closing)
+				s->x.ops->resync_in(s->x.c, &cmd[i].rs);
 		} else if (cmd[i].type == KVL_LCMD_FAIL_PEER) {
 			for (unsigned j = 0; j < KVL_SLOTS_PER_LCORE; j++) {
 				s = &io->slot[j];
@@ -212,6 +328,17 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			continue;
 		did = ops->progress(s->x.c);
 		*work += did;
+		if (ops->resync_out) {
+			struct kvl_levt ev = { .type = KVL_LEVT_RESYNC,
+					       .peer = s->peer,
+					       .slot = i };
+
+			/* A message lost to a full ring is asked for again: REQs repeat until
+			 * answered, and a repeated REQ gets its ACK again. */
+			if (ops->resync_out(s->x.c, &ev.rs) &&
+			    rte_ring_enqueue_elem(io->evt, &ev, sizeof(ev)) != 0)
+				io->evt_dropped++;
+		}
 		room = cpl_room(io);
 		n = ops->reap(s->x.c, wc, room < BURST ? room : BURST);
 		if (n) {
@@ -237,6 +364,7 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			if (s->peer < KVL_MAX_PEERS_RT)
 				kvl_tcp_stats_add(&io->closed[s->peer], &io->stats[i].tcp);
 			memset(&io->stats[i].tcp, 0, sizeof(io->stats[i].tcp));
+			unwatch(io, i);
 			ops->free(s->x.c);
 			s->x.ops = NULL;
 			(*work)++;

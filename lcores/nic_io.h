@@ -29,6 +29,7 @@ struct kvl_sub {
 enum kvl_lcmd_type {
 	KVL_LCMD_ADD_CONN = 1, /* take @x into @slot (generation @gen) for peer @peer */
 	KVL_LCMD_FAIL_PEER,    /* fail everything of @peer with @status and close its conns */
+	KVL_LCMD_RESYNC,       /* @rs from the peer for the connection in @slot (if still @gen) */
 };
 
 struct kvl_lcmd {
@@ -39,11 +40,13 @@ struct kvl_lcmd {
 	int32_t status;
 	uint32_t reserved;
 	struct kvl_xconn x;
+	struct kvl_resync rs;
 };
 
 /* lcore -> control thread */
 enum kvl_levt_type {
 	KVL_LEVT_CONN_CLOSED = 1, /* @slot is free again; the connection failed with @status */
+	KVL_LEVT_RESYNC,	  /* carry @rs to the peer's end of the connection in @slot */
 };
 
 struct kvl_levt {
@@ -51,6 +54,7 @@ struct kvl_levt {
 	uint32_t peer;
 	uint32_t slot;
 	int32_t status;
+	struct kvl_resync rs;
 };
 
 /* Counters of one slot: the connection's, kept after it closes (one writer: the lcore). */
@@ -79,9 +83,36 @@ struct kvl_nic_io {
 	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */
 	/* what closed connections of each peer moved, so telemetry still counts it */
 	struct kvl_tcp_stats closed[KVL_MAX_PEERS_RT];
-	uint64_t unroutable; /* submissions for a slot that is gone: completed NO_PEER */
+	uint64_t unroutable;  /* submissions for a slot that is gone: completed NO_PEER */
+	uint64_t evt_dropped; /* resync messages the full event ring refused (sent again) */
+	/* hybrid idle: the lcore sleeps in epoll on its connections' completion channels and
+	 * on @efd, which producers write when they find @sleeping set */
+	int epfd, efd;
+	uint32_t sleeping;
+	struct kvl_nic_io_sleep_stats {
+		uint64_t sleeps;	/* epoll waits entered */
+		uint64_t wake_cq;	/* woken by a completion event */
+		uint64_t wake_kick;	/* woken by a submission or a control command */
+		uint64_t wake_timeout;	/* nothing came within hybrid_sleep_us */
+		uint64_t sleep_skipped; /* work found after arming: no sleep */
+	} sleep;
 	char name[32];
 };
+
+/*
+ * After putting something in @io's sub or cmd ring: wake its lcore if it sleeps. The fence
+ * pairs with the one in kvl_nic_io_sleep(): either the lcore sees the ring non-empty before
+ * it sleeps, or this sees @sleeping set and writes the eventfd.
+ */
+void kvl_nic_io_kick(struct kvl_nic_io *io);
+
+/*
+ * The hybrid idle action of @io's lcore: arm every connection that has completion events,
+ * run the stage once more (a completion that came before arming raises no event), then
+ * sleep in epoll until a completion event, a kick, or @max_us. Returns the work done by
+ * that extra pass (no sleep when it did some).
+ */
+unsigned kvl_nic_io_sleep(void *io, uint32_t max_us);
 
 /*
  * Create the rings of NIC @nic on @socket, sized for @depth outstanding requests per

@@ -67,19 +67,36 @@ struct kvl_verbs_dev {
 	struct mr_ent mr[MAX_MRS];
 };
 
-/* One request, from post to reap. */
+/* One request, from post to reap: all it takes to post it again after a resync. */
 struct slot {
 	uint64_t wr_id;
-	uint32_t length;
+	uint64_t local, raddr;
+	uint32_t length, lkey, rkey;
 	uint8_t op;
 	bool nic;	/* handed to the QP; otherwise refused here and status is already set */
 	int32_t status; /* valid once completed */
 };
 
+/*
+ * Where a connection stands after an error. Both QPs of an RC connection must restart
+ * together and at fresh PSNs: a QP that restarted alone at its old PSN would have its WRITEs
+ * taken by a live peer for duplicates, acknowledged and dropped (IB spec 9.9.2), and a peer
+ * in ERR drops everything. So the two ends agree over the control path (KVL_RESYNC_REQ/ACK).
+ */
+enum phase {
+	PH_RUN,	  /* RTS (or never connected) */
+	PH_DRAIN, /* QP in ERR: waiting for the flush of every WR it holds */
+	PH_WAIT,  /* drained, our REQ sent: waiting for the peer's ACK with its fresh PSN */
+};
+
+#define RESYNC_RESEND_NS (100ull * 1000 * 1000)
+
 struct kvl_verbs_conn {
 	struct kvl_verbs_dev *d;
-	struct ibv_cq_ex *cqx; /* NULL when the provider has only ibv_create_cq */
+	struct ibv_comp_channel *ch; /* completion events, for an lcore that sleeps; or NULL */
+	struct ibv_cq_ex *cqx;	     /* NULL when the provider has only ibv_create_cq */
 	struct ibv_cq *cq;
+	bool armed; /* ibv_req_notify_cq() done, its event not taken yet */
 	struct ibv_qp *qp;
 	struct ibv_qp_ex *qpx;
 	unsigned depth, signal_every, since_sig;
@@ -97,9 +114,19 @@ struct kvl_verbs_conn {
 	uint64_t mask;
 	uint64_t post_seq, done_seq, reap_seq;
 	uint64_t nic_end; /* seq + 1 of the newest WR given to the QP; it is always signaled */
-	int err_cause;	  /* status of the error that took the QP down: its flushes carry it */
-	bool recovering;  /* QP in error: waiting for the flush of nic_end - 1, then restart */
 	int broken;	  /* fail_all or a failed restart: posts complete at once with this */
+
+	/* Resync (see enum phase). Requests the QP flushed stay in [done_seq, post_seq) and
+	 * are posted again once both ends run: RDMA WRITE and READ may run twice unharmed. */
+	enum phase phase;
+	uint64_t flush_end;    /* seq + 1 of the newest error or flush CQE of this drain */
+	bool resp_pending;     /* the peer's REQ came: answer it once drained */
+	uint32_t peer_new_psn; /* its fresh PSN */
+	uint32_t my_new_psn;   /* PH_WAIT: the PSN our REQ offers */
+	bool ack_due;	       /* an ACK to send: ack_psn, echoing ack_echo */
+	uint32_t ack_psn, ack_echo;
+	bool answered; /* the last REQ we restarted for: a repeat gets the same ACK */
+	uint64_t wait_deadline, next_req_ns, resync_timeout_ns;
 
 	struct kvl_verbs_rseg *rseg;
 	unsigned n_rseg, rseg_hint, mr_hint;
@@ -770,6 +797,7 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 {
 	struct ibv_cq_init_attr_ex ca = {
 		.cqe = cqe,
+		.channel = c->ch,
 		.wc_flags = 0, /* wr_id and status are all we read */
 		.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
 		.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED, /* one lcore: skip the CQ lock */
@@ -786,7 +814,7 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 		return 0;
 	}
 	e1 = errno;
-	c->cq = ibv_create_cq(c->d->ctx, (int)cqe, NULL, NULL, 0);
+	c->cq = ibv_create_cq(c->d->ctx, (int)cqe, NULL, c->ch, 0);
 	if (c->cq != NULL)
 		return 0;
 	errf(err, errlen, "%s: cannot create a CQ of %u entries: %s (ibv_create_cq_ex: %s)",
@@ -822,6 +850,7 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	c->d = d;
 	c->depth = depth;
 	c->signal_every = signal_every == 0 ? 1 : signal_every > depth ? depth : signal_every;
+	c->resync_timeout_ns = 5000ull * 1000 * 1000;
 	c->mask = pow2_at_least(depth) - 1;
 	c->ring = calloc(c->mask + 1, sizeof(*c->ring));
 	if (c->ring == NULL)
@@ -832,6 +861,15 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	 * incarnation may still sit in the CQ while the next one runs: room for two windows.
 	 */
 	cqe = 2 * depth <= (unsigned)d->max_cqe ? 2 * depth : (unsigned)d->max_cqe;
+	/* A channel of its own, non-blocking: an lcore in hybrid idle mode sleeps on its fd
+	 * (with others, in one epoll set) and takes the events without ever blocking on one.
+	 * Without one the lcore naps a bounded time instead. */
+	c->ch = ibv_create_comp_channel(d->ctx);
+	if (c->ch != NULL &&
+	    fcntl(c->ch->fd, F_SETFL, fcntl(c->ch->fd, F_GETFL) | O_NONBLOCK) < 0) {
+		ibv_destroy_comp_channel(c->ch);
+		c->ch = NULL;
+	}
 	rc = make_cq(c, cqe, err, errlen);
 	if (rc != 0)
 		goto fail;
@@ -893,8 +931,12 @@ void kvl_verbs_conn_free(struct kvl_verbs_conn *c)
 		return;
 	if (c->qp != NULL)
 		ibv_destroy_qp(c->qp);
-	if (c->cq != NULL)
+	if (c->cq != NULL) {
+		kvl_verbs_take_events(c); /* destroying a CQ waits for its events to be acked */
 		ibv_destroy_cq(c->cq);
+	}
+	if (c->ch != NULL)
+		ibv_destroy_comp_channel(c->ch);
 	free(c->rseg);
 	free(c->ring);
 	free(c);
@@ -973,8 +1015,10 @@ int kvl_verbs_conn_connect(struct kvl_verbs_conn *c, const struct kvl_verbs_addr
 		return rc;
 	c->connected = true;
 	c->broken = 0;
-	c->recovering = false;
-	c->err_cause = 0;
+	c->phase = PH_RUN;
+	c->resp_pending = false;
+	c->ack_due = false;
+	c->answered = false;
 	/* Completions of the last incarnation still in the CQ are stale: by sequence number
 	 * they all fall before done_seq and are dropped when polled. */
 	if (r->mtu != d->mtu)
@@ -984,6 +1028,15 @@ int kvl_verbs_conn_connect(struct kvl_verbs_conn *c, const struct kvl_verbs_addr
 		     d->name, mtu_bytes(c->path_mtu), mtu_bytes(d->mtu),
 		     gid_str((const union ibv_gid *)r->gid, gs, sizeof(gs)), mtu_bytes(r->mtu));
 	return 0;
+}
+
+void kvl_verbs_conn_addrs(const struct kvl_verbs_conn *c, struct kvl_verbs_addr *local,
+			  struct kvl_verbs_addr *remote)
+{
+	if (local != NULL)
+		*local = c->local;
+	if (remote != NULL)
+		*remote = c->remote;
 }
 
 int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *s, unsigned n)
@@ -1067,6 +1120,15 @@ static int wc_status(enum ibv_wc_status st)
 	}
 }
 
+/* Enter PH_DRAIN: the QP is (or is being put) in ERR; every WR it holds comes back flushed. */
+static void start_drain(struct kvl_verbs_conn *c)
+{
+	if (c->phase == PH_DRAIN)
+		return;
+	c->phase = PH_DRAIN;
+	c->flush_end = c->done_seq;
+}
+
 static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st,
 		   uint32_t vendor_err)
 {
@@ -1076,29 +1138,23 @@ static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st
 		return;
 	if (st == IBV_WC_SUCCESS) {
 		finish_until(c, seq + 1, KVL_OK);
-	} else if (st == IBV_WC_WR_FLUSH_ERR) {
-		c->stats.errors++;
-		/*
-		 * A flush with no error of ours before it: the QP went down for a reason outside
-		 * this side's requests (the peer's responder saw an error, the port died). The
-		 * unsignaled requests before it are not known to have landed: fail them too.
-		 */
-		if (c->err_cause == 0)
-			c->err_cause = KVL_ERR_CONN_LOST;
-		c->recovering = true;
-		finish_until(c, seq + 1, c->err_cause);
-	} else {
-		c->stats.errors++;
+		finish_refused(c);
+		return;
+	}
+	c->stats.errors++;
+	if (st != IBV_WC_WR_FLUSH_ERR) {
 		c->stats.last_wc_status = st;
 		c->stats.last_vendor_err = vendor_err;
-		/* RC reports an error on the oldest unfinished WR: all before it succeeded. */
+		/* RC reports an error on the oldest unfinished WR: all before it succeeded. This
+		 * one alone carries the error; those behind it are flushed and posted again. */
 		finish_until(c, seq, KVL_OK);
-		if (c->err_cause == 0)
-			c->err_cause = wc_status(st);
-		c->recovering = true;
 		finish_until(c, seq + 1, wc_status(st));
+		finish_refused(c);
 	}
-	finish_refused(c);
+	/* A flush with no error of ours before it: the QP went down for a reason outside this
+	 * side's requests (the peer's responder saw an error, the port died): resync too. */
+	start_drain(c);
+	c->flush_end = seq + 1;
 }
 
 static unsigned poll_cq(struct kvl_verbs_conn *c)
@@ -1140,23 +1196,128 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 	}
 }
 
-/*
- * Bring the QP back once every WR it held has come back flushed. Only the local side is
- * restarted; the peer's QP may be in error too (a responder that refuses an access goes to
- * error, IB spec class C) and a live one expects PSNs we no longer send. So the peer must
- * restart as well, with kvl_verbs_conn_connect() and the address it already holds: both ends
- * then start over at the exchanged PSNs. Until it has, our requests are retried and end in
- * KVL_ERR_CONN_LOST (retry exceeded), never in silent loss while its QP is in error.
- */
-static void recover(struct kvl_verbs_conn *c)
+/* Hand the slot at @seq to the QP (inside ibv_wr_start/complete). */
+static void wr_one(struct kvl_verbs_conn *c, uint64_t seq, bool signaled)
 {
-	c->recovering = false;
-	c->err_cause = 0;
+	const struct slot *s = &c->ring[seq & c->mask];
+
+	c->qpx->wr_id = seq;
+	c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
+	if (s->op == KVL_OP_WRITE)
+		ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
+	else
+		ibv_wr_rdma_read(c->qpx, s->rkey, s->raddr);
+	if (s->length != 0)
+		ibv_wr_set_sge(c->qpx, s->lkey, s->local, s->length);
+	else
+		ibv_wr_set_sge_list(c->qpx, 0, NULL); /* mlx5 reads a 0-byte SGE as 2 GiB */
+}
+
+/* ibv_wr_complete() for the WRs [first, last]; on failure none of them reached the NIC. */
+static void wr_complete(struct kvl_verbs_conn *c, uint64_t first, uint64_t last, unsigned nic,
+			unsigned sig)
+{
+	int rc = ibv_wr_complete(c->qpx);
+
+	c->stats.posts++;
+	if (rc == 0) {
+		c->nic_end = last + 1;
+		c->stats.posted += nic;
+		c->stats.signaled += sig;
+		return;
+	}
+	/* The whole posting was dropped (QP not in RTS, a WR the provider refused). */
+	for (uint64_t q = first; q <= last; q++) {
+		struct slot *s = &c->ring[q & c->mask];
+
+		if (s->nic) {
+			s->nic = false;
+			s->status = KVL_ERR_CONN_LOST;
+		}
+	}
+	c->since_sig = 0;
+}
+
+/*
+ * Hand the taken requests [from, post_seq) to the QP in one ibv_wr_start/complete: one
+ * doorbell, one signaled WR every signal_every and always the newest. Those below nic_end
+ * went to the NIC before (a resync's replay): counted as replayed.
+ */
+static void post_range(struct kvl_verbs_conn *c, uint64_t from)
+{
+	uint64_t first = 0, last = 0, old_end = c->nic_end;
+	unsigned nic = 0, sig = 0;
+	bool any = false;
+
+	for (uint64_t q = from; q != c->post_seq; q++)
+		if (c->ring[q & c->mask].nic) {
+			last = q;
+			any = true;
+		}
+	if (!any) {
+		finish_refused(c);
+		return;
+	}
+	for (uint64_t q = from; q <= last; q++) {
+		bool signaled;
+
+		if (!c->ring[q & c->mask].nic)
+			continue;
+		if (nic++ == 0) {
+			ibv_wr_start(c->qpx);
+			first = q;
+		}
+		signaled = ++c->since_sig >= c->signal_every || q == last;
+		if (signaled) {
+			c->since_sig = 0;
+			sig++;
+		}
+		if (q < old_end)
+			c->stats.replayed++;
+		wr_one(c, q, signaled);
+	}
+	wr_complete(c, first, last, nic, sig);
+	finish_refused(c);
+}
+
+/* Post again what the last incarnation flushed, and what was taken meanwhile. */
+static void replay(struct kvl_verbs_conn *c)
+{
+	post_range(c, c->done_seq);
+}
+
+/* Both ends agreed: restart at the fresh PSNs, post again what was flushed. */
+static void restart(struct kvl_verbs_conn *c, uint32_t local_psn, uint32_t remote_psn)
+{
+	c->local.psn = local_psn;
+	c->remote.psn = remote_psn;
+	c->phase = PH_RUN;
+	c->resp_pending = false;
 	if (qp_start(c, NULL, 0) != 0) {
-		c->broken = KVL_ERR_CONN_LOST;
+		kvl_verbs_fail_all(c, KVL_ERR_CONN_LOST);
 		return;
 	}
 	c->stats.recoveries++;
+	replay(c);
+}
+
+/* Our end restarts in the peer's place when the tie says so: the lower (GID, QPN) yields,
+ * so two REQs that cross resolve to one REQ and one ACK. */
+static bool we_yield(const struct kvl_verbs_conn *c)
+{
+	int r = memcmp(c->local.gid, c->remote.gid, sizeof(c->local.gid));
+
+	return r < 0 || (r == 0 && c->local.qpn < c->remote.qpn);
+}
+
+static void answer(struct kvl_verbs_conn *c, uint32_t my_psn, uint32_t their_psn)
+{
+	c->ack_due = true;
+	c->ack_psn = my_psn;
+	c->ack_echo = their_psn;
+	c->answered = true;
+	c->stats.resync_answered++;
+	restart(c, my_psn, their_psn);
 }
 
 unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
@@ -1165,13 +1326,141 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 
 	if (c == NULL)
 		return 0;
+	kvl_verbs_flush(c);
 	work = poll_cq(c);
 	/* After ibv_end_poll: a reset cleans the CQ, which must not happen inside a poll. */
-	if (c->recovering && c->done_seq >= c->nic_end) {
-		recover(c);
+	if (c->phase == PH_DRAIN && c->flush_end >= c->nic_end) {
+		if (c->resp_pending) {
+			answer(c, random_psn(), c->peer_new_psn);
+		} else {
+			c->phase = PH_WAIT;
+			c->my_new_psn = random_psn();
+			c->next_req_ns = 0;
+			c->wait_deadline = now_ns() + c->resync_timeout_ns;
+			c->stats.resyncs++;
+		}
+		work++;
+	} else if (c->phase == PH_WAIT && now_ns() > c->wait_deadline) {
+		/* The peer never answered: bounded, like any other failure. */
+		c->stats.resync_timeouts++;
+		kvl_verbs_fail_all(c, KVL_ERR_CONN_LOST);
 		work++;
 	}
 	return work;
+}
+
+int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m)
+{
+	uint64_t t;
+
+	if (c->ack_due) {
+		c->ack_due = false;
+		*m = (struct kvl_resync){ KVL_RESYNC_ACK, c->ack_psn, c->ack_echo };
+		return 1;
+	}
+	if (c->phase != PH_WAIT || c->broken)
+		return 0;
+	t = now_ns();
+	if (t < c->next_req_ns)
+		return 0;
+	/* Again every RESYNC_RESEND_NS until answered: a message lost with a control
+	 * connection that was replaced must not leave both ends waiting. */
+	c->next_req_ns = t + RESYNC_RESEND_NS;
+	*m = (struct kvl_resync){ KVL_RESYNC_REQ, c->my_new_psn, 0 };
+	return 1;
+}
+
+int kvl_verbs_event_fd(const struct kvl_verbs_conn *c)
+{
+	return c->ch != NULL ? c->ch->fd : -1;
+}
+
+int kvl_verbs_arm(struct kvl_verbs_conn *c)
+{
+	int rc;
+
+	if (c->ch == NULL)
+		return -ENOTSUP;
+	if (c->armed)
+		return 0;
+	rc = ibv_req_notify_cq(c->cq, 0);
+	if (rc != 0)
+		return -(rc > 0 ? rc : EIO);
+	c->armed = true;
+	c->stats.arms++;
+	return 0;
+}
+
+unsigned kvl_verbs_take_events(struct kvl_verbs_conn *c)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+	unsigned n = 0;
+
+	if (c->ch == NULL)
+		return 0;
+	while (ibv_get_cq_event(c->ch, &cq, &ctx) == 0)
+		n++;
+	if (n != 0) {
+		ibv_ack_cq_events(c->cq, n);
+		c->armed = false;
+		c->stats.cq_events += n;
+	}
+	return n;
+}
+
+void kvl_verbs_set_resync_timeout(struct kvl_verbs_conn *c, unsigned ms)
+{
+	c->resync_timeout_ns = (uint64_t)(ms ? ms : 1) * 1000 * 1000;
+}
+
+void kvl_verbs_resync_in(struct kvl_verbs_conn *c, const struct kvl_resync *m)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	if (!c->connected || c->broken || m->psn > 0xffffff) {
+		c->stats.resync_ignored++;
+		return;
+	}
+	if (m->kind == KVL_RESYNC_ACK) {
+		if (c->phase == PH_WAIT && m->echo == c->my_new_psn)
+			restart(c, c->my_new_psn, m->psn);
+		else
+			c->stats.resync_ignored++; /* a repeat, or for a REQ we gave up */
+		return;
+	}
+	if (m->kind != KVL_RESYNC_REQ) {
+		c->stats.resync_ignored++;
+		return;
+	}
+	switch (c->phase) {
+	case PH_RUN:
+		if (c->answered && m->psn == c->remote.psn) {
+			/* We restarted for this REQ already and our ACK got lost: say it again. */
+			c->ack_due = true;
+			return;
+		}
+		/* The peer's QP went down (our access error, its port): ours must restart too. */
+		(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+		start_drain(c);
+		c->resp_pending = true;
+		c->peer_new_psn = m->psn;
+		return;
+	case PH_DRAIN:
+		if (c->resp_pending || we_yield(c)) {
+			c->resp_pending = true;
+			c->peer_new_psn = m->psn;
+		} else {
+			c->stats.resync_ignored++; /* ours will come, and the peer yields to it */
+		}
+		return;
+	case PH_WAIT:
+		if (we_yield(c))
+			answer(c, c->my_new_psn, m->psn);
+		else
+			c->stats.resync_ignored++;
+		return;
+	}
 }
 
 unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
@@ -1204,8 +1493,9 @@ void kvl_verbs_fail_all(struct kvl_verbs_conn *c, int status)
 	 * writes are stale by sequence number and dropped by progress. */
 	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	c->broken = status;
-	c->recovering = false;
-	c->err_cause = 0;
+	c->phase = PH_RUN;
+	c->resp_pending = false;
+	c->ack_due = false;
 	finish_until(c, c->post_seq, status);
 	c->nic_end = c->post_seq;
 }
@@ -1283,84 +1573,45 @@ static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint32_t *lke
 	return st;
 }
 
-unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
 {
-	uint64_t room, first = 0, last_seq = 0, raddr = 0;
-	uint32_t lkey, rkey = 0;
-	unsigned last_nic = n, nic = 0, sig = 0;
+	uint64_t room, raddr = 0;
+	uint32_t lkey = 0, rkey = 0;
 
-	/* In error, waiting for the last flush: taking more would only feed it the flush. */
-	if (c->recovering)
+	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
+	if (c->phase != PH_RUN)
 		return 0;
 	room = c->depth - (c->post_seq - c->reap_seq);
 	if (n > room)
 		n = (unsigned)room;
-	/* The newest WR of the post must be signaled: find it first (usually the last one). */
-	for (unsigned i = n; i-- > 0;) {
-		if (check(c, &wr[i], &lkey, &raddr, &rkey) == KVL_OK) {
-			last_nic = i;
-			break;
-		}
-	}
 	for (unsigned i = 0; i < n; i++) {
-		struct slot *s = &c->ring[c->post_seq & c->mask];
 		const struct kvl_wr *w = &wr[i];
 		int st = check(c, w, &lkey, &raddr, &rkey);
-		bool signaled;
 
-		s->wr_id = w->wr_id;
-		s->length = w->length;
-		s->op = w->op;
-		s->nic = st == KVL_OK;
-		s->status = st;
-		if (st != KVL_OK) {
-			c->post_seq++;
-			continue;
-		}
-		if (nic++ == 0) {
-			ibv_wr_start(c->qpx);
-			first = c->post_seq;
-		}
-		signaled = ++c->since_sig >= c->signal_every || i == last_nic;
-		if (signaled) {
-			c->since_sig = 0;
-			sig++;
-		}
-		c->qpx->wr_id = c->post_seq;
-		c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
-		if (w->op == KVL_OP_WRITE)
-			ibv_wr_rdma_write(c->qpx, rkey, raddr);
-		else
-			ibv_wr_rdma_read(c->qpx, rkey, raddr);
-		if (w->length != 0)
-			ibv_wr_set_sge(c->qpx, lkey, (uintptr_t)w->local, w->length);
-		else
-			ibv_wr_set_sge_list(c->qpx, 0, NULL); /* mlx5 reads a 0-byte SGE as 2 GiB */
-		last_seq = c->post_seq++;
-	}
-	if (nic != 0) {
-		int rc = ibv_wr_complete(c->qpx);
-
-		c->stats.posts++;
-		if (rc == 0) {
-			c->nic_end = last_seq + 1;
-			c->stats.posted += nic;
-			c->stats.signaled += sig;
-		} else {
-			/* The whole posting was dropped (QP not in RTS, a WR the provider refused):
-			 * none of it reached the NIC. */
-			for (uint64_t q = first; q <= last_seq; q++) {
-				struct slot *s = &c->ring[q & c->mask];
-
-				if (s->nic) {
-					s->nic = false;
-					s->status = KVL_ERR_CONN_LOST;
-				}
-			}
-			c->since_sig = 0;
-		}
+		c->ring[c->post_seq++ & c->mask] = (struct slot){ .wr_id = w->wr_id,
+								  .local = (uintptr_t)w->local,
+								  .raddr = raddr,
+								  .length = w->length,
+								  .lkey = lkey,
+								  .rkey = rkey,
+								  .op = w->op,
+								  .nic = st == KVL_OK,
+								  .status = st };
 	}
 	finish_refused(c);
+	return n;
+}
+
+void kvl_verbs_flush(struct kvl_verbs_conn *c)
+{
+	if (c->phase == PH_RUN && !c->broken && c->post_seq != c->nic_end)
+		post_range(c, c->nic_end > c->done_seq ? c->nic_end : c->done_seq);
+}
+
+unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	n = kvl_verbs_enqueue(c, wr, n);
+	kvl_verbs_flush(c);
 	return n;
 }
 

@@ -94,6 +94,11 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 int kvl_verbs_conn_connect(struct kvl_verbs_conn *c, const struct kvl_verbs_addr *remote, char *err,
 			   size_t errlen);
 
+/* Both ends' addresses as they stand (a resync moves the PSNs on; the remote is zero
+ * before connect). Either pointer may be NULL. */
+void kvl_verbs_conn_addrs(const struct kvl_verbs_conn *c, struct kvl_verbs_addr *local,
+			  struct kvl_verbs_addr *remote);
+
 /* The peer's segments (copied): what kvl_verbs_post() checks and addresses against. */
 int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *s, unsigned n);
 
@@ -106,11 +111,45 @@ int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *
  */
 unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
 
-/* Poll the CQ. An error completion becomes a typed status on its request (remote access
- * error -> KVL_ERR_ACCESS, retry exceeded -> KVL_ERR_CONN_LOST, ...) and a counter; the QP,
- * now in the error state, is flushed and brought back (reset, init, rtr, rts towards the same
- * remote) so later requests run. Returns the work done. */
+/*
+ * The same in two halves, for an lcore that takes requests one at a time: enqueue checks
+ * and keeps them (refused ones complete at once); flush hands all kept so far to the QP as
+ * one batch, one doorbell, selectively signaled. kvl_verbs_progress() flushes first.
+ */
+unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+void kvl_verbs_flush(struct kvl_verbs_conn *c);
+
+/*
+ * Poll the CQ. An error completion becomes a typed status on its request alone (remote
+ * access error -> KVL_ERR_ACCESS, retry exceeded -> KVL_ERR_CONN_LOST, ...) and a counter.
+ * The QP, now in error, flushes the requests behind it; they are kept, not failed. Then both
+ * ends of the connection resync (below): each restarts its QP at a fresh PSN and the flushed
+ * requests are posted again. Returns the work done.
+ */
 unsigned kvl_verbs_progress(struct kvl_verbs_conn *c);
+
+/*
+ * Resync, carried by the control path (the messages are struct kvl_resync, xport.h). After
+ * an error, once its QP has flushed everything, a side sends REQ with its fresh PSN, every
+ * 100 ms until answered; the peer takes its own QP through ERR, restarts towards that PSN
+ * and sends ACK with its own fresh PSN; the first side restarts on the ACK. If REQs cross,
+ * the side with the lower (GID, QPN) answers. No ACK within the timeout (5 s unless set):
+ * every request fails KVL_ERR_CONN_LOST, as with kvl_verbs_fail_all().
+ * resync_out: 1 and the message to send now, or 0. resync_in: what the peer sent.
+ */
+int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m);
+void kvl_verbs_resync_in(struct kvl_verbs_conn *c, const struct kvl_resync *m);
+void kvl_verbs_set_resync_timeout(struct kvl_verbs_conn *c, unsigned ms);
+
+/*
+ * Sleeping until completions come (hybrid idle mode): the completion channel's fd (-1 when
+ * the device gave none), arm the CQ (one event for the next CQE: after arming, progress once
+ * more before sleeping, for a CQE that came in between), and take the events that came
+ * (never blocks; they are acked, as destroying the CQ requires).
+ */
+int kvl_verbs_event_fd(const struct kvl_verbs_conn *c);
+int kvl_verbs_arm(struct kvl_verbs_conn *c);
+unsigned kvl_verbs_take_events(struct kvl_verbs_conn *c);
 
 /* Take up to @max completions, in posting order. */
 unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max);
@@ -130,8 +169,12 @@ struct kvl_verbs_stats {
 	uint64_t posts; /* ibv_wr_complete calls */
 	uint64_t bytes_written, bytes_read;
 	uint64_t failed[KVL_STATUS_COUNT];
-	uint64_t recoveries;	 /* QP brought back from the error state */
-	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
+	uint64_t recoveries; /* QP brought back from the error state (resyncs completed) */
+	uint64_t resyncs;    /* resyncs this side asked for (REQ) */
+	uint64_t resync_answered, resync_ignored, resync_timeouts;
+	uint64_t replayed;	  /* WRs posted again after a resync */
+	uint64_t arms, cq_events; /* hybrid idle: CQ armed, completion events taken */
+	uint64_t cq_polls, cqes;  /* to see what selective signaling saves */
 	/* The last error CQE as the provider reported it (its status mapping merges some):
 	 * enum ibv_wc_status (0: none yet) and the vendor syndrome. */
 	uint64_t last_wc_status, last_vendor_err;

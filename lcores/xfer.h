@@ -30,6 +30,21 @@ struct kvl_wc {
 	int32_t status; /* enum kvl_status */
 };
 
+/*
+ * A connection-level message a transport needs carried to the peer over the control path
+ * (the RDMA transports' QP resync after an error: see verbs.h).
+ */
+enum kvl_resync_kind {
+	KVL_RESYNC_REQ = 1, /* restart yours; mine restarts at @psn */
+	KVL_RESYNC_ACK = 2, /* restarted at @psn, for the REQ that offered @echo */
+};
+
+struct kvl_resync {
+	uint32_t kind; /* enum kvl_resync_kind */
+	uint32_t psn;
+	uint32_t echo;
+};
+
 /* ---- local segments: what peers may read and write here ---- */
 
 #define KVL_MAX_SEGS 64

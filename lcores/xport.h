@@ -22,6 +22,17 @@ struct kvl_xport_ops {
 	unsigned (*outstanding)(const void *c);
 	void (*stats)(const void *c, struct kvl_tcp_stats *out);
 	void (*free)(void *c);
+	/* Optional (NULL: the transport has none). Connection-level messages for the peer's
+	 * end, carried by the control path: resync_out gives 1 and the message to send now, or
+	 * 0; resync_in takes what the peer's end sent. */
+	int (*resync_out)(void *c, struct kvl_resync *m);
+	void (*resync_in)(void *c, const struct kvl_resync *m);
+	/* Optional: sleeping on completion events (hybrid idle). event_fd: a pollable fd, or
+	 * -1; arm: ask for an event on the next completion (0, or a negative errno); take_events:
+	 * consume what came, without blocking. */
+	int (*event_fd)(const void *c);
+	int (*arm)(void *c);
+	unsigned (*take_events)(void *c);
 };
 
 struct kvl_xconn {

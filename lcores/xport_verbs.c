@@ -11,7 +11,8 @@
 
 static int verbs_post(void *c, const struct kvl_wr *wr)
 {
-	return kvl_verbs_post(c, wr, 1) == 1 ? 0 : -EAGAIN;
+	/* kept, and handed to the QP as one batch by the next progress (one doorbell) */
+	return kvl_verbs_enqueue(c, wr, 1) == 1 ? 0 : -EAGAIN;
 }
 
 static unsigned verbs_progress(void *c)
@@ -54,6 +55,8 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_cqes = v->cqes;
 	out->qp_posts = v->posts;
 	out->qp_recoveries = v->recoveries;
+	out->qp_resyncs = v->resyncs;
+	out->qp_replayed = v->replayed;
 	out->qp_outstanding = kvl_verbs_outstanding(c);
 	out->qp_last_wc_status = v->last_wc_status;
 	out->qp_last_vendor_err = v->last_vendor_err;
@@ -62,6 +65,31 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 static void verbs_free(void *c)
 {
 	kvl_verbs_conn_free(c);
+}
+
+static int verbs_resync_out(void *c, struct kvl_resync *m)
+{
+	return kvl_verbs_resync_out(c, m);
+}
+
+static int verbs_event_fd(const void *c)
+{
+	return kvl_verbs_event_fd(c);
+}
+
+static int verbs_arm(void *c)
+{
+	return kvl_verbs_arm(c);
+}
+
+static unsigned verbs_take_events(void *c)
+{
+	return kvl_verbs_take_events(c);
+}
+
+static void verbs_resync_in(void *c, const struct kvl_resync *m)
+{
+	kvl_verbs_resync_in(c, m);
 }
 
 const struct kvl_xport_ops kvl_xport_verbs = {
@@ -74,4 +102,9 @@ const struct kvl_xport_ops kvl_xport_verbs = {
 	.outstanding = verbs_outstanding,
 	.stats = verbs_stats,
 	.free = verbs_free,
+	.resync_out = verbs_resync_out,
+	.resync_in = verbs_resync_in,
+	.event_fd = verbs_event_fd,
+	.arm = verbs_arm,
+	.take_events = verbs_take_events,
 };

@@ -327,6 +327,7 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
 	struct kvl_peer_conn conn[KVL_PEER_MAX_CONNS];
 	uint32_t n_conns, rr;
+	bool kicked[KVL_MAX_NICS] = { false };
 	unsigned i;
 
 	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
@@ -358,7 +359,11 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 
 		if (rte_ring_mp_enqueue_elem(rt->io[c->nic]->sub, &sub, sizeof(sub)) != 0)
 			break; /* full: the caller posts the rest later */
+		kicked[c->nic] = true;
 	}
+	for (unsigned k = 0; k < rt->cfg.n_nics; k++)
+		if (kicked[k])
+			kvl_nic_io_kick(rt->io[k]); /* a sleeping lcore (hybrid idle) wakes */
 	return (int)i;
 }
 

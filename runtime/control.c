@@ -109,6 +109,13 @@ struct kvl_control {
 	struct pconn pc[MAX_PENDING];
 	bool slot_used[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
 	uint32_t slot_gen[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	/* RDMA slots: the QPs at both ends, which name the connection in QP_RESYNC */
+	uint32_t slot_lqpn[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	uint32_t slot_rqpn[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	uint64_t resync_unroutable; /* QP_RESYNC for no connection of that peer's */
+	/* Fault injection for tests (KVLANE_TEST_BAD_RKEY): segments advertised with a wrong
+	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
+	char bad_rkey[256];
 	uint64_t auth_failures;
 	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
 	uint64_t warn_ns, warn_suppressed;
@@ -459,10 +466,13 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 	else if (pub->state >= KVL_PEER_EXCHANGE || pub->initiator || warn_ok(c))
 		KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
 			pub->name, pub->fail_msg);
-	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
-		if (c->rt->io[n])
-			while (rte_ring_enqueue_elem(c->rt->io[n]->cmd, &cmd, sizeof(cmd)) != 0)
-				sched_yield(); /* the lcore drains it every iteration */
+	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++) {
+		if (c->rt->io[n] == NULL)
+			continue;
+		while (rte_ring_enqueue_elem(c->rt->io[n]->cmd, &cmd, sizeof(cmd)) != 0)
+			sched_yield();
+		kvl_nic_io_kick(c->rt->io[n]);
+	}
 	for (unsigned i = 0; i < MAX_PENDING; i++) {
 		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p) {
 			close(c->pc[i].fd);
@@ -587,6 +597,7 @@ static int give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct
 				 .x = x };
 	while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
 		sched_yield();
+	kvl_nic_io_kick(c->rt->io[nic]);
 	rte_spinlock_lock(&pub->lock);
 	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)nic,
 							    .slot = (uint16_t)slot,
@@ -597,7 +608,7 @@ static int give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct
 		if (c->peer[p].bound_conns == c->peer[p].want_conns)
 			set_state(c, p, KVL_PEER_READY);
 	}
-	return 0;
+	return (int)slot;
 }
 
 /* A bound TCP data connection: its fd now belongs to the transport, then the lcore. */
@@ -640,6 +651,21 @@ static bool is_rdma(const struct kvl_runtime *rt, unsigned nic)
 	return rt->vdev[nic] != NULL;
 }
 
+/* @name is an item of the comma-separated @list. */
+static bool listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; n && *p;) {
+		const char *e = strchrnul(p, ',');
+
+		if ((size_t)(e - p) == n && memcmp(p, name, n) == 0)
+			return true;
+		p = *e ? e + 1 : e;
+	}
+	return false;
+}
+
 /* RKEYS for each of our RDMA NICs: where every segment is, and its rkey there. */
 static void send_rkeys(struct kvl_control *c, uint32_t p)
 {
@@ -660,6 +686,8 @@ static void send_rkeys(struct kvl_control *c, uint32_t p)
 				continue;
 			m->u.rkeys.key[m->u.rkeys.n].seg_id = i + 1;
 			m->u.rkeys.key[m->u.rkeys.n].rkey = rt->segmeta[i].rkey[n];
+			if (listed(c->bad_rkey, rt->segmeta[i].desc.name))
+				m->u.rkeys.key[m->u.rkeys.n].rkey ^= 0x5a; /* the key byte */
 			m->u.rkeys.key[m->u.rkeys.n].addr = (uintptr_t)rt->segs.seg[i].base;
 			m->u.rkeys.n++;
 		}
@@ -745,7 +773,9 @@ static void verbs_finish(struct kvl_control *c, uint32_t p, unsigned nic, struct
 	struct kvl_verbs_rseg rs[KVL_CTRL_MAX_SEGS];
 	struct kvl_verbs_addr ra;
 	char err[KVL_VERBS_ERR_LEN];
+	struct kvl_verbs_addr la;
 	unsigned n;
+	int slot;
 
 	msg_to_addr(m, &ra);
 	if (kvl_verbs_conn_connect(vc, &ra, err, sizeof(err)) < 0) {
@@ -761,7 +791,58 @@ static void verbs_finish(struct kvl_control *c, uint32_t p, unsigned nic, struct
 	}
 	n = remote_segs(c, p, m->u.qp_info.nic, rs);
 	kvl_verbs_set_remote(vc, rs, n);
-	give_to_lcore(c, p, nic, (struct kvl_xconn){ .ops = &kvl_xport_verbs, .c = vc });
+	kvl_verbs_set_resync_timeout(vc, c->rt->cfg.control.peer_timeout_ms);
+	kvl_verbs_conn_addrs(vc, &la, &ra);
+	slot = give_to_lcore(c, p, nic, (struct kvl_xconn){ .ops = &kvl_xport_verbs, .c = vc });
+	if (slot >= 0) {
+		c->slot_lqpn[nic][slot] = la.qpn;
+		c->slot_rqpn[nic][slot] = ra.qpn;
+	}
+}
+
+/* lcore -> peer: a resync message of the connection in @slot of @nic. */
+static void resync_send(struct kvl_control *c, unsigned nic, const struct kvl_levt *ev)
+{
+	struct kvl_ctrl_msg m = { .type = KVL_CTRL_QP_RESYNC };
+
+	if (ev->peer >= KVL_MAX_PEERS_RT || !c->slot_used[nic][ev->slot])
+		return;
+	m.u.qp_resync.kind = ev->rs.kind;
+	m.u.qp_resync.dst_qpn = c->slot_rqpn[nic][ev->slot];
+	m.u.qp_resync.src_qpn = c->slot_lqpn[nic][ev->slot];
+	m.u.qp_resync.psn = ev->rs.psn;
+	m.u.qp_resync.echo = ev->rs.echo;
+	send_msg(c, ev->peer, &m);
+}
+
+/* peer -> lcore: find the connection by its two QPNs among this peer's own. */
+static void on_qp_resync(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m)
+{
+	struct kvl_peer_pub *pub = &c->pub[p];
+	struct kvl_lcmd cmd = { .type = KVL_LCMD_RESYNC, .peer = p };
+	unsigned nic = 0;
+	bool found = false;
+
+	rte_spinlock_lock(&pub->lock);
+	for (uint32_t i = 0; i < pub->n_conns && !found; i++) {
+		nic = pub->conn[i].nic;
+		cmd.slot = pub->conn[i].slot;
+		cmd.gen = pub->conn[i].gen;
+		found = is_rdma(c->rt, nic) &&
+			c->slot_lqpn[nic][cmd.slot] == m->u.qp_resync.dst_qpn &&
+			c->slot_rqpn[nic][cmd.slot] == m->u.qp_resync.src_qpn;
+	}
+	rte_spinlock_unlock(&pub->lock);
+	if (!found) {
+		/* A connection closed meanwhile: nothing to restart. */
+		__atomic_fetch_add(&c->resync_unroutable, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	cmd.rs =
+		(struct kvl_resync){ m->u.qp_resync.kind, m->u.qp_resync.psn, m->u.qp_resync.echo };
+	while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
+		sched_yield();
+	kvl_nic_io_kick(c->rt->io[nic]);
 }
 
 /* Server: a client's RDMA connection. Use our RDMA NIC of the same label, else the first. */
@@ -1041,6 +1122,9 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 			peer_fail(c, p, KVL_ERR_PROTOCOL, "QP_INFO in state %s",
 				  kvl_peer_state_name(st));
 		break;
+	case KVL_CTRL_QP_RESYNC:
+		on_qp_resync(c, p, m);
+		break;
 	case KVL_CTRL_HEARTBEAT:
 		out.type = KVL_CTRL_HEARTBEAT_ACK;
 		out.u.heartbeat = m->u.heartbeat;
@@ -1244,7 +1328,13 @@ static void take_lcore_events(struct kvl_control *c)
 		while (rte_ring_dequeue_elem(rt->io[n]->evt, &ev, sizeof(ev)) == 0) {
 			struct kvl_peer_pub *pub;
 
-			if (ev.type != KVL_LEVT_CONN_CLOSED || ev.slot >= KVL_SLOTS_PER_LCORE)
+			if (ev.slot >= KVL_SLOTS_PER_LCORE)
+				continue;
+			if (ev.type == KVL_LEVT_RESYNC) {
+				resync_send(c, n, &ev);
+				continue;
+			}
+			if (ev.type != KVL_LEVT_CONN_CLOSED)
 				continue;
 			c->slot_used[n][ev.slot] = false;
 			if (ev.peer >= KVL_MAX_PEERS_RT)
@@ -1602,6 +1692,13 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		rc = kvl_secret_load(cc->secret_file, &c->secret, &warn, err, errlen);
 	if (rc == 0 && warn)
 		KVL_LOG(WARNING, "%s", err);
+	if (getenv("KVLANE_TEST_BAD_RKEY") != NULL) {
+		snprintf(c->bad_rkey, sizeof(c->bad_rkey), "%s", getenv("KVLANE_TEST_BAD_RKEY"));
+		KVL_LOG(WARNING,
+			"test fault injection: segment(s) \"%s\" are advertised to peers with a "
+			"wrong rkey (KVLANE_TEST_BAD_RKEY); never set it outside tests",
+			c->bad_rkey);
+	}
 	if (rc == 0)
 		rc = resolve(cc->listen, &ss, &sl, err, errlen);
 	if (rc == 0) {

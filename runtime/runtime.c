@@ -143,6 +143,9 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 		return rc;
 	}
 	rt->io[i] = io;
+	/* hybrid idle: sleep on the NIC's completion channels and kicks, not a blind nap */
+	rt->nic_lcore[i]->sleep = kvl_nic_io_sleep;
+	rt->nic_lcore[i]->sleep_arg = io;
 	if (rt->nic_info[i].transport == KVL_TRANSPORT_TCP)
 		kvl_lcore_add_stage(rt->nic_lcore[i], "tcp", kvl_nic_io_stage, io);
 	else

@@ -201,6 +201,17 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	put_str(k, "busy_pct", pct);
 	put_u64(k, "work", s.work);
 	put_u64(k, "naps", s.naps);
+	/* hybrid idle: sleeps in epoll, and what ended them */
+	{
+		const struct kvl_nic_io *io = lc ? rt->io[lc->nic] : NULL;
+		struct kvl_nic_io_sleep_stats z = { 0 };
+		const struct kvl_nic_io_sleep_stats *sl = io ? &io->sleep : &z;
+
+		put_u64(k, "sleeps", __atomic_load_n(&sl->sleeps, __ATOMIC_RELAXED));
+		put_u64(k, "wake_cq", __atomic_load_n(&sl->wake_cq, __ATOMIC_RELAXED));
+		put_u64(k, "wake_kick", __atomic_load_n(&sl->wake_kick, __ATOMIC_RELAXED));
+		put_u64(k, "wake_timeout", __atomic_load_n(&sl->wake_timeout, __ATOMIC_RELAXED));
+	}
 }
 
 /* Every lcore EAL gave us (main, one per NIC, any unused), in column form. */
@@ -430,6 +441,8 @@ static void stats_transport(struct rte_tel_data *d, const char *tr, const struct
 		U(qp_cqes);
 		U(qp_posts);
 		U(qp_recoveries);
+		U(qp_resyncs);
+		U(qp_replayed);
 	}
 #undef U
 	for (int s = 1; s < KVL_STATUS_COUNT; s++) {
@@ -516,6 +529,9 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 			put_u64(&k, "errors", errors);
 			put_u64(&k, "recoveries",
 				__atomic_load_n(&st->qp_recoveries, __ATOMIC_RELAXED));
+			put_u64(&k, "resyncs", __atomic_load_n(&st->qp_resyncs, __ATOMIC_RELAXED));
+			put_u64(&k, "replayed",
+				__atomic_load_n(&st->qp_replayed, __ATOMIC_RELAXED));
 			put_u64(&k, "outstanding",
 				__atomic_load_n(&st->qp_outstanding, __ATOMIC_RELAXED));
 			put_u64(&k, "bytes_written",
@@ -534,38 +550,41 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 }
 
 /* Registered before EAL starts its telemetry thread, as DPDK's own libraries do. */
+/* DPDK refuses a help text of RTE_TEL_MAX_STRING_LEN bytes or more, and the command is then
+ * simply missing: check the length when building. */
+#define REGISTER(cmd, fn, help)                                        \
+	do {                                                           \
+		_Static_assert(sizeof(help) <= RTE_TEL_MAX_STRING_LEN, \
+			       "help of " cmd " too long for DPDK");   \
+		rte_telemetry_register_cmd(cmd, fn, help);             \
+	} while (0)
+
 RTE_INIT(kvl_telemetry_register)
 {
-	rte_telemetry_register_cmd("/kvlane/info", tel_info,
-				   "kvlane version, name, pid, uptime, config file. No parameters");
-	rte_telemetry_register_cmd("/kvlane/config", tel_config,
-				   "Effective configuration as section/key: value. "
-				   "Parameter: a section name (optional)");
-	rte_telemetry_register_cmd("/kvlane/lcores", tel_lcores,
-				   "All lcores in column form: lcore, cpu, socket, role, nic, "
-				   "loop_iterations, busy_pct, ... No parameters");
-	rte_telemetry_register_cmd("/kvlane/lcore", tel_lcore,
-				   "One lcore's row of /kvlane/lcores. Parameter: lcore id");
-	rte_telemetry_register_cmd(
-		"/kvlane/nics", tel_nics,
-		"All NICs in column form: nic, device, port, transport, numa_node, "
-		"lcore, ... No parameters");
-	rte_telemetry_register_cmd(
-		"/kvlane/gpu", tel_gpu,
-		"Staging budget (free VRAM - reserve, or [sched] budget_mb) and the "
-		"GPU it is sampled from. No parameters");
-	rte_telemetry_register_cmd(
-		"/kvlane/peers", tel_peers,
-		"Peers in column form: addr, name, state, role, last_heartbeat_ms, "
-		"rtt_us, data_conns, bytes each way, failure. No parameters");
-	rte_telemetry_register_cmd(
-		"/kvlane/stats", tel_stats,
-		"Transfer counters per transport since start: ops, bytes, errors "
-		"by type. No parameters");
-	rte_telemetry_register_cmd(
-		"/kvlane/qps", tel_qps,
-		"RDMA queue pairs in column form: nic, slot, peer, posted, "
-		"signaled, cqes, errors, recoveries, outstanding. No parameters");
-	rte_telemetry_register_cmd("/kvlane/nic", tel_nic,
-				   "One NIC's row of /kvlane/nics. Parameter: NIC label");
+	REGISTER("/kvlane/info", tel_info,
+		 "kvlane version, name, pid, uptime, config file. No parameters");
+	REGISTER("/kvlane/config", tel_config,
+		 "Effective configuration as section/key: value. "
+		 "Parameter: a section name (optional)");
+	REGISTER("/kvlane/lcores", tel_lcores,
+		 "All lcores in column form: lcore, cpu, socket, role, nic, "
+		 "loop_iterations, busy_pct, ... No parameters");
+	REGISTER("/kvlane/lcore", tel_lcore,
+		 "One lcore's row of /kvlane/lcores. Parameter: lcore id");
+	REGISTER("/kvlane/nics", tel_nics,
+		 "All NICs in column form: nic, device, port, transport, numa_node, "
+		 "lcore, ... No parameters");
+	REGISTER("/kvlane/gpu", tel_gpu,
+		 "Staging budget (free VRAM - reserve, or [sched] budget_mb) and the "
+		 "GPU it is sampled from. No parameters");
+	REGISTER("/kvlane/peers", tel_peers,
+		 "Peers in column form: addr, name, state, role, last_heartbeat_ms, "
+		 "rtt_us, data_conns, bytes each way, failure. No parameters");
+	REGISTER("/kvlane/stats", tel_stats,
+		 "Transfer counters per transport since start: ops, bytes, errors "
+		 "by type. No parameters");
+	REGISTER("/kvlane/qps", tel_qps,
+		 "RDMA queue pairs in column form: nic, slot, peer, posted, cqes, errors, "
+		 "recoveries, resyncs, ... No parameters");
+	REGISTER("/kvlane/nic", tel_nic, "One NIC's row of /kvlane/nics. Parameter: NIC label");
 }

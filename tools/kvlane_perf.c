@@ -71,6 +71,8 @@ struct opts {
 	bool verify, json;
 	double duration; /* 0: run ITERS */
 	const char *device;
+	int gid_index; /* -1: the INI's */
+	double linger; /* client: seconds to stay up after the run (telemetry) */
 	const char *segment;
 	uint32_t seed;
 	uint64_t seg_size;
@@ -135,6 +137,12 @@ static const char *const help[] = {
 	"  -d, --device DEV      the NIC whose device is DEV (default: the INI's first NIC).",
 	"                        Other NICs of the INI still open data connections and",
 	"                        carry transfers too",
+	"  -x, --gid-index N     RDMA: the GID index of that NIC, as perftest's -x: adds",
+	"                        --set nic.<NIC>.gid_index=N (default: the INI's, auto = the",
+	"                        RoCE v2 GID of the device's IPv4 address)",
+	"      --linger SECS     client: keep the runtime up SECS after the run, printing",
+	"                        \"kvlane-perf: lingering\" on stderr, so its telemetry",
+	"                        (/kvlane/stats, /kvlane/qps) can be read; SIGTERM ends it",
 	"      --segment NAME    the server's segment (default \"perf\"; kvlaned's is \"kv\")",
 	"      --seed N          the pattern seed of that segment (default 7, kvlane-perf "
 	"server's;",
@@ -305,11 +313,12 @@ static int add_servers(const char *arg, struct opts *o)
 /* Options that take a value. */
 static bool takes_value(const char *o)
 {
-	static const char *const v[] = { "-c",	       "--config", "--set",	 "-s",
-					 "--size",     "-n",	   "--iters",	 "-q",
-					 "--qp",       "-t",	   "--tx-depth", "--duration",
-					 "-d",	       "--device", "--segment",	 "--seed",
-					 "--seg-size", NULL };
+	static const char *const v[] = { "-c",	       "--config", "--set",	  "-s",
+					 "--size",     "-n",	   "--iters",	  "-q",
+					 "--qp",       "-t",	   "--tx-depth",  "--duration",
+					 "-d",	       "--device", "--segment",	  "--seed",
+					 "--seg-size", "-x",	   "--gid-index", "--linger",
+					 NULL };
 
 	for (unsigned i = 0; v[i]; i++)
 		if (strcmp(o, v[i]) == 0)
@@ -418,6 +427,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			dur_set = true;
 		} else if (strcmp(name, "-d") == 0 || strcmp(name, "--device") == 0) {
 			o->device = v;
+		} else if (strcmp(name, "-x") == 0 || strcmp(name, "--gid-index") == 0) {
+			if (parse_uint(v, 0, 255, &n) < 0)
+				return usage_error("%s %s: expected a GID index 0..255", name, v);
+			o->gid_index = (int)n;
+		} else if (strcmp(name, "--linger") == 0) {
+			char *end;
+
+			o->linger = strtod(v, &end);
+			if (*end != '\0' || !(o->linger > 0 && o->linger <= 3600))
+				return usage_error("--linger %s: expected seconds, above 0 and at "
+						   "most 3600",
+						   v);
+			o->client_only = o->client_only ?: "--linger";
 		} else if (strcmp(name, "--segment") == 0) {
 			if (strlen(v) > 63)
 				return usage_error("--segment %s: at most 63 characters", v);
@@ -1678,10 +1700,11 @@ int main(int argc, char **argv)
 				 .depth = DEFAULT_DEPTH,
 				 .segment = "perf",
 				 .seed = DEFAULT_SEED,
-				 .seg_size = DEFAULT_SEG };
+				 .seg_size = DEFAULT_SEG,
+				 .gid_index = -1 };
 	static struct client c;
-	const char *sets[MAX_SETS + 3];
-	char qp_set[96];
+	const char *sets[MAX_SETS + 4];
+	char qp_set[96], gid_set[96];
 	struct nic_scan nics;
 	struct kvl_start_args sa;
 	struct sigaction act;
@@ -1731,6 +1754,11 @@ int main(int argc, char **argv)
 		snprintf(qp_set, sizeof(qp_set), "nic.%s.qp_count=%u", nics.label[nic], o.qps);
 		sets[n_sets++] = qp_set;
 	}
+	if (o.gid_index >= 0) {
+		snprintf(gid_set, sizeof(gid_set), "nic.%s.gid_index=%d", nics.label[nic],
+			 o.gid_index);
+		sets[n_sets++] = gid_set;
+	}
 
 	memset(&act, 0, sizeof(act));
 	act.sa_handler = on_signal;
@@ -1759,6 +1787,15 @@ int main(int argc, char **argv)
 		c.nic_transport = nic_is_tcp(&nics, nic) ? "tcp" : "verbs";
 		c.conns = o.qps ? o.qps : nics.qp_count[nic];
 		status = run_client(&c);
+		if (o.linger > 0 && !stop_signal) {
+			uint64_t end = now_ns() + (uint64_t)(o.linger * 1e9);
+
+			fprintf(stderr,
+				"%s: lingering %.0f s (telemetry stays up; SIGTERM ends it)\n",
+				prog, o.linger);
+			while (!stop_signal && now_ns() < end)
+				usleep(20000);
+		}
 	}
 	kvl_stop(c.rt);
 	return status;

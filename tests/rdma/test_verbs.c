@@ -118,6 +118,48 @@ static struct kvl_wr mkwr(uint8_t op, void *local, uint32_t seg, uint64_t off, u
 				.op = op };
 }
 
+/* Resync messages between the two ends, as the control path carries them; off: held back. */
+static bool carry_resync = true;
+static unsigned resync_msgs;
+
+static unsigned shuttle(struct kvl_verbs_conn *from, struct kvl_verbs_conn *to)
+{
+	struct kvl_resync m;
+	unsigned n = 0;
+
+	while (carry_resync && kvl_verbs_resync_out(from, &m)) {
+		kvl_verbs_resync_in(to, &m);
+		resync_msgs++;
+		n++;
+	}
+	return n;
+}
+
+/* Connect @s towards @peer as the peer's QP stands now (resyncs move PSNs on). */
+static int reconnect(struct side *s, struct side *peer)
+{
+	struct kvl_verbs_addr a;
+	char err[ERR_LEN];
+	int rc;
+
+	kvl_verbs_conn_addrs(peer->c, &a, NULL);
+	rc = kvl_verbs_conn_connect(s->c, &a, err, sizeof(err));
+	if (rc != 0)
+		fprintf(stderr, "reconnect %s: %s\n", s->name, err);
+	return rc;
+}
+
+/* One turn of both ends: their CQs, and the resync messages between them. */
+static unsigned pump(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer)
+{
+	unsigned w = kvl_verbs_progress(c);
+
+	if (peer == NULL)
+		return w;
+	w += kvl_verbs_progress(peer);
+	return w + shuttle(c, peer) + shuttle(peer, c);
+}
+
 /* Progress @c (and @peer) until @n completions are reaped into @wc; false on timeout. */
 static bool collect(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer, struct kvl_wc *wc,
 		    unsigned n, double timeout)
@@ -126,7 +168,7 @@ static bool collect(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer, struc
 	unsigned got = 0;
 
 	while (got < n) {
-		unsigned w = kvl_verbs_progress(c) + (peer ? kvl_verbs_progress(peer) : 0);
+		unsigned w = pump(c, peer);
 		unsigned r = kvl_verbs_reap(c, wc + got, n - got);
 
 		got += r;
@@ -176,7 +218,7 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 			}
 			posted += kvl_verbs_post(s->c, w, k);
 		}
-		work = kvl_verbs_progress(s->c) + kvl_verbs_progress(peer->c);
+		work = pump(s->c, peer->c);
 		got = kvl_verbs_reap(s->c, wc, WC_MAX);
 		for (unsigned j = 0; j < got; j++, done++) {
 			if (wc[j].wr_id == id0 + done && wc[j].status == KVL_OK &&
@@ -447,62 +489,162 @@ static void write_read_verify(struct side *s, struct side *peer, uint8_t *lsrc, 
 
 /*
  * A wrong rkey: the responder refuses the access (REM_ACCESS_ERR) and, by the IB spec,
- * takes its own QP to error too. Ours is flushed, recovered by progress, and runs again once
- * the peer has restarted its side with kvl_verbs_conn_connect() and the address it holds.
+ * takes its own QP to error too. The bad request alone fails; those behind it are flushed,
+ * then posted again once both ends have resynced (REQ/ACK, fresh PSNs), and land.
  */
 static void test_bad_rkey(void)
 {
-	struct kvl_verbs_stats s0 = *kvl_verbs_stats(A.c), s1;
+	struct kvl_verbs_stats a0 = *kvl_verbs_stats(A.c), b0 = *kvl_verbs_stats(B.c), a1, b1;
 	struct kvl_wr w[] = {
 		mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 64 * KIB),
 		mkwr(KVL_OP_WRITE, A.buf + 64 * KIB, SEG_BAD_RKEY, 64 * KIB, 64 * KIB),
 		mkwr(KVL_OP_WRITE, A.buf + 128 * KIB, SEG_RW, 128 * KIB, 64 * KIB),
 		mkwr(KVL_OP_READ, A.buf + 192 * KIB, SEG_RW, 192 * KIB, 64 * KIB),
 	};
-	static const int want[] = { KVL_OK, KVL_ERR_ACCESS, KVL_ERR_ACCESS, KVL_ERR_ACCESS };
+	static const int want[] = { KVL_OK, KVL_ERR_ACCESS, KVL_OK, KVL_OK };
+	uint8_t *want_read = xalloc(64 * KIB);
 	struct kvl_wc wc[4];
-	const char *peer_state;
-	char err[ERR_LEN];
-	double t0;
+	unsigned msgs0 = resync_msgs;
 
-	kvl_test_fill_random(A.buf, 64 * KIB);
-	poison(B.buf, A.buf, 64 * KIB);
+	kvl_test_fill_random(A.buf, 192 * KIB);
+	poison(B.buf, A.buf, 192 * KIB);
+	kvl_test_fill_random(B.buf + 192 * KIB, 64 * KIB);
+	memcpy(want_read, B.buf + 192 * KIB, 64 * KIB);
+	poison(A.buf + 192 * KIB, want_read, 64 * KIB);
 	CHECK_INT(kvl_verbs_post(A.c, w, 4), 4);
 	CHECK(collect(A.c, B.c, wc, 4, PHASE_TIMEOUT));
 	for (unsigned i = 0; i < 4; i++) {
 		CHECK_INT(wc[i].wr_id, w[i].wr_id);
 		CHECK_INT(wc[i].status, want[i]);
 	}
-	/* the one before the bad rkey completed OK: its bytes are there */
+	/* before the bad one, and behind it (posted again): every byte is there */
 	CHECK_INT(first_diff(B.buf, A.buf, 64 * KIB), 64 * KIB);
-	s1 = *kvl_verbs_stats(A.c);
-	CHECK(s1.errors - s0.errors >= 1);
-	CHECK_INT(s1.failed[KVL_ERR_ACCESS] - s0.failed[KVL_ERR_ACCESS], 3);
-	CHECK_INT(s1.recoveries - s0.recoveries, 1);
+	CHECK_INT(first_diff(B.buf + 128 * KIB, A.buf + 128 * KIB, 64 * KIB), 64 * KIB);
+	CHECK_INT(first_diff(A.buf + 192 * KIB, want_read, 64 * KIB), 64 * KIB);
+	a1 = *kvl_verbs_stats(A.c);
+	b1 = *kvl_verbs_stats(B.c);
+	CHECK(a1.errors - a0.errors >= 1);
+	CHECK_INT(a1.failed[KVL_ERR_ACCESS] - a0.failed[KVL_ERR_ACCESS], 1);
+	CHECK_INT(a1.resyncs - a0.resyncs, 1);
+	CHECK_INT(a1.recoveries - a0.recoveries, 1);
+	CHECK_INT(a1.replayed - a0.replayed, 2);
+	CHECK_INT(b1.resync_answered - b0.resync_answered, 1);
+	CHECK_INT(b1.recoveries - b0.recoveries, 1);
+	CHECK_INT(resync_msgs - msgs0, 2); /* one REQ, one ACK */
 	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
-	peer_state = kvl_verbs_qp_state(B.c);
-	printf("  bad rkey: statuses ok/access/access/access, %llu error CQEs, A recovered "
-	       "(%s); the peer's QP is %s\n",
-	       (unsigned long long)(s1.errors - s0.errors), kvl_verbs_qp_state(A.c), peer_state);
-
-	if (strcmp(peer_state, "ERR") == 0) {
-		/* Before the peer restarts: our requests are retried, then fail, never lost. */
-		struct kvl_wr x = mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 4 * KIB);
-
-		t0 = now_s();
-		CHECK_INT(kvl_verbs_post(A.c, &x, 1), 1);
-		CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
-		CHECK_INT(wc[0].status, KVL_ERR_CONN_LOST);
-		CHECK_INT(kvl_verbs_stats(A.c)->recoveries - s0.recoveries, 2);
-		printf("  a write while the peer's QP is in ERR: status %d (conn-lost) after "
-		       "%.2f s of retries, A recovered again\n",
-		       wc[0].status, now_s() - t0);
-	}
-	/* The peer's part: restart its QP towards the address it already holds. */
-	CHECK_INT(kvl_verbs_conn_connect(B.c, &A.addr, err, sizeof(err)), 0);
 	CHECK_STR(kvl_verbs_qp_state(B.c), "RTS");
-	write_read_verify(&A, &B, A.buf, B.buf, 8 * MIB, MIB, "after recovery, A -> B");
-	write_read_verify(&B, &A, B.buf, A.buf, 16 * MIB, MIB, "after recovery, B -> A");
+	printf("  bad rkey: statuses ok/access/ok/ok, %llu error CQEs, %llu requests posted "
+	       "again, both QPs resynced (%s/%s) with %u messages\n",
+	       (unsigned long long)(a1.errors - a0.errors),
+	       (unsigned long long)(a1.replayed - a0.replayed), kvl_verbs_qp_state(A.c),
+	       kvl_verbs_qp_state(B.c), resync_msgs - msgs0);
+	free(want_read);
+	write_read_verify(&A, &B, A.buf, B.buf, 8 * MIB, MIB, "after resync, A -> B");
+	write_read_verify(&B, &A, B.buf, A.buf, 16 * MIB, MIB, "after resync, B -> A");
+}
+
+/*
+ * Both ends in trouble at once: B streams writes to A while A's bad rkey takes B's QP down,
+ * so B's own requests are flushed and both ends ask for a resync. Messages are held until
+ * both have asked; the tie (lower GID, QPN answers) turns the crossed REQs into one restart.
+ * Every request but the bad one ends OK, and every byte of B's stream lands.
+ */
+static void test_crossed_resync(void)
+{
+	enum { NB = 64 };
+	struct kvl_wr bw[NB], bad = mkwr(KVL_OP_WRITE, A.buf, SEG_BAD_RKEY, 0, 4 * KIB);
+	struct kvl_wc wc[NB];
+	struct kvl_verbs_stats a0 = *kvl_verbs_stats(A.c), b0 = *kvl_verbs_stats(B.c), a1, b1;
+	struct kvl_resync ra, rb;
+	uint64_t base = 32 * MIB;
+	unsigned posted = 0, got = 0, ok = 0;
+	double deadline = deadline_in(PHASE_TIMEOUT);
+	bool a_asked = false, b_asked = false;
+
+	kvl_test_fill_random(B.buf + base, NB * 256 * KIB);
+	poison(A.buf + base, B.buf + base, NB * 256 * KIB);
+	for (unsigned i = 0; i < NB; i++)
+		bw[i] = mkwr(KVL_OP_WRITE, B.buf + base + i * 256 * KIB, SEG_RW,
+			     base + i * 256 * KIB, 256 * KIB);
+	carry_resync = false;
+	posted = kvl_verbs_post(B.c, bw, NB);
+	CHECK_INT(posted, NB);
+	CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
+	/* run both ends with the control path cut until each has asked (or B finished
+	 * before A's error reached it: then only A asks) */
+	while (now_s() < deadline && !(a_asked && b_asked)) {
+		pump(A.c, B.c);
+		if (!a_asked && kvl_verbs_resync_out(A.c, &ra))
+			a_asked = true;
+		if (!b_asked && kvl_verbs_resync_out(B.c, &rb))
+			b_asked = true;
+		if (a_asked && !b_asked && kvl_verbs_outstanding(B.c) == 0)
+			break;
+		sched_yield();
+	}
+	CHECK(a_asked);
+	carry_resync = true;
+	if (a_asked)
+		kvl_verbs_resync_in(B.c, &ra);
+	if (b_asked)
+		kvl_verbs_resync_in(A.c, &rb);
+	CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
+	CHECK_INT(wc[0].wr_id, bad.wr_id);
+	CHECK_INT(wc[0].status, KVL_ERR_ACCESS);
+	while (got < NB && now_s() < deadline) {
+		unsigned r = kvl_verbs_reap(B.c, wc, NB - got);
+
+		for (unsigned i = 0; i < r; i++)
+			ok += wc[i].wr_id == bw[got + i].wr_id && wc[i].status == KVL_OK;
+		got += r;
+		if (pump(A.c, B.c) == 0 && r == 0)
+			sched_yield();
+	}
+	CHECK_INT(got, NB);
+	CHECK_INT(ok, NB);
+	CHECK_INT(first_diff(A.buf + base, B.buf + base, NB * 256 * KIB), NB * 256 * KIB);
+	a1 = *kvl_verbs_stats(A.c);
+	b1 = *kvl_verbs_stats(B.c);
+	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
+	CHECK_STR(kvl_verbs_qp_state(B.c), "RTS");
+	/* one restart each, whoever asked */
+	CHECK_INT(a1.recoveries - a0.recoveries, 1);
+	CHECK_INT(b1.recoveries - b0.recoveries, 1);
+	printf("  crossed: A asked, B %s; B's %u writes all OK (%llu posted again), every byte "
+	       "verified\n",
+	       b_asked ? "asked too (the tie decided)" : "had finished and answered", NB,
+	       (unsigned long long)(b1.replayed - b0.replayed));
+	write_read_verify(&A, &B, A.buf, B.buf, 8 * MIB, MIB, "after crossed resync, A -> B");
+}
+
+/* The peer never answers: every request fails CONN_LOST within the timeout, not later. */
+static void test_resync_timeout(void)
+{
+	struct kvl_wr w[] = {
+		mkwr(KVL_OP_WRITE, A.buf, SEG_BAD_RKEY, 0, 4 * KIB),
+		mkwr(KVL_OP_WRITE, A.buf, SEG_RW, 0, 4 * KIB),
+	};
+	struct kvl_wc wc[2];
+	double t0;
+
+	kvl_verbs_set_resync_timeout(A.c, 300);
+	carry_resync = false;
+	t0 = now_s();
+	CHECK_INT(kvl_verbs_post(A.c, w, 2), 2);
+	CHECK(collect(A.c, NULL, wc, 2, PHASE_TIMEOUT));
+	CHECK_INT(wc[0].status, KVL_ERR_ACCESS);
+	CHECK_INT(wc[1].status, KVL_ERR_CONN_LOST);
+	CHECK(now_s() - t0 >= 0.29);
+	CHECK_INT(kvl_verbs_failed(A.c), KVL_ERR_CONN_LOST);
+	CHECK_INT(kvl_verbs_stats(A.c)->resync_timeouts, 1);
+	printf("  no answer: access + conn-lost after %.2f s (timeout 0.30 s), connection "
+	       "failed\n",
+	       now_s() - t0);
+	carry_resync = true;
+	kvl_verbs_set_resync_timeout(A.c, 5000);
+	CHECK_INT(reconnect(&A, &B), 0);
+	CHECK_INT(reconnect(&B, &A), 0);
+	write_read_verify(&A, &B, A.buf, B.buf, 8 * MIB, MIB, "after timeout + connect");
 }
 
 /* fail_all: every request completes at once with the status; connect brings it back. */
@@ -510,7 +652,6 @@ static void test_fail_all(void)
 {
 	struct kvl_wr w[8];
 	struct kvl_wc wc[16];
-	char err[ERR_LEN];
 	unsigned got, ok = 0;
 	double t_end;
 
@@ -544,8 +685,8 @@ static void test_fail_all(void)
 	CHECK_INT(wc[0].status, KVL_ERR_PEER_DEAD);
 	CHECK_INT(kvl_verbs_outstanding(A.c), 0);
 	/* both ends restart: writes were cut mid-flight, the peer's PSNs moved on */
-	CHECK_INT(kvl_verbs_conn_connect(A.c, &B.addr, err, sizeof(err)), 0);
-	CHECK_INT(kvl_verbs_conn_connect(B.c, &A.addr, err, sizeof(err)), 0);
+	CHECK_INT(reconnect(&A, &B), 0);
+	CHECK_INT(reconnect(&B, &A), 0);
 	CHECK_INT(kvl_verbs_failed(A.c), 0);
 	write_read_verify(&A, &B, A.buf, B.buf, 24 * MIB, 4 * MIB, "after fail_all + connect");
 }
@@ -890,8 +1031,10 @@ int main(void)
 	test_depth();
 	printf("sizes (every byte verified)\n");
 	test_sizes();
-	printf("wrong rkey and recovery\n");
+	printf("wrong rkey and resync\n");
 	test_bad_rkey();
+	test_crossed_resync();
+	test_resync_timeout();
 	printf("fail_all\n");
 	test_fail_all();
 	printf("mismatches\n");
