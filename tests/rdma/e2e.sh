@@ -3,37 +3,45 @@
 # Runs INSIDE the soft-RoCE VM: kvlaned on $RXE_DEV1 offers a pattern-filled segment,
 # kvlane-perf on $RXE_DEV0 connects over the control path (TCP, authenticated), sets up RC
 # QPs over it, and moves >= 256 MiB by RDMA WRITE and >= 256 MiB by RDMA READ with every
-# byte verified; then the server's telemetry must show it served exactly that.
+# byte verified. kvlane-perf is the initiating kvlane runtime (the same library, EAL, INI and
+# control path as kvlaned, started with perftest's -d and -x): its own counters, read through
+# its telemetry socket while it lingers, must equal the bytes it moved; the server's must show
+# its CPU served nothing.
 #   e2e.sh BUILD_DIR OUT_DIR
 set -eu
 . "${KVL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/rdma/lib.sh"
 build=$1
 out=$2
 : "${RXE_DEV0:?run inside the VM harness}" "${RXE_DEV1:?}" "${RXE_IP0:?}" "${RXE_IP1:?}"
-mkdir -p "$out"
-tmp=$(mktemp -d)
+kvl_rdma_setup "$out"
 kvl_rdma_inis "$tmp" rdma 128 yield yield
 eal="-l 0-1 --no-huge -m 600 --no-pci --log-level lib.eal:warning"
-export RUNTIME_DIRECTORY=$tmp/run
-mkdir -p "$RUNTIME_DIRECTORY"
-trap 'kill ${srv:-} 2>/dev/null || true; rm -rf "$tmp"' EXIT
 kvl_rdma_server "$build" "$tmp" "$out" e2e $eal
 rc=0
+tel="python3 ${KVL_SRC:?}/tools/kvlane_telemetry.py"
+# The client is a kvlane runtime too: it lingers after each run so that its own telemetry can
+# be read through its socket. -d and -x as perftest's (the device and its RoCE v2 GID index).
 for op in --write --read; do
-	if ! "$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" --segment kv --seed 1 \
-		--seg-size 128M -s 1M -n 256 -t 16 $op --verify --json "$RXE_IP1:18515" \
-		> "$out/perf$op.json" 2> "$out/perf$op.log"; then
+	"$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" -d "$RXE_DEV0" \
+		-x "${RXE_GID0:?}" --segment kv --seed 1 --seg-size 128M -s 1M -n 256 -t 16 $op \
+		--verify --json --linger 120 "$RXE_IP1:18515" \
+		> "$out/perf$op.json" 2> "$out/perf$op.log" &
+	cli=$!
+	kvl_rdma_wait_line "$out/perf$op.log" lingering $cli || true
+	$tel -f cli /kvlane/stats > "$out/cli_stats$op.json" || rc=1
+	$tel -f cli /kvlane/qps > "$out/cli_qps$op.json" || rc=1
+	kill -TERM $cli 2> /dev/null || true
+	if ! wait $cli; then
 		echo "e2e: kvlane-perf $op failed:"; cat "$out/perf$op.log" "$out/perf$op.json"; rc=1
 	fi
 done
-python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f srv /kvlane/stats > "$out/stats.json" || rc=1
+$tel -f srv /kvlane/stats > "$out/stats.json" || rc=1
 kill -TERM $srv
 wait $srv || { echo "e2e: kvlaned exited with status $? after SIGTERM"; rc=1; }
 cat "$out/kvlaned.log"
 python3 - "$out" <<'PY' || rc=1
 import json, sys
 out = sys.argv[1]
-moved = 0
 for op in ("--write", "--read"):
     for line in open(f"{out}/perf{op}.json"):
         o = json.loads(line)
@@ -41,6 +49,23 @@ for op in ("--write", "--read"):
         assert o["bytes"] >= 256 << 20 and o["verified_bytes"] >= o["bytes"], o
         print(f"kvlane-perf {op[2:]}: {o['bytes'] >> 20} MiB by RDMA {op[2:].upper()} at "
               f"{o['bw_avg_MBps']:.1f} MB/s, every byte verified")
+    # The initiator's own counters, read through its telemetry socket: exactly the bytes it
+    # moved (measured transfers plus the verification's READs and WRITEs), nothing failed.
+    cs = json.load(open(f"{out}/cli_stats{op}.json"))["/kvlane/stats"]
+    cq = json.load(open(f"{out}/cli_qps{op}.json"))["/kvlane/qps"]
+    main_w = o["bytes"] if op == "--write" else 0
+    main_r = o["bytes"] if op == "--read" else 0
+    assert cs["verbs/bytes_written"] == main_w + o["verify_write_bytes"], (cs, o)
+    assert cs["verbs/bytes_read"] == main_r + o["verify_read_bytes"], (cs, o)
+    assert all(v == 0 for k, v in cs.items() if k.startswith("verbs/failed/")), cs
+    assert cs["verbs/qp_recoveries"] == 0 and cs["verbs/qp_resyncs"] == 0, cs
+    assert sum(cq["bytes_written"]) == cs["verbs/bytes_written"], cq
+    assert sum(cq["bytes_read"]) == cs["verbs/bytes_read"], cq
+    assert cs["verbs/qp_signaled"] < cs["verbs/qp_posted"], cs
+    print(f"  initiator telemetry: {cs['verbs/bytes_written']} B written, "
+          f"{cs['verbs/bytes_read']} B read = what it moved; {cs['verbs/qp_posted']} WRs, "
+          f"{cs['verbs/qp_signaled']} signaled, over {len(cq['slot'])} QPs "
+          f"({', '.join(cq['device'])})")
 st = json.load(open(f"{out}/stats.json"))["/kvlane/stats"]
 # One-sided RDMA: the serving side's CPU sees none of it; its TCP counters stay at 0, and
 # its own queue pairs posted nothing and failed nothing.

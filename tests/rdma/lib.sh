@@ -45,6 +45,28 @@ INI
 	done
 }
 
+# kvl_rdma_setup OUT
+# Creates OUT and a scratch folder $tmp (removed at exit, with the processes $srv and $cli
+# killed), and exports RUNTIME_DIRECTORY inside it.
+kvl_rdma_setup() {
+	mkdir -p "$1"
+	tmp=$(mktemp -d)
+	export RUNTIME_DIRECTORY=$tmp/run
+	mkdir -p "$RUNTIME_DIRECTORY"
+	trap 'kill ${srv:-} ${cli:-} 2>/dev/null || true; rm -rf "$tmp"' EXIT
+}
+
+# kvl_rdma_wait_line FILE TEXT PID [SECONDS (300)]
+# Returns 0 once FILE holds TEXT; 1 when PID is gone first, or after SECONDS.
+kvl_rdma_wait_line() {
+	_f=$1 _t=$2 _p=$3 _n=$((${4:-300} * 10)) _i=0
+	until grep -q "$_t" "$_f" 2> /dev/null; do
+		_i=$((_i + 1))
+		[ $_i -le $_n ] && kill -0 "$_p" 2> /dev/null || return 1
+		sleep 0.1
+	done
+}
+
 # kvl_rdma_server BUILD DIR OUT TAG EAL...
 # Starts kvlaned on DIR/b.ini (file prefix "srv", RUNTIME_DIRECTORY must be set), logs to
 # OUT/kvlaned.log, sets $srv to its pid and returns once it is ready; exits 1 with its log
@@ -54,14 +76,9 @@ kvl_rdma_server() {
 	shift 4
 	"$_build/kvlaned" "$@" --file-prefix srv -- -c "$_dir/b.ini" > "$_out/kvlaned.log" 2>&1 &
 	srv=$!
-	_i=0
-	until grep -q "kvlaned: ready" "$_out/kvlaned.log"; do
-		_i=$((_i + 1))
-		if [ $_i -gt 600 ] || ! kill -0 $srv 2> /dev/null; then
-			echo "$_tag: kvlaned did not start:"
-			cat "$_out/kvlaned.log"
-			exit 1
-		fi
-		sleep 0.1
-	done
+	if ! kvl_rdma_wait_line "$_out/kvlaned.log" "kvlaned: ready" $srv 60; then
+		echo "$_tag: kvlaned did not start:"
+		cat "$_out/kvlaned.log"
+		exit 1
+	fi
 }
