@@ -355,6 +355,40 @@ static void test_budget_shrink_grow(void)
 	kvl_sched_free(s);
 }
 
+/* Windows are a share of the budget, but the budget itself is checked on every post: a
+ * request under its window still waits while another one holds more than its new share. */
+static void test_budget_global(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq a, b;
+
+	reset();
+	c.window_min = c.window_max = 4 * SLOT;
+	c.budget = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 16, 1, KVL_SCHED_DECODE, 0, 0);
+	mkreq(&b, 16, 1, KVL_SCHED_PREFILL, 0, 0x1000);
+	int ia = kvl_sched_open(s, &a.d, now), ib = kvl_sched_open(s, &b.d, now);
+
+	CHECK_INT(step(s, 64), 8);
+	complete_range(s, 0, 8);
+	poll(s);
+	kvl_sched_set_budget(s, 6 * SLOT, now);
+	CHECK_INT(info(s, ia).window, 4 * SLOT); /* decode keeps its floor */
+	CHECK_INT(info(s, ib).window, 2 * SLOT); /* prefill holds 4, over its share */
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, ia, 1, now), 0);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	CHECK_INT(step(s, 64), 0); /* a has room in its window, the budget has none */
+	CHECK_INT(stats(s).last_stop, KVL_SCHED_STOP_BUDGET);
+	CHECK_INT(kvl_sched_step_done(s, ib, 0, now), 0);
+	CHECK_INT(step(s, 64), 1);
+	CHECK_INT(posted[8].req, ia);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	kvl_sched_free(s);
+}
+
 /* A request is admitted only when its floor fits; it waits, then is admitted. */
 static void test_admission(void)
 {
@@ -803,6 +837,7 @@ int main(void)
 	test_window_slides();
 	test_window_estimates();
 	test_budget_shrink_grow();
+	test_budget_global();
 	test_admission();
 	test_priority();
 	test_starvation();
