@@ -82,7 +82,10 @@ struct kvl_sched {
 	uint64_t orphan;
 	uint64_t next_resize;
 	uint64_t seq;
-	bool dirty; /* admission or windows need a look */
+	uint64_t sum_floor; /* Σ floor over active requests */
+	uint64_t sum_win;   /* Σ window over active requests */
+	bool dirty;	    /* windows need recomputing before the next pick */
+	bool admit_check;   /* a request opened or one ended: maybe one can be admitted */
 
 	struct req *req;
 	uint32_t req_free;
@@ -502,7 +505,7 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	r->notify_next = KVL_NONE;
 	r->state = R_WAITING;
 	heap_push(s, &s->wait, ri);
-	s->dirty = true;
+	s->admit_check = true;
 	return (int)((uint32_t)gen << 16 | ri);
 }
 
@@ -586,10 +589,44 @@ static void rebalance(struct kvl_sched *s, uint64_t now)
 		r->window += add;
 		left -= add;
 	}
+	s->sum_floor = floors;
+	s->sum_win = avail - left;
 	for (uint32_t k = 0; k < n; k++)
 		update_runnable(s, s->order[k], now);
 	s->dirty = false;
+	s->admit_check = false;
 	s->next_resize = now + s->cfg.resize_ns;
+}
+
+/*
+ * Admission without recomputing every window: a request that fits in what the current
+ * windows leave free gets its window at once. Only when the others' extras must shrink to
+ * make room does it take the full pass (which also runs every resize_ns anyway).
+ */
+static void admit(struct kvl_sched *s, uint64_t now)
+{
+	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0;
+
+	while (s->wait.n) {
+		uint32_t ri = s->wait.a[0];
+		struct req *r = &s->req[ri];
+		uint64_t room = avail > s->sum_win ? avail - s->sum_win : 0, want;
+
+		if (s->sum_floor + r->floor > avail)
+			break;
+		if (room < r->floor) {
+			rebalance(s, now);
+			return;
+		}
+		heap_del(s, &s->wait, ri);
+		r->state = R_ACTIVE;
+		want = desired(s, r);
+		r->window = want < room ? want : room;
+		s->sum_floor += r->floor;
+		s->sum_win += r->window;
+		update_runnable(s, ri, now);
+	}
+	s->admit_check = false;
 }
 
 void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now)
@@ -756,8 +793,12 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 {
 	unsigned n = 0;
 
-	if (s->dirty || now >= s->next_resize)
+	/* Orphans of a request that had gone over its shrunk window can push Σ windows +
+	 * orphans over the budget: then the windows are recomputed at once. */
+	if (s->dirty || now >= s->next_resize || s->sum_win + s->orphan > s->budget)
 		rebalance(s, now);
+	else if (s->admit_check)
+		admit(s, now);
 	s->st.last_stop = KVL_SCHED_STOP_IDLE;
 	/* Whoever has been passed over for starvation_ns gets one descriptor first, oldest
 	 * first: one is enough to bound the wait, and keeps priority order for the rest. */
@@ -833,11 +874,15 @@ static void req_end(struct kvl_sched *s, uint32_t ri, int status)
 		}
 		s->orphan += r->inflight_bytes;
 		r->inflight_bytes = 0;
+		if (r->state == R_ACTIVE) {
+			s->sum_floor -= r->floor;
+			s->sum_win -= r->window;
+		}
 	}
 	free_ranges(s, r);
 	r->state = R_ENDED;
 	r->status = status;
-	s->dirty = true;
+	s->admit_check = true;
 	notify(s, ri);
 }
 
@@ -868,7 +913,7 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 		s->orphan -= x->charge;
 		s->staged -= x->charge;
 		s->st.late_completions++;
-		s->dirty = true;
+		s->admit_check = true;
 		free_xrec(s, xi);
 		return 0;
 	}
