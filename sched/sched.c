@@ -1,0 +1,1161 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The scheduler: admission, windows under the budget, picking, coalescing, completions. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvlane/kvlane.h"
+#include "sched.h"
+#include "sched_priv.h"
+
+enum blk_state { B_UNPOSTED = 0, B_INFLIGHT, B_LANDED, B_FREED };
+enum stp_state { S_WAIT = 0, S_READY, S_DONE };
+enum req_state { R_FREE = 0, R_WAITING, R_ACTIVE, R_ENDED };
+
+/* A block, stored in transfer order (first use, then order inside the step). */
+struct blk {
+	uint64_t remote_off;
+	uint64_t local_off; /* PUSH: given; PULL: slot × slot_size once posted */
+	uint32_t remote_seg;
+	uint32_t length;
+	uint32_t first_use; /* the step whose READY waits for it */
+	uint32_t last_use;  /* open time only: for the peak residency */
+	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
+	uint32_t map;	    /* entry i holds where the caller's block i went */
+	uint32_t seen;	    /* open time only: last step naming it (duplicate check) */
+	uint32_t slot;
+	uint8_t state;
+};
+
+struct stp {
+	int64_t acc; /* open time only: residency difference array */
+	uint64_t ready_ns;
+	uint32_t ref0; /* into the refs pool */
+	uint32_t nref;
+	uint32_t pending; /* blocks first used here that have not landed */
+	uint8_t state;
+};
+
+struct req {
+	uint64_t peer, deadline, user;
+	uint64_t seq; /* open order: ties in deadline go first come, first served */
+	uint64_t open_ns, wait_since, last_done_ns;
+	uint64_t inflight_bytes, landed_bytes, total_charge;
+	uint64_t floor, window;
+	uint32_t blk0, nblk, stp0, nstp, ref0, nref;
+	uint32_t cursor; /* next block to post */
+	uint32_t landed, ready_next, ready_emitted, done;
+	uint32_t last_slot; /* where its last PULL block went: the next one tries the slot after */
+	uint32_t heap_pos;  /* in the runnable heap (or the waiting heap while waiting) */
+	uint32_t fifo_prev, fifo_next;
+	uint32_t notify_next;
+	int32_t status;
+	uint16_t gen;
+	uint8_t state, dir, cls;
+	bool runnable, in_notify, cancel_ev;
+};
+
+struct xrec {
+	uint64_t charge, post_ns;
+	uint32_t req, first, n, bytes;
+	uint32_t gen;
+	uint32_t next_free;
+	uint16_t req_gen;
+	uint16_t nrun;
+	bool live;
+	struct {
+		uint32_t slot, n;
+	} run[KVL_SCHED_MAX_SGE]; /* PULL staging runs, freed by themselves if the request ended */
+};
+
+/* Priority queue of request indices, with positions kept in the requests. */
+struct heap {
+	uint32_t *a;
+	uint32_t n;
+};
+
+struct kvl_sched {
+	struct kvl_sched_cfg cfg;
+	uint64_t capacity; /* staging bytes */
+	uint64_t budget;   /* as set, clamped to capacity */
+	uint64_t staged;   /* Σ charges held, orphans included */
+	uint64_t orphan;
+	uint64_t next_resize;
+	uint64_t seq;
+	uint64_t sum_floor; /* Σ floor over active requests */
+	uint64_t sum_win;   /* Σ window over active requests */
+	bool dirty;	    /* windows need recomputing before the next pick */
+	bool admit_check;   /* a request opened or one ended: maybe one can be admitted */
+
+	struct req *req;
+	uint32_t req_free;
+	struct blk *blk;
+	struct stp *stp;
+	uint32_t *ref;
+	struct kvl_ranges blk_r, stp_r, ref_r;
+	struct kvl_slots slots;
+	struct xrec *x;
+	uint32_t x_free;
+
+	struct heap run;	       /* runnable: priority order */
+	struct heap wait;	       /* waiting for admission: priority order */
+	uint32_t fifo_head, fifo_tail; /* runnable, by wait_since: the starvation check */
+	uint32_t notify_head, notify_tail;
+	uint32_t *order; /* rebalance scratch */
+
+	/* estimates: transfer ns per byte (<< 16), compute ns per step per class */
+	uint64_t nspb_q16;
+	uint64_t compute_ns[KVL_SCHED_CLASSES];
+
+	struct kvl_sched_stats st; /* counters; the gauges are filled in by kvl_sched_stats() */
+};
+
+#define EWMA_SHIFT 3 /* weight 1/8: follows a change within ~10 samples, ignores one outlier */
+
+/* ---- small helpers ---- */
+
+static inline uint64_t charge_of(const struct kvl_sched *s, const struct req *r,
+				 const struct blk *b)
+{
+	/* A PULL block holds a whole slot of staging whatever its length. */
+	return r->dir == KVL_SCHED_PULL ? s->cfg.slot_size : b->length;
+}
+
+static inline uint64_t usage(const struct req *r)
+{
+	return r->inflight_bytes + r->landed_bytes;
+}
+
+static inline bool before(const struct req *a, const struct req *b)
+{
+	if (a->cls != b->cls)
+		return a->cls < b->cls;
+	if (a->deadline != b->deadline)
+		return a->deadline < b->deadline;
+	return a->seq < b->seq;
+}
+
+static void heap_swap(struct kvl_sched *s, struct heap *h, uint32_t i, uint32_t j)
+{
+	uint32_t t = h->a[i];
+
+	h->a[i] = h->a[j];
+	h->a[j] = t;
+	s->req[h->a[i]].heap_pos = i;
+	s->req[h->a[j]].heap_pos = j;
+}
+
+static void heap_up(struct kvl_sched *s, struct heap *h, uint32_t i)
+{
+	while (i > 0) {
+		uint32_t p = (i - 1) / 2;
+
+		if (!before(&s->req[h->a[i]], &s->req[h->a[p]]))
+			break;
+		heap_swap(s, h, i, p);
+		i = p;
+	}
+}
+
+static void heap_down(struct kvl_sched *s, struct heap *h, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, m = i;
+
+		if (l < h->n && before(&s->req[h->a[l]], &s->req[h->a[m]]))
+			m = l;
+		if (l + 1 < h->n && before(&s->req[h->a[l + 1]], &s->req[h->a[m]]))
+			m = l + 1;
+		if (m == i)
+			return;
+		heap_swap(s, h, i, m);
+		i = m;
+	}
+}
+
+static void heap_push(struct kvl_sched *s, struct heap *h, uint32_t ri)
+{
+	h->a[h->n] = ri;
+	s->req[ri].heap_pos = h->n;
+	h->n++;
+	heap_up(s, h, h->n - 1);
+}
+
+static void heap_del(struct kvl_sched *s, struct heap *h, uint32_t ri)
+{
+	uint32_t i = s->req[ri].heap_pos;
+
+	h->n--;
+	if (i != h->n) {
+		h->a[i] = h->a[h->n];
+		s->req[h->a[i]].heap_pos = i;
+		heap_down(s, h, i);
+		heap_up(s, h, i);
+	}
+	s->req[ri].heap_pos = KVL_NONE;
+}
+
+static void fifo_del(struct kvl_sched *s, uint32_t ri)
+{
+	struct req *r = &s->req[ri];
+
+	if (r->fifo_prev != KVL_NONE)
+		s->req[r->fifo_prev].fifo_next = r->fifo_next;
+	else
+		s->fifo_head = r->fifo_next;
+	if (r->fifo_next != KVL_NONE)
+		s->req[r->fifo_next].fifo_prev = r->fifo_prev;
+	else
+		s->fifo_tail = r->fifo_prev;
+	r->fifo_prev = r->fifo_next = KVL_NONE;
+}
+
+/* `now` never goes backwards, so appending keeps the list sorted by wait_since. */
+static void fifo_add(struct kvl_sched *s, uint32_t ri, uint64_t now)
+{
+	struct req *r = &s->req[ri];
+
+	r->wait_since = now;
+	r->fifo_next = KVL_NONE;
+	r->fifo_prev = s->fifo_tail;
+	if (s->fifo_tail != KVL_NONE)
+		s->req[s->fifo_tail].fifo_next = ri;
+	else
+		s->fifo_head = ri;
+	s->fifo_tail = ri;
+}
+
+/* Keep the runnable set exact: active, a block left to send, and room for it. */
+static void update_runnable(struct kvl_sched *s, uint32_t ri, uint64_t now)
+{
+	struct req *r = &s->req[ri];
+	bool want = r->state == R_ACTIVE && r->cursor < r->nblk &&
+		    usage(r) + charge_of(s, r, &s->blk[r->blk0 + r->cursor]) <= r->window;
+
+	if (want == r->runnable)
+		return;
+	r->runnable = want;
+	if (want) {
+		heap_push(s, &s->run, ri);
+		fifo_add(s, ri, now);
+	} else {
+		heap_del(s, &s->run, ri);
+		fifo_del(s, ri);
+	}
+}
+
+static void notify(struct kvl_sched *s, uint32_t ri)
+{
+	struct req *r = &s->req[ri];
+
+	if (r->in_notify)
+		return;
+	r->in_notify = true;
+	r->notify_next = KVL_NONE;
+	if (s->notify_tail != KVL_NONE)
+		s->req[s->notify_tail].notify_next = ri;
+	else
+		s->notify_head = ri;
+	s->notify_tail = ri;
+}
+
+static struct req *lookup(const struct kvl_sched *s, int id, uint32_t *ri)
+{
+	if (id < 0)
+		return NULL;
+	uint32_t i = (uint32_t)id & 0xffff, gen = (uint32_t)id >> 16;
+
+	if (i >= s->cfg.max_requests || s->req[i].state == R_FREE || s->req[i].gen != gen)
+		return NULL;
+	*ri = i;
+	return &s->req[i];
+}
+
+static void free_ranges(struct kvl_sched *s, struct req *r)
+{
+	kvl_ranges_put(&s->blk_r, r->blk0, r->nblk);
+	kvl_ranges_put(&s->stp_r, r->stp0, r->nstp);
+	kvl_ranges_put(&s->ref_r, r->ref0, r->nref);
+	r->nblk = r->nstp = r->nref = 0;
+}
+
+/* ---- create / free ---- */
+
+void kvl_sched_free(struct kvl_sched *s)
+{
+	if (s == NULL)
+		return;
+	free(s->req);
+	free(s->blk);
+	free(s->stp);
+	free(s->ref);
+	free(s->x);
+	free(s->run.a);
+	free(s->wait.a);
+	free(s->order);
+	kvl_ranges_fini(&s->blk_r);
+	kvl_ranges_fini(&s->stp_r);
+	kvl_ranges_fini(&s->ref_r);
+	kvl_slots_fini(&s->slots);
+	free(s);
+}
+
+struct kvl_sched *kvl_sched_create(const struct kvl_sched_cfg *cfg)
+{
+	struct kvl_sched *s;
+	struct kvl_sched_cfg c;
+
+	if (cfg == NULL) {
+		errno = EINVAL;
+		return NULL;
+	}
+	c = *cfg;
+	if (c.max_steps_total == 0)
+		c.max_steps_total = c.max_blocks_total;
+	if (c.max_refs_total == 0)
+		c.max_refs_total = c.max_blocks_total * 2;
+	if (c.max_requests == 0 || c.max_requests > 65536 || c.max_blocks_total == 0 ||
+	    c.max_xfers == 0 || c.slot_size == 0 || c.slot_count == 0 || c.window_min == 0 ||
+	    c.window_min > c.window_max || c.max_sge == 0 || c.max_sge > KVL_SCHED_MAX_SGE ||
+	    c.max_blocks_total > UINT32_MAX / 2) {
+		errno = EINVAL;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return NULL;
+	s->cfg = c;
+	s->capacity = (uint64_t)c.slot_size * c.slot_count;
+	s->budget = c.budget && c.budget < s->capacity ? c.budget : s->capacity;
+	s->req = calloc(c.max_requests, sizeof(*s->req));
+	s->blk = calloc(c.max_blocks_total, sizeof(*s->blk));
+	s->stp = calloc(c.max_steps_total, sizeof(*s->stp));
+	s->ref = calloc(c.max_refs_total, sizeof(*s->ref));
+	s->x = calloc(c.max_xfers, sizeof(*s->x));
+	s->run.a = calloc(c.max_requests, sizeof(uint32_t));
+	s->wait.a = calloc(c.max_requests, sizeof(uint32_t));
+	s->order = calloc(c.max_requests, sizeof(uint32_t));
+	if (s->req == NULL || s->blk == NULL || s->stp == NULL || s->ref == NULL || s->x == NULL ||
+	    s->run.a == NULL || s->wait.a == NULL || s->order == NULL ||
+	    kvl_ranges_init(&s->blk_r, c.max_blocks_total, c.max_requests) ||
+	    kvl_ranges_init(&s->stp_r, c.max_steps_total, c.max_requests) ||
+	    kvl_ranges_init(&s->ref_r, c.max_refs_total, c.max_requests) ||
+	    kvl_slots_init(&s->slots, c.slot_count)) {
+		kvl_sched_free(s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < c.max_requests; i++) {
+		s->req[i].gen = 1;
+		s->req[i].heap_pos = KVL_NONE;
+		s->req[i].notify_next = i + 1 < c.max_requests ? i + 1 : KVL_NONE;
+	}
+	s->req_free = 0; /* the free list reuses notify_next */
+	for (uint32_t i = 0; i < c.max_xfers; i++)
+		s->x[i].next_free = i + 1 < c.max_xfers ? i + 1 : KVL_NONE;
+	s->x_free = 0;
+	s->fifo_head = s->fifo_tail = KVL_NONE;
+	s->notify_head = s->notify_tail = KVL_NONE;
+	s->dirty = true;
+	return s;
+}
+
+/* ---- open ---- */
+
+/* Copy the descriptor into the pools, in transfer order; -EINVAL leaves the pools as taken. */
+static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_desc *d)
+{
+	struct blk *B = &s->blk[r->blk0];
+	struct stp *S = &s->stp[r->stp0];
+	uint32_t *R = &s->ref[r->ref0];
+	uint32_t next = 0;
+
+	for (uint32_t i = 0; i < d->n_blocks; i++) {
+		B[i].map = KVL_NONE;
+		B[i].seen = KVL_NONE;
+		B[i].ref = 0;
+	}
+	for (uint32_t k = 0; k < d->n_steps; k++) {
+		uint32_t a = d->step_first[k], e = d->step_first[k + 1];
+
+		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a };
+		for (uint32_t j = a; j < e; j++) {
+			uint32_t ob = d->step_blocks[j];
+
+			if (ob >= d->n_blocks || B[ob].seen == k)
+				return -EINVAL; /* no such block, or named twice by one step */
+			B[ob].seen = k;
+			if (B[ob].map == KVL_NONE) {
+				/* First use: its place in the transfer queue is now. */
+				B[ob].map = next;
+				B[next].first_use = k;
+				S[k].pending++;
+				next++;
+			}
+			B[B[ob].map].last_use = k;
+			B[B[ob].map].ref++;
+			R[j] = B[ob].map;
+		}
+	}
+	if (next != d->n_blocks)
+		return -EINVAL; /* a block no step needs would sit in staging forever */
+
+	/* The data fields are apart from map/seen/first_use/last_use/ref, so writing block j
+	 * never clobbers what is still to be read. */
+	uint64_t total = 0;
+
+	for (uint32_t i = 0; i < d->n_blocks; i++) {
+		const struct kvl_sched_block *in = &d->blocks[i];
+		struct blk *b = &B[B[i].map];
+
+		b->remote_off = in->remote_off;
+		b->local_off = in->local_off;
+		b->remote_seg = in->remote_seg;
+		b->length = in->length;
+		b->state = B_UNPOSTED;
+		b->slot = KVL_NONE;
+		uint64_t c = charge_of(s, r, b);
+
+		total += c;
+		S[b->first_use].acc += (int64_t)c;
+		if (b->last_use + 1 < d->n_steps)
+			S[b->last_use + 1].acc -= (int64_t)c;
+	}
+	/* Steps run in order, so what must be resident at step k is every block first used at
+	 * or before k and last used at or after k: the window can never go below that. */
+	int64_t cur = 0, peak = 0;
+
+	for (uint32_t k = 0; k < d->n_steps; k++) {
+		cur += S[k].acc;
+		if (cur > peak)
+			peak = cur;
+	}
+	r->total_charge = total;
+	r->floor = (uint64_t)peak > s->cfg.window_min ? (uint64_t)peak : s->cfg.window_min;
+	if (r->floor > s->cfg.window_max || r->floor > s->capacity)
+		return -EINVAL; /* could never be admitted */
+	return 0;
+}
+
+static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+{
+	if (d == NULL || d->blocks == NULL || d->step_first == NULL || d->step_blocks == NULL ||
+	    d->n_blocks == 0 || d->n_steps == 0 || d->step_first[0] != 0 ||
+	    (d->dir != KVL_SCHED_PULL && d->dir != KVL_SCHED_PUSH) || d->cls >= KVL_SCHED_CLASSES)
+		return -EINVAL;
+	for (uint32_t k = 0; k < d->n_steps; k++)
+		if (d->step_first[k + 1] <= d->step_first[k])
+			return -EINVAL; /* empty steps, or going backwards */
+	for (uint32_t i = 0; i < d->n_blocks; i++) {
+		uint32_t len = d->blocks[i].length;
+
+		if (len == 0 || len > s->cfg.window_max ||
+		    (d->dir == KVL_SCHED_PULL && len > s->cfg.slot_size) ||
+		    (s->cfg.max_msg && len > s->cfg.max_msg))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint64_t now)
+{
+	int rc = check_desc(s, d);
+
+	if (rc)
+		return rc;
+	uint32_t nref = d->step_first[d->n_steps];
+
+	if (s->req_free == KVL_NONE)
+		return -ENOSPC;
+	uint32_t ri = s->req_free;
+	struct req *r = &s->req[ri];
+	uint16_t gen = r->gen;
+	uint32_t free_next = r->notify_next;
+
+	memset(r, 0, sizeof(*r));
+	r->gen = gen;
+	r->dir = d->dir;
+	r->blk0 = kvl_ranges_get(&s->blk_r, d->n_blocks);
+	r->stp0 = kvl_ranges_get(&s->stp_r, d->n_steps);
+	r->ref0 = kvl_ranges_get(&s->ref_r, nref);
+	r->nblk = r->blk0 == KVL_NONE ? 0 : d->n_blocks;
+	r->nstp = r->stp0 == KVL_NONE ? 0 : d->n_steps;
+	r->nref = r->ref0 == KVL_NONE ? 0 : nref;
+	if (r->blk0 == KVL_NONE || r->stp0 == KVL_NONE || r->ref0 == KVL_NONE) {
+		free_ranges(s, r);
+		r->notify_next = free_next;
+		return -ENOSPC;
+	}
+	rc = build(s, r, d);
+	if (rc) {
+		free_ranges(s, r);
+		r->notify_next = free_next;
+		return rc;
+	}
+	s->req_free = free_next;
+	r->peer = d->peer;
+	r->deadline = d->deadline;
+	r->user = d->user;
+	r->cls = d->cls;
+	r->seq = s->seq++;
+	r->open_ns = r->last_done_ns = now;
+	r->last_slot = KVL_NONE;
+	r->heap_pos = KVL_NONE;
+	r->fifo_prev = r->fifo_next = KVL_NONE;
+	r->notify_next = KVL_NONE;
+	r->state = R_WAITING;
+	heap_push(s, &s->wait, ri);
+	s->admit_check = true;
+	return (int)((uint32_t)gen << 16 | ri);
+}
+
+/* ---- windows ---- */
+
+static int cmp_order(const void *a, const void *b, void *arg)
+{
+	const struct kvl_sched *s = arg;
+	const struct req *x = &s->req[*(const uint32_t *)a], *y = &s->req[*(const uint32_t *)b];
+
+	return before(x, y) ? -1 : before(y, x) ? 1 : 0;
+}
+
+/* Depth ≈ ceil(transfer time of a step / compute time of a step) + 1 steps ahead. */
+static uint64_t desired(const struct kvl_sched *s, const struct req *r)
+{
+	uint64_t step_bytes = r->total_charge / r->nstp, depth = 2, w;
+	uint64_t tc = s->compute_ns[r->cls];
+
+	if (step_bytes == 0)
+		step_bytes = 1;
+	if (s->nspb_q16 && tc) {
+		uint64_t tx = (step_bytes * s->nspb_q16) >> 16;
+
+		depth = (tx + tc - 1) / tc + 1;
+		if (depth > r->nstp)
+			depth = r->nstp;
+	}
+	w = depth > s->cfg.window_max / step_bytes ? s->cfg.window_max : depth * step_bytes;
+	if (w > r->total_charge)
+		w = r->total_charge; /* a short request needs no more than all of it */
+	if (w < r->floor)
+		w = r->floor;
+	return w < s->cfg.window_max ? w : s->cfg.window_max;
+}
+
+/*
+ * Admission, then windows: every active request first gets its floor (in priority order, so
+ * that when the budget shrank below Σ floors the most urgent keep theirs), then what it
+ * wants beyond that, again in priority order. Σ windows ≤ budget − orphans always.
+ */
+static void rebalance(struct kvl_sched *s, uint64_t now)
+{
+	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0, floors = 0;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->cfg.max_requests; i++)
+		if (s->req[i].state == R_ACTIVE) {
+			floors += s->req[i].floor;
+			s->order[n++] = i;
+		}
+	/* Strict priority order: a big request at the head is not overtaken forever by small
+	 * ones behind it. */
+	while (s->wait.n) {
+		uint32_t ri = s->wait.a[0];
+		struct req *r = &s->req[ri];
+
+		if (floors + r->floor > avail)
+			break;
+		heap_del(s, &s->wait, ri);
+		r->state = R_ACTIVE;
+		floors += r->floor;
+		s->order[n++] = ri;
+	}
+	qsort_r(s->order, n, sizeof(*s->order), cmp_order, s);
+	uint64_t left = avail;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct req *r = &s->req[s->order[k]];
+
+		r->window = r->floor < left ? r->floor : left;
+		left -= r->window;
+	}
+	for (uint32_t k = 0; k < n && left; k++) {
+		struct req *r = &s->req[s->order[k]];
+		uint64_t want = desired(s, r), add;
+
+		if (want <= r->window)
+			continue;
+		add = want - r->window < left ? want - r->window : left;
+		r->window += add;
+		left -= add;
+	}
+	s->sum_floor = floors;
+	s->sum_win = avail - left;
+	for (uint32_t k = 0; k < n; k++)
+		update_runnable(s, s->order[k], now);
+	s->dirty = false;
+	s->admit_check = false;
+	s->next_resize = now + s->cfg.resize_ns;
+}
+
+/*
+ * Admission without recomputing every window: a request that fits in what the current
+ * windows leave free gets its window at once. Only when the others' extras must shrink to
+ * make room does it take the full pass (which also runs every resize_ns anyway).
+ */
+static void admit(struct kvl_sched *s, uint64_t now)
+{
+	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0;
+
+	while (s->wait.n) {
+		uint32_t ri = s->wait.a[0];
+		struct req *r = &s->req[ri];
+		uint64_t room = avail > s->sum_win ? avail - s->sum_win : 0, want;
+
+		if (s->sum_floor + r->floor > avail)
+			break;
+		if (room < r->floor) {
+			rebalance(s, now);
+			return;
+		}
+		heap_del(s, &s->wait, ri);
+		r->state = R_ACTIVE;
+		want = desired(s, r);
+		r->window = want < room ? want : room;
+		s->sum_floor += r->floor;
+		s->sum_win += r->window;
+		update_runnable(s, ri, now);
+	}
+	s->admit_check = false;
+}
+
+void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now)
+{
+	s->budget = bytes < s->capacity ? bytes : s->capacity;
+	rebalance(s, now);
+}
+
+/* ---- posting ---- */
+
+static uint32_t take_slot(struct kvl_sched *s, struct req *r)
+{
+	uint32_t want = r->last_slot == KVL_NONE ? KVL_NONE : r->last_slot + 1;
+	uint32_t slot;
+
+	if (want != KVL_NONE && kvl_slots_is_free(&s->slots, want)) {
+		kvl_slots_take(&s->slots, want);
+		slot = want;
+	} else {
+		slot = kvl_slots_get_any(&s->slots);
+	}
+	r->last_slot = slot;
+	return slot;
+}
+
+/* Whether block @b may join the descriptor that ends with block @p, and how. */
+enum join { J_NO, J_EXTEND, J_SGE };
+
+static enum join can_join(const struct kvl_sched *s, const struct req *r, const struct blk *p,
+			  const struct blk *b, uint32_t total, uint16_t nsge)
+{
+	if (s->cfg.max_msg == 0 || b->remote_seg != p->remote_seg ||
+	    b->remote_off != p->remote_off + p->length || total + b->length > s->cfg.max_msg)
+		return J_NO;
+	if (r->dir == KVL_SCHED_PUSH) {
+		if (b->local_off == p->local_off + p->length)
+			return J_EXTEND;
+	} else if (p->length == s->cfg.slot_size && kvl_slots_is_free(&s->slots, p->slot + 1)) {
+		return J_EXTEND;
+	}
+	return nsge < s->cfg.max_sge ? J_SGE : J_NO;
+}
+
+/* Hold block @b of @r for descriptor @o; false (and nothing taken) when there is no room. */
+static bool add_block(struct kvl_sched *s, struct req *r, struct blk *b, struct xrec *x,
+		      struct kvl_sched_xfer *o, enum join how)
+{
+	uint64_t c = charge_of(s, r, b);
+
+	if (usage(r) + c > r->window)
+		return false;
+	if (s->staged + c > s->budget) {
+		s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+		return false;
+	}
+	if (r->dir == KVL_SCHED_PULL) {
+		uint32_t slot;
+
+		if (how == J_EXTEND) {
+			slot = b[-1].slot + 1;
+			kvl_slots_take(&s->slots, slot);
+			r->last_slot = slot;
+			x->run[x->nrun - 1].n++;
+		} else {
+			slot = take_slot(s, r);
+			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+				return false;
+			}
+			x->run[x->nrun].slot = slot;
+			x->run[x->nrun].n = 1;
+			x->nrun++;
+		}
+		b->slot = slot;
+		b->local_off = (uint64_t)slot * s->cfg.slot_size;
+	}
+	if (how == J_EXTEND) {
+		o->sge[o->n_sge - 1].length += b->length;
+	} else {
+		o->sge[o->n_sge].local_off = b->local_off;
+		o->sge[o->n_sge].length = b->length;
+		o->sge[o->n_sge].reserved = 0;
+		o->n_sge++;
+	}
+	o->length += b->length;
+	o->n_blocks++;
+	b->state = B_INFLIGHT;
+	r->inflight_bytes += c;
+	r->cursor++;
+	x->charge += c;
+	x->n++;
+	s->staged += c;
+	return true;
+}
+
+/* Up to @max descriptors from request @ri, in its transfer order. */
+static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfer *out,
+			  unsigned max, uint64_t now)
+{
+	struct req *r = &s->req[ri];
+	unsigned cnt = 0;
+
+	while (cnt < max && r->cursor < r->nblk) {
+		if (s->x_free == KVL_NONE) {
+			s->st.last_stop = KVL_SCHED_STOP_XFERS;
+			break;
+		}
+		uint32_t xi = s->x_free;
+		struct xrec *x = &s->x[xi];
+		struct kvl_sched_xfer *o = &out[cnt];
+		struct blk *b = &s->blk[r->blk0 + r->cursor];
+
+		x->charge = 0;
+		x->n = 0;
+		x->nrun = 0;
+		o->n_sge = 0;
+		o->length = 0;
+		o->n_blocks = 0;
+		if (!add_block(s, r, b, x, o, J_SGE))
+			break;
+		while (r->cursor < r->nblk) {
+			enum join how = can_join(s, r, b, b + 1, o->length, o->n_sge);
+
+			if (how == J_NO || !add_block(s, r, b + 1, x, o, how))
+				break;
+			b++;
+		}
+		const struct blk *f = &s->blk[r->blk0 + r->cursor - o->n_blocks];
+
+		s->x_free = x->next_free;
+		x->gen++;
+		x->live = true;
+		x->req = ri;
+		x->req_gen = r->gen;
+		x->first = r->cursor - o->n_blocks;
+		x->bytes = o->length;
+		x->post_ns = now;
+		o->id = (uint64_t)x->gen << 32 | xi;
+		o->peer = r->peer;
+		o->req = (int)((uint32_t)r->gen << 16 | ri);
+		o->remote_seg = f->remote_seg;
+		o->remote_off = f->remote_off;
+		o->op = r->dir == KVL_SCHED_PULL ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
+		o->cls = r->cls;
+		s->st.posted_xfers++;
+		s->st.posted_blocks += o->n_blocks;
+		s->st.xfers_inflight++;
+		cnt++;
+	}
+	return cnt;
+}
+
+/* After serving @ri: still runnable means it goes to the back of the starvation line. */
+static void served(struct kvl_sched *s, uint32_t ri, uint64_t now)
+{
+	update_runnable(s, ri, now);
+	if (s->req[ri].runnable) {
+		fifo_del(s, ri);
+		fifo_add(s, ri, now);
+	}
+}
+
+unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
+{
+	unsigned n = 0;
+
+	/* Orphans of a request that had gone over its shrunk window can push Σ windows +
+	 * orphans over the budget: then the windows are recomputed at once. */
+	if (s->dirty || now >= s->next_resize || s->sum_win + s->orphan > s->budget)
+		rebalance(s, now);
+	else if (s->admit_check)
+		admit(s, now);
+	s->st.last_stop = KVL_SCHED_STOP_IDLE;
+	/* Whoever has been passed over for starvation_ns gets one descriptor first, oldest
+	 * first: one is enough to bound the wait, and keeps priority order for the rest. */
+	while (s->cfg.starvation_ns && n < max && s->fifo_head != KVL_NONE &&
+	       now - s->req[s->fifo_head].wait_since >= s->cfg.starvation_ns) {
+		uint32_t ri = s->fifo_head;
+		unsigned k = post_from(s, ri, out + n, 1, now);
+
+		if (k == 0)
+			return n; /* last_stop says which resource ran out */
+		n += k;
+		s->st.starved_serves++;
+		served(s, ri, now);
+	}
+	while (n < max && s->run.n) {
+		uint32_t ri = s->run.a[0];
+		unsigned k = post_from(s, ri, out + n, max - n, now);
+
+		n += k;
+		served(s, ri, now);
+		if (s->req[ri].runnable && n < max)
+			return n; /* stopped by the budget or max_xfers */
+		if (k == 0)
+			return n;
+	}
+	if (n == max && (s->run.n || s->fifo_head != KVL_NONE))
+		s->st.last_stop = KVL_SCHED_STOP_MAX;
+	return n;
+}
+
+/* ---- completions, steps, ends ---- */
+
+static void free_block(struct kvl_sched *s, struct req *r, struct blk *b)
+{
+	uint64_t c = charge_of(s, r, b);
+
+	if (r->dir == KVL_SCHED_PULL)
+		kvl_slots_put(&s->slots, b->slot);
+	b->state = B_FREED;
+	r->landed_bytes -= c;
+	s->staged -= c;
+}
+
+static void free_xrec(struct kvl_sched *s, uint32_t xi)
+{
+	s->x[xi].live = false;
+	s->x[xi].next_free = s->x_free;
+	s->x_free = xi;
+	s->st.xfers_inflight--;
+}
+
+/*
+ * End a request: free at once what it holds, except staging under its transfers still in
+ * flight, which becomes orphaned (counted in staged) until each completion comes back.
+ */
+static void req_end(struct kvl_sched *s, uint32_t ri, int status)
+{
+	struct req *r = &s->req[ri];
+
+	if (r->state == R_WAITING) {
+		heap_del(s, &s->wait, ri);
+	} else {
+		if (r->runnable) {
+			heap_del(s, &s->run, ri);
+			fifo_del(s, ri);
+			r->runnable = false;
+		}
+		for (uint32_t i = 0; i < r->cursor; i++) {
+			struct blk *b = &s->blk[r->blk0 + i];
+
+			if (b->state == B_LANDED)
+				free_block(s, r, b);
+		}
+		s->orphan += r->inflight_bytes;
+		r->inflight_bytes = 0;
+		if (r->state == R_ACTIVE) {
+			s->sum_floor -= r->floor;
+			s->sum_win -= r->window;
+		}
+	}
+	free_ranges(s, r);
+	r->state = R_ENDED;
+	r->status = status;
+	s->admit_check = true;
+	notify(s, ri);
+}
+
+static void ewma(uint64_t *est, uint64_t sample)
+{
+	if (*est == 0)
+		*est = sample ? sample : 1;
+	else
+		*est = (uint64_t)((int64_t)*est +
+				  ((int64_t)sample - (int64_t)*est) / (1 << EWMA_SHIFT));
+}
+
+int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64_t now)
+{
+	uint32_t xi = (uint32_t)xfer_id;
+
+	if (xi >= s->cfg.max_xfers || !s->x[xi].live || s->x[xi].gen != (uint32_t)(xfer_id >> 32))
+		return -ENOENT;
+	struct xrec *x = &s->x[xi];
+	struct req *r = &s->req[x->req];
+
+	if (r->gen != x->req_gen || r->state != R_ACTIVE) {
+		/* Its request ended: the staging it pinned is free only now (PUSH records have
+		 * no runs). */
+		for (uint16_t k = 0; k < x->nrun; k++)
+			for (uint32_t j = 0; j < x->run[k].n; j++)
+				kvl_slots_put(&s->slots, x->run[k].slot + j);
+		s->orphan -= x->charge;
+		s->staged -= x->charge;
+		s->st.late_completions++;
+		s->admit_check = true;
+		free_xrec(s, xi);
+		return 0;
+	}
+	if (status != KVL_OK) {
+		s->st.completed_err++;
+		for (uint16_t k = 0; k < x->nrun; k++)
+			for (uint32_t j = 0; j < x->run[k].n; j++)
+				kvl_slots_put(&s->slots, x->run[k].slot + j);
+		for (uint32_t i = 0; i < x->n; i++)
+			s->blk[r->blk0 + x->first + i].state = B_FREED;
+		r->inflight_bytes -= x->charge;
+		s->staged -= x->charge;
+		free_xrec(s, xi);
+		req_end(s, x->req, status);
+		return 0;
+	}
+	s->st.completed_ok++;
+	ewma(&s->nspb_q16, ((now - x->post_ns) << 16) / (x->bytes ? x->bytes : 1));
+	struct blk *b = &s->blk[r->blk0 + x->first];
+	struct stp *S = &s->stp[r->stp0];
+
+	for (uint32_t i = 0; i < x->n; i++) {
+		b[i].state = B_LANDED;
+		S[b[i].first_use].pending--;
+	}
+	r->inflight_bytes -= x->charge;
+	r->landed_bytes += x->charge;
+	r->landed += x->n;
+	free_xrec(s, xi);
+	/* READY in step order: the engine computes in order, and a step's blocks first used
+	 * earlier have landed once the steps before it are READY. */
+	uint32_t before_ready = r->ready_next;
+
+	while (r->ready_next < r->nstp && S[r->ready_next].pending == 0) {
+		S[r->ready_next].state = S_READY;
+		S[r->ready_next].ready_ns = now;
+		r->ready_next++;
+	}
+	if (r->ready_next != before_ready)
+		notify(s, x->req);
+	return 0;
+}
+
+int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now)
+{
+	uint32_t ri;
+	struct req *r = lookup(s, id, &ri);
+
+	if (r == NULL)
+		return -ENOENT;
+	if (r->state == R_ENDED)
+		return -EALREADY;
+	if (r->state != R_ACTIVE || step >= r->nstp)
+		return -EINVAL;
+	struct stp *st = &s->stp[r->stp0 + step];
+
+	if (st->state == S_DONE)
+		return -EALREADY;
+	if (st->state != S_READY)
+		return -EINVAL;
+	st->state = S_DONE;
+	r->done++;
+	/* Compute time: from when it could start (READY, and the previous step DONE). */
+	uint64_t start = st->ready_ns > r->last_done_ns ? st->ready_ns : r->last_done_ns;
+
+	ewma(&s->compute_ns[r->cls], now > start ? now - start : 0);
+	r->last_done_ns = now;
+	for (uint32_t j = 0; j < st->nref; j++) {
+		struct blk *b = &s->blk[r->blk0 + s->ref[st->ref0 + j]];
+
+		if (--b->ref == 0)
+			free_block(s, r, b);
+	}
+	if (r->done == r->nstp)
+		req_end(s, ri, KVL_OK);
+	else
+		update_runnable(s, ri, now);
+	return 0;
+}
+
+int kvl_sched_cancel(struct kvl_sched *s, int id, uint64_t now)
+{
+	uint32_t ri;
+	struct req *r = lookup(s, id, &ri);
+
+	(void)now;
+	if (r == NULL)
+		return -ENOENT;
+	if (r->state == R_ENDED)
+		return -EALREADY;
+	r->cancel_ev = true;
+	s->st.cancels++;
+	req_end(s, ri, KVL_ERR_CANCELED);
+	return 0;
+}
+
+unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, unsigned max)
+{
+	unsigned n = 0;
+
+	while (n < max && s->notify_head != KVL_NONE) {
+		uint32_t ri = s->notify_head;
+		struct req *r = &s->req[ri];
+		struct kvl_sched_event e = {
+			.peer = r->peer,
+			.user = r->user,
+			.req = (int)((uint32_t)r->gen << 16 | ri),
+		};
+
+		/* A failed request's unreported READYs are dropped: its blocks are gone. */
+		while (n < max && r->ready_emitted < r->ready_next &&
+		       (r->state == R_ACTIVE || r->status == KVL_OK)) {
+			ev[n] = e;
+			ev[n].type = KVL_SCHED_EV_STEP_READY;
+			ev[n].step = r->ready_emitted++;
+			n++;
+		}
+		if (r->state == R_ACTIVE) {
+			if (r->ready_emitted < r->ready_next)
+				break;
+		} else {
+			if (r->status == KVL_OK && r->ready_emitted < r->ready_next)
+				break;
+			if (r->cancel_ev) {
+				if (n == max)
+					break;
+				ev[n] = e;
+				ev[n].type = KVL_SCHED_EV_PEER_CANCEL;
+				n++;
+				r->cancel_ev = false;
+			}
+			if (n == max)
+				break;
+			ev[n] = e;
+			ev[n].type = r->status == KVL_OK ? KVL_SCHED_EV_REQ_DONE
+							 : KVL_SCHED_EV_REQ_FAILED;
+			ev[n].status = r->status;
+			n++;
+		}
+		s->notify_head = r->notify_next;
+		if (s->notify_head == KVL_NONE)
+			s->notify_tail = KVL_NONE;
+		r->in_notify = false;
+		if (r->state == R_ENDED) {
+			/* Gone: a stale id or a late completion can no longer reach it. */
+			r->state = R_FREE;
+			r->gen = r->gen == 0x7fff ? 1 : r->gen + 1;
+			r->notify_next = s->req_free;
+			s->req_free = ri;
+		}
+	}
+	return n;
+}
+
+/* ---- snapshots ---- */
+
+int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
+{
+	uint32_t ri;
+	const struct req *r = lookup(s, id, &ri);
+
+	if (r == NULL || r->state == R_ENDED)
+		return -ENOENT;
+	if (block >= r->nblk)
+		return -EINVAL;
+	const struct blk *b = &s->blk[r->blk0 + s->blk[r->blk0 + block].map];
+
+	if (r->dir == KVL_SCHED_PULL && (b->state == B_UNPOSTED || b->state == B_FREED))
+		return -EAGAIN;
+	*local_off = b->local_off;
+	return 0;
+}
+
+void kvl_sched_stats(const struct kvl_sched *s, struct kvl_sched_stats *out)
+{
+	*out = s->st;
+	out->budget = s->budget;
+	out->staged = s->staged;
+	out->orphan_bytes = s->orphan;
+	out->active = out->waiting = out->ended = 0;
+	out->windows = 0;
+	for (uint32_t i = 0; i < s->cfg.max_requests; i++) {
+		const struct req *r = &s->req[i];
+
+		if (r->state == R_ACTIVE) {
+			out->active++;
+			out->windows += r->window;
+		} else if (r->state == R_WAITING) {
+			out->waiting++;
+		} else if (r->state == R_ENDED) {
+			out->ended++;
+		}
+	}
+	out->runnable = s->run.n;
+	out->xfer_ps_per_byte = (s->nspb_q16 * 1000) >> 16;
+	for (int c = 0; c < KVL_SCHED_CLASSES; c++)
+		out->compute_ns[c] = s->compute_ns[c];
+}
+
+int kvl_sched_req_info(const struct kvl_sched *s, int id, uint64_t now,
+		       struct kvl_sched_req_info *out)
+{
+	uint32_t ri;
+	const struct req *r = lookup(s, id, &ri);
+
+	if (r == NULL)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->id = id;
+	out->peer = r->peer;
+	out->state = r->state == R_WAITING  ? KVL_SCHED_REQ_WAITING
+		     : r->state == R_ACTIVE ? KVL_SCHED_REQ_ACTIVE
+					    : KVL_SCHED_REQ_ENDED;
+	out->status = r->status;
+	out->cls = r->cls;
+	out->dir = r->dir;
+	out->window = r->state == R_ACTIVE ? r->window : 0;
+	out->floor = r->floor;
+	out->inflight_bytes = r->inflight_bytes;
+	out->landed_bytes = r->landed_bytes;
+	out->age_ns = now - r->open_ns;
+	out->runnable = r->runnable;
+	out->wait_ns = r->runnable ? now - r->wait_since : 0;
+	out->blocks = r->nblk;
+	out->blocks_posted = r->cursor;
+	out->blocks_landed = r->landed;
+	out->steps = r->nstp;
+	out->steps_ready = r->ready_next;
+	out->steps_done = r->done;
+	return 0;
+}
+
+unsigned kvl_sched_req_list(const struct kvl_sched *s, int32_t *ids, unsigned max)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < s->cfg.max_requests; i++) {
+		if (s->req[i].state == R_FREE)
+			continue;
+		if (n < max)
+			ids[n] = (int32_t)((uint32_t)s->req[i].gen << 16 | i);
+		n++;
+	}
+	return n;
+}

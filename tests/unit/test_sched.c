@@ -1,0 +1,851 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The scheduler step by step: a fake clock, a fake transport, one rule per test. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "kvl_test.h"
+#include "kvlane/kvlane.h"
+#include "sched.h"
+
+#define SLOT 16u
+
+/* The fake transport: what was posted, completed when the test says so. */
+#define MAXP 1024
+static struct kvl_sched_xfer posted[MAXP];
+static unsigned nposted;
+static uint64_t now;
+
+static unsigned step(struct kvl_sched *s, unsigned max)
+{
+	unsigned n = kvl_sched_step(s, now, &posted[nposted], max);
+
+	nposted += n;
+	return n;
+}
+
+static int complete(struct kvl_sched *s, unsigned i, int status)
+{
+	return kvl_sched_complete(s, posted[i].id, status, now);
+}
+
+static void complete_range(struct kvl_sched *s, unsigned from, unsigned to)
+{
+	for (unsigned i = from; i < to; i++)
+		CHECK_INT(complete(s, i, KVL_OK), 0);
+}
+
+static struct kvl_sched_event evs[256];
+static unsigned nev;
+
+static unsigned poll(struct kvl_sched *s)
+{
+	nev = kvl_sched_poll_events(s, evs, 256);
+	return nev;
+}
+
+static struct kvl_sched_cfg base_cfg(void)
+{
+	return (struct kvl_sched_cfg){
+		.max_requests = 8,
+		.max_blocks_total = 256,
+		.max_xfers = 256,
+		.slot_size = SLOT,
+		.slot_count = 1024,
+		/* Windows of 64 slots whatever the estimates; tests of windows set their own. */
+		.window_min = 64 * SLOT,
+		.window_max = 64 * SLOT,
+		.max_msg = 0,
+		.max_sge = 1,
+		.starvation_ns = 0,
+		.resize_ns = 1000000000,
+	};
+}
+
+/* A request over @nb blocks of SLOT bytes at remote offsets base + i * SLOT (contiguous),
+ * @per blocks per step in the natural order unless @perm says otherwise. */
+struct rq {
+	struct kvl_sched_block b[64];
+	uint32_t first[65];
+	uint32_t refs[128];
+	struct kvl_sched_req_desc d;
+};
+
+static void mkreq(struct rq *q, uint32_t nb, uint32_t per, uint8_t cls, uint64_t deadline,
+		  uint64_t base)
+{
+	memset(q, 0, sizeof(*q));
+	for (uint32_t i = 0; i < nb; i++)
+		q->b[i] = (struct kvl_sched_block){ .remote_off = base + i * SLOT,
+						    .remote_seg = 7,
+						    .length = SLOT };
+	uint32_t ns = (nb + per - 1) / per;
+
+	for (uint32_t k = 0; k <= ns; k++)
+		q->first[k] = k * per < nb ? k * per : nb;
+	for (uint32_t i = 0; i < nb; i++)
+		q->refs[i] = i;
+	q->d = (struct kvl_sched_req_desc){ .peer = 42,
+					    .deadline = deadline,
+					    .blocks = q->b,
+					    .n_blocks = nb,
+					    .n_steps = ns,
+					    .step_first = q->first,
+					    .step_blocks = q->refs,
+					    .dir = KVL_SCHED_PULL,
+					    .cls = cls };
+}
+
+static struct kvl_sched_stats stats(struct kvl_sched *s)
+{
+	struct kvl_sched_stats st;
+
+	kvl_sched_stats(s, &st);
+	return st;
+}
+
+static struct kvl_sched_req_info info(struct kvl_sched *s, int id)
+{
+	struct kvl_sched_req_info ri;
+
+	memset(&ri, 0, sizeof(ri));
+	CHECK_INT(kvl_sched_req_info(s, id, now, &ri), 0);
+	return ri;
+}
+
+static void reset(void)
+{
+	nposted = 0;
+	nev = 0;
+	now = 1000;
+}
+
+/* Transfer order = the order compute consumes the blocks, whatever the block numbering. */
+static void test_order(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+
+	reset();
+	mkreq(&q, 6, 2, KVL_SCHED_DECODE, 0, 0);
+	/* step 0 = {4, 2}, step 1 = {0, 5, 4}, step 2 = {1, 3} */
+	uint32_t first[] = { 0, 2, 5, 7 }, refs[] = { 4, 2, 0, 5, 4, 1, 3 };
+
+	q.d.step_first = first;
+	q.d.step_blocks = refs;
+	q.d.n_steps = 3;
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK(id >= 0);
+	CHECK_INT(step(s, 64), 6);
+	uint32_t want[] = { 4, 2, 0, 5, 1, 3 };
+
+	for (unsigned i = 0; i < 6; i++) {
+		CHECK_INT(posted[i].remote_off, want[i] * SLOT);
+		CHECK_INT(posted[i].op, 2);
+		CHECK_INT(posted[i].n_blocks, 1);
+		CHECK_INT(posted[i].req, id);
+		CHECK_INT(posted[i].peer, 42);
+	}
+	kvl_sched_free(s);
+}
+
+/* READY only once all of a step's blocks have landed, and in step order. */
+static void test_ready(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+	uint64_t off;
+
+	reset();
+	mkreq(&q, 3, 2, KVL_SCHED_DECODE, 0, 0); /* step 0 = {0, 1}, step 1 = {2} */
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 3);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), -EINVAL); /* not READY */
+	CHECK_INT(complete(s, 2, KVL_OK), 0);
+	CHECK_INT(poll(s), 0); /* step 1 has landed, but step 0 has not */
+	CHECK_INT(complete(s, 0, KVL_OK), 0);
+	CHECK_INT(poll(s), 0); /* half of step 0 */
+	CHECK_INT(info(s, id).steps_ready, 0);
+	CHECK_INT(complete(s, 1, KVL_OK), 0);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_STEP_READY);
+	CHECK_INT(evs[0].step, 0);
+	CHECK_INT(evs[1].type, KVL_SCHED_EV_STEP_READY);
+	CHECK_INT(evs[1].step, 1);
+	CHECK_INT(evs[0].req, id);
+	/* The engine finds each block where the descriptor put it. */
+	for (unsigned i = 0; i < 3; i++) {
+		CHECK_INT(kvl_sched_block_offset(s, id, i, &off), 0);
+		CHECK_INT(off, posted[i].sge[0].local_off);
+	}
+	CHECK_INT(complete(s, 1, KVL_OK), -ENOENT); /* completed twice */
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), -EALREADY);
+	CHECK_INT(kvl_sched_step_done(s, id, 1, now), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_DONE);
+	CHECK_INT(evs[0].status, KVL_OK);
+	CHECK_INT(stats(s).staged, 0);
+	CHECK_INT(kvl_sched_req_info(s, id, now, &(struct kvl_sched_req_info){ 0 }), -ENOENT);
+	kvl_sched_free(s);
+}
+
+/* The window caps in flight + landed; DONE frees the step's slots and the window slides. */
+static void test_window_slides(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.window_min = 2 * SLOT;
+	c.window_max = 2 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 5, 1, KVL_SCHED_DECODE, 0, 0);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 2); /* the window: 2 slots */
+	CHECK_INT(info(s, id).window, 2 * SLOT);
+	CHECK_INT(info(s, id).inflight_bytes, 2 * SLOT);
+	complete_range(s, 0, 2);
+	CHECK_INT(step(s, 64), 0); /* landed but not consumed still counts */
+	CHECK_INT(info(s, id).landed_bytes, 2 * SLOT);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), 0);
+	CHECK_INT(stats(s).staged, SLOT);
+	CHECK_INT(step(s, 64), 1);
+	CHECK_INT(posted[2].remote_off, 2 * SLOT);
+	/* One slot freed, one more sent: the window is full again. */
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).staged, 2 * SLOT);
+	complete_range(s, 2, 3);
+	CHECK_INT(kvl_sched_step_done(s, id, 1, now), 0);
+	CHECK_INT(step(s, 64), 1);
+	CHECK_INT(posted[3].remote_off, 3 * SLOT);
+	kvl_sched_free(s);
+}
+
+/*
+ * A small discrete-event run: every descriptor completes @tx ns after it was posted, the
+ * engine computes each step for @tc ns, starting when it is READY and the previous one is
+ * DONE. Runs for @dur ns in ticks of 100 ns.
+ */
+static void simulate(struct kvl_sched *s, int id, uint64_t tx, uint64_t tc, uint64_t dur)
+{
+	static uint64_t posted_at[MAXP];
+	static unsigned done;
+	static uint32_t next_step, ready;
+	static uint64_t busy_until;
+	static bool busy;
+
+	if (nposted == 0) {
+		done = 0;
+		next_step = ready = 0;
+		busy = false;
+	}
+	for (uint64_t end = now + dur; now < end; now += 100) {
+		while (done < nposted && posted_at[done] + tx <= now)
+			CHECK_INT(complete(s, done++, KVL_OK), 0);
+		poll(s);
+		for (unsigned e = 0; e < nev; e++)
+			if (evs[e].type == KVL_SCHED_EV_STEP_READY)
+				ready = evs[e].step + 1;
+		if (busy && now >= busy_until) {
+			CHECK_INT(kvl_sched_step_done(s, id, next_step++, now), 0);
+			busy = false;
+		}
+		if (!busy && next_step < ready) {
+			busy = true;
+			busy_until = now + tc;
+		}
+		unsigned before = nposted;
+
+		step(s, 64);
+		for (unsigned i = before; i < nposted; i++)
+			posted_at[i] = now;
+	}
+}
+
+/* W = clamp(depth × step bytes, [floor, window_max]), depth from the online estimates:
+ * ceil(transfer time of a step / compute time of a step) + 1. */
+static void test_window_estimates(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.window_min = SLOT;
+	c.window_max = 20 * SLOT;
+	c.resize_ns = 1;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 64, 1, KVL_SCHED_DECODE, 0, 0);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	/* No samples yet: two steps ahead. */
+	CHECK_INT(step(s, 64), 2);
+	CHECK_INT(info(s, id).window, 2 * SLOT);
+	nposted = 0;
+	kvl_sched_free(s);
+	s = kvl_sched_create(&c);
+	id = kvl_sched_open(s, &q.d, now);
+	/* Transfers 500 ns, compute 1000 ns: ceil(0.5) + 1 = 2 steps. */
+	simulate(s, id, 500, 1000, 10000);
+	CHECK_INT(info(s, id).window, 2 * SLOT);
+	CHECK(stats(s).compute_ns[KVL_SCHED_DECODE] >= 1000 &&
+	      stats(s).compute_ns[KVL_SCHED_DECODE] <= 1100);
+	/* Transfers 5000 ns: ceil(5) + 1 = 6 steps, once the averages have moved (EWMA 1/8). */
+	simulate(s, id, 5000, 1000, 30000);
+	CHECK_INT(info(s, id).window, 6 * SLOT);
+	CHECK_INT(info(s, id).inflight_bytes + info(s, id).landed_bytes, 6 * SLOT);
+	kvl_sched_free(s);
+	/* Slower still: clamped to window_max. */
+	reset();
+	s = kvl_sched_create(&c);
+	id = kvl_sched_open(s, &q.d, now);
+	simulate(s, id, 50000, 1000, 60000);
+	CHECK_INT(info(s, id).window, 20 * SLOT);
+	kvl_sched_free(s);
+}
+
+/* The budget shrinks mid-request: nothing landed is dropped, nothing new starts until the
+ * request is under its new window; then it grows again and posting resumes. */
+static void test_budget_shrink_grow(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.budget = 8 * SLOT;
+	c.window_min = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 16, 1, KVL_SCHED_DECODE, 0, 0);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 8);
+	CHECK_INT(stats(s).staged, 8 * SLOT);
+	complete_range(s, 0, 4);
+	kvl_sched_set_budget(s, 2 * SLOT, now);
+	CHECK_INT(stats(s).budget, 2 * SLOT);
+	CHECK_INT(info(s, id).window, 2 * SLOT);
+	CHECK_INT(stats(s).windows, 2 * SLOT);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(poll(s), 4); /* what landed is still there and READY */
+	complete_range(s, 4, 8);
+	CHECK_INT(poll(s), 4);
+	CHECK_INT(stats(s).staged, 8 * SLOT); /* above the budget: nothing was dropped */
+	for (uint32_t k = 0; k < 6; k++) {
+		CHECK_INT(kvl_sched_step_done(s, id, k, now), 0);
+		CHECK_INT(step(s, 64), 0); /* 7 .. 2 slots held: not under the window yet */
+	}
+	CHECK_INT(stats(s).staged, 2 * SLOT);
+	CHECK_INT(kvl_sched_step_done(s, id, 6, now), 0);
+	CHECK_INT(step(s, 64), 1); /* 1 slot held: one more fits the 2-slot window */
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).staged, 2 * SLOT);
+	/* It grows again: the window follows at once. */
+	kvl_sched_set_budget(s, 6 * SLOT, now);
+	CHECK_INT(info(s, id).window, 6 * SLOT);
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	kvl_sched_free(s);
+}
+
+/* Windows are a share of the budget, but the budget itself is checked on every post: a
+ * request under its window still waits while another one holds more than its new share. */
+static void test_budget_global(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq a, b;
+
+	reset();
+	c.window_min = c.window_max = 4 * SLOT;
+	c.budget = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 16, 1, KVL_SCHED_DECODE, 0, 0);
+	mkreq(&b, 16, 1, KVL_SCHED_PREFILL, 0, 0x1000);
+	int ia = kvl_sched_open(s, &a.d, now), ib = kvl_sched_open(s, &b.d, now);
+
+	CHECK_INT(step(s, 64), 8);
+	complete_range(s, 0, 8);
+	poll(s);
+	kvl_sched_set_budget(s, 6 * SLOT, now);
+	CHECK_INT(info(s, ia).window, 4 * SLOT); /* decode keeps its floor */
+	CHECK_INT(info(s, ib).window, 2 * SLOT); /* prefill holds 4, over its share */
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, ia, 1, now), 0);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	CHECK_INT(step(s, 64), 0); /* a has room in its window, the budget has none */
+	CHECK_INT(stats(s).last_stop, KVL_SCHED_STOP_BUDGET);
+	CHECK_INT(kvl_sched_step_done(s, ib, 0, now), 0);
+	CHECK_INT(step(s, 64), 1);
+	CHECK_INT(posted[8].req, ia);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	kvl_sched_free(s);
+}
+
+/* A request is admitted only when its floor fits; it waits, then is admitted. */
+static void test_admission(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq a, b;
+
+	reset();
+	c.window_min = 4 * SLOT;
+	c.budget = 6 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 4, 1, KVL_SCHED_DECODE, 0, 0);
+	mkreq(&b, 4, 1, KVL_SCHED_DECODE, 0, 1000);
+	int ia = kvl_sched_open(s, &a.d, now), ib = kvl_sched_open(s, &b.d, now);
+
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(info(s, ib).state, KVL_SCHED_REQ_WAITING);
+	CHECK_INT(stats(s).waiting, 1);
+	CHECK_INT(stats(s).active, 1);
+	for (unsigned i = 0; i < 4; i++)
+		CHECK_INT(posted[i].req, ia);
+	complete_range(s, 0, 4);
+	for (uint32_t k = 0; k < 3; k++)
+		CHECK_INT(kvl_sched_step_done(s, ia, k, now), 0);
+	CHECK_INT(step(s, 64), 0); /* a is still there: 4 + 4 > 6 */
+	CHECK_INT(info(s, ib).state, KVL_SCHED_REQ_WAITING);
+	CHECK_INT(kvl_sched_step_done(s, ia, 3, now), 0);
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(info(s, ib).state, KVL_SCHED_REQ_ACTIVE);
+	CHECK_INT(posted[4].req, ib);
+	/* A floor that can never fit the staging region is refused, not left waiting. */
+	struct rq big;
+
+	mkreq(&big, 8, 8, KVL_SCHED_DECODE, 0, 0);
+	c.window_max = 4 * SLOT;
+	c.window_min = 4 * SLOT;
+	struct kvl_sched *s2 = kvl_sched_create(&c);
+
+	CHECK_INT(kvl_sched_open(s2, &big.d, now), -EINVAL); /* one step of 8 > window_max */
+	kvl_sched_free(s2);
+	kvl_sched_free(s);
+}
+
+/* DECODE before PREFILL, earliest deadline first inside a class. */
+static void test_priority(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq p, d1, d2, d3;
+
+	reset();
+	c.window_min = c.window_max = 2 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&p, 4, 1, KVL_SCHED_PREFILL, 10, 0x1000);
+	mkreq(&d1, 4, 1, KVL_SCHED_DECODE, 300, 0x2000);
+	mkreq(&d2, 4, 1, KVL_SCHED_DECODE, 100, 0x3000);
+	mkreq(&d3, 4, 1, KVL_SCHED_DECODE, 200, 0x4000);
+	int ip = kvl_sched_open(s, &p.d, now);
+	int i1 = kvl_sched_open(s, &d1.d, now);
+	int i2 = kvl_sched_open(s, &d2.d, now);
+	int i3 = kvl_sched_open(s, &d3.d, now);
+	/* One descriptor at a time: the whole window of the first goes before the next. */
+	int want[8];
+
+	want[0] = want[1] = i2;
+	want[2] = want[3] = i3;
+	want[4] = want[5] = i1;
+	want[6] = want[7] = ip;
+	for (unsigned i = 0; i < 8; i++) {
+		CHECK_INT(step(s, 1), 1);
+		CHECK_INT(posted[i].req, want[i]);
+		CHECK_INT(posted[i].cls, want[i] == ip ? KVL_SCHED_PREFILL : KVL_SCHED_DECODE);
+	}
+	CHECK_INT(step(s, 1), 0);
+	/* Room again for the prefill and for d2: d2 goes first though it was served before. */
+	complete_range(s, 0, 8);
+	poll(s);
+	CHECK_INT(kvl_sched_step_done(s, ip, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, i2, 0, now), 0);
+	CHECK_INT(step(s, 1), 1);
+	CHECK_INT(posted[8].req, i2);
+	CHECK_INT(step(s, 1), 1);
+	CHECK_INT(posted[9].req, ip);
+	kvl_sched_free(s);
+}
+
+/* A runnable request passed over for starvation_ns is served; without the bound it is not. */
+static void test_starvation(void)
+{
+	for (int bound = 0; bound < 2; bound++) {
+		struct kvl_sched_cfg c = base_cfg();
+		struct kvl_sched *s;
+		struct rq d, p;
+		uint64_t t0, served_at = 0;
+		unsigned done = 0;
+
+		reset();
+		c.starvation_ns = bound ? 1000 : 0;
+		s = kvl_sched_create(&c);
+		mkreq(&d, 64, 1, KVL_SCHED_DECODE, 0, 0);
+		mkreq(&p, 64, 1, KVL_SCHED_PREFILL, 0, 0x10000);
+		int id = kvl_sched_open(s, &d.d, now), ip = kvl_sched_open(s, &p.d, now);
+
+		t0 = now;
+		/* One descriptor per call, every 100 ns; the engine consumes at once, so the
+		 * decode request always has room and always wins on priority. */
+		for (int it = 0; it < 60; it++) {
+			now += 100;
+			unsigned before = nposted;
+
+			step(s, 1);
+			for (unsigned i = before; i < nposted; i++)
+				if (posted[i].req == ip && served_at == 0)
+					served_at = now;
+			complete_range(s, done, nposted);
+			done = nposted;
+			poll(s);
+			for (unsigned e = 0; e < nev; e++)
+				if (evs[e].type == KVL_SCHED_EV_STEP_READY)
+					kvl_sched_step_done(s, evs[e].req, evs[e].step, now);
+		}
+		if (bound) {
+			CHECK(served_at >= t0 + 1000 && served_at <= t0 + 1100);
+			CHECK(stats(s).starved_serves >= 1);
+			/* Then it waits again, for the bound, not for the decode to finish. */
+			CHECK(info(s, id).steps_done > 40);
+			CHECK(info(s, ip).blocks_posted >= 4);
+		} else {
+			CHECK_INT(served_at, 0);
+			CHECK_INT(info(s, ip).blocks_posted, 0);
+			CHECK(info(s, ip).wait_ns >= 5000);
+		}
+		kvl_sched_free(s);
+	}
+}
+
+/* Blocks contiguous on both sides merge into one descriptor, up to max_msg. */
+static void test_coalesce(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.max_msg = 3 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 8, 2, KVL_SCHED_DECODE, 0, 0x100);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK(id >= 0);
+	CHECK_INT(step(s, 64), 3);
+	uint32_t nb[] = { 3, 3, 2 };
+
+	for (unsigned i = 0; i < 3; i++) {
+		CHECK_INT(posted[i].n_blocks, nb[i]);
+		CHECK_INT(posted[i].length, nb[i] * SLOT);
+		CHECK_INT(posted[i].n_sge, 1);
+		CHECK_INT(posted[i].remote_off, 0x100 + i * 3 * SLOT);
+	}
+	CHECK_INT(posted[1].sge[0].local_off, posted[0].sge[0].local_off + 3 * SLOT);
+	CHECK_INT(stats(s).posted_blocks, 8);
+	/* A gap on the remote side cuts the message. */
+	struct rq g;
+
+	mkreq(&g, 4, 4, KVL_SCHED_DECODE, 0, 0x1000);
+	g.b[2].remote_off += SLOT; /* 0, 1 | 2, 3 */
+	g.b[3].remote_off += SLOT;
+	kvl_sched_open(s, &g.d, now);
+	CHECK_INT(step(s, 64), 2);
+	CHECK_INT(posted[3].n_blocks, 2);
+	CHECK_INT(posted[4].n_blocks, 2);
+	CHECK_INT(posted[4].remote_off, 0x1000 + 3 * SLOT);
+	kvl_sched_free(s);
+
+	/* max_msg 0: one block per descriptor. */
+	reset();
+	c.max_msg = 0;
+	s = kvl_sched_create(&c);
+	kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 8);
+	CHECK_INT(posted[7].n_blocks, 1);
+	kvl_sched_free(s);
+}
+
+/* Remote contiguous, local not: one descriptor with several SGEs, up to max_sge. */
+static void test_multi_sge(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.max_msg = 64 * SLOT;
+	c.max_sge = 2;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 7, 7, KVL_SCHED_DECODE, 0, 0);
+	q.d.dir = KVL_SCHED_PUSH;
+	/* local: 0..2 contiguous at 1000, 3 at 5000, 4..5 at 9000, 6 at 20000 */
+	uint64_t loc[] = { 1000, 1016, 1032, 5000, 9000, 9016, 20000 };
+
+	for (unsigned i = 0; i < 7; i++)
+		q.b[i].local_off = loc[i];
+	kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 2);
+	CHECK_INT(posted[0].op, 1);
+	CHECK_INT(posted[0].n_sge, 2);
+	CHECK_INT(posted[0].n_blocks, 4);
+	CHECK_INT(posted[0].sge[0].local_off, 1000);
+	CHECK_INT(posted[0].sge[0].length, 3 * SLOT);
+	CHECK_INT(posted[0].sge[1].local_off, 5000);
+	CHECK_INT(posted[0].sge[1].length, SLOT);
+	CHECK_INT(posted[0].length, 4 * SLOT);
+	CHECK_INT(posted[1].n_sge, 2);
+	CHECK_INT(posted[1].remote_off, 4 * SLOT);
+	CHECK_INT(posted[1].sge[0].local_off, 9000);
+	CHECK_INT(posted[1].sge[0].length, 2 * SLOT);
+	CHECK_INT(posted[1].sge[1].local_off, 20000);
+	kvl_sched_free(s);
+
+	/* max_sge 1: the same blocks need four messages. */
+	reset();
+	c.max_sge = 1;
+	s = kvl_sched_create(&c);
+	kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 4);
+	kvl_sched_free(s);
+
+	/* PULL blocks shorter than a slot: remote contiguous, local not, so SGEs. */
+	reset();
+	c.max_sge = 4;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 6, 6, KVL_SCHED_DECODE, 0, 0);
+	for (unsigned i = 0; i < 6; i++) {
+		q.b[i].length = SLOT / 2;
+		q.b[i].remote_off = i * SLOT / 2;
+	}
+	kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 2);
+	CHECK_INT(posted[0].n_sge, 4);
+	CHECK_INT(posted[0].length, 2 * SLOT);
+	CHECK_INT(posted[0].sge[1].local_off, posted[0].sge[0].local_off + SLOT);
+	CHECK_INT(posted[1].n_sge, 2);
+	kvl_sched_free(s);
+}
+
+/* Cancel frees everything at once (staging under in-flight reads when they complete),
+ * tells the caller to notify the peer, and absorbs late completions. */
+static void test_cancel(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+
+	reset();
+	mkreq(&q, 10, 2, KVL_SCHED_DECODE, 0, 0);
+	q.d.peer = 99;
+	q.d.user = 1234;
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 6), 6); /* 6 posted, 4 not */
+	complete_range(s, 0, 3);  /* 3 landed, 3 in flight */
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	CHECK_INT(kvl_sched_cancel(s, id, now), 0);
+	CHECK_INT(stats(s).staged, 3 * SLOT); /* the landed ones: at once */
+	CHECK_INT(stats(s).orphan_bytes, 3 * SLOT);
+	CHECK_INT(stats(s).active, 0);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(kvl_sched_cancel(s, id, now), -EALREADY);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), -EALREADY);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_PEER_CANCEL);
+	CHECK_INT(evs[0].peer, 99);
+	CHECK_INT(evs[0].user, 1234);
+	CHECK_INT(evs[0].req, id);
+	CHECK_INT(evs[1].type, KVL_SCHED_EV_REQ_FAILED);
+	CHECK_INT(evs[1].status, KVL_ERR_CANCELED);
+	CHECK_INT(kvl_sched_cancel(s, id, now), -ENOENT);
+	/* A new request may take the freed slots, but not those under the in-flight reads. */
+	struct rq n;
+
+	mkreq(&n, 61, 61, KVL_SCHED_DECODE, 0, 0x8000);
+	int in = kvl_sched_open(s, &n.d, now);
+
+	CHECK(in >= 0);
+	CHECK_INT(step(s, 64), 61);
+	CHECK_INT(stats(s).staged, 64 * SLOT);
+	for (unsigned i = 6; i < 6 + 61; i++)
+		for (unsigned j = 3; j < 6; j++)
+			CHECK(posted[i].sge[0].local_off != posted[j].sge[0].local_off);
+	/* The late completions: absorbed and counted, once each. */
+	complete_range(s, 3, 6);
+	CHECK_INT(stats(s).late_completions, 3);
+	CHECK_INT(stats(s).orphan_bytes, 0);
+	CHECK_INT(stats(s).staged, 61 * SLOT);
+	CHECK_INT(complete(s, 3, KVL_OK), -ENOENT);
+	CHECK_INT(stats(s).staged, 61 * SLOT);
+	CHECK_INT(poll(s), 0);
+	kvl_sched_free(s);
+}
+
+/* A failed transfer fails its request with that status; the rest is absorbed. */
+static void test_failure(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q, o;
+
+	reset();
+	mkreq(&q, 4, 1, KVL_SCHED_DECODE, 0, 0);
+	mkreq(&o, 2, 1, KVL_SCHED_DECODE, 10, 0x100);
+	int id = kvl_sched_open(s, &q.d, now), io = kvl_sched_open(s, &o.d, now);
+
+	CHECK_INT(step(s, 64), 6);
+	CHECK_INT(complete(s, 0, KVL_OK), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_STEP_READY);
+	CHECK_INT(complete(s, 2, KVL_ERR_CONN_LOST), 0);
+	CHECK_INT(complete(s, 1, KVL_OK), 0); /* after the failure: absorbed */
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_FAILED);
+	CHECK_INT(evs[0].status, KVL_ERR_CONN_LOST);
+	CHECK_INT(evs[0].req, id);
+	CHECK_INT(stats(s).completed_err, 1);
+	CHECK_INT(stats(s).staged, 3 * SLOT);	      /* block 3 under a read + the other request */
+	CHECK_INT(complete(s, 3, KVL_ERR_BOUNDS), 0); /* late: absorbed, no second event */
+	CHECK_INT(stats(s).late_completions, 2);
+	CHECK_INT(poll(s), 0);
+	/* The other request is untouched. */
+	complete_range(s, 4, 6);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(kvl_sched_step_done(s, io, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, io, 1, now), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_DONE);
+	CHECK_INT(stats(s).staged, 0);
+	kvl_sched_free(s);
+}
+
+/* Bad descriptors are refused and keep nothing: afterwards a request that needs every pool
+ * entry still opens and runs to the end. */
+static void test_bad_open(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.max_blocks_total = 16;
+	c.max_steps_total = 16;
+	c.max_refs_total = 16;
+	c.max_requests = 2;
+	s = kvl_sched_create(&c);
+	CHECK_INT(kvl_sched_open(s, NULL, now), -EINVAL);
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.d.n_blocks = 0;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* zero blocks */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.refs[3] = 4;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* no block 4 */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.refs[1] = 0;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* block 0 twice in step 0 */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.refs[3] = 2;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* block 3: no step needs it */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.b[1].length = SLOT + 1;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* bigger than a staging slot */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.d.dir = KVL_SCHED_PUSH;
+	q.b[1].length = (uint32_t)c.window_max + 1;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* bigger than the window max */
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	q.first[1] = 0;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* empty step */
+	mkreq(&q, 4, 2, 7, 0, 0);
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* no such class */
+	mkreq(&q, 17, 17, KVL_SCHED_DECODE, 0, 0);
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC); /* more blocks than the pool */
+	mkreq(&q, 2, 1, KVL_SCHED_DECODE, 0, 0);
+	int a = kvl_sched_open(s, &q.d, now), b = kvl_sched_open(s, &q.d, now);
+
+	CHECK(a >= 0 && b >= 0);
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC); /* too many requests */
+	CHECK_INT(kvl_sched_cancel(s, a, now), 0);
+	CHECK_INT(kvl_sched_cancel(s, b, now), 0);
+	CHECK_INT(poll(s), 4);
+	/* Nothing leaked: the whole pools are there for one request. */
+	mkreq(&q, 16, 1, KVL_SCHED_DECODE, 0, 0);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK(id >= 0);
+	CHECK_INT(step(s, 64), 16);
+	complete_range(s, 0, 16);
+	CHECK_INT(poll(s), 16);
+	for (uint32_t k = 0; k < 16; k++)
+		CHECK_INT(kvl_sched_step_done(s, id, k, now), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_DONE);
+	CHECK_INT(stats(s).staged, 0);
+	CHECK_INT(kvl_sched_req_list(s, NULL, 0), 0);
+	kvl_sched_free(s);
+
+	/* Bad configurations. */
+	c = base_cfg();
+	c.window_min = c.window_max + 1;
+	CHECK(kvl_sched_create(&c) == NULL && errno == EINVAL);
+	c = base_cfg();
+	c.max_sge = KVL_SCHED_MAX_SGE + 1;
+	CHECK(kvl_sched_create(&c) == NULL && errno == EINVAL);
+}
+
+/* A block shared by two steps stays staged until the later one is DONE. */
+static void test_shared_block(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+
+	reset();
+	mkreq(&q, 3, 1, KVL_SCHED_DECODE, 0, 0);
+	uint32_t first[] = { 0, 1, 3, 5 }, refs[] = { 0, 0, 1, 0, 2 };
+
+	q.d.step_first = first;
+	q.d.step_blocks = refs;
+	q.d.n_steps = 3;
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(info(s, id).floor, 3 * SLOT > c.window_min ? 3 * SLOT : c.window_min);
+	CHECK_INT(step(s, 64), 3);
+	complete_range(s, 0, 3);
+	CHECK_INT(poll(s), 3);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), 0);
+	CHECK_INT(stats(s).staged, 3 * SLOT); /* block 0 is needed by steps 1 and 2 */
+	CHECK_INT(kvl_sched_step_done(s, id, 1, now), 0);
+	CHECK_INT(stats(s).staged, 2 * SLOT); /* block 1 done with */
+	CHECK_INT(kvl_sched_step_done(s, id, 2, now), 0);
+	CHECK_INT(stats(s).staged, 0);
+	kvl_sched_free(s);
+}
+
+int main(void)
+{
+	test_order();
+	test_ready();
+	test_window_slides();
+	test_window_estimates();
+	test_budget_shrink_grow();
+	test_budget_global();
+	test_admission();
+	test_priority();
+	test_starvation();
+	test_coalesce();
+	test_multi_sge();
+	test_cancel();
+	test_failure();
+	test_bad_open();
+	test_shared_block();
+	return kvl_test_done("test_sched");
+}

@@ -1,0 +1,628 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The scheduler under thousands of random workloads, checked against a model after each call. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "kvl_test.h"
+#include "kvlane/kvlane.h"
+#include "sched.h"
+
+/* Stop at the first broken workload: its seed and number are enough to replay it. */
+#define FAIL_IF(cond, ...)                                                                         \
+	do {                                                                                       \
+		kvl_test_checks++;                                                                 \
+		if (cond) {                                                                        \
+			kvl_test_failures++;                                                       \
+			fprintf(stderr, "workload %u: %s:%d: ", cur_workload, __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			return false;                                                              \
+		}                                                                                  \
+	} while (0)
+
+static unsigned cur_workload;
+static uint64_t rng;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static uint32_t below(uint32_t n)
+{
+	return n ? (uint32_t)(rnd() % n) : 0;
+}
+
+#define MAXB	 24
+#define MAXS	 24
+#define MAXR	 12
+#define MAXX	 64
+#define MAXSLOTS 512
+#define SLOT	 16u
+
+enum { UNPOSTED, INFLIGHT, LANDED, FREED };
+
+/* The model of one request: what the scheduler must be doing with it. */
+struct mreq {
+	struct kvl_sched_block b[MAXB];
+	uint32_t first[MAXS + 1], refs[MAXS * 3];
+	struct kvl_sched_req_desc d;
+	uint32_t order[MAXB]; /* transfer order: first use */
+	uint32_t first_use[MAXB];
+	uint32_t ref[MAXB];
+	uint8_t bst[MAXB];
+	uint32_t slot[MAXB];
+	uint32_t next; /* in order */
+	uint32_t ready, done;
+	bool step_done[MAXS];
+	int id;
+	bool opened, ended, terminal, peer_cancel, cancelled;
+	int want_status; /* what its terminal event must say */
+};
+
+struct mx {
+	uint64_t id;
+	uint32_t r; /* model request */
+	uint32_t pos, n;
+};
+
+struct world {
+	struct kvl_sched_cfg c;
+	struct kvl_sched *s;
+	struct mreq q[MAXR];
+	uint32_t nq;
+	struct mx fl[MAXX]; /* in flight */
+	uint32_t nfl;
+	int owner[MAXSLOTS]; /* shadow staging: model request + 1 holding each slot */
+	uint64_t staged, prev_staged, budget;
+	uint64_t now;
+};
+
+static struct world w;
+static uint64_t n_calls, n_desc, n_blocks, n_cancel, n_fail, n_done, n_refused, n_starved;
+
+static uint64_t charge(const struct mreq *m, uint32_t b)
+{
+	return m->d.dir == KVL_SCHED_PULL ? w.c.slot_size : m->b[b].length;
+}
+
+static void gen_req(struct mreq *m, uint32_t idx)
+{
+	uint32_t nb = 1 + below(MAXB), perm[MAXB], nref = 0, ns = 0;
+
+	memset(m, 0, sizeof(*m));
+	for (uint32_t i = 0; i < nb; i++)
+		perm[i] = i;
+	for (uint32_t i = nb; i > 1; i--) {
+		uint32_t j = below(i), t = perm[i - 1];
+
+		perm[i - 1] = perm[j];
+		perm[j] = t;
+	}
+	/* Steps take the blocks in perm order, 1..4 new ones each, sometimes an old one too. */
+	for (uint32_t i = 0; i < nb && ns < MAXS;) {
+		uint32_t k = 1 + below(4);
+
+		m->first[ns] = nref;
+		if (i > 0 && below(4) == 0)
+			m->refs[nref++] = perm[below(i)];
+		for (uint32_t j = 0; j < k && i < nb; j++)
+			m->refs[nref++] = perm[i++];
+		ns++;
+	}
+	m->first[ns] = nref;
+	/* Remote offsets follow the transfer order (it is perm order), with gaps at times. */
+	uint64_t roff = (uint64_t)idx << 32, loff = (uint64_t)idx << 32;
+	bool push = below(3) == 0;
+
+	for (uint32_t i = 0; i < nb; i++) {
+		struct kvl_sched_block *b = &m->b[perm[i]];
+
+		b->length = push ? 1 + below(2 * SLOT) : (below(4) ? SLOT : 1 + below(SLOT));
+		if (below(5) == 0)
+			roff += 1 + below(64);
+		if (below(3) == 0)
+			loff += 1 + below(64);
+		b->remote_off = roff;
+		b->remote_seg = 1 + (below(8) == 0);
+		b->local_off = loff;
+		roff += b->length;
+		loff += b->length;
+	}
+	m->d = (struct kvl_sched_req_desc){ .peer = 1000 + idx,
+					    .deadline = below(5000),
+					    .user = idx,
+					    .blocks = m->b,
+					    .n_blocks = nb,
+					    .n_steps = ns,
+					    .step_first = m->first,
+					    .step_blocks = m->refs,
+					    .dir = push ? KVL_SCHED_PUSH : KVL_SCHED_PULL,
+					    .cls = below(2) };
+	/* The model's own transfer order and reference counts. */
+	bool seen[MAXB] = { false };
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < ns; k++)
+		for (uint32_t j = m->first[k]; j < m->first[k + 1]; j++) {
+			uint32_t b = m->refs[j];
+
+			m->ref[b]++;
+			if (!seen[b]) {
+				seen[b] = true;
+				m->first_use[b] = k;
+				m->order[n++] = b;
+			}
+		}
+	m->want_status = KVL_OK;
+}
+
+/* What must be resident at once, computed the slow way: the scheduler must refuse more. */
+static uint64_t peak(const struct mreq *m)
+{
+	uint64_t best = 0;
+
+	for (uint32_t k = 0; k < m->d.n_steps; k++) {
+		uint64_t sum = 0;
+
+		for (uint32_t b = 0; b < m->d.n_blocks; b++) {
+			uint32_t last = 0;
+
+			for (uint32_t kk = 0; kk < m->d.n_steps; kk++)
+				for (uint32_t j = m->first[kk]; j < m->first[kk + 1]; j++)
+					if (m->refs[j] == b)
+						last = kk;
+			if (m->first_use[b] <= k && last >= k)
+				sum += charge(m, b);
+		}
+		best = sum > best ? sum : best;
+	}
+	return best;
+}
+
+static void release(struct mreq *m, uint32_t b)
+{
+	if (m->d.dir == KVL_SCHED_PULL)
+		w.owner[m->slot[b]] = 0;
+	w.staged -= charge(m, b);
+	m->bst[b] = FREED;
+}
+
+/* The request ended here: landed blocks go at once, in-flight ones on completion. */
+static void model_end(struct mreq *m, int status)
+{
+	for (uint32_t b = 0; b < m->d.n_blocks; b++)
+		if (m->bst[b] == LANDED)
+			release(m, b);
+	m->ended = true;
+	m->want_status = status;
+}
+
+static bool check_common(const char *what)
+{
+	struct kvl_sched_stats st;
+
+	n_calls++;
+	kvl_sched_stats(w.s, &st);
+	FAIL_IF(st.staged != w.staged, "%s: staged %" PRIu64 " but the model holds %" PRIu64, what,
+		st.staged, w.staged);
+	/* The hard invariant: never more staged than the budget, except what had landed
+	 * before the budget shrank, which may only go down. */
+	FAIL_IF(st.staged > st.budget && st.staged > w.prev_staged,
+		"%s: staged %" PRIu64 " grew over the budget %" PRIu64 " (was %" PRIu64 ")", what,
+		st.staged, st.budget, w.prev_staged);
+	FAIL_IF(st.xfers_inflight != w.nfl, "%s: %u in flight, model %u", what, st.xfers_inflight,
+		w.nfl);
+	w.prev_staged = st.staged;
+	return true;
+}
+
+/* One descriptor: exactly the request's next blocks in transfer order, within limits, onto
+ * staging that nothing else holds. */
+static bool check_desc(const struct kvl_sched_xfer *x)
+{
+	uint32_t r;
+
+	for (r = 0; r < w.nq; r++)
+		if (w.q[r].opened && !w.q[r].ended && w.q[r].id == x->req)
+			break;
+	FAIL_IF(r == w.nq, "descriptor for request %d, not an open one", x->req);
+	struct mreq *m = &w.q[r];
+
+	FAIL_IF(x->n_blocks == 0 || m->next + x->n_blocks > m->d.n_blocks,
+		"descriptor of %u blocks at %u of %u", x->n_blocks, m->next, m->d.n_blocks);
+	FAIL_IF(x->n_sge == 0 || x->n_sge > w.c.max_sge, "%u SGEs", x->n_sge);
+	FAIL_IF(x->n_blocks > 1 && (w.c.max_msg == 0 || x->length > w.c.max_msg),
+		"merged %u blocks into %u bytes (max_msg %u)", x->n_blocks, x->length, w.c.max_msg);
+	FAIL_IF(x->op != (m->d.dir == KVL_SCHED_PULL ? 2 : 1), "op %u", x->op);
+	FAIL_IF(x->peer != m->d.peer || x->cls != m->d.cls, "peer or class");
+	uint64_t roff = x->remote_off, len = 0;
+	uint32_t sg = 0, sg_used = 0;
+
+	for (uint32_t i = 0; i < x->n_blocks; i++) {
+		uint32_t b = m->order[m->next + i];
+
+		FAIL_IF(m->bst[b] != UNPOSTED, "block %u sent twice", b);
+		FAIL_IF(m->b[b].remote_off != roff || m->b[b].remote_seg != x->remote_seg,
+			"block %u (transfer position %u) is not next on the remote side", b,
+			m->next + i);
+		FAIL_IF(sg >= x->n_sge, "blocks beyond the SGEs");
+		uint64_t local = x->sge[sg].local_off + sg_used;
+
+		if (m->d.dir == KVL_SCHED_PUSH) {
+			FAIL_IF(local != m->b[b].local_off, "push block %u from the wrong place",
+				b);
+		} else {
+			uint32_t slot = (uint32_t)(local / w.c.slot_size);
+
+			FAIL_IF(local % w.c.slot_size || slot >= w.c.slot_count,
+				"pull block %u to %" PRIu64, b, local);
+			FAIL_IF(w.owner[slot],
+				"slot %u given to request %u while request %d holds it", slot, r,
+				w.owner[slot] - 1);
+			w.owner[slot] = (int)r + 1;
+			m->slot[b] = slot;
+		}
+		m->bst[b] = INFLIGHT;
+		w.staged += charge(m, b);
+		sg_used += m->b[b].length;
+		FAIL_IF(sg_used > x->sge[sg].length, "SGE %u shorter than its blocks", sg);
+		if (sg_used == x->sge[sg].length) {
+			sg++;
+			sg_used = 0;
+		}
+		roff += m->b[b].length;
+		len += m->b[b].length;
+	}
+	FAIL_IF(sg != x->n_sge || len != x->length, "SGEs do not add up");
+	FAIL_IF(w.nfl == MAXX, "more in flight than max_xfers");
+	w.fl[w.nfl++] = (struct mx){ x->id, r, m->next, x->n_blocks };
+	m->next += x->n_blocks;
+	n_desc++;
+	n_blocks += x->n_blocks;
+	return true;
+}
+
+static int cmp_wait(const void *a, const void *b)
+{
+	const struct kvl_sched_req_info *x = a, *y = b;
+
+	return x->wait_ns < y->wait_ns ? 1 : x->wait_ns > y->wait_ns ? -1 : 0;
+}
+
+static bool do_step(void)
+{
+	struct kvl_sched_xfer out[32];
+	struct kvl_sched_req_info inf[MAXR], starved[MAXR];
+	int32_t ids[MAXR];
+	unsigned ns = 0, max = below(3) ? 1 + below(4) : 32;
+	/* max 0 only admits and recomputes windows (due at this `now`), so the snapshot below
+	 * is what the picking sees. */
+	FAIL_IF(kvl_sched_step(w.s, w.now, out, 0) != 0, "step with max 0 posted");
+	unsigned nids = kvl_sched_req_list(w.s, ids, MAXR);
+
+	for (unsigned i = 0; i < nids; i++) {
+		kvl_sched_req_info(w.s, ids[i], w.now, &inf[i]);
+		if (w.c.starvation_ns && inf[i].runnable && inf[i].wait_ns >= w.c.starvation_ns)
+			starved[ns++] = inf[i];
+	}
+	qsort(starved, ns, sizeof(*starved), cmp_wait);
+	unsigned n = kvl_sched_step(w.s, w.now, out, max);
+	struct kvl_sched_stats st;
+
+	kvl_sched_stats(w.s, &st);
+	FAIL_IF(n > max, "step gave %u > %u", n, max);
+	/* Whoever was passed over for the bound is served first, oldest first, one each. */
+	unsigned k = ns < max ? ns : max;
+
+	if (n < k)
+		FAIL_IF(st.last_stop != KVL_SCHED_STOP_BUDGET &&
+				st.last_stop != KVL_SCHED_STOP_XFERS,
+			"%u starved requests, %u served, and no resource ran out", k, n);
+	for (unsigned i = 0; i < k && i < n; i++) {
+		unsigned j;
+
+		for (j = 0; j < ns && starved[j].id != out[i].req; j++)
+			;
+		FAIL_IF(j == ns, "descriptor %u went to request %d, not to a starved one", i,
+			out[i].req);
+		FAIL_IF(starved[j].wait_ns < starved[i].wait_ns,
+			"a younger starved request went before an older one");
+		n_starved++;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (!check_desc(&out[i]))
+			return false;
+	/* Whoever was given something stays within its window. */
+	for (unsigned i = 0; i < n; i++) {
+		struct kvl_sched_req_info ri;
+
+		if (i > 0 && out[i].req == out[i - 1].req)
+			continue;
+		FAIL_IF(kvl_sched_req_info(w.s, out[i].req, w.now, &ri) != 0, "info");
+		FAIL_IF(ri.inflight_bytes + ri.landed_bytes > ri.window,
+			"request %d holds %" PRIu64 " over its window %" PRIu64, ri.id,
+			ri.inflight_bytes + ri.landed_bytes, ri.window);
+	}
+	FAIL_IF(st.windows + st.orphan_bytes > st.budget && st.windows > 0,
+		"windows %" PRIu64 " + orphans %" PRIu64 " over the budget %" PRIu64, st.windows,
+		st.orphan_bytes, st.budget);
+	return check_common("step");
+}
+
+static bool do_complete(bool may_fail)
+{
+	if (w.nfl == 0)
+		return true;
+	uint32_t i = below(w.nfl);
+	struct mx x = w.fl[i];
+	struct mreq *m = &w.q[x.r];
+	int status = may_fail && below(40) == 0 ? 1 + (int)below(KVL_STATUS_COUNT - 1) : KVL_OK;
+
+	w.fl[i] = w.fl[--w.nfl];
+	FAIL_IF(kvl_sched_complete(w.s, x.id, status, w.now) != 0, "completion refused");
+	FAIL_IF(kvl_sched_complete(w.s, x.id, KVL_OK, w.now) != -ENOENT, "completed twice");
+	if (m->ended) { /* absorbed: its staging is free only now */
+		for (uint32_t j = 0; j < x.n; j++)
+			release(m, m->order[x.pos + j]);
+	} else if (status != KVL_OK) {
+		for (uint32_t j = 0; j < x.n; j++)
+			release(m, m->order[x.pos + j]);
+		model_end(m, status);
+		n_fail++;
+	} else {
+		for (uint32_t j = 0; j < x.n; j++)
+			m->bst[m->order[x.pos + j]] = LANDED;
+	}
+	return check_common("complete");
+}
+
+static bool do_events(void)
+{
+	struct kvl_sched_event ev[16];
+	unsigned n = kvl_sched_poll_events(w.s, ev, 1 + below(16));
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t r;
+
+		for (r = 0; r < w.nq; r++)
+			if (w.q[r].opened && !w.q[r].terminal && w.q[r].id == ev[i].req)
+				break;
+		FAIL_IF(r == w.nq, "event %u for request %d, unknown", ev[i].type, ev[i].req);
+		struct mreq *m = &w.q[r];
+
+		FAIL_IF(ev[i].peer != m->d.peer || ev[i].user != m->d.user, "event peer/user");
+		switch (ev[i].type) {
+		case KVL_SCHED_EV_STEP_READY:
+			FAIL_IF(ev[i].step != m->ready, "READY %u, expected %u", ev[i].step,
+				m->ready);
+			FAIL_IF(m->ended && m->want_status != KVL_OK, "READY after the end");
+			for (uint32_t j = m->first[ev[i].step]; j < m->first[ev[i].step + 1]; j++) {
+				uint8_t st = m->bst[m->refs[j]];
+
+				FAIL_IF(st != LANDED && st != FREED,
+					"step %u READY, block %u not landed", ev[i].step,
+					m->refs[j]);
+			}
+			m->ready++;
+			break;
+		case KVL_SCHED_EV_PEER_CANCEL:
+			FAIL_IF(!m->cancelled || m->peer_cancel, "PEER_CANCEL without a cancel");
+			m->peer_cancel = true;
+			break;
+		case KVL_SCHED_EV_REQ_DONE:
+		case KVL_SCHED_EV_REQ_FAILED:
+			FAIL_IF(!m->ended, "terminal event while it runs");
+			FAIL_IF((ev[i].type == KVL_SCHED_EV_REQ_DONE) != (m->want_status == KVL_OK),
+				"DONE/FAILED mismatch");
+			FAIL_IF(ev[i].status != m->want_status, "status %d, expected %d",
+				ev[i].status, m->want_status);
+			FAIL_IF(m->cancelled && !m->peer_cancel,
+				"cancelled without PEER_CANCEL first");
+			FAIL_IF(m->want_status == KVL_OK && m->ready != m->d.n_steps,
+				"DONE before every READY");
+			m->terminal = true;
+			break;
+		default:
+			FAIL_IF(1, "event type %u", ev[i].type);
+		}
+	}
+	return check_common("events");
+}
+
+/* The engine finishes one READY step of some request. */
+static bool do_step_done(void)
+{
+	uint32_t start = below(w.nq);
+
+	for (uint32_t t = 0; t < w.nq; t++) {
+		struct mreq *m = &w.q[(start + t) % w.nq];
+
+		if (!m->opened || m->ended || m->done == m->ready)
+			continue;
+		uint32_t k;
+
+		do /* any READY step, not only the oldest */
+			k = below(m->ready);
+		while (m->step_done[k]);
+		FAIL_IF(kvl_sched_step_done(w.s, m->id, k, w.now) != 0, "step_done refused");
+		m->step_done[k] = true;
+		m->done++;
+		for (uint32_t j = m->first[k]; j < m->first[k + 1]; j++)
+			if (--m->ref[m->refs[j]] == 0)
+				release(m, m->refs[j]);
+		if (m->done == m->d.n_steps) {
+			m->ended = true;
+			m->want_status = KVL_OK;
+			n_done++;
+		}
+		break;
+	}
+	return check_common("step_done");
+}
+
+static bool do_open(void)
+{
+	if (w.nq == MAXR)
+		return true;
+	struct mreq *m = &w.q[w.nq];
+
+	gen_req(m, w.nq);
+	int id = kvl_sched_open(w.s, &m->d, w.now);
+
+	if (id == -ENOSPC)
+		return check_common("open"); /* pools full: try another later */
+	if (id == -EINVAL) {
+		uint64_t p = peak(m), fl = p > w.c.window_min ? p : w.c.window_min;
+		bool big = false;
+
+		for (uint32_t b = 0; b < m->d.n_blocks; b++)
+			big |= (w.c.max_msg && m->b[b].length > w.c.max_msg) ||
+			       m->b[b].length > w.c.window_max;
+		FAIL_IF(!big && fl <= w.c.window_max &&
+				fl <= (uint64_t)w.c.slot_size * w.c.slot_count,
+			"a valid request refused (floor %" PRIu64 ")", fl);
+		n_refused++;
+		return check_common("open");
+	}
+	FAIL_IF(id < 0, "open: %d", id);
+	m->id = id;
+	m->opened = true;
+	w.nq++;
+	return check_common("open");
+}
+
+static bool do_cancel(void)
+{
+	uint32_t r = below(w.nq);
+	struct mreq *m = &w.q[r];
+
+	if (w.nq == 0 || !m->opened || m->ended)
+		return true;
+	FAIL_IF(kvl_sched_cancel(w.s, m->id, w.now) != 0, "cancel refused");
+	FAIL_IF(kvl_sched_cancel(w.s, m->id, w.now) != -EALREADY, "cancelled twice");
+	model_end(m, KVL_ERR_CANCELED);
+	m->cancelled = true;
+	n_cancel++;
+	return check_common("cancel");
+}
+
+static bool do_budget(void)
+{
+	uint64_t cap = (uint64_t)w.c.slot_size * w.c.slot_count;
+
+	w.budget = below(4) == 0 ? cap : below((uint32_t)cap + 1);
+	kvl_sched_set_budget(w.s, w.budget, w.now);
+	/* The shrink may leave staged above the budget; it must only go down from here. */
+	return check_common("budget");
+}
+
+static bool all_terminal(void)
+{
+	for (uint32_t r = 0; r < w.nq; r++)
+		if (!w.q[r].terminal)
+			return false;
+	return true;
+}
+
+static bool workload(void)
+{
+	struct kvl_sched_cfg *c = &w.c;
+
+	memset(&w, 0, sizeof(w));
+	c->max_requests = 1 + below(8);
+	c->max_blocks_total = 8 + below(64);
+	c->max_steps_total = c->max_blocks_total;
+	c->max_refs_total = c->max_blocks_total * 2;
+	c->max_xfers = 1 + below(MAXX);
+	c->slot_size = SLOT;
+	c->slot_count = 8 + below(MAXSLOTS - 8);
+	c->window_min = SLOT * (1 + below(8));
+	c->window_max = c->window_min + SLOT * below(64);
+	c->max_msg = below(3) ? SLOT * below(8) : 0;
+	c->max_sge = 1 + below(4);
+	c->starvation_ns = below(2) ? 200 + below(3000) : 0;
+	c->resize_ns = 1 + below(5000);
+	c->budget = below(2) ? 0 : SLOT * (1 + below(c->slot_count));
+	w.s = kvl_sched_create(c);
+	FAIL_IF(w.s == NULL, "create");
+	w.now = rnd() >> 20;
+	w.budget = c->budget ? c->budget : (uint64_t)c->slot_size * c->slot_count;
+	uint32_t to_open = 1 + below(MAXR);
+
+	for (int it = 0; it < 400; it++) {
+		bool ok = true;
+		uint32_t a = below(100);
+
+		w.now += below(300);
+		if (a < 8 && w.nq < to_open)
+			ok = do_open();
+		else if (a < 35)
+			ok = do_step();
+		else if (a < 60)
+			ok = do_complete(true);
+		else if (a < 72)
+			ok = do_events();
+		else if (a < 93)
+			ok = do_step_done();
+		else if (a < 94)
+			ok = do_cancel();
+		else if (a < 97)
+			ok = do_budget();
+		if (!ok)
+			return false;
+	}
+	/* Drain: the whole staging region as budget, no more failures; everything must end. */
+	kvl_sched_set_budget(w.s, (uint64_t)c->slot_size * c->slot_count, w.now);
+	if (!check_common("drain budget"))
+		return false;
+	for (int it = 0; it < 20000 && (!all_terminal() || w.nfl); it++) {
+		w.now += 50;
+		if (!do_step() || !do_complete(false) || !do_events() || !do_step_done())
+			return false;
+		while (w.nq < to_open && below(2) && it < 10000)
+			if (!do_open())
+				return false;
+	}
+	FAIL_IF(!all_terminal(), "a request never finished (%u requests)", w.nq);
+	FAIL_IF(w.nfl != 0 || w.staged != 0, "left in flight %u, staged %" PRIu64, w.nfl, w.staged);
+	struct kvl_sched_stats st;
+
+	kvl_sched_stats(w.s, &st);
+	FAIL_IF(st.staged != 0 || st.active || st.waiting || st.ended || st.orphan_bytes,
+		"the scheduler still holds something");
+	for (uint32_t i = 0; i < MAXSLOTS; i++)
+		FAIL_IF(w.owner[i], "slot %u still owned", i);
+	kvl_sched_free(w.s);
+	return true;
+}
+
+int main(void)
+{
+	const char *env = getenv("KVL_SEED");
+	uint64_t seed = env ? strtoull(env, NULL, 0) : 0x5eed2026u;
+	unsigned n = getenv("KVL_WORKLOADS") ? (unsigned)atoi(getenv("KVL_WORKLOADS")) : 10000;
+	unsigned reqs = 0;
+
+	printf("test_sched_prop: seed %" PRIu64 " (override with KVL_SEED), %u workloads\n", seed,
+	       n);
+	for (cur_workload = 0; cur_workload < n; cur_workload++) {
+		rng = seed * 0x9e3779b97f4a7c15ull + cur_workload + 1;
+		if (!workload()) {
+			fprintf(stderr, "replay: KVL_SEED=%" PRIu64 ", workload %u\n", seed,
+				cur_workload);
+			break;
+		}
+		reqs += w.nq;
+	}
+	printf("requests %u (done %" PRIu64 ", failed %" PRIu64 ", cancelled %" PRIu64
+	       ", refused %" PRIu64 "), descriptors %" PRIu64 ", blocks %" PRIu64
+	       ", starved serves checked %" PRIu64 ", calls checked %" PRIu64 "\n",
+	       reqs, n_done, n_fail, n_cancel, n_refused, n_desc, n_blocks, n_starved, n_calls);
+	return kvl_test_done("test_sched_prop");
+}
