@@ -371,8 +371,8 @@ static inline bool kvl_mlx5_qp_needs_restart(const struct kvl_mlx5_qp *qp)
 }
 void kvl_mlx5_qp_restarted(struct kvl_mlx5_qp *qp);
 
-/* Fail everything not yet handed to the NIC and refuse new posts with @status. Requests the
- * NIC holds complete when their CQEs (or flushes) come. */
+/* Refuse new posts with @status. Requests the NIC holds complete when their CQEs come: the
+ * owner moves the QP to error (ibv_modify_qp) so that they are flushed, with @status. */
 void kvl_mlx5_qp_fail_all(struct kvl_mlx5_qp *qp, int status);
 
 /* ---- setup (mlx5_setup.c): needs an mlx5 device ---- */

@@ -245,4 +245,7 @@ void kvl_mlx5_qp_restarted(struct kvl_mlx5_qp *qp)
 void kvl_mlx5_qp_fail_all(struct kvl_mlx5_qp *qp, int status)
 {
 	qp->broken = status;
+	/* The owner moves the QP to error: its flushes then report @status. */
+	if (qp->err_cause == 0)
+		qp->err_cause = status;
 }

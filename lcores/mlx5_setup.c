@@ -116,8 +116,9 @@ int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned dept
 	if (!mlx5dv_is_supported(ctx->device))
 		return fail(err, errlen, "mlx5: %s is not an mlx5 device: use the verbs transport",
 			    ibv_get_device_name(ctx->device));
-	/* A CQE per SQ WQEBB at most (flushes included): as many CQEs as the SQ can hold. */
-	cq = ibv_create_cq(ctx, (int)depth, NULL, NULL, 0);
+	/* A CQE per SQ WQEBB at most (flushes included): room for twice @depth, in case the
+	 * provider sizes WQEs above one WQEBB; kvl_mlx5_hw_from_verbs checks it. */
+	cq = ibv_create_cq(ctx, (int)(2 * depth), NULL, NULL, 0);
 	if (cq == NULL) {
 		rc = errno;
 		fail(err, errlen, "mlx5: ibv_create_cq(%u): %s", depth, strerror(rc));
