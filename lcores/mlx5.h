@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* mlx5 direct fast path: WQE encoders, doorbell, CQ polling and a request ring over them. */
+#ifndef KVL_LCORES_MLX5_H
+#define KVL_LCORES_MLX5_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer.h"
+
+/*
+ * Three layers, each usable alone (see DESIGN.md, "the mlx5 fast path"):
+ *  - SQ encoders and CQ decoding over plain memory: no ibv objects, no barriers. The queues
+ *    are plain pointers and integers, so a test can hand them heap memory.
+ *  - the doorbell (mlx5_db.c): the only code with barriers and MMIO stores. Its register is
+ *    a pointer too, so a test can point it at a heap page.
+ *  - setup (mlx5_setup.c): the only code calling ibv_create_* and mlx5dv_init_obj; it checks
+ *    what the device gives before this layer trusts it.
+ * On top, kvl_mlx5_qp: requests (struct kvl_wr) in, completions (struct kvl_wc) out, in the
+ * shape struct kvl_xport_ops wants.
+ *
+ * Layouts are the mlx5 PRM's (ConnectX programmer's reference manual, "Send WQE format",
+ * "Completion Queue Entry format"), big-endian on the wire and in memory.
+ */
+
+/* ---- hardware layouts ---- */
+
+#define KVL_MLX5_WQEBB	   64 /* a send WQE basic block */
+#define KVL_MLX5_CQE_SIZE  64 /* the only CQE size this path accepts */
+#define KVL_MLX5_SND_DBR   1  /* send counter: word 1 of the QP's doorbell record */
+#define KVL_MLX5_CQ_SET_CI 0  /* consumer index: word 0 of the CQ's doorbell record */
+/* SGEs per WQE: ctrl + raddr + 16 data segments = 18 x 16 B = 5 WQEBBs; the PRM's ds field
+ * would allow more, ConnectX's max_send_sge (30) too, but a KV block list is coalesced first. */
+#define KVL_MLX5_MAX_SGE 16
+#define KVL_MLX5_MAX_BB	 ((2 + KVL_MLX5_MAX_SGE + 3) / 4)
+
+/* Send opcodes (PRM "Send WQE opcodes"). */
+enum {
+	KVL_MLX5_OP_RDMA_WRITE = 0x08,
+	KVL_MLX5_OP_RDMA_WRITE_IMM = 0x09,
+	KVL_MLX5_OP_RDMA_READ = 0x10,
+};
+
+/* fm_ce_se: CE (bits 3:2) = 2 asks a CQE for this WQE ("CQ update"). */
+#define KVL_MLX5_CTRL_CE_MASK	0x0c
+#define KVL_MLX5_CTRL_CQ_UPDATE 0x08
+
+/* CQE opcodes, op_own bits 7:4 (PRM "CQE opcodes"). */
+enum {
+	KVL_MLX5_CQE_REQ = 0x0,
+	KVL_MLX5_CQE_RESP_WR_IMM = 0x1,
+	KVL_MLX5_CQE_RESP_SEND = 0x2,
+	KVL_MLX5_CQE_RESP_SEND_IMM = 0x3,
+	KVL_MLX5_CQE_REQ_ERR = 0xd,
+	KVL_MLX5_CQE_RESP_ERR = 0xe,
+	KVL_MLX5_CQE_INVALID = 0xf,
+};
+
+/* Error CQE syndromes (PRM "Error CQE": syndrome). */
+enum {
+	KVL_MLX5_SYND_LOCAL_LENGTH = 0x01,
+	KVL_MLX5_SYND_LOCAL_QP_OP = 0x02,
+	KVL_MLX5_SYND_LOCAL_PROT = 0x04,
+	KVL_MLX5_SYND_WR_FLUSH = 0x05,
+	KVL_MLX5_SYND_MW_BIND = 0x06,
+	KVL_MLX5_SYND_BAD_RESP = 0x10,
+	KVL_MLX5_SYND_LOCAL_ACCESS = 0x11,
+	KVL_MLX5_SYND_REMOTE_INVAL_REQ = 0x12,
+	KVL_MLX5_SYND_REMOTE_ACCESS = 0x13,
+	KVL_MLX5_SYND_REMOTE_OP = 0x14,
+	KVL_MLX5_SYND_TRANSPORT_RETRY = 0x15,
+	KVL_MLX5_SYND_RNR_RETRY = 0x16,
+	KVL_MLX5_SYND_REMOTE_ABORTED = 0x22,
+};
+/* Per-syndrome counters: syndromes 0x00-0x3e by value, anything above in the last slot. */
+#define KVL_MLX5_SYND_SLOTS 64
+
+/* Control segment, the first 16 bytes of every WQE. Multi-byte fields are big-endian. */
+struct kvl_mlx5_ctrl_seg {
+	uint32_t opmod_idx_opcode; /* opmod 31:24 | wqe_index 23:8 (the SQ counter) | opcode */
+	uint32_t qpn_ds;	   /* qpn 31:8 | ds 5:0: WQE size in 16-byte units */
+	uint8_t signature;
+	uint8_t rsvd[2];
+	uint8_t fm_ce_se; /* fence mode | completion/event mode | solicited event */
+	uint32_t imm;	  /* immediate data of WRITE_WITH_IMM, as it goes on the wire */
+};
+
+/* Remote address segment: where an RDMA WRITE lands or an RDMA READ reads. */
+struct kvl_mlx5_raddr_seg {
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t rsvd;
+};
+
+/* Data (pointer) segment: one local SGE. A byte_count of 0 means 2 GiB to the NIC. */
+struct kvl_mlx5_data_seg {
+	uint32_t byte_count;
+	uint32_t lkey;
+	uint64_t addr;
+};
+
+/* The fields of a 64-byte CQE this path reads; the rest stays opaque. */
+struct kvl_mlx5_cqe64 {
+	uint8_t rsvd0[36];
+	uint32_t imm;	      /* 36: immediate data (RESP_WR_IMM), wire order */
+	uint8_t rsvd40[4];    /* 40: app, app_op, app_info */
+	uint32_t byte_cnt;    /* 44 */
+	uint8_t rsvd48[6];    /* 48: timestamp; error CQEs put their syndromes at 54, 55 */
+	uint8_t vendor_synd;  /* 54 (error CQE) */
+	uint8_t syndrome;     /* 55 (error CQE) */
+	uint32_t sop_qpn;     /* 56: send WQE opcode 31:24 (requester CQEs) | qpn 23:0 */
+	uint16_t wqe_counter; /* 60: wqe_index of the completed WQE */
+	uint8_t signature;    /* 62 */
+	uint8_t op_own;	      /* 63: opcode 7:4 | se 1 | owner 0 (format in 3:2) */
+};
+
+_Static_assert(sizeof(struct kvl_mlx5_ctrl_seg) == 16, "ctrl segment is 16 bytes");
+_Static_assert(offsetof(struct kvl_mlx5_ctrl_seg, qpn_ds) == 4, "PRM ctrl layout");
+_Static_assert(offsetof(struct kvl_mlx5_ctrl_seg, signature) == 8, "PRM ctrl layout");
+_Static_assert(offsetof(struct kvl_mlx5_ctrl_seg, fm_ce_se) == 11, "PRM ctrl layout");
+_Static_assert(offsetof(struct kvl_mlx5_ctrl_seg, imm) == 12, "PRM ctrl layout");
+_Static_assert(sizeof(struct kvl_mlx5_raddr_seg) == 16, "raddr segment is 16 bytes");
+_Static_assert(offsetof(struct kvl_mlx5_raddr_seg, rkey) == 8, "PRM raddr layout");
+_Static_assert(sizeof(struct kvl_mlx5_data_seg) == 16, "data segment is 16 bytes");
+_Static_assert(offsetof(struct kvl_mlx5_data_seg, addr) == 8, "PRM data segment layout");
+_Static_assert(sizeof(struct kvl_mlx5_cqe64) == KVL_MLX5_CQE_SIZE, "CQE is 64 bytes");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, imm) == 36, "PRM CQE layout");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, byte_cnt) == 44, "PRM CQE layout");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, syndrome) == 55, "PRM error CQE layout");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, sop_qpn) == 56, "PRM CQE layout");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, wqe_counter) == 60, "PRM CQE layout");
+_Static_assert(offsetof(struct kvl_mlx5_cqe64, op_own) == 63, "PRM CQE layout");
+
+/* ---- send queue ---- */
+
+enum kvl_mlx5_sig {
+	KVL_MLX5_SIG_NONE = 0,	  /* only WQEs the caller marks (and the batch's last, see below) */
+	KVL_MLX5_SIG_EVERY_N = 1, /* one WQE in every sig_every, plus the marked ones */
+	KVL_MLX5_SIG_ALWAYS = 2,  /* every WQE */
+};
+
+/* kvl_mlx5_wqe.flags */
+#define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE whatever the mode */
+
+struct kvl_mlx5_sge {
+	uint64_t addr;
+	uint32_t lkey;
+	uint32_t len; /* > 0: a 0-byte transfer has no SGE at all */
+};
+
+/* One RDMA WQE to encode. */
+struct kvl_mlx5_wqe {
+	uint64_t wrid; /* returned by kvl_mlx5_sq_complete() */
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t imm; /* host order; WRITE_IMM only */
+	const struct kvl_mlx5_sge *sge;
+	uint8_t nsge; /* 0 .. KVL_MLX5_MAX_SGE */
+	uint8_t opcode;
+	uint8_t flags; /* KVL_MLX5_F_* */
+};
+
+/* What setup (or a test) hands the SQ: memory the NIC reads, and the doorbell. */
+struct kvl_mlx5_sq_attr {
+	void *buf;		  /* the SQ: wqe_cnt WQEBBs, 64-byte aligned */
+	uint32_t wqe_cnt;	  /* WQEBBs, a power of two, 2 .. 32768 */
+	uint32_t qpn;		  /* 24 bits */
+	volatile uint32_t *dbrec; /* the QP's doorbell record (2 words, big-endian) */
+	void *bf_reg;		  /* the UAR doorbell register / BlueFlame buffers */
+	uint32_t bf_size;	  /* one BlueFlame buffer; 0: no BlueFlame, 8-byte doorbells */
+	uint8_t sig_mode;	  /* enum kvl_mlx5_sig */
+	uint16_t sig_every;	  /* KVL_MLX5_SIG_EVERY_N: >= 1 */
+};
+
+struct kvl_mlx5_sq_stats {
+	uint64_t wqes, wqebbs, signaled, doorbells, bf_copies, wraps;
+};
+
+/*
+ * Send queue state as plain integers (SPDK's mlx5_hw_qp is the model). sq_pi and sq_ci are
+ * WQEBB counters modulo 2^16, as the NIC keeps them: sq_pi is what the doorbell record
+ * announces, sq_ci what completions have given back.
+ */
+struct kvl_mlx5_sq {
+	uint8_t *sq_addr;
+	uint8_t *sq_end; /* sq_addr + wqe_cnt * 64: a WQE reaching it goes on at sq_addr */
+	uint32_t wqe_cnt;
+	uint32_t qpn;
+	uint16_t sq_pi;
+	uint16_t sq_ci;
+	uint8_t sig_mode;
+	uint16_t sig_every, since_sig;
+	/* The newest WQE: its first 8 bytes are what an 8-byte doorbell writes. */
+	struct kvl_mlx5_ctrl_seg *last_ctrl;
+	uint16_t last_nbb;
+	uint16_t pending; /* WQEs written since the last doorbell */
+	/* doorbell */
+	volatile uint32_t *dbrec;
+	uint8_t *bf_reg;
+	uint32_t bf_size, bf_offset; /* offset alternates between the two BlueFlame buffers */
+	/* by WQEBB index of a WQE's first block: its wrid, and sq_pi just past it */
+	uint64_t *wrid;
+	uint16_t *wqe_end;
+	struct kvl_mlx5_sq_stats stats;
+};
+
+/* 0, or -EINVAL (a field out of range) / -ENOMEM. */
+int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a);
+void kvl_mlx5_sq_fini(struct kvl_mlx5_sq *sq);
+
+/* WQEBBs free for new WQEs. */
+static inline unsigned kvl_mlx5_sq_room(const struct kvl_mlx5_sq *sq)
+{
+	return sq->wqe_cnt - (uint16_t)(sq->sq_pi - sq->sq_ci);
+}
+
+/* WQEBBs one WQE of @nsge SGEs takes. */
+static inline unsigned kvl_mlx5_wqe_bbs(unsigned nsge)
+{
+	return (2 + nsge + 3) / 4;
+}
+
+/*
+ * Write one WQE at sq_pi (it may wrap past the end of the SQ) and advance sq_pi. Nothing is
+ * visible to the NIC before kvl_mlx5_sq_ring(). 0; -EAGAIN: not enough room; -EINVAL: bad
+ * opcode, too many SGEs or a 0-byte SGE (the NIC would read 2 GiB).
+ */
+int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w);
+
+/*
+ * Make the newest unrung WQE signaled if it is not: the batch's last WQE must produce a CQE,
+ * or unsignaled WQEs could wait for ever. Safe because the NIC reads no WQE before the
+ * doorbell record announces it. Returns 1 if it changed the WQE.
+ */
+int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq);
+
+/*
+ * A CQE reported the WQE whose wqe_index is @wqe_counter: it and every WQE before it are done
+ * (RC completes in order; unsignaled WQEs have no CQE of their own). Gives back their WQEBBs
+ * and returns its wrid in @wrid. -EPROTO when @wqe_counter is not an outstanding WQE's start.
+ */
+int kvl_mlx5_sq_complete(struct kvl_mlx5_sq *sq, uint16_t wqe_counter, uint64_t *wrid);
+
+/* After the QP went through RESET: the NIC's counters start again at 0. */
+void kvl_mlx5_sq_reset(struct kvl_mlx5_sq *sq);
+
+/*
+ * Ring the doorbell for the WQEs written since the last ring (mlx5_db.c): doorbell record,
+ * then a BlueFlame copy of a lone WQE or an 8-byte doorbell. Nothing to do when none.
+ */
+void kvl_mlx5_sq_ring(struct kvl_mlx5_sq *sq);
+
+/* ---- completion queue ---- */
+
+/* One decoded CQE. */
+struct kvl_mlx5_cqe_info {
+	uint32_t qpn;
+	uint32_t byte_cnt;
+	uint32_t imm; /* host order */
+	uint16_t wqe_counter;
+	uint8_t opcode;	   /* KVL_MLX5_CQE_* */
+	uint8_t sq_opcode; /* the WQE's opcode (requester CQEs) */
+	uint8_t syndrome;  /* error CQEs, else 0 */
+	uint8_t vendor_synd;
+	uint8_t status; /* enum kvl_status; KVL_OK for success */
+	uint8_t flush;	/* 1: a flush (WR_FLUSH_ERR): the QP was already in error */
+};
+
+struct kvl_mlx5_cq_stats {
+	uint64_t polls, cqes, errors, flushes, unknown; /* unknown: opcode/format not handled */
+	uint64_t syndrome[KVL_MLX5_SYND_SLOTS];
+};
+
+struct kvl_mlx5_cq {
+	uint8_t *cq_addr;
+	uint32_t cqe_cnt; /* a power of two */
+	uint32_t cq_ci;	  /* CQEs consumed; bit log2(cqe_cnt) is the owner bit we expect */
+	volatile uint32_t *dbrec;
+	struct kvl_mlx5_cq_stats stats;
+};
+
+/* 0; -EINVAL when cqe_cnt is not a power of two; -ENOTSUP when @cqe_size is not 64. */
+int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32_t cqe_size,
+		     volatile uint32_t *dbrec);
+
+/* Decode one 64-byte CQE (no ownership check). */
+void kvl_mlx5_cqe_decode(const void *cqe, struct kvl_mlx5_cqe_info *out);
+
+/* The typed status an error syndrome becomes. */
+int kvl_mlx5_syndrome_status(uint8_t syndrome);
+
+/*
+ * Take up to @max CQEs the NIC has handed over (owner bit), in order, then tell the NIC
+ * through the CQ doorbell record. Returns how many.
+ */
+unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out, unsigned max);
+
+/* Write cq_ci (24 bits) to the CQ doorbell record (mlx5_db.c); kvl_mlx5_cq_poll() does. */
+void kvl_mlx5_cq_set_ci(struct kvl_mlx5_cq *cq);
+
+/* ---- requests over one SQ + CQ: what a struct kvl_xport_ops backs onto ---- */
+
+/*
+ * Turns a request into its SGE and remote address: the transport's registered memory and
+ * the peer's segments. Returns KVL_OK, or the status the request completes with at once
+ * (KVL_ERR_LOCAL, KVL_ERR_NO_SEGMENT, ...); such a request never reaches the NIC.
+ */
+typedef int (*kvl_mlx5_resolve_fn)(void *ctx, const struct kvl_wr *w, struct kvl_mlx5_sge *sge,
+				   uint64_t *raddr, uint32_t *rkey);
+
+struct kvl_mlx5_qp_stats {
+	uint64_t posted, completed, errors, cqes, recoveries, refused;
+	uint64_t bytes_written, bytes_read;
+	uint64_t failed[KVL_STATUS_COUNT];
+	uint64_t last_syndrome, last_vendor_synd;
+};
+
+struct kvl_mlx5_req; /* private to mlx5_qp.c */
+
+struct kvl_mlx5_qp {
+	struct kvl_mlx5_sq sq;
+	struct kvl_mlx5_cq cq;
+	kvl_mlx5_resolve_fn resolve;
+	void *resolve_ctx;
+	struct kvl_mlx5_req *ring;
+	uint64_t mask, depth;
+	/* reap <= done <= post; the WQE's wrid is its request's sequence number */
+	uint64_t post_seq, done_seq, reap_seq;
+	uint64_t nic_end; /* seq + 1 of the newest request given to the NIC (always signaled) */
+	int err_cause;	  /* the error that took the QP down: its flushes carry it */
+	bool recovering;  /* error seen: waiting for the flush of nic_end - 1 */
+	bool need_restart;
+	int broken;
+	struct kvl_mlx5_qp_stats stats;
+};
+
+/* SQ and CQ as setup found them, the signaling mode, and the resolver. 0 or -errno. */
+int kvl_mlx5_qp_init(struct kvl_mlx5_qp *qp, const struct kvl_mlx5_sq_attr *sq, void *cq_buf,
+		     uint32_t cqe_cnt, uint32_t cqe_size, volatile uint32_t *cq_dbrec,
+		     kvl_mlx5_resolve_fn resolve, void *resolve_ctx);
+void kvl_mlx5_qp_fini(struct kvl_mlx5_qp *qp);
+
+/*
+ * Encode up to @n requests (the resolver refuses some: they complete at once with its
+ * status), signal the last one, ring the doorbell once. Returns how many were taken: fewer
+ * when the SQ is full, 0 while recovering from an error.
+ */
+unsigned kvl_mlx5_qp_post(struct kvl_mlx5_qp *qp, const struct kvl_wr *wr, unsigned n);
+
+/* Encode without ringing: kvl_mlx5_qp_flush() signals the last and rings, once per batch. */
+unsigned kvl_mlx5_qp_enqueue(struct kvl_mlx5_qp *qp, const struct kvl_wr *wr, unsigned n);
+void kvl_mlx5_qp_flush(struct kvl_mlx5_qp *qp);
+
+/* Poll the CQ (up to @budget CQEs) and complete requests. Returns the CQEs handled. */
+unsigned kvl_mlx5_qp_progress(struct kvl_mlx5_qp *qp, unsigned budget);
+
+/* Take up to @max completions, in posting order. */
+unsigned kvl_mlx5_qp_reap(struct kvl_mlx5_qp *qp, struct kvl_wc *wc, unsigned max);
+
+unsigned kvl_mlx5_qp_outstanding(const struct kvl_mlx5_qp *qp);
+
+/*
+ * After an error CQE and the flush of every WQE given to the NIC: the QP is in the error
+ * state and must go RESET -> INIT -> RTR -> RTS (verbs calls, outside this layer); then
+ * kvl_mlx5_qp_restarted() starts the SQ counters again at 0.
+ */
+static inline bool kvl_mlx5_qp_needs_restart(const struct kvl_mlx5_qp *qp)
+{
+	return qp->need_restart;
+}
+void kvl_mlx5_qp_restarted(struct kvl_mlx5_qp *qp);
+
+/* Refuse new posts with @status. Requests the NIC holds complete when their CQEs come: the
+ * owner moves the QP to error (ibv_modify_qp) so that they are flushed, with @status. */
+void kvl_mlx5_qp_fail_all(struct kvl_mlx5_qp *qp, int status);
+
+/* ---- setup (mlx5_setup.c): needs an mlx5 device ---- */
+
+struct ibv_context;
+struct ibv_pd;
+struct ibv_qp;
+struct ibv_cq;
+
+/* What setup found in the device's QP and CQ, checked (see kvl_mlx5_hw_from_verbs). */
+struct kvl_mlx5_hw {
+	struct kvl_mlx5_sq_attr sq;
+	void *cq_buf;
+	uint32_t cqe_cnt, cqe_size;
+	volatile uint32_t *cq_dbrec;
+	struct ibv_cq *ibcq;
+	struct ibv_qp *ibqp;
+	bool owned; /* created by kvl_mlx5_hw_create: kvl_mlx5_hw_destroy destroys them */
+};
+
+/*
+ * Read an existing RC QP and its send CQ through mlx5dv_init_obj and check them: SQ stride
+ * 64, power-of-two WQE count, CQE size 64 (128 is refused), BlueFlame size 0 or a power of
+ * two >= 64, non-NULL buffers. Anything unexpected: a negative errno and the reason in @err,
+ * so the caller falls back to the verbs transport.
+ */
+int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
+			   uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
+
+/* Create a CQ and an RC QP (send side only, @depth WQEs of one SGE) and read them as above. */
+int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned depth, uint8_t sig_mode,
+		       uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
+void kvl_mlx5_hw_destroy(struct kvl_mlx5_hw *hw);
+
+#endif /* KVL_LCORES_MLX5_H */
