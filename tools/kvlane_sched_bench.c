@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_perf_counter.h"
 #include "kvlane/kvlane.h"
 #include "sched.h"
 
@@ -133,20 +134,6 @@ __attribute__((noinline)) static struct result run_loop(struct kvl_sched *s, uin
 	return r;
 }
 
-static int perf_open(void)
-{
-	struct perf_event_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.type = PERF_TYPE_HARDWARE;
-	a.size = sizeof(a);
-	a.config = PERF_COUNT_HW_INSTRUCTIONS;
-	a.disabled = 1;
-	a.exclude_kernel = 1;
-	a.exclude_hv = 1;
-	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -258,7 +245,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	int pfd = perf_open();
+	int pfd = kvl_perf_open();
 
 	if (pfd < 0)
 		printf("perf_event_open(PERF_COUNT_HW_INSTRUCTIONS): %s: no instruction count%s\n",

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_perf_counter.h"
 #include "mlx5.h"
 
 /*
@@ -27,30 +28,6 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Instructions retired by this thread, or -1 where perf events are not available. */
-static int perf_open(void)
-{
-	struct perf_event_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.type = PERF_TYPE_HARDWARE;
-	a.size = sizeof(a);
-	a.config = PERF_COUNT_HW_INSTRUCTIONS;
-	a.disabled = 1;
-	a.exclude_kernel = 1;
-	a.exclude_hv = 1;
-	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
-}
-
-static int64_t perf_read(int fd)
-{
-	uint64_t v;
-
-	if (fd < 0 || read(fd, &v, sizeof(v)) != sizeof(v))
-		return -1;
-	return (int64_t)v;
 }
 
 struct meas {
@@ -72,7 +49,7 @@ static void stop(int fd, struct meas *m)
 	m->ns = now_ns() - m->ns;
 	if (fd >= 0)
 		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-	m->insns = perf_read(fd);
+	m->insns = kvl_perf_read(fd);
 }
 
 static void report(const char *what, const struct meas *m, uint64_t ops)
@@ -185,7 +162,7 @@ static void bench_poll(int fd, unsigned burst, unsigned passes)
 int main(int argc, char **argv)
 {
 	unsigned scale = argc > 1 ? (unsigned)atoi(argv[1]) : 1;
-	int fd = perf_open();
+	int fd = kvl_perf_open();
 
 	if (scale == 0)
 		scale = 1;
