@@ -21,6 +21,7 @@ _Static_assert(sizeof(struct kvl_sub) % 4 == 0, "ring elements are multiples of 
 _Static_assert(sizeof(struct kvl_wc) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_lcmd) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_levt) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_notice) % 4 == 0, "ring elements are multiples of 4 bytes");
 
 static struct rte_ring *ring(const char *what, unsigned nic, size_t esize, unsigned count,
 			     int socket, unsigned flags)
@@ -67,7 +68,9 @@ int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned de
 		       RING_F_SP_ENQ | RING_F_SC_DEQ);
 	io->evt = ring("evt", nic, sizeof(struct kvl_levt), 1024, socket,
 		       RING_F_SP_ENQ | RING_F_SC_DEQ);
-	if (!io->sub || !io->cpl || !io->cmd || !io->evt) {
+	io->ntf = ring("ntf", nic, sizeof(struct kvl_notice), 4096, socket,
+		       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	if (!io->sub || !io->cpl || !io->cmd || !io->evt || !io->ntf) {
 		int rc = -rte_errno;
 
 		kvl_nic_io_fini(io);
@@ -93,7 +96,8 @@ void kvl_nic_io_fini(struct kvl_nic_io *io)
 	rte_ring_free(io->cpl);
 	rte_ring_free(io->cmd);
 	rte_ring_free(io->evt);
-	io->sub = io->cpl = io->cmd = io->evt = NULL;
+	rte_ring_free(io->ntf);
+	io->sub = io->cpl = io->cmd = io->evt = io->ntf = NULL;
 	if (io->epfd >= 0)
 		close(io->epfd);
 	if (io->efd >= 0)
@@ -328,6 +332,20 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			continue;
 		did = ops->progress(s->x.c);
 		*work += did;
+		if (ops->notes) {
+			struct kvl_note nt[BURST];
+			unsigned k = ops->notes(s->x.c, nt, BURST);
+
+			for (unsigned j = 0; j < k; j++) {
+				struct kvl_notice v = { .peer = s->peer,
+							.value = nt[j].imm,
+							.length = nt[j].length };
+
+				if (rte_ring_enqueue_elem(io->ntf, &v, sizeof(v)) != 0)
+					io->ntf_dropped++;
+			}
+			*work += k;
+		}
 		if (ops->resync_out) {
 			struct kvl_levt ev = { .type = KVL_LEVT_RESYNC,
 					       .peer = s->peer,

@@ -76,6 +76,7 @@ struct kvl_nic_io {
 	struct rte_ring *cpl; /* struct kvl_wc, this lcore -> one kvl_poll() caller */
 	struct rte_ring *cmd; /* struct kvl_lcmd, control thread -> this lcore */
 	struct rte_ring *evt; /* struct kvl_levt, this lcore -> control thread */
+	struct rte_ring *ntf; /* struct kvl_notice, this lcore -> one kvl_poll_notices() caller */
 	/* taken from @sub while their connection was full; retried first, in order */
 	struct kvl_sub stash[KVL_NIC_IO_BURST];
 	unsigned n_stash;
@@ -85,6 +86,7 @@ struct kvl_nic_io {
 	struct kvl_tcp_stats closed[KVL_MAX_PEERS_RT];
 	uint64_t unroutable;  /* submissions for a slot that is gone: completed NO_PEER */
 	uint64_t evt_dropped; /* resync messages the full event ring refused (sent again) */
+	uint64_t ntf_dropped; /* notices the full notice ring refused (nobody polls them) */
 	/* hybrid idle: the lcore sleeps in epoll on its connections' completion channels and
 	 * on @efd, which producers write when they find @sleeping set */
 	int epfd, efd;

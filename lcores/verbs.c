@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Verbs transport: RC QPs fed through ibv_wr_*, selective signaling, in-order completions. */
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -58,7 +59,7 @@ struct kvl_verbs_dev {
 	uint16_t lid;
 	uint8_t mtu; /* enum ibv_mtu: the port's active MTU capped by the options */
 	uint32_t max_msg_sz;
-	int max_qp_wr, max_cqe;
+	int max_qp_wr, max_cqe, max_sge;
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
 	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
@@ -70,11 +71,12 @@ struct kvl_verbs_dev {
 /* One request, from post to reap: all it takes to post it again after a resync. */
 struct slot {
 	uint64_t wr_id;
-	uint64_t local, raddr;
-	uint32_t length, lkey, rkey;
-	uint8_t op;
-	bool nic;	/* handed to the QP; otherwise refused here and status is already set */
+	uint64_t raddr;
+	uint32_t length, rkey, imm;
+	uint8_t op, flags, n_sge;
+	bool nic;	/* taken for the QP; otherwise refused here and status is already set */
 	int32_t status; /* valid once completed */
+	struct ibv_sge sg[KVL_WR_MAX_SGE];
 };
 
 /*
@@ -100,6 +102,13 @@ struct kvl_verbs_conn {
 	struct ibv_qp *qp;
 	struct ibv_qp_ex *qpx;
 	unsigned depth, signal_every, since_sig;
+	unsigned max_sge; /* SGEs per WR: KVL_WR_MAX_SGE, or fewer if the device has fewer */
+	/* Receives: one per WRITE_WITH_IMM the peer may have in flight (each consumes one; none
+	 * posted would stall the peer on RNR). They carry no buffer: the data lands by RDMA. */
+	unsigned rq_depth, rq_posted;
+	uint32_t rq_epoch;	/* in the receives' wr_id: flushes of an emptied queue are stale */
+	struct kvl_note *notes; /* immediates received, for kvl_verbs_notes() */
+	unsigned notes_mask, notes_head, notes_tail;
 	struct kvl_verbs_addr local, remote;
 	uint8_t path_mtu;
 	bool connected;
@@ -489,6 +498,7 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 		goto fail;
 	}
 	d->max_qp_wr = ax.orig_attr.max_qp_wr;
+	d->max_sge = ax.orig_attr.max_sge;
 	d->max_cqe = ax.orig_attr.max_cqe;
 	cap = (uint8_t)(ax.orig_attr.max_qp_rd_atom < RD_ATOMIC_MAX ? ax.orig_attr.max_qp_rd_atom
 								    : RD_ATOMIC_MAX);
@@ -669,6 +679,23 @@ static int qp_modify(struct kvl_verbs_conn *c, struct ibv_qp_attr *a, int mask, 
 	return -rc;
 }
 
+#define RECV_TAG (1ull << 63) /* wr_id of a receive: never a post sequence number */
+
+/* Fill the receive queue (INIT or later; a reset empties it). */
+static void post_recvs(struct kvl_verbs_conn *c)
+{
+	struct ibv_recv_wr w = { .wr_id = RECV_TAG | c->rq_epoch, .sg_list = NULL, .num_sge = 0 },
+			   *bad;
+
+	while (c->rq_posted < c->rq_depth) {
+		if (ibv_post_recv(c->qp, &w, &bad) != 0) {
+			c->stats.recv_post_errors++;
+			return;
+		}
+		c->rq_posted++;
+	}
+}
+
 static int qp_to_init(struct kvl_verbs_conn *c, char *err, size_t errlen)
 {
 	struct ibv_qp_attr a = {
@@ -679,9 +706,16 @@ static int qp_to_init(struct kvl_verbs_conn *c, char *err, size_t errlen)
 		.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE,
 	};
 
-	return qp_modify(c, &a,
-			 IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-			 "INIT", err, errlen);
+	int rc = qp_modify(c, &a,
+			   IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+			   "INIT", err, errlen);
+
+	if (rc == 0) {
+		c->rq_posted = 0; /* from RESET: the receive queue is empty */
+		c->rq_epoch++;
+		post_recvs(c);
+	}
+	return rc;
 }
 
 /*
@@ -798,7 +832,8 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 	struct ibv_cq_init_attr_ex ca = {
 		.cqe = cqe,
 		.channel = c->ch,
-		.wc_flags = 0, /* wr_id and status are all we read */
+		.wc_flags = IBV_WC_EX_WITH_IMM |
+			    IBV_WC_EX_WITH_BYTE_LEN, /* an unasked field reads NULL */
 		.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
 		.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED, /* one lcore: skip the CQ lock */
 	};
@@ -851,6 +886,13 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	c->depth = depth;
 	c->signal_every = signal_every == 0 ? 1 : signal_every > depth ? depth : signal_every;
 	c->resync_timeout_ns = 5000ull * 1000 * 1000;
+	c->max_sge = d->max_sge < KVL_WR_MAX_SGE ? (unsigned)(d->max_sge > 0 ? d->max_sge : 1)
+						 : KVL_WR_MAX_SGE;
+	c->rq_depth = depth;
+	c->notes_mask = (unsigned)pow2_at_least(depth) - 1;
+	c->notes = calloc(c->notes_mask + 1, sizeof(*c->notes));
+	if (c->notes == NULL)
+		goto nomem;
 	c->mask = pow2_at_least(depth) - 1;
 	c->ring = calloc(c->mask + 1, sizeof(*c->ring));
 	if (c->ring == NULL)
@@ -860,7 +902,9 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	 * Each WR makes at most one CQE, but after kvl_verbs_fail_all() the flushes of one
 	 * incarnation may still sit in the CQ while the next one runs: room for two windows.
 	 */
-	cqe = 2 * depth <= (unsigned)d->max_cqe ? 2 * depth : (unsigned)d->max_cqe;
+	cqe = 2 * (depth + c->rq_depth);
+	if (cqe > (unsigned)d->max_cqe)
+		cqe = (unsigned)d->max_cqe;
 	/* A channel of its own, non-blocking: an lcore in hybrid idle mode sleeps on its fd
 	 * (with others, in one epoll set) and takes the events without ever blocking on one.
 	 * Without one the lcore naps a bounded time instead. */
@@ -878,14 +922,15 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	qa.send_cq = c->cq;
 	qa.recv_cq = c->cq;
 	qa.cap.max_send_wr = depth;
-	qa.cap.max_recv_wr = 1; /* no receives are posted; some providers refuse 0 */
-	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_wr = c->rq_depth;
+	qa.cap.max_send_sge = c->max_sge;
 	qa.cap.max_recv_sge = 1;
 	qa.qp_type = IBV_QPT_RC;
 	qa.sq_sig_all = 0;
 	qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	qa.pd = d->pd;
-	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 	c->qp = ibv_create_qp_ex(d->ctx, &qa);
 	if (c->qp == NULL) {
 		rc = -(errno ? errno : EIO);
@@ -939,6 +984,7 @@ void kvl_verbs_conn_free(struct kvl_verbs_conn *c)
 		ibv_destroy_comp_channel(c->ch);
 	free(c->rseg);
 	free(c->ring);
+	free(c->notes);
 	free(c);
 }
 
@@ -1157,6 +1203,39 @@ static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st
 	c->flush_end = seq + 1;
 }
 
+/* A receive completed: an immediate (WRITE_WITH_IMM landed), or a flush of the queue. */
+static void on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st, bool with_imm,
+		    uint32_t imm_be, uint32_t len)
+{
+	if ((uint32_t)wr_id != c->rq_epoch)
+		return; /* flushed before the reset that emptied its queue */
+	c->rq_posted--;
+	if (st != IBV_WC_SUCCESS) {
+		if (st != IBV_WC_WR_FLUSH_ERR)
+			c->stats.recv_errors++;
+		return; /* a restart refills the queue */
+	}
+	if (with_imm) {
+		if (c->notes_tail - c->notes_head > c->notes_mask) {
+			c->stats.notes_dropped++; /* nobody takes them: count, keep the QP going */
+		} else {
+			c->notes[c->notes_tail++ & c->notes_mask] =
+				(struct kvl_note){ be32toh(imm_be), len };
+			c->stats.notes++;
+		}
+	}
+	post_recvs(c);
+}
+
+unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (; n < max && c->notes_head != c->notes_tail; n++)
+		out[n] = c->notes[c->notes_head++ & c->notes_mask];
+	return n;
+}
+
 static unsigned poll_cq(struct kvl_verbs_conn *c)
 {
 	unsigned n = 0;
@@ -1177,6 +1256,17 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 			enum ibv_wc_status st = c->cqx->status;
 			uint32_t vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
 
+			if (seq & RECV_TAG) {
+				bool imm = st == IBV_WC_SUCCESS &&
+					   ibv_wc_read_opcode(c->cqx) == IBV_WC_RECV_RDMA_WITH_IMM;
+				uint32_t v = imm ? ibv_wc_read_imm_data(c->cqx) : 0;
+				uint32_t len = imm ? ibv_wc_read_byte_len(c->cqx) : 0;
+
+				ibv_end_poll(c->cqx);
+				on_recv(c, seq, st, imm, v, len);
+				n++;
+				continue;
+			}
 			ibv_end_poll(c->cqx);
 			on_cqe(c, seq, st, vendor);
 			n++;
@@ -1187,8 +1277,15 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 		struct ibv_wc wc[16];
 		int r = ibv_poll_cq(c->cq, 16, wc);
 
-		for (int i = 0; i < r; i++)
-			on_cqe(c, wc[i].wr_id, wc[i].status, wc[i].vendor_err);
+		for (int i = 0; i < r; i++) {
+			if (wc[i].wr_id & RECV_TAG)
+				on_recv(c, wc[i].wr_id, wc[i].status,
+					wc[i].status == IBV_WC_SUCCESS &&
+						wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM,
+					wc[i].imm_data, wc[i].byte_len);
+			else
+				on_cqe(c, wc[i].wr_id, wc[i].status, wc[i].vendor_err);
+		}
 		if (r > 0)
 			n += (unsigned)r;
 		if (r < 16 || n >= POLL_BUDGET)
@@ -1203,14 +1300,13 @@ static void wr_one(struct kvl_verbs_conn *c, uint64_t seq, bool signaled)
 
 	c->qpx->wr_id = seq;
 	c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
-	if (s->op == KVL_OP_WRITE)
-		ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
-	else
+	if (s->op == KVL_OP_READ)
 		ibv_wr_rdma_read(c->qpx, s->rkey, s->raddr);
-	if (s->length != 0)
-		ibv_wr_set_sge(c->qpx, s->lkey, s->local, s->length);
+	else if (s->flags & KVL_WR_NOTIFY)
+		ibv_wr_rdma_write_imm(c->qpx, s->rkey, s->raddr, htobe32(s->imm));
 	else
-		ibv_wr_set_sge_list(c->qpx, 0, NULL); /* mlx5 reads a 0-byte SGE as 2 GiB */
+		ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
+	ibv_wr_set_sge_list(c->qpx, s->n_sge, s->sg);
 }
 
 /* ibv_wr_complete() for the WRs [first, last]; on failure none of them reached the NIC. */
@@ -1554,29 +1650,46 @@ static int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64
 }
 
 /* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
-static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint32_t *lkey, uint64_t *raddr,
-		 uint32_t *rkey)
+static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
 {
-	int st;
+	uint64_t sum = 0;
+	int st = KVL_OK;
 
 	if (c->broken)
 		return c->broken;
 	if (!c->connected)
 		return KVL_ERR_NO_PEER;
-	if (w->op != KVL_OP_WRITE && w->op != KVL_OP_READ)
+	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
+	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
 		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
-	if (w->length > c->d->max_msg_sz)
+	if (w->length > c->d->max_msg_sz || w->n_sge > c->max_sge)
 		return KVL_ERR_TOO_LARGE;
-	st = local_check(c, w->local, w->length, lkey);
+	if (w->n_sge <= 1) {
+		s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
+		s->sg[0] = (struct ibv_sge){ (uintptr_t)w->local, w->length, 0 };
+	} else {
+		s->n_sge = w->n_sge;
+		for (unsigned i = 0; i < w->n_sge; i++) {
+			s->sg[i] =
+				(struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
+			sum += w->sge[i].length;
+			if (w->sge[i].length == 0)
+				return KVL_ERR_PROTOCOL;
+		}
+		if (sum != w->length)
+			return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
+	}
+	for (unsigned i = 0; i < s->n_sge && st == KVL_OK; i++)
+		st = local_check(c, (const void *)(uintptr_t)s->sg[i].addr, s->sg[i].length,
+				 &s->sg[i].lkey);
 	if (st == KVL_OK)
-		st = remote_check(c, w, raddr, rkey);
+		st = remote_check(c, w, &s->raddr, &s->rkey);
 	return st;
 }
 
 unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
 {
-	uint64_t room, raddr = 0;
-	uint32_t lkey = 0, rkey = 0;
+	uint64_t room;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -1586,17 +1699,17 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 		n = (unsigned)room;
 	for (unsigned i = 0; i < n; i++) {
 		const struct kvl_wr *w = &wr[i];
-		int st = check(c, w, &lkey, &raddr, &rkey);
+		struct slot *s = &c->ring[c->post_seq++ & c->mask];
+		int st;
 
-		c->ring[c->post_seq++ & c->mask] = (struct slot){ .wr_id = w->wr_id,
-								  .local = (uintptr_t)w->local,
-								  .raddr = raddr,
-								  .length = w->length,
-								  .lkey = lkey,
-								  .rkey = rkey,
-								  .op = w->op,
-								  .nic = st == KVL_OK,
-								  .status = st };
+		s->wr_id = w->wr_id;
+		s->length = w->length;
+		s->op = w->op;
+		s->flags = w->flags;
+		s->imm = w->imm;
+		st = check(c, w, s);
+		s->nic = st == KVL_OK;
+		s->status = st;
 	}
 	finish_refused(c);
 	return n;

@@ -151,6 +151,10 @@ int kvl_verbs_event_fd(const struct kvl_verbs_conn *c);
 int kvl_verbs_arm(struct kvl_verbs_conn *c);
 unsigned kvl_verbs_take_events(struct kvl_verbs_conn *c);
 
+/* Take up to @max notes: the peer's WRITEs with KVL_WR_NOTIFY that have landed here, in the
+ * order they landed. A note not taken before @depth more arrive is dropped (counted). */
+unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigned max);
+
 /* Take up to @max completions, in posting order. */
 unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max);
 
@@ -172,9 +176,11 @@ struct kvl_verbs_stats {
 	uint64_t recoveries; /* QP brought back from the error state (resyncs completed) */
 	uint64_t resyncs;    /* resyncs this side asked for (REQ) */
 	uint64_t resync_answered, resync_ignored, resync_timeouts;
-	uint64_t replayed;	  /* WRs posted again after a resync */
-	uint64_t arms, cq_events; /* hybrid idle: CQ armed, completion events taken */
-	uint64_t cq_polls, cqes;  /* to see what selective signaling saves */
+	uint64_t replayed;	       /* WRs posted again after a resync */
+	uint64_t arms, cq_events;      /* hybrid idle: CQ armed, completion events taken */
+	uint64_t notes, notes_dropped; /* immediates received (WRITE_WITH_IMM), and dropped */
+	uint64_t recv_errors, recv_post_errors;
+	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
 	/* The last error CQE as the provider reported it (its status mapping merges some):
 	 * enum ibv_wc_status (0: none yet) and the vendor syndrome. */
 	uint64_t last_wc_status, last_vendor_err;

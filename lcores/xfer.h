@@ -13,14 +13,33 @@ enum kvl_op {
 	KVL_OP_READ = 2,  /* remote segment -> local range */
 };
 
+/* Local ranges of one request: remote-contiguous blocks that are scattered here. */
+#define KVL_WR_MAX_SGE 8
+
+struct kvl_sge {
+	void *addr;
+	uint32_t length;
+	uint32_t reserved;
+};
+
+enum kvl_wr_flags {
+	KVL_WR_NOTIFY = 1u << 0, /* WRITE only: the peer is told, with @imm, once it landed */
+};
+
 /* One work request, as the lcore hands it to a transport. */
 struct kvl_wr {
 	uint64_t wr_id;	     /* returned unchanged in the completion */
-	void *local;	     /* inside a registered local segment (checked before posting) */
+	void *local;	     /* n_sge <= 1: inside a registered local segment (checked) */
 	uint64_t remote_off; /* offset inside the remote segment */
 	uint32_t length;     /* bytes; 0 is allowed and completes like any other */
 	uint32_t remote_seg; /* remote segment id, as advertised by the peer */
 	uint8_t op;	     /* enum kvl_op */
+	uint8_t n_sge;	     /* 0 or 1: @local; 2..KVL_WR_MAX_SGE: @sge, in order, summing to
+			      * @length (gathered for WRITE, scattered for READ) */
+	uint8_t flags;	     /* enum kvl_wr_flags */
+	uint8_t reserved;
+	uint32_t imm; /* KVL_WR_NOTIFY */
+	struct kvl_sge sge[KVL_WR_MAX_SGE];
 };
 
 /* One completion. */
@@ -43,6 +62,12 @@ struct kvl_resync {
 	uint32_t kind; /* enum kvl_resync_kind */
 	uint32_t psn;
 	uint32_t echo;
+};
+
+/* A peer's WRITE with KVL_WR_NOTIFY that landed here: its @imm and how many bytes it wrote. */
+struct kvl_note {
+	uint32_t imm;
+	uint32_t length;
 };
 
 /* ---- local segments: what peers may read and write here ---- */

@@ -57,6 +57,8 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_recoveries = v->recoveries;
 	out->qp_resyncs = v->resyncs;
 	out->qp_replayed = v->replayed;
+	out->qp_notes = v->notes;
+	out->qp_notes_dropped = v->notes_dropped;
 	out->qp_outstanding = kvl_verbs_outstanding(c);
 	out->qp_last_wc_status = v->last_wc_status;
 	out->qp_last_vendor_err = v->last_vendor_err;
@@ -70,6 +72,11 @@ static void verbs_free(void *c)
 static int verbs_resync_out(void *c, struct kvl_resync *m)
 {
 	return kvl_verbs_resync_out(c, m);
+}
+
+static unsigned verbs_notes(void *c, struct kvl_note *out, unsigned max)
+{
+	return kvl_verbs_notes(c, out, max);
 }
 
 static int verbs_event_fd(const void *c)
@@ -105,6 +112,7 @@ const struct kvl_xport_ops kvl_xport_verbs = {
 	.resync_out = verbs_resync_out,
 	.resync_in = verbs_resync_in,
 	.event_fd = verbs_event_fd,
+	.notes = verbs_notes,
 	.arm = verbs_arm,
 	.take_events = verbs_take_events,
 };

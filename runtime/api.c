@@ -322,40 +322,78 @@ static bool local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
 	return false;
 }
 
+/* The checks kvl_post() makes of one transfer before it takes any: 0 or a negative errno. */
+static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bool rdma_only)
+{
+	uint64_t sum = 0;
+
+	if ((x->op != KVL_WRITE && x->op != KVL_READ) || (x->flags & ~(uint32_t)KVL_XFER_NOTIFY) ||
+	    ((x->flags & KVL_XFER_NOTIFY) && x->op != KVL_WRITE) || x->n_iov == 1 ||
+	    x->n_iov > KVL_MAX_IOV || (x->n_iov && x->iov == NULL))
+		return -EINVAL;
+	if ((x->n_iov || (x->flags & KVL_XFER_NOTIFY)) && !rdma_only)
+		return -EOPNOTSUPP;
+	if (x->n_iov == 0)
+		return local_ok(rt, x->local, x->length) ? 0 : -EFAULT;
+	for (uint32_t k = 0; k < x->n_iov; k++) {
+		if (x->iov[k].len == 0)
+			return -EINVAL;
+		if (!local_ok(rt, x->iov[k].base, x->iov[k].len))
+			return -EFAULT;
+		sum += x->iov[k].len;
+	}
+	return sum == x->length ? 0 : -EINVAL;
+}
+
 int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n)
 {
 	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
 	struct kvl_peer_conn conn[KVL_PEER_MAX_CONNS];
 	uint32_t n_conns, rr;
-	bool kicked[KVL_MAX_NICS] = { false };
+	bool kicked[KVL_MAX_NICS] = { false }, rdma_only = true;
 	unsigned i;
 
 	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
 		return -ENOTCONN;
-	for (i = 0; i < n; i++) {
-		if (x[i].op != KVL_WRITE && x[i].op != KVL_READ)
-			return -EINVAL;
-		if (!local_ok(rt, x[i].local, x[i].length))
-			return -EFAULT;
-	}
 	rte_spinlock_lock(&pub->lock);
 	n_conns = pub->n_conns;
 	memcpy(conn, pub->conn, sizeof(conn[0]) * n_conns);
 	rr = pub->rr;
-	pub->rr += n;
 	rte_spinlock_unlock(&pub->lock);
 	if (n_conns == 0)
 		return -ENOTCONN;
+	/* Scatter lists and notices need RDMA: every connection of the peer must have it,
+	 * since transfers are spread over all of them. */
+	for (i = 0; i < n_conns; i++)
+		if (rt->nic_info[conn[i].nic].transport == KVL_TRANSPORT_TCP)
+			rdma_only = false;
+	for (i = 0; i < n; i++) {
+		int rc = xfer_check(rt, &x[i], rdma_only);
+
+		if (rc < 0)
+			return rc;
+	}
+	rte_spinlock_lock(&pub->lock);
+	pub->rr += n;
+	rte_spinlock_unlock(&pub->lock);
 	for (i = 0; i < n; i++) {
 		const struct kvl_peer_conn *c = &conn[(rr + i) % n_conns];
-		struct kvl_sub sub = { .wr = { .wr_id = x[i].cookie,
-					       .local = x[i].local,
-					       .remote_off = x[i].remote_off,
-					       .length = x[i].length,
-					       .remote_seg = x[i].remote_seg,
-					       .op = (uint8_t)x[i].op },
-				       .slot = c->slot,
-				       .gen = c->gen };
+		struct kvl_sub sub = {
+			.wr = { .wr_id = x[i].cookie,
+				.local = x[i].local,
+				.remote_off = x[i].remote_off,
+				.length = x[i].length,
+				.remote_seg = x[i].remote_seg,
+				.op = (uint8_t)x[i].op,
+				.n_sge = (uint8_t)x[i].n_iov,
+				.flags = (x[i].flags & KVL_XFER_NOTIFY) ? KVL_WR_NOTIFY : 0,
+				.imm = x[i].notify },
+			.slot = c->slot,
+			.gen = c->gen
+		};
+
+		for (uint32_t k = 0; k < x[i].n_iov; k++)
+			sub.wr.sge[k] = (struct kvl_sge){ x[i].iov[k].base, x[i].iov[k].len, 0 };
 
 		if (rte_ring_mp_enqueue_elem(rt->io[c->nic]->sub, &sub, sizeof(sub)) != 0)
 			break; /* full: the caller posts the rest later */
@@ -365,6 +403,17 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 		if (kicked[k])
 			kvl_nic_io_kick(rt->io[k]); /* a sleeping lcore (hybrid idle) wakes */
 	return (int)i;
+}
+
+unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsigned max)
+{
+	unsigned got = 0;
+
+	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++)
+		if (rt->io[nic])
+			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->ntf, out + got,
+							      sizeof(*out), max - got, NULL);
+	return got;
 }
 
 unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max)

@@ -443,6 +443,8 @@ static void stats_transport(struct rte_tel_data *d, const char *tr, const struct
 		U(qp_recoveries);
 		U(qp_resyncs);
 		U(qp_replayed);
+		U(qp_notes);
+		U(qp_notes_dropped);
 	}
 #undef U
 	for (int s = 1; s < KVL_STATUS_COUNT; s++) {

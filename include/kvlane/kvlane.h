@@ -142,20 +142,46 @@ enum kvl_op_code {
 	KVL_READ = 2,  /* remote segment -> local */
 };
 
+/* One local range of a scattered transfer. */
+struct kvl_iov {
+	void *base;
+	uint32_t len;
+	uint32_t reserved;
+};
+
+#define KVL_MAX_IOV 8 /* local ranges one transfer may gather (WRITE) or scatter (READ) */
+
+enum kvl_xfer_flags {
+	/* WRITE only: once the bytes have landed, the peer's kvl_poll_notices() returns
+	 * @notify (RDMA WRITE_WITH_IMM: no message of its own, no CPU on the peer's data path).
+	 * RDMA transports only. */
+	KVL_XFER_NOTIFY = 1u << 0,
+};
+
 struct kvl_xfer {
 	uint64_t cookie;     /* returned in the completion */
-	void *local;	     /* inside a segment registered here */
+	void *local;	     /* n_iov 0: inside a segment registered here */
 	uint64_t remote_off; /* offset in the remote segment */
-	uint32_t length;
+	uint32_t length;     /* bytes (with n_iov: the sum of the ranges' lengths) */
 	uint32_t remote_seg; /* id from kvl_peer_segments() */
 	uint32_t op;	     /* enum kvl_op_code */
+	uint32_t flags;	     /* enum kvl_xfer_flags */
+	uint32_t notify;     /* KVL_XFER_NOTIFY: the value the peer is given */
+	/* 0: @local. 2..KVL_MAX_IOV: the local side is these ranges, in order (one RDMA work
+	 * request with several SGEs; the remote side stays contiguous). RDMA transports only.
+	 * Read during kvl_post() only: the array may be reused once it returns. */
+	uint32_t n_iov;
+	const struct kvl_iov *iov;
 };
 
 /*
  * Post up to @n transfers to @peer, spread over its data connections. Returns how many were
  * taken (fewer when queues are full: post the rest later), or a negative errno before any
  * is taken: -ENOTCONN (peer not ready or dead), -EFAULT (a local range outside every local
- * segment), -EINVAL (bad op). Every taken transfer completes exactly once (kvl_poll).
+ * segment), -EINVAL (bad op, n_iov of 1 or over KVL_MAX_IOV, a 0-byte range, lengths that do
+ * not add up to @length, KVL_XFER_NOTIFY on a READ, unknown flags), -EOPNOTSUPP (n_iov or
+ * KVL_XFER_NOTIFY to a peer reached over tcp). Every taken transfer completes exactly once
+ * (kvl_poll).
  */
 int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n);
 
@@ -167,6 +193,22 @@ struct kvl_completion {
 
 /* Take up to @max completions. One thread at a time may poll. */
 unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max);
+
+/* A peer's KVL_XFER_NOTIFY write that has landed in a segment here. */
+struct kvl_notice {
+	kvl_peer_t peer;
+	uint32_t value;	 /* the peer's kvl_xfer.notify */
+	uint32_t length; /* bytes that write moved */
+	uint32_t reserved;
+};
+
+/*
+ * Take up to @max notices, oldest first per connection. One thread at a time may poll.
+ * Notices not taken are kept up to a bound per connection, then dropped and counted
+ * (/kvlane/stats verbs/qp_notes_dropped). After a connection's resync (an RDMA error) a notice
+ * may come twice: the write was posted again.
+ */
+unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsigned max);
 
 /* ---- test data ---- */
 
