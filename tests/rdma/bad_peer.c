@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api_test.h"
 #include "kvlane/kvlane.h"
 
 /*
@@ -25,22 +26,6 @@
 #define ROUNDS	  2u
 #define LINGER_S  120
 #define STALL_S	  60
-
-static volatile sig_atomic_t stop;
-
-static void on_term(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Post all @n, poll until each completed once; statuses into @st by cookie. */
 static int run(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n,
@@ -114,7 +99,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s [EAL options] -- INI SERVER\n", argv[0]);
 		return 2;
 	}
-	signal(SIGTERM, on_term);
+	catch_term();
 	sa = (struct kvl_start_args){ .eal_argc = dd, .eal_argv = argv, .config = argv[dd + 1] };
 	rt = kvl_start(&sa, err, sizeof(err), &stage);
 	if (rt == NULL) {

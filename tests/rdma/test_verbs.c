@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* RDMA test of the verbs transport on soft-RoCE: rxe0 <-> rxe1 in one process, one thread. */
 #include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <linux/capability.h>
@@ -970,6 +973,131 @@ static int open_side(struct side *s, const char *env_dev, const char *env_gid)
 	return 0;
 }
 
+/*
+ * Several SGEs per WR: a WRITE gathers NS scattered local ranges into one contiguous remote
+ * range, a READ scatters a contiguous remote range into scattered local ranges. Refused before
+ * the NIC: more SGEs than the QP has, a range outside registered memory, lengths that do not
+ * add up.
+ */
+static void test_sge(void)
+{
+	enum { NS = KVL_WR_MAX_SGE };
+	const uint32_t piece = 24 * KIB + 512; /* not a page multiple: no alignment luck */
+	uint64_t src = 40 * MIB, rdst = 44 * MIB, back = 48 * MIB;
+	struct kvl_wr w = mkwr(KVL_OP_WRITE, NULL, SEG_RW, rdst, NS * piece), r, bad;
+	struct kvl_wc wc[4];
+	uint8_t *outside = xalloc(4 * KIB);
+	size_t wrong = 0;
+
+	w.n_sge = NS;
+	for (unsigned i = 0; i < NS; i++) {
+		/* every other piece, backwards: the order on the wire is the SGE order */
+		uint8_t *p = A.buf + src + (uint64_t)(NS - 1 - i) * 2 * piece;
+
+		kvl_test_fill_random(p, piece);
+		w.sge[i] = (struct kvl_sge){ p, piece, 0 };
+	}
+	memset(B.buf + rdst, 0xee, NS * piece);
+	CHECK_INT(kvl_verbs_post(A.c, &w, 1), 1);
+	CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, NS * piece);
+	for (unsigned i = 0; i < NS; i++)
+		wrong += first_diff(B.buf + rdst + (uint64_t)i * piece, w.sge[i].addr, piece) !=
+			 piece;
+	CHECK_INT(wrong, 0);
+
+	/* READ it back scattered: piece i to a fresh range, 3 pieces apart */
+	r = mkwr(KVL_OP_READ, NULL, SEG_RW, rdst, NS * piece);
+	r.n_sge = NS;
+	for (unsigned i = 0; i < NS; i++) {
+		uint8_t *p = A.buf + back + (uint64_t)i * 3 * piece;
+
+		memset(p, 0x11, piece);
+		r.sge[i] = (struct kvl_sge){ p, piece, 0 };
+	}
+	CHECK_INT(kvl_verbs_post(A.c, &r, 1), 1);
+	CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
+	CHECK_INT(wc[0].status, KVL_OK);
+	wrong = 0;
+	for (unsigned i = 0; i < NS; i++)
+		wrong += first_diff(r.sge[i].addr, w.sge[i].addr, piece) != piece;
+	CHECK_INT(wrong, 0);
+	printf("  %u SGEs of %u B: WRITE gathered, READ scattered back, every byte verified\n", NS,
+	       piece);
+
+	/* refused before the NIC */
+	bad = w;
+	bad.sge[3].addr = outside;
+	bad.sge[3].length = 4 * KIB;
+	bad.length = w.length - piece + 4 * KIB;
+	CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
+	CHECK_INT(kvl_verbs_reap(A.c, wc, 1), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_LOCAL);
+	bad = w;
+	bad.length -= 1;
+	CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
+	CHECK_INT(kvl_verbs_reap(A.c, wc, 1), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_PROTOCOL);
+	bad = w;
+	bad.n_sge = KVL_WR_MAX_SGE + 1;
+	CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
+	CHECK_INT(kvl_verbs_reap(A.c, wc, 1), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_TOO_LARGE);
+	free(outside);
+}
+
+/*
+ * WRITE_WITH_IMM: the peer's notes come out in order, each with its immediate and length,
+ * and the bytes are there when the note is. Also after a resync (the receive queue refilled).
+ */
+static void test_notify(const char *when)
+{
+	enum { N = 48 };
+	struct kvl_wr w[N];
+	struct kvl_wc wc[N];
+	struct kvl_note nt[N];
+	uint64_t base = 52 * MIB;
+	unsigned got = 0, ok = 0, in_order = 0, landed = 0;
+	double deadline = deadline_in(PHASE_TIMEOUT);
+
+	kvl_test_fill_random(A.buf + base, N * 8 * KIB);
+	memset(B.buf + base, 0, N * 8 * KIB);
+	for (unsigned i = 0; i < N; i++) {
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + base + i * 8 * KIB, SEG_RW, base + i * 8 * KIB,
+			    1 * KIB + i * 64);
+		w[i].flags = KVL_WR_NOTIFY;
+		w[i].imm = 0xabc00000u + i;
+	}
+	CHECK_INT(kvl_verbs_post(A.c, w, N), N);
+	CHECK(collect(A.c, B.c, wc, N, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < N; i++)
+		ok += wc[i].status == KVL_OK;
+	CHECK_INT(ok, N);
+	while (got < N && now_s() < deadline) {
+		unsigned k = kvl_verbs_notes(B.c, nt + got, N - got);
+
+		for (unsigned j = got; j < got + k; j++) {
+			unsigned i = nt[j].imm - 0xabc00000u;
+
+			in_order += i == j && nt[j].length == w[j].length;
+			landed += i < N &&
+				  first_diff(B.buf + base + i * 8 * KIB, A.buf + base + i * 8 * KIB,
+					     w[i].length) == w[i].length;
+		}
+		got += k;
+		if (k == 0)
+			pump(A.c, B.c);
+	}
+	CHECK_INT(got, N);
+	CHECK_INT(in_order, N);
+	CHECK_INT(landed, N);
+	CHECK_INT(kvl_verbs_notes(A.c, nt, N), 0); /* the initiator is told nothing */
+	printf("  %s: %u WRITE_WITH_IMM, %u notes in order with their immediates, data there "
+	       "first\n",
+	       when, N, got);
+}
+
 static void set_remotes(void)
 {
 	const uint32_t rw = KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE;
@@ -986,6 +1114,22 @@ static void set_remotes(void)
 	CHECK_INT(kvl_verbs_set_remote(A.c, (struct kvl_verbs_rseg[]){ b[0], b[0] }, 2), -EEXIST);
 }
 
+/* A crash prints where it happened (the VM has no debugger): addresses for addr2line. */
+static void on_segv(int sig, siginfo_t *si, void *ctx)
+{
+	ucontext_t *uc = ctx;
+	void *pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
+	char cmd[64];
+
+	(void)sig;
+	fprintf(stderr, "SIGSEGV at pc %p, address %p\n", pc, si->si_addr);
+	backtrace_symbols_fd(&pc, 1, 2);
+	snprintf(cmd, sizeof(cmd), "cat /proc/%d/maps >&2", (int)getpid());
+	if (system(cmd) < 0)
+		_exit(139);
+	_exit(139);
+}
+
 int main(void)
 {
 	char err[ERR_LEN];
@@ -995,6 +1139,8 @@ int main(void)
 	const struct kvl_verbs_stats *s;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	sigaction(SIGSEGV, &(struct sigaction){ .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO },
+		  NULL);
 	test_deadline = t0 + TOTAL_TIMEOUT;
 	quick = getenv("KVL_VERBS_QUICK") != NULL && strcmp(getenv("KVL_VERBS_QUICK"), "0") != 0;
 	if (getenv("RXE_DEV0") == NULL || getenv("RXE_DEV1") == NULL) {
@@ -1031,10 +1177,14 @@ int main(void)
 	test_depth();
 	printf("sizes (every byte verified)\n");
 	test_sizes();
+	printf("scatter/gather and notices\n");
+	test_sge();
+	test_notify("before any resync");
 	printf("wrong rkey and resync\n");
 	test_bad_rkey();
 	test_crossed_resync();
 	test_resync_timeout();
+	test_notify("after resyncs");
 	printf("fail_all\n");
 	test_fail_all();
 	printf("mismatches\n");
