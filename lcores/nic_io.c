@@ -2,6 +2,7 @@
 /* The NIC lcore's I/O stage: route submissions to connections, drive them, return completions. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -92,6 +93,8 @@ void kvl_nic_io_fini(struct kvl_nic_io *io)
 	while (io->cmd && rte_ring_dequeue_elem(io->cmd, &cmd, sizeof(cmd)) == 0)
 		if (cmd.type == KVL_LCMD_ADD_CONN && cmd.x.ops)
 			cmd.x.ops->free(cmd.x.c);
+		else if (cmd.type == KVL_LCMD_SET_REMOTE)
+			free(cmd.ptr);
 	rte_ring_free(io->sub);
 	rte_ring_free(io->cpl);
 	rte_ring_free(io->cmd);
@@ -233,6 +236,12 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 			s = &io->slot[cmd[i].slot];
 			if (s->x.ops && s->x.ops->resync_in && s->gen == cmd[i].gen && !s->closing)
 				s->x.ops->resync_in(s->x.c, &cmd[i].rs);
+		} else if (cmd[i].type == KVL_LCMD_SET_REMOTE &&
+			   cmd[i].slot < KVL_SLOTS_PER_LCORE) {
+			s = &io->slot[cmd[i].slot];
+			if (s->x.ops && s->x.ops->set_remote && s->gen == cmd[i].gen)
+				s->x.ops->set_remote(s->x.c, cmd[i].ptr, (unsigned)cmd[i].status);
+			free(cmd[i].ptr);
 		} else if (cmd[i].type == KVL_LCMD_FAIL_PEER) {
 			for (unsigned j = 0; j < KVL_SLOTS_PER_LCORE; j++) {
 				s = &io->slot[j];

@@ -30,6 +30,8 @@ enum kvl_lcmd_type {
 	KVL_LCMD_ADD_CONN = 1, /* take @x into @slot (generation @gen) for peer @peer */
 	KVL_LCMD_FAIL_PEER,    /* fail everything of @peer with @status and close its conns */
 	KVL_LCMD_RESYNC,       /* @rs from the peer for the connection in @slot (if still @gen) */
+	KVL_LCMD_SET_REMOTE,   /* the peer's segments for @slot: @ptr (malloc'd, freed by the
+				* lcore), @status entries */
 };
 
 struct kvl_lcmd {
@@ -41,6 +43,8 @@ struct kvl_lcmd {
 	uint32_t reserved;
 	struct kvl_xconn x;
 	struct kvl_resync rs;
+	uint32_t pad;
+	void *ptr;
 };
 
 /* lcore -> control thread */

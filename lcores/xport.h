@@ -31,6 +31,8 @@ struct kvl_xport_ops {
 	 * -1; arm: ask for an event on the next completion (0, or a negative errno); take_events:
 	 * consume what came, without blocking. */
 	int (*event_fd)(const void *c);
+	/* Optional: the peer's segments changed (RDMA: struct kvl_verbs_rseg[@n], copied). */
+	int (*set_remote)(void *c, const void *segs, unsigned n);
 	/* Optional: notes of the peer's KVL_WR_NOTIFY writes that landed here. */
 	unsigned (*notes)(void *c, struct kvl_note *out, unsigned max);
 	int (*arm)(void *c);

@@ -79,6 +79,11 @@ static unsigned verbs_notes(void *c, struct kvl_note *out, unsigned max)
 	return kvl_verbs_notes(c, out, max);
 }
 
+static int verbs_set_remote(void *c, const void *segs, unsigned n)
+{
+	return kvl_verbs_set_remote(c, segs, n);
+}
+
 static int verbs_event_fd(const void *c)
 {
 	return kvl_verbs_event_fd(c);
@@ -113,6 +118,7 @@ const struct kvl_xport_ops kvl_xport_verbs = {
 	.resync_in = verbs_resync_in,
 	.event_fd = verbs_event_fd,
 	.notes = verbs_notes,
+	.set_remote = verbs_set_remote,
 	.arm = verbs_arm,
 	.take_events = verbs_take_events,
 };

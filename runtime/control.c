@@ -112,6 +112,8 @@ struct kvl_control {
 	/* RDMA slots: the QPs at both ends, which name the connection in QP_RESYNC */
 	uint32_t slot_lqpn[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
 	uint32_t slot_rqpn[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	/* and the peer's NIC it reaches, as a label: its rkeys, when its segments change */
+	char slot_rnic[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE][KVL_CTRL_NAME_LEN];
 	uint64_t resync_unroutable; /* QP_RESYNC for no connection of that peer's */
 	/* Fault injection for tests (KVLANE_TEST_BAD_RKEY): segments advertised with a wrong
 	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
@@ -797,6 +799,45 @@ static void verbs_finish(struct kvl_control *c, uint32_t p, unsigned nic, struct
 	if (slot >= 0) {
 		c->slot_lqpn[nic][slot] = la.qpn;
 		c->slot_rqpn[nic][slot] = ra.qpn;
+		snprintf(c->slot_rnic[nic][slot], sizeof(c->slot_rnic[0][0]), "%s",
+			 m->u.qp_info.nic);
+	}
+}
+
+/*
+ * The peer's segments changed (a segment registered after we connected): give each of its
+ * RDMA connections the new table. The lcore owns the connection, so the table travels in a
+ * command and the lcore swaps it in between two posts.
+ */
+static void refresh_remote(struct kvl_control *c, uint32_t p)
+{
+	struct kvl_peer_pub *pub = &c->pub[p];
+	struct kvl_peer_conn conn[KVL_PEER_MAX_CONNS];
+	uint32_t n_conns;
+
+	rte_spinlock_lock(&pub->lock);
+	n_conns = pub->n_conns;
+	memcpy(conn, pub->conn, sizeof(conn[0]) * n_conns);
+	rte_spinlock_unlock(&pub->lock);
+	for (uint32_t i = 0; i < n_conns; i++) {
+		unsigned nic = conn[i].nic;
+		struct kvl_lcmd cmd = { .type = KVL_LCMD_SET_REMOTE,
+					.peer = p,
+					.slot = conn[i].slot,
+					.gen = conn[i].gen };
+		struct kvl_verbs_rseg *rs;
+
+		if (!is_rdma(c->rt, nic))
+			continue;
+		rs = calloc(KVL_CTRL_MAX_SEGS, sizeof(*rs));
+		if (rs == NULL)
+			continue; /* the old table stays: the new segment is refused, nothing else
+				   */
+		cmd.status = (int32_t)remote_segs(c, p, c->slot_rnic[nic][conn[i].slot], rs);
+		cmd.ptr = rs;
+		while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
+			sched_yield();
+		kvl_nic_io_kick(c->rt->io[nic]);
 	}
 }
 
@@ -1100,6 +1141,8 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 		pub->n_segs = m->u.segments.n;
 		memcpy(pub->seg, m->u.segments.seg, sizeof(pub->seg[0]) * pub->n_segs);
 		rte_spinlock_unlock(&pub->lock);
+		if (pr->got_segs)
+			refresh_remote(c, p); /* a later SEGMENTS: its RKEYS came just before */
 		pr->got_segs = true;
 		maybe_exchanged(c, p);
 		break;
@@ -1109,10 +1152,19 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 		pr->got_eps = true;
 		maybe_exchanged(c, p);
 		break;
-	case KVL_CTRL_RKEYS:
-		if (pr->n_rkeys < KVL_CTRL_MAX_EPS)
-			pr->rkeys[pr->n_rkeys++] = *m;
+	case KVL_CTRL_RKEYS: {
+		uint32_t k = 0;
+
+		/* one per NIC of the peer's; a later one (its segments changed) replaces it */
+		while (k < pr->n_rkeys && strcmp(pr->rkeys[k].u.rkeys.nic, m->u.rkeys.nic) != 0)
+			k++;
+		if (k < KVL_CTRL_MAX_EPS) {
+			pr->rkeys[k] = *m;
+			if (k == pr->n_rkeys)
+				pr->n_rkeys++;
+		}
 		break;
+	}
 	case KVL_CTRL_QP_INFO:
 		if (pub->initiator && st == KVL_PEER_BINDING)
 			on_qp_info_client(c, p, m);
@@ -1404,8 +1456,10 @@ static void timers(struct kvl_control *c, uint64_t t)
 					t + (uint64_t)cc->heartbeat_interval_ms * 1000000ull;
 			}
 			if (pr->segs_version_sent !=
-			    __atomic_load_n(&c->rt->segs_version, __ATOMIC_ACQUIRE))
+			    __atomic_load_n(&c->rt->segs_version, __ATOMIC_ACQUIRE)) {
+				send_rkeys(c, p); /* first: the peer joins them on SEGMENTS */
 				send_segments(c, p);
+			}
 		}
 	}
 	for (unsigned i = 0; i < MAX_PENDING; i++) {

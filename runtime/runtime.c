@@ -176,6 +176,7 @@ int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, vo
 			continue;
 		rc = kvl_verbs_reg(rt->vdev[n], base, geom->length, geom->flags,
 				   &rt->segmeta[i].rkey[n], &ns, msg, sizeof(msg));
+		rt->segmeta[i].reg_ns[n] = ns;
 		if (rc < 0) {
 			pthread_mutex_unlock(&rt->seg_lock);
 			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, rt->cfg.nics[n].label,

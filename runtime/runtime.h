@@ -26,7 +26,8 @@ struct kvl_local_seg {
 	bool live;
 	struct kvl_seg_desc desc;
 	void *owned; /* allocated by kvlane (rte_malloc), freed at stop; NULL if registered */
-	uint32_t rkey[KVL_MAX_NICS]; /* on each RDMA NIC's device */
+	uint32_t rkey[KVL_MAX_NICS];   /* on each RDMA NIC's device */
+	uint64_t reg_ns[KVL_MAX_NICS]; /* what ibv_reg_mr took there (pinning every page) */
 };
 
 struct kvl_runtime {

@@ -496,6 +496,47 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	return 0;
 }
 
+/* Local segments in column form, with what registering each for RDMA cost. */
+static int tel_segments(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	pthread_mutex_lock(&rt->seg_lock);
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		const struct kvl_local_seg *s = &rt->segmeta[i];
+		uint64_t reg_ns = 0, worst = 0;
+		int rdma = 0;
+
+		if (!s->live)
+			continue;
+		for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+			if (rt->vdev[n] == NULL)
+				continue;
+			rdma++;
+			reg_ns += s->reg_ns[n];
+			worst = s->reg_ns[n] > worst ? s->reg_ns[n] : worst;
+		}
+		put_int(&k, "id", (int)s->desc.id);
+		put_str(&k, "name", s->desc.name);
+		put_u64(&k, "length", s->desc.length);
+		put_str(&k, "access",
+			s->desc.flags == 3   ? "readwrite"
+			: s->desc.flags == 1 ? "read"
+			: s->desc.flags == 2 ? "write"
+					     : "none");
+		put_int(&k, "rdma_nics", rdma);
+		put_u64(&k, "reg_us", reg_ns / 1000);	 /* over every RDMA NIC */
+		put_u64(&k, "reg_us_max", worst / 1000); /* the slowest one */
+	}
+	pthread_mutex_unlock(&rt->seg_lock);
+	return sink_finish(&k, d);
+}
+
 /* Every RDMA queue pair in column form: its NIC, slot, peer, and what the NIC did. */
 static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 {
@@ -589,4 +630,7 @@ RTE_INIT(kvl_telemetry_register)
 		 "RDMA queue pairs in column form: nic, slot, peer, posted, cqes, errors, "
 		 "recoveries, resyncs, ... No parameters");
 	REGISTER("/kvlane/nic", tel_nic, "One NIC's row of /kvlane/nics. Parameter: NIC label");
+	REGISTER("/kvlane/segments", tel_segments,
+		 "Local segments in column form: id, name, length, access, rdma_nics, reg_us "
+		 "(RDMA registration time). No parameters");
 }

@@ -36,7 +36,9 @@ LCORES_2NIC = ["--lcores", "0@0,1@1,2@1"]
 
 FIXED_SECTIONS = ["runtime", "cq_moderation", "memory", "gpu", "sched", "control", "telemetry"]
 LCORE_COLUMNS = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa",
-                 "loop_iterations", "busy_cycles", "idle_cycles", "busy_pct", "work", "naps"]
+                 "loop_iterations", "busy_cycles", "idle_cycles", "busy_pct", "work", "naps",
+                 "sleeps", "wake_cq", "wake_kick", "wake_timeout"]
+SEGMENT_COLUMNS = ["id", "name", "length", "access", "rdma_nics", "reg_us", "reg_us_max"]
 LCORE_STATIC = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa"]
 LCORE_COUNTERS = ["loop_iterations", "busy_cycles", "idle_cycles", "work", "naps"]
 NIC_COLUMNS = ["nic", "device", "kind", "port", "transport", "transport_conf", "numa_node",
@@ -560,7 +562,9 @@ def check_info(c, d, name, ini, nic_count, sysfs_root="/sys"):
 
 
 def scenario_telemetry(ctx):
-    ini = ctx.ini("tel.ini", minimal_ini("tel1"))
+    ini = ctx.ini("tel.ini", minimal_ini(
+        "tel1", extra="[segment.kvt]\nlayers = 2\nplanes = 2\nblocks = 4\n"
+                      "block_bytes = 4096\naccess = read\n"))
     d = ctx.start(ini)
     m = d.wait_line(r'^kvlaned (\S+) "(.*)": (\d+) NICs?, (\d+) lcores \(main (\d+)\), '
                     r'idle policy (\S+), config (.*)$', READY_TIMEOUT_S, what="start line")
@@ -632,6 +636,12 @@ def scenario_telemetry(ctx):
     for bad in ("99", "abc", ""):
         check_eq(cmd(c, f"/kvlane/lcore,{bad}", d), None, f"/kvlane/lcore,{bad}", d)
     log(f"/kvlane/lcore,{nic['lcore']} matches its row; bad ids -> null")
+
+    segs = table_rows(cmd_ok(c, "/kvlane/segments", d), SEGMENT_COLUMNS, "/kvlane/segments", d)
+    check_eq([(s["id"], s["name"], s["length"], s["access"], s["rdma_nics"], s["reg_us"])
+              for s in segs], [(1, "kvt", 2 * 2 * 4 * 4096, "read", 0, 0)],
+             "/kvlane/segments rows (tcp only: nothing registered for RDMA)", d)
+    log("/kvlane/segments: the INI's segment, its size and access, no RDMA registration")
 
     nics = table_rows(cmd_ok(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
     check_eq(len(nics), 1, "/kvlane/nics rows", d)

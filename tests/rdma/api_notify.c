@@ -21,7 +21,10 @@
  * [i * MSG, + MSG) of "nkv" with the pattern of seed SEED0 + i. It READs each back scattered and
  * checks it, and checks kvl_post()'s refusals. The server polls kvl_poll_notices() until it
  * has N, and for each checks the value, the length, and that the bytes are already in its
- * segment when the notice is. Each side prints one JSON line; exit 0 when all held.
+ * segment when the notice is. Once the first notice is in, the server also allocates a
+ * segment "late": its peer's RDMA connections exist already, and must learn it (the server
+ * sends its rkeys and segments again). The client waits for "late" to appear, WRITEs a
+ * message into it and READs it back. Each side prints one JSON line; exit 0 when all held.
  */
 #define NIOV	   4
 #define PIECE	   (16u * 1024)
@@ -30,13 +33,14 @@
 #define TIMEOUT_S  60
 #define CONNECT_MS 10000
 
-static int find_kv(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_seg *out)
+static int find_seg(struct kvl_runtime *rt, kvl_peer_t peer, const char *name,
+		    struct kvl_remote_seg *out)
 {
 	struct kvl_remote_seg rs[16];
 	int n = kvl_peer_segments(rt, peer, rs, 16);
 
 	for (int i = 0; i < n; i++)
-		if (strcmp(rs[i].name, "nkv") == 0) {
+		if (strcmp(rs[i].name, name) == 0) {
 			*out = rs[i];
 			return 0;
 		}
@@ -45,9 +49,10 @@ static int find_kv(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_se
 
 static int server(struct kvl_runtime *rt, unsigned n)
 {
-	struct kvl_segment kv;
-	struct kvl_seg_geom g = { 1, 1, n, MSG };
+	struct kvl_segment kv, late;
+	struct kvl_seg_geom g = { 1, 1, n, MSG }, lg = { 1, 1, 1, MSG };
 	unsigned got = 0, right_value = 0, right_len = 0, landed = 0;
+	bool late_ok = false;
 	double deadline;
 
 	if (kvl_seg_alloc(rt, "nkv", &g, KVL_REMOTE_READ | KVL_REMOTE_WRITE, &kv) != 0) {
@@ -71,17 +76,20 @@ static int server(struct kvl_runtime *rt, unsigned n)
 							     MSG, SEED0 + i, 0) == MSG;
 		}
 		got += k;
+		if (got != 0 && !late_ok) /* connected now: a segment the peer does not know */
+			late_ok = kvl_seg_alloc(rt, "late", &lg, KVL_REMOTE_READ | KVL_REMOTE_WRITE,
+						&late) == 0;
 		if (k == 0)
 			usleep(100);
 	}
 	printf("{\"role\":\"server\",\"notices\":%u,\"in_order\":%u,\"right_length\":%u,"
-	       "\"data_there\":%u}\n",
-	       got, right_value, right_len, landed);
+	       "\"data_there\":%u,\"late_segment\":%s}\n",
+	       got, right_value, right_len, landed, late_ok ? "true" : "false");
 	fflush(stdout);
 	/* stay up until the client is done with its reads */
 	while (!stop && now_s() < deadline)
 		usleep(10000);
-	return got == n && right_value == n && right_len == n && landed == n ? 0 : 1;
+	return got == n && right_value == n && right_len == n && landed == n && late_ok ? 0 : 1;
 }
 
 /* Post one transfer and wait for its completion; its status, or -1. */
@@ -110,11 +118,13 @@ static int client(struct kvl_runtime *rt, const char *addr, unsigned n)
 	kvl_peer_t peer;
 	char err[1024];
 	unsigned ok_w = 0, ok_r = 0, verified = 0, refusals = 0;
+	int late_w = -1, late_r = -1;
+	bool late_v = false;
 	uint8_t *msg = malloc(MSG);
 
 	if (msg == NULL || kvl_seg_alloc(rt, "loc", &g, KVL_REMOTE_READ, &loc) != 0 ||
 	    kvl_connect(rt, addr, CONNECT_MS, &peer, err, sizeof(err)) != 0 ||
-	    find_kv(rt, peer, &kv) != 0) {
+	    find_seg(rt, peer, "nkv", &kv) != 0) {
 		fprintf(stderr, "api_notify: client set-up failed: %s\n", err);
 		free(msg);
 		return 1;
@@ -187,11 +197,36 @@ static int client(struct kvl_runtime *rt, const char *addr, unsigned n)
 		x.iov = bad_iov;
 		refusals += kvl_post(rt, peer, &x, 1) == -EFAULT;
 	}
+	/* the server's "late" segment: announced after we connected */
+	{
+		struct kvl_remote_seg late;
+		double deadline = now_s() + 10;
+		struct kvl_xfer x = {
+			.cookie = 77, .local = loc.base, .length = PIECE, .op = KVL_WRITE
+		};
+
+		while (find_seg(rt, peer, "late", &late) != 0 && now_s() < deadline)
+			usleep(1000);
+		if (find_seg(rt, peer, "late", &late) == 0) {
+			kvl_pattern_fill(loc.base, PIECE, 4242, 0);
+			x.remote_seg = late.id;
+			late_w = one(rt, peer, &x);
+			memset(loc.base, 0, PIECE);
+			x.op = KVL_READ;
+			x.cookie = 78;
+			late_r = one(rt, peer, &x);
+			late_v = kvl_pattern_check(loc.base, PIECE, 4242, 0) == PIECE;
+		}
+	}
 	printf("{\"role\":\"client\",\"writes_ok\":%u,\"reads_ok\":%u,\"verified\":%u,"
-	       "\"refusals\":%u}\n",
-	       ok_w, ok_r, verified, refusals);
+	       "\"refusals\":%u,\"late_write\":\"%s\",\"late_read\":\"%s\",\"late_verified\":%s}\n",
+	       ok_w, ok_r, verified, refusals, late_w < 0 ? "none" : kvl_status_name(late_w),
+	       late_r < 0 ? "none" : kvl_status_name(late_r), late_v ? "true" : "false");
 	free(msg);
-	return ok_w == n && ok_r == n && verified == n && refusals == 5 ? 0 : 1;
+	return ok_w == n && ok_r == n && verified == n && refusals == 5 && late_w == KVL_OK &&
+			       late_r == KVL_OK && late_v
+		       ? 0
+		       : 1;
 }
 
 int main(int argc, char **argv)

@@ -36,6 +36,7 @@ for op in --write --read; do
 	fi
 done
 $tel -f srv /kvlane/stats > "$out/stats.json" || rc=1
+$tel -f srv /kvlane/segments > "$out/segments.json" || rc=1
 kill -TERM $srv
 wait $srv || { echo "e2e: kvlaned exited with status $? after SIGTERM"; rc=1; }
 cat "$out/kvlaned.log"
@@ -73,6 +74,10 @@ assert st["tcp/served_bytes"] == 0, st
 assert st["verbs/qp_posted"] == 0 and st["verbs/qp_recoveries"] == 0, st
 assert all(v == 0 for k, v in st.items() if k.startswith("verbs/failed/")), st
 print("server /kvlane/stats: verbs counters present, nothing failed, nothing served by its CPU")
+sg = json.load(open(f"{out}/segments.json"))["/kvlane/segments"]
+i = sg["name"].index("kv")
+assert sg["rdma_nics"][i] == 1 and sg["reg_us"][i] > 0 and sg["length"][i] == 128 << 20, sg
+print(f"server /kvlane/segments: kv, 128 MiB, registered for RDMA in {sg['reg_us'][i]} us")
 PY
 [ $rc = 0 ] || echo "e2e: FAILED (see above)"
 exit $rc
