@@ -342,7 +342,9 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 		room = cpl_room(io);
 		n = ops->reap(s->x.c, wc, room < BURST ? room : BURST);
 		if (n) {
-			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), n, NULL);
+			unsigned api = io->take_wc ? io->take_wc(io->take_wc_arg, wc, n) : n;
+
+			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), api, NULL);
 			*work += n;
 		}
 		if (did || n) {
