@@ -335,6 +335,8 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 	for (i = 0; i < n; i++) {
 		if (x[i].op != KVL_WRITE && x[i].op != KVL_READ)
 			return -EINVAL;
+		if (rt->reqs && (x[i].cookie >> 63)) /* the scheduler's mark (kvl_req_open) */
+			return -EINVAL;
 		if (!local_ok(rt, x[i].local, x[i].length))
 			return -EFAULT;
 	}
