@@ -492,6 +492,13 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 		stats_transport(d, "verbs", &rdma);
 	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
 	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
+	{
+		uint64_t tx, rx;
+
+		kvl_control_req_cancels(rt, &tx, &rx);
+		rte_tel_data_add_dict_u64(d, "control/req_cancels_tx", tx);
+		rte_tel_data_add_dict_u64(d, "control/req_cancels_rx", rx);
+	}
 	return 0;
 }
 
