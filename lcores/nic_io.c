@@ -161,7 +161,8 @@ unsigned kvl_nic_io_sleep(void *arg, uint32_t max_us)
 	}
 	__atomic_store_n(&io->sleeping, 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (rte_ring_count(io->sub) != 0 || rte_ring_count(io->cmd) != 0) {
+	if (rte_ring_count(io->sub) != 0 || rte_ring_count(io->cmd) != 0 ||
+	    (io->watch != NULL && rte_ring_count(io->watch) != 0)) {
 		__atomic_store_n(&io->sleeping, 0, __ATOMIC_RELAXED);
 		io->sleep.sleep_skipped++;
 		return 0;
@@ -369,7 +370,9 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 		room = cpl_room(io);
 		n = ops->reap(s->x.c, wc, room < BURST ? room : BURST);
 		if (n) {
-			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), n, NULL);
+			unsigned api = io->take_wc ? io->take_wc(io->take_wc_arg, wc, n) : n;
+
+			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), api, NULL);
 			*work += n;
 		}
 		if (did || n) {

@@ -51,6 +51,7 @@ struct kvl_lcmd {
 enum kvl_levt_type {
 	KVL_LEVT_CONN_CLOSED = 1, /* @slot is free again; the connection failed with @status */
 	KVL_LEVT_RESYNC,	  /* carry @rs to the peer's end of the connection in @slot */
+	KVL_LEVT_REQ_CANCEL,	  /* tell @peer that request @req was canceled here */
 };
 
 struct kvl_levt {
@@ -59,6 +60,7 @@ struct kvl_levt {
 	uint32_t slot;
 	int32_t status;
 	struct kvl_resync rs;
+	uint64_t req; /* KVL_LEVT_REQ_CANCEL */
 };
 
 /* Counters of one slot: the connection's, kept after it closes (one writer: the lcore). */
@@ -91,10 +93,16 @@ struct kvl_nic_io {
 	uint64_t unroutable;  /* submissions for a slot that is gone: completed NO_PEER */
 	uint64_t evt_dropped; /* resync messages the full event ring refused (sent again) */
 	uint64_t ntf_dropped; /* notices the full notice ring refused (nobody polls them) */
+	/* The scheduler's completions go to it (lcores/nic_sched.c), not to @cpl: it compacts
+	 * the others to the front of @wc and returns their count. NULL: no scheduler. */
+	unsigned (*take_wc)(void *arg, struct kvl_wc *wc, unsigned n);
+	void *take_wc_arg;
 	/* hybrid idle: the lcore sleeps in epoll on its connections' completion channels and
 	 * on @efd, which producers write when they find @sleeping set */
 	int epfd, efd;
 	uint32_t sleeping;
+	struct rte_ring *watch; /* another ring into this lcore (the scheduler's): no sleep
+				 * while it holds something; its producers kick too */
 	struct kvl_nic_io_sleep_stats {
 		uint64_t sleeps;	/* epoll waits entered */
 		uint64_t wake_cq;	/* woken by a completion event */

@@ -1370,6 +1370,7 @@ static void post_range(struct kvl_verbs_conn *c, uint64_t from)
 		}
 		if (q < old_end)
 			c->stats.replayed++;
+		c->stats.sge_wrs += c->ring[q & c->mask].n_sge > 1;
 		wr_one(c, q, signaled);
 	}
 	wr_complete(c, first, last, nic, sig);

@@ -179,6 +179,7 @@ struct kvl_verbs_stats {
 	uint64_t replayed;	       /* WRs posted again after a resync */
 	uint64_t arms, cq_events;      /* hybrid idle: CQ armed, completion events taken */
 	uint64_t notes, notes_dropped; /* immediates received (WRITE_WITH_IMM), and dropped */
+	uint64_t sge_wrs;	       /* WRs given to the QP with two SGEs or more */
 	uint64_t recv_errors, recv_post_errors;
 	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
 	/* The last error CQE as the provider reported it (its status mapping merges some):

@@ -58,6 +58,7 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_resyncs = v->resyncs;
 	out->qp_replayed = v->replayed;
 	out->qp_notes = v->notes;
+	out->qp_sge_wrs = v->sge_wrs;
 	out->qp_notes_dropped = v->notes_dropped;
 	out->qp_outstanding = kvl_verbs_outstanding(c);
 	out->qp_last_wc_status = v->last_wc_status;

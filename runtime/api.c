@@ -327,6 +327,8 @@ static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bo
 {
 	uint64_t sum = 0;
 
+	if (rt->reqs && (x->cookie >> 63)) /* the scheduler's mark (kvl_req_open) */
+		return -EINVAL;
 	if ((x->op != KVL_WRITE && x->op != KVL_READ) || (x->flags & ~(uint32_t)KVL_XFER_NOTIFY) ||
 	    ((x->flags & KVL_XFER_NOTIFY) && x->op != KVL_WRITE) || x->n_iov == 1 ||
 	    x->n_iov > KVL_MAX_IOV || (x->n_iov && x->iov == NULL))

@@ -108,6 +108,14 @@ static const struct key_def sched_keys[] = {
 	K(SCH, window_max_mb, KT_UINT, 0, 1, 1048576, NULL, "512"),
 	K(SCH, budget_mb, KT_UINT, 0, 1, 16777216, NULL, "1024"),
 	K(SCH, resize_interval_ms, KT_UINT, 0, 1, 60000, NULL, "10"),
+	K(SCH, staging_mb, KT_UINT, 0, 0, 1048576, NULL, "0"),
+	K(SCH, slot_kb, KT_UINT, F_POW2, 4, 65536, NULL, "64"),
+	K(SCH, max_msg_kb, KT_UINT, 0, 0, 65536, NULL, "2048"),
+	K(SCH, starvation_ms, KT_UINT, 0, 0, 60000, NULL, "50"),
+	K(SCH, max_requests, KT_UINT, 0, 1, 65536, NULL, "256"),
+	K(SCH, max_blocks, KT_UINT, 0, 1, 16777216, NULL, "65536"),
+	K(SCH, null_transport, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(SCH, null_transport_ack, KT_BOOL, 0, 0, 0, NULL, "false"),
 };
 #undef SCH
 
@@ -1141,6 +1149,19 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 			  file, key_line(cfg, KVL_SEC_SCHED, 0, key), key, cfg->sched.window_min_kb,
 			  cfg->sched.window_max_mb);
 	}
+	/* The null transport moves nothing: a file copied from a benchmark must not silently
+	 * serve empty KV, so it needs a second key that says so. */
+	if (cfg->sched.null_transport && !cfg->sched.null_transport_ack)
+		add_error(errs,
+			  "%s:%u: sched.null_transport: true completes every transfer at once and "
+			  "moves no data (for measuring kvlane's own cost); set "
+			  "sched.null_transport_ack = true as well to run it",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, "null_transport"));
+	if (cfg->sched.staging_mb > 0 &&
+	    (uint64_t)cfg->sched.slot_kb > (uint64_t)cfg->sched.staging_mb * 1024)
+		add_error(errs, "%s:%u: sched.slot_kb: %u KiB is larger than staging_mb = %u MiB",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, "slot_kb"), cfg->sched.slot_kb,
+			  cfg->sched.staging_mb);
 	if (cfg->gpu.gpudirect == KVL_TRI_ON && !cfg->gpu.enable)
 		add_error(errs,
 			  "%s:%u: gpu.gpudirect: true needs gpu.enable = true; set enable, or "

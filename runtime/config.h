@@ -114,6 +114,15 @@ struct kvl_sched_conf {
 	uint32_t window_max_mb;
 	uint32_t budget_mb; /* staging budget when no GPU is configured */
 	uint32_t resize_interval_ms;
+	/* the scheduler on each NIC lcore (0 staging: none, the request API is off) */
+	uint32_t staging_mb; /* PULL staging per NIC lcore */
+	uint32_t slot_kb;    /* one staging slot: the largest block a request may name */
+	uint32_t max_msg_kb; /* largest merged READ; 0: no coalescing */
+	uint32_t starvation_ms;
+	uint32_t max_requests; /* open requests per NIC lcore */
+	uint32_t max_blocks;   /* blocks over all open requests per NIC lcore */
+	bool null_transport;   /* scheduler posts complete at once, nothing moves */
+	bool null_transport_ack;
 };
 
 struct kvl_control_conf {

@@ -119,6 +119,7 @@ struct kvl_control {
 	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
 	char bad_rkey[256];
 	uint64_t auth_failures;
+	uint64_t req_cancels_tx, req_cancels_rx; /* REQ_CANCEL sent for our lcores, received */
 	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
 	uint64_t warn_ns, warn_suppressed;
 	uint32_t segs_version;
@@ -841,6 +842,21 @@ static void refresh_remote(struct kvl_control *c, uint32_t p)
 	}
 }
 
+/* lcore -> peer: a request of ours that READs from the peer was canceled. The peer holds
+ * nothing for one-sided READs, so it only counts it; a dead peer needs no message. */
+static void req_cancel_send(struct kvl_control *c, const struct kvl_levt *ev)
+{
+	struct kvl_ctrl_msg m = { .type = KVL_CTRL_REQ_CANCEL };
+
+	if (ev->peer >= KVL_MAX_PEERS_RT || c->peer[ev->peer].fd < 0 ||
+	    __atomic_load_n(&c->pub[ev->peer].state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+		return;
+	m.u.req_cancel.req = ev->req;
+	m.u.req_cancel.status = (uint32_t)ev->status;
+	send_msg(c, ev->peer, &m);
+	__atomic_fetch_add(&c->req_cancels_tx, 1, __ATOMIC_RELAXED);
+}
+
 /* lcore -> peer: a resync message of the connection in @slot of @nic. */
 static void resync_send(struct kvl_control *c, unsigned nic, const struct kvl_levt *ev)
 {
@@ -1182,6 +1198,12 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 		out.u.heartbeat = m->u.heartbeat;
 		send_msg(c, p, &out);
 		break;
+	case KVL_CTRL_REQ_CANCEL:
+		__atomic_fetch_add(&c->req_cancels_rx, 1, __ATOMIC_RELAXED);
+		KVL_LOG(DEBUG, "peer %u (%s): canceled its request %llu (%s)", p, pub->addr,
+			(unsigned long long)m->u.req_cancel.req,
+			kvl_status_name((int)m->u.req_cancel.status));
+		break;
 	case KVL_CTRL_HEARTBEAT_ACK:
 		pub->rtt_us = (now_ns() - m->u.heartbeat.sent_ns) / 1000;
 		pub->heartbeats_rx++;
@@ -1384,6 +1406,10 @@ static void take_lcore_events(struct kvl_control *c)
 				continue;
 			if (ev.type == KVL_LEVT_RESYNC) {
 				resync_send(c, n, &ev);
+				continue;
+			}
+			if (ev.type == KVL_LEVT_REQ_CANCEL) {
+				req_cancel_send(c, &ev);
 				continue;
 			}
 			if (ev.type != KVL_LEVT_CONN_CLOSED)
@@ -1889,6 +1915,12 @@ bool kvl_control_enabled(const struct kvl_runtime *rt)
 const char *kvl_control_listen_addr(const struct kvl_runtime *rt)
 {
 	return rt->ctl ? rt->ctl->listen_addr : "";
+}
+
+void kvl_control_req_cancels(const struct kvl_runtime *rt, uint64_t *tx, uint64_t *rx)
+{
+	*tx = rt->ctl ? __atomic_load_n(&rt->ctl->req_cancels_tx, __ATOMIC_RELAXED) : 0;
+	*rx = rt->ctl ? __atomic_load_n(&rt->ctl->req_cancels_rx, __ATOMIC_RELAXED) : 0;
 }
 
 uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt)

@@ -16,6 +16,7 @@
 
 #include "config.h" /* enum kvl_transport: the endpoint transport values */
 #include "ctrl_proto.h"
+#include "kvlane/kvlane.h" /* enum kvl_status: REQ_CANCEL's status */
 
 /*
  * KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE (enum kvl_seg_flags, lcores/xfer.h). Spelled out
@@ -56,6 +57,7 @@ static const struct {
 	[KVL_CTRL_QP_INFO] = { QP_INFO_FIXED + 1, QP_INFO_FIXED + KVL_CTRL_NAME_LEN },
 	[KVL_CTRL_RKEYS] = { 1 + 4, KVL_CTRL_NAME_LEN + 4 + KVL_CTRL_MAX_SEGS * 16 },
 	[KVL_CTRL_QP_RESYNC] = { 20, 20 },
+	[KVL_CTRL_REQ_CANCEL] = { 12, 12 },
 };
 
 _Static_assert(4 + KVL_CTRL_MAX_SEGS * SEG_MAX_LEN <= KVL_CTRL_MAX_PAYLOAD,
@@ -369,6 +371,8 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 			return -KVL_CTRL_E_FIELD;
 		return 0;
 	}
+	case KVL_CTRL_REQ_CANCEL:
+		return m->u.req_cancel.status >= KVL_STATUS_COUNT ? -KVL_CTRL_E_FIELD : 0;
 	case KVL_CTRL_AUTH:
 	case KVL_CTRL_AUTH_OK:
 	case KVL_CTRL_HEARTBEAT:
@@ -479,6 +483,9 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 		TRY(r_u32(r, &m->u.qp_resync.src_qpn));
 		TRY(r_u32(r, &m->u.qp_resync.psn));
 		return r_u32(r, &m->u.qp_resync.echo);
+	case KVL_CTRL_REQ_CANCEL:
+		TRY(r_u64(r, &m->u.req_cancel.req));
+		return r_u32(r, &m->u.req_cancel.status);
 	default:
 		return -KVL_CTRL_E_TYPE;
 	}
@@ -631,6 +638,10 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 		w_u32(w, m->u.qp_resync.psn);
 		w_u32(w, m->u.qp_resync.echo);
 		break;
+	case KVL_CTRL_REQ_CANCEL:
+		w_u64(w, m->u.req_cancel.req);
+		w_u32(w, m->u.req_cancel.status);
+		break;
 	default: /* DATA_BIND_OK, BYE: no payload; unknown types were refused by msg_check */
 		break;
 	}
@@ -680,6 +691,7 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_QP_INFO] = "QP_INFO",
 		[KVL_CTRL_QP_RESYNC] = "QP_RESYNC",
 		[KVL_CTRL_RKEYS] = "RKEYS",
+		[KVL_CTRL_REQ_CANCEL] = "REQ_CANCEL",
 	};
 
 	return type >= 1 && type <= KVL_CTRL_TYPE_MAX ? names[type] : "?";

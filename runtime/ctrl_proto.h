@@ -33,6 +33,8 @@
  *              the client sends one per RDMA connection it opens, the server answers with
  *              its own for the same conn_index; both then connect their QPs
  *   RKEYS      {nic, [seg_id, rkey, addr]...}: per RDMA NIC, sent after SEGMENTS
+ *   REQ_CANCEL {req, status}: the sender canceled its request @req (which READs from the
+ *              receiver); one-sided READs hold nothing on the receiver, which counts it
  * A data connection opens with DATA_BIND {session_id, conn_index, mac} (answered DATA_BIND_OK
  * or AUTH_FAIL) framed like the above, then carries only data frames (tcp_data.h).
  */
@@ -63,10 +65,11 @@ enum kvl_ctrl_type {
 	KVL_CTRL_DATA_BIND_OK = 11,
 	KVL_CTRL_ERROR = 12,
 	KVL_CTRL_BYE = 13,
-	KVL_CTRL_QP_INFO = 14,	 /* RDMA: one RC connection's address (QPN, PSN, GID, MTU) */
-	KVL_CTRL_RKEYS = 15,	 /* RDMA: where the sender's segments are on one NIC, and rkeys */
-	KVL_CTRL_QP_RESYNC = 16, /* RDMA: restart both QPs of a connection after an error */
-	KVL_CTRL_TYPE_MAX = 16,
+	KVL_CTRL_QP_INFO = 14,	  /* RDMA: one RC connection's address (QPN, PSN, GID, MTU) */
+	KVL_CTRL_RKEYS = 15,	  /* RDMA: where the sender's segments are on one NIC, and rkeys */
+	KVL_CTRL_QP_RESYNC = 16,  /* RDMA: restart both QPs of a connection after an error */
+	KVL_CTRL_REQ_CANCEL = 17, /* the sender canceled a request that reads from the receiver */
+	KVL_CTRL_TYPE_MAX = 17,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -180,6 +183,10 @@ struct kvl_ctrl_msg {
 			uint32_t psn;	  /* the sender's fresh PSN (24 bits) */
 			uint32_t echo;	  /* ACK: the PSN of the REQ it answers */
 		} qp_resync;
+		struct {
+			uint64_t req;	 /* the sender's request handle */
+			uint32_t status; /* enum kvl_status: why (canceled) */
+		} req_cancel;
 	} u;
 };
 

@@ -255,6 +255,7 @@ void kvl_runtime_sample(struct kvl_runtime *rt)
 	if (!rt->gpu.open || now < rt->next_sample_tsc)
 		return;
 	kvl_gpu_sample(&rt->gpu);
+	kvl_sched_rt_publish_budget(rt);
 	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
 }
 
@@ -318,6 +319,11 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				"allow_remote_numa is set; expect cross-node memory traffic",
 				names[i], nodes[i], d->lcore_id, d->socket);
 	}
+	rc = kvl_sched_rt_start(rt, err, errlen);
+	if (rc < 0) {
+		kvl_runtime_stop(rt);
+		return rc;
+	}
 	rt->start_tsc = rte_get_tsc_cycles();
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic_lcore[i],
@@ -331,6 +337,8 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	}
 	rt->started = true;
 	rc = alloc_conf_segments(rt, err, errlen);
+	if (rc == 0)
+		rc = kvl_sched_rt_register(rt, err, errlen);
 	if (rc == 0)
 		rc = kvl_control_start(rt, err, errlen);
 	if (rc < 0) {
@@ -346,6 +354,7 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
+	kvl_sched_rt_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
 		if (rt->io[i] == NULL)
 			continue;

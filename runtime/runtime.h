@@ -20,6 +20,8 @@
 
 struct kvl_control;
 struct kvl_verbs_dev;
+struct kvl_nic_sched;
+struct kvl_req_table;
 
 /* A local segment: what the lcores check against (segs) and what peers are told (desc). */
 struct kvl_local_seg {
@@ -44,6 +46,12 @@ struct kvl_runtime {
 	uint32_t segs_hwm; /* slots ever used (ids 1..hwm): what lookups by address scan */
 	pthread_mutex_t seg_lock;
 	struct kvl_control *ctl; /* NULL when the control path is off */
+	/* the scheduler of each NIC lcore ([sched] staging_mb > 0; runtime/sched_api.c) */
+	struct kvl_nic_sched *nsched[KVL_MAX_NICS];
+	uint8_t *staging[KVL_MAX_NICS];
+	uint64_t sched_budget; /* per NIC lcore, read by its stage each pass (relaxed) */
+	uint64_t budget_cap;   /* kvl_req_budget_cap(); UINT64_MAX: none */
+	struct kvl_req_table *reqs;
 	uint64_t next_sample_tsc;
 	unsigned poll_rr;
 	unsigned main_lcore;
@@ -86,6 +94,15 @@ void kvl_runtime_print(const struct kvl_runtime *rt, FILE *out);
 /* Bytes of staging the scheduler may hold: free VRAM - reserve when a GPU is configured
  * (sampled), else [sched] budget_mb. */
 uint64_t kvl_runtime_budget(const struct kvl_runtime *rt);
+
+/* runtime/sched_api.c: each NIC lcore's scheduler and staging (before the loops launch),
+ * and their end (after the loops stopped). */
+int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen);
+void kvl_sched_rt_stop(struct kvl_runtime *rt);
+/* Register each staging region like a segment (after the INI's, so their ids stay 1..n). */
+int kvl_sched_rt_register(struct kvl_runtime *rt, char *err, size_t errlen);
+/* Recompute what each NIC lcore's scheduler may stage: min(budget, cap) / NICs. */
+void kvl_sched_rt_publish_budget(struct kvl_runtime *rt);
 
 /* Milliseconds since kvl_runtime_start(). */
 uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt);

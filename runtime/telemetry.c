@@ -12,6 +12,7 @@
 
 #include "kvl_build_config.h"
 #include "control.h"
+#include "nic_sched.h"
 #include "runtime.h"
 
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
@@ -55,7 +56,7 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
  * column form (a dict of arrays, one entry per row at the same index in every array), and one
  * row as a flat dict. Both are filled by the same row function through this sink.
  */
-#define MAX_COLS 24
+#define MAX_COLS 40
 
 struct sink {
 	struct rte_tel_data *d; /* row mode: the reply dict */
@@ -444,6 +445,7 @@ static void stats_transport(struct rte_tel_data *d, const char *tr, const struct
 		U(qp_resyncs);
 		U(qp_replayed);
 		U(qp_notes);
+		U(qp_sge_wrs);
 		U(qp_notes_dropped);
 	}
 #undef U
@@ -493,6 +495,13 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 		stats_transport(d, "verbs", &rdma);
 	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
 	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
+	{
+		uint64_t tx, rx;
+
+		kvl_control_req_cancels(rt, &tx, &rx);
+		rte_tel_data_add_dict_u64(d, "control/req_cancels_tx", tx);
+		rte_tel_data_add_dict_u64(d, "control/req_cancels_rx", rx);
+	}
 	return 0;
 }
 
@@ -592,6 +601,135 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 	return sink_finish(&k, d);
 }
 
+/* ---- the scheduler of each NIC lcore: /kvlane/sched, /kvlane/requests ---- */
+
+/* Snapshots are large (a row per request): one at a time, off the handler's stack. */
+static struct kvl_nsched_snap tel_snap;
+static pthread_mutex_t tel_snap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct kvl_nsched_snap *sn,
+		      struct sink *k)
+{
+	const struct kvl_sched_stats *st = &sn->st;
+	const struct kvl_nsched_counters *ct = &sn->ct;
+	uint64_t staging = (uint64_t)rt->cfg.sched.staging_mb << 20;
+
+	put_str(k, "nic", rt->cfg.nics[nic].label);
+	put_str(k, "transport", rt->cfg.sched.null_transport ? "null" : "peer");
+	put_u64(k, "staging_bytes", staging - staging % ((uint64_t)rt->cfg.sched.slot_kb << 10));
+	put_u64(k, "slot_bytes", (uint64_t)rt->cfg.sched.slot_kb << 10);
+	put_u64(k, "budget", st->budget);
+	put_u64(k, "budget_in", sn->budget_in);
+	put_u64(k, "in_use", st->staged);
+	put_u64(k, "orphan_bytes", st->orphan_bytes);
+	put_u64(k, "windows", st->windows);
+	put_int(k, "active", (int)st->active);
+	put_int(k, "waiting", (int)st->waiting);
+	put_int(k, "ended", (int)st->ended);
+	put_int(k, "runnable", (int)st->runnable);
+	put_int(k, "xfers_inflight", (int)st->xfers_inflight);
+	put_u64(k, "posted_xfers", st->posted_xfers);
+	put_u64(k, "posted_blocks", st->posted_blocks);
+	put_u64(k, "completed_ok", st->completed_ok);
+	put_u64(k, "completed_err", st->completed_err);
+	put_u64(k, "late_completions", st->late_completions);
+	put_u64(k, "cancels", st->cancels);
+	put_u64(k, "starved_serves", st->starved_serves);
+	put_u64(k, "xfer_ps_per_byte", st->xfer_ps_per_byte);
+	put_u64(k, "compute_ns_decode", st->compute_ns[0]);
+	put_u64(k, "compute_ns_prefill", st->compute_ns[1]);
+	put_u64(k, "opened", ct->opened);
+	put_u64(k, "open_failed", ct->open_failed);
+	put_u64(k, "done_cmds", ct->done_cmds);
+	put_u64(k, "cancel_cmds", ct->cancel_cmds);
+	put_u64(k, "cmd_errors", ct->cmd_errors);
+	put_u64(k, "bad_completions", ct->bad_completions);
+	put_u64(k, "posted", ct->posted);
+	put_u64(k, "post_failed", ct->post_failed);
+	put_u64(k, "no_conn", ct->no_conn);
+	put_u64(k, "stalled", ct->stalled);
+	put_u64(k, "events", ct->events);
+	put_u64(k, "peer_cancels", ct->peer_cancels);
+	put_u64(k, "budget_changes", ct->budget_changes);
+}
+
+/* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */
+static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	pthread_mutex_lock(&tel_snap_lock);
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (rt->nsched[n] == NULL)
+			continue;
+		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		sched_row(rt, n, &tel_snap, &k);
+	}
+	pthread_mutex_unlock(&tel_snap_lock);
+	return sink_finish(&k, d); /* no scheduler: an empty dict */
+}
+
+/* A reply must fit DPDK's 16 KiB output buffer: at most this many request rows. */
+#define TEL_REQ_ROWS 40
+
+/* Requests the schedulers hold, in column form: the first TEL_REQ_ROWS, and how many more. */
+static int tel_requests(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	static const char *const state[] = { "?", "waiting", "active", "ended" };
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+	uint64_t rows = 0, omitted = 0;
+	int rc;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	pthread_mutex_lock(&tel_snap_lock);
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		if (rt->nsched[n] == NULL)
+			continue;
+		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		for (uint32_t i = 0; i < tel_snap.n_req; i++) {
+			if (rows == TEL_REQ_ROWS) {
+				omitted += tel_snap.n_req - i;
+				break;
+			}
+			rows++;
+			const struct kvl_sched_req_info *q = &tel_snap.rq[i];
+
+			put_str(&k, "nic", rt->cfg.nics[n].label);
+			put_u64(&k, "req", tel_snap.rq_handle[i]);
+			put_int(&k, "peer", (int)q->peer);
+			put_str(&k, "class", q->cls == KVL_SCHED_DECODE ? "decode" : "prefill");
+			put_str(&k, "state", state[q->state <= 3 ? q->state : 0]);
+			put_u64(&k, "window", q->window);
+			put_u64(&k, "floor", q->floor);
+			put_u64(&k, "landed", q->landed_bytes);
+			put_u64(&k, "in_flight", q->inflight_bytes);
+			put_int(&k, "blocks", (int)q->blocks);
+			put_int(&k, "blocks_posted", (int)q->blocks_posted);
+			put_int(&k, "blocks_landed", (int)q->blocks_landed);
+			put_int(&k, "steps", (int)q->steps);
+			put_int(&k, "steps_ready", (int)q->steps_ready);
+			put_int(&k, "steps_done", (int)q->steps_done);
+			put_u64(&k, "age_us", q->age_ns / 1000);
+			put_u64(&k, "wait_us", q->wait_ns / 1000);
+			put_str(&k, "status", q->status ? kvl_status_name(q->status) : "");
+		}
+	}
+	pthread_mutex_unlock(&tel_snap_lock);
+	rc = sink_finish(&k, d);
+	if (rc == 0)
+		rte_tel_data_add_dict_u64(d, "rows_omitted", omitted);
+	return rc;
+}
+
 /* Registered before EAL starts its telemetry thread, as DPDK's own libraries do. */
 /* DPDK refuses a help text of RTE_TEL_MAX_STRING_LEN bytes or more, and the command is then
  * simply missing: check the length when building. */
@@ -633,4 +771,10 @@ RTE_INIT(kvl_telemetry_register)
 	REGISTER("/kvlane/segments", tel_segments,
 		 "Local segments in column form: id, name, length, access, rdma_nics, reg_us "
 		 "(RDMA registration time). No parameters");
+	REGISTER("/kvlane/sched", tel_sched,
+		 "Schedulers per NIC lcore, column form: budget, in_use, windows, active, "
+		 "waiting, counters. No parameters");
+	REGISTER("/kvlane/requests", tel_requests,
+		 "Requests in column form: req, class, window, landed, in_flight, "
+		 "steps_ready, steps_done, age_us. No parameters");
 }

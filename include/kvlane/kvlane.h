@@ -209,6 +209,92 @@ struct kvl_notice {
  * may come twice: the write was posted again.
  */
 unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsigned max);
+/* ---- requests: the scheduler pulls a request's KV in the order its compute steps use it ----
+ *
+ * With [sched] staging_mb > 0, each NIC lcore runs a scheduler over a staging region of its
+ * own. A request names its blocks on the peer and its compute steps (step k needs a set of
+ * blocks); the scheduler READs them into staging, at most a window ahead of compute, with the
+ * sum of windows under the budget (free VRAM - reserve, or [sched] budget_mb). A step is
+ * READY once its blocks have landed (kvl_req_poll); the engine reads them where
+ * kvl_req_block_addr() says and reports the step DONE, which frees what no later step needs.
+ * These calls (and kvl_req_poll) are for one thread at a time. With a scheduler running,
+ * kvl_post() refuses cookies with bit 63 set: that bit marks the scheduler's own transfers.
+ */
+
+typedef uint64_t kvl_req_t; /* 0 is never a request */
+
+enum kvl_req_class {
+	KVL_REQ_DECODE = 0,  /* latency: served before PREFILL */
+	KVL_REQ_PREFILL = 1, /* bulk */
+};
+
+struct kvl_req_block {
+	uint64_t remote_off; /* in the peer's segment remote_seg */
+	uint32_t remote_seg;
+	uint32_t length; /* 1 .. [sched] slot_kb KiB */
+};
+
+struct kvl_req_desc {
+	const struct kvl_req_block *blocks;
+	uint32_t n_blocks;
+	uint32_t n_steps;
+	/* Step k needs blocks step_blocks[step_first[k] .. step_first[k + 1]) (n_steps + 1
+	 * entries, step_first[0] = 0); every block is named by a step, at most once per step. */
+	const uint32_t *step_first;
+	const uint32_t *step_blocks;
+	uint64_t deadline_us; /* from now; earliest first inside a class; 0: none */
+	uint64_t user;	      /* returned in every event */
+	uint32_t cls;	      /* enum kvl_req_class */
+};
+
+/*
+ * Open a request on @peer (copied: @d may be reused at once). 0 with *@req set, or a negative
+ * errno and nothing kept: -ENOTSUP (no scheduler: [sched] staging_mb = 0), -ENOTCONN (unknown
+ * peer, or not ready), -EINVAL (malformed: counts, a step naming no block or a block twice,
+ * a block no step names, a block index past n_blocks, a bad class), -EMSGSIZE (a block longer
+ * than [sched] slot_kb), -ENOENT (a segment the peer does not offer), -EACCES (one it does not
+ * let us READ), -ERANGE (a block outside its segment), -ENOSPC ([sched] max_requests or
+ * max_blocks reached), -ENOMEM.
+ */
+int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
+		 kvl_req_t *req);
+
+/* The engine finished @step. 0, or: -ENOENT (no such request, or it ended), -ERANGE (step
+ * index >= n_steps), -EINVAL (the step is not READY yet), -EALREADY (DONE already), -EAGAIN
+ * (the lcore's ring is full: call again). Nothing changes on an error. */
+int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step);
+
+/* End @req now: its staging is freed at once (except under READs still in flight, freed as
+ * they complete) and the peer is told. It ends with KVL_REQ_EV_FAILED(KVL_ERR_CANCELED) unless
+ * it had ended already. 0, -ENOENT, -EALREADY (canceled already), -EAGAIN (ring full). */
+int kvl_req_cancel(struct kvl_runtime *rt, kvl_req_t req);
+
+enum kvl_req_ev_type {
+	KVL_REQ_EV_STEP_READY = 1, /* step's blocks have landed, in step order */
+	KVL_REQ_EV_DONE = 2,	   /* every step DONE; the handle is gone */
+	KVL_REQ_EV_FAILED = 3,	   /* status says why; the handle is gone */
+};
+
+struct kvl_req_event {
+	kvl_req_t req;
+	uint64_t user;
+	uint32_t type;	/* enum kvl_req_ev_type */
+	uint32_t step;	/* STEP_READY */
+	int32_t status; /* FAILED: enum kvl_status */
+	uint32_t reserved;
+};
+
+/* Up to @max events of every NIC's scheduler; returns how many. */
+unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned max);
+
+/* Where block @block of @req is in staging, while a READY step names it and until the last
+ * step naming it is DONE. 0, -ENOENT, -ERANGE (block >= n_blocks), -EAGAIN (not landed, or
+ * freed). */
+int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
+
+/* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the
+ * cap. Windows shrink at once; nothing landed is dropped. 0, or -ENOTSUP without a scheduler. */
+int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes);
 
 /* ---- test data ---- */
 

@@ -260,6 +260,15 @@ static const struct bad_case bad_cases[] = {
 	  "t.ini:2: memory.pool_size_mb:", "pool_size_mb = 2 MiB is not a whole number" },
 	{ "window_min > window_max", "[sched]\nwindow_min_kb = 4096\nwindow_max_mb = 2\n" NIC_LO,
 	  "t.ini:2: sched.window_min_kb:", "window_min_kb = 4096 KiB exceeds window_max_mb = 2 MiB" },
+	{ "null transport without its acknowledgement",
+	  "[sched]\nstaging_mb = 8\nnull_transport = true\n" NIC_LO,
+	  "t.ini:3: sched.null_transport:",
+	  "moves no data (for measuring kvlane's own cost); set sched.null_transport_ack = true" },
+	{ "null transport acknowledged only in a comment",
+	  "[sched]\nnull_transport = yes\n; null_transport_ack = true\n" NIC_LO,
+	  "t.ini:2: sched.null_transport:", "set sched.null_transport_ack = true as well" },
+	{ "staging slot larger than the staging", "[sched]\nstaging_mb = 1\nslot_kb = 2048\n" NIC_LO,
+	  "t.ini:3: sched.slot_kb:", "2048 KiB is larger than staging_mb = 1 MiB" },
 	{ "gpudirect without gpu", "[gpu]\ngpudirect = true\n" NIC_LO,
 	  "t.ini:2: gpu.gpudirect:", "true needs gpu.enable = true" },
 	{ "peer_timeout < 2x heartbeat, both set",
@@ -1105,6 +1114,20 @@ static void test_paths_and_sets(void)
 	unlink(path);
 }
 
+/* The scheduler's keys reach the struct; the null transport loads once acknowledged. */
+static void test_sched_keys(void)
+{
+	if (load_good("null transport acknowledged",
+		      "[sched]\nstaging_mb = 8\nslot_kb = 16\nmax_msg_kb = 0\nnull_transport = "
+		      "true\nnull_transport_ack = true\n" NIC_LO) == 0) {
+		CHECK(cfg.sched.null_transport && cfg.sched.null_transport_ack);
+		CHECK_INT(cfg.sched.staging_mb, 8);
+		CHECK_INT(cfg.sched.slot_kb, 16);
+		CHECK_INT(cfg.sched.max_msg_kb, 0);
+		CHECK_INT(cfg.sched.max_requests, 256);
+	}
+}
+
 int main(void)
 {
 	kvl_config_defaults(&defaults);
@@ -1121,5 +1144,6 @@ int main(void)
 	test_peer_lines();
 	test_mutations();
 	test_paths_and_sets();
+	test_sched_keys();
 	return kvl_test_done("config");
 }

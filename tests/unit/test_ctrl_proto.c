@@ -134,6 +134,10 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 		x->u.qp_resync.psn = 0xffffff;
 		x->u.qp_resync.echo = 0x0a0b0c;
 		break;
+	case KVL_CTRL_REQ_CANCEL:
+		x->u.req_cancel.req = 0x0102030405060708ull;
+		x->u.req_cancel.status = 8; /* KVL_ERR_CANCELED */
+		break;
 	default: /* DATA_BIND_OK, BYE: header only */
 		break;
 	}
@@ -730,12 +734,13 @@ static void test_segments(void)
 static void test_names(void)
 {
 	static const char *const types[] = {
-		"?",	    "HELLO",	 "CHALLENGE", "AUTH",	       "AUTH_OK",   "AUTH_FAIL",
-		"SEGMENTS", "ENDPOINTS", "HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND", "DATA_BIND_OK",
-		"ERROR",    "BYE",	 "QP_INFO",   "RKEYS",	       "QP_RESYNC", "?"
+		"?",	     "HELLO",	     "CHALLENGE",  "AUTH",	"AUTH_OK",
+		"AUTH_FAIL", "SEGMENTS",     "ENDPOINTS",  "HEARTBEAT", "HEARTBEAT_ACK",
+		"DATA_BIND", "DATA_BIND_OK", "ERROR",	   "BYE",	"QP_INFO",
+		"RKEYS",     "QP_RESYNC",    "REQ_CANCEL", "?"
 	};
 
-	for (int t = 0; t <= 17; t++)
+	for (int t = 0; t <= 18; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");

@@ -1,0 +1,425 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The NIC lcore's scheduler stage: take requests, step the scheduler, post READs, emit events. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_malloc.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "nic_sched.h"
+
+_Static_assert(sizeof(struct kvl_nsched_cmd) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_sched_event) % 4 == 0, "ring elements are multiples of 4 bytes");
+
+#define CMD_RING 4096
+#define EV_BURST 64
+/* Snapshots for telemetry: at most this often while busy, and once more when idle. */
+#define SNAP_NS 1000000ull
+
+uint64_t kvl_nic_sched_now(const struct kvl_nic_sched *ns)
+{
+	return (uint64_t)(((unsigned __int128)rte_rdtsc() * ns->tsc_mult) >> 32);
+}
+
+static struct rte_ring *ring(const char *what, unsigned nic, size_t esize, unsigned count,
+			     int socket, unsigned flags)
+{
+	char name[RTE_RING_NAMESIZE];
+
+	snprintf(name, sizeof(name), "kvl_%s%u", what, nic);
+	return rte_ring_create_elem(name, (unsigned)esize, rte_align32pow2(count), socket,
+				    flags | RING_F_EXACT_SZ);
+}
+
+struct kvl_nic_sched *kvl_nic_sched_create(struct kvl_nic_io *io,
+					   const struct kvl_nic_sched_cfg *cfg)
+{
+	struct kvl_nic_sched *ns;
+	uint32_t nx = rte_align32pow2(cfg->sched->max_xfers);
+	/* Every request can have all its steps' events and its terminal one waiting. */
+	unsigned evs = cfg->sched->max_steps_total ? cfg->sched->max_steps_total
+						   : cfg->sched->max_blocks_total;
+
+	evs += 2 * cfg->sched->max_requests;
+	ns = rte_zmalloc_socket("kvl_nic_sched", sizeof(*ns), RTE_CACHE_LINE_SIZE, cfg->socket);
+	if (ns == NULL)
+		ns = rte_zmalloc("kvl_nic_sched", sizeof(*ns), RTE_CACHE_LINE_SIZE);
+	if (ns == NULL) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ns->io = io;
+	ns->nic = cfg->nic;
+	ns->staging = cfg->staging;
+	ns->budget = cfg->budget;
+	ns->levt = cfg->levt;
+	ns->tsc_mult = (uint64_t)(((unsigned __int128)1000000000ull << 32) / rte_get_tsc_hz());
+	ns->s = kvl_sched_create(cfg->sched);
+	ns->xid = calloc(nx, sizeof(*ns->xid));
+	ns->xid_mask = nx - 1;
+	ns->byid_mask = rte_align32pow2(cfg->sched->max_requests) - 1;
+	ns->byid = calloc(ns->byid_mask + 1, sizeof(*ns->byid));
+	ns->cmd = ring("scmd", cfg->nic, sizeof(struct kvl_nsched_cmd), CMD_RING, cfg->socket,
+		       RING_F_SC_DEQ);
+	/* The scheduler keeps what the ring cannot take, so its size bounds nothing. */
+	ns->ev = ring("sev", cfg->nic, sizeof(struct kvl_sched_event), evs < 65536 ? evs : 65536,
+		      cfg->socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	if (cfg->null_xport) {
+		ns->null.c = kvl_null_conn_new(cfg->sched->max_xfers);
+		ns->null.ops = ns->null.c ? &kvl_xport_null : NULL;
+	}
+	if (ns->s == NULL || ns->xid == NULL || ns->byid == NULL || ns->cmd == NULL ||
+	    ns->ev == NULL || (cfg->null_xport && ns->null.ops == NULL)) {
+		int e = ns->s == NULL ? errno : rte_errno ? rte_errno : ENOMEM;
+
+		kvl_nic_sched_free(ns);
+		errno = e;
+		return NULL;
+	}
+	ns->budget_seen = cfg->sched->budget;
+	return ns;
+}
+
+void kvl_nic_sched_free(struct kvl_nic_sched *ns)
+{
+	if (ns == NULL)
+		return;
+	if (ns->null.ops)
+		ns->null.ops->free(ns->null.c);
+	kvl_sched_free(ns->s);
+	free(ns->xid);
+	free(ns->byid);
+	rte_ring_free(ns->cmd);
+	rte_ring_free(ns->ev);
+	rte_free(ns);
+}
+
+/* ---- completions ---- */
+
+static void complete(struct kvl_nic_sched *ns, uint64_t wr_id, int status, uint64_t now)
+{
+	/* An id that is not in flight (never ours) is refused by the scheduler: counted. */
+	if (kvl_sched_complete(ns->s, ns->xid[(uint32_t)wr_id & ns->xid_mask], status, now) < 0)
+		ns->ct.bad_completions++;
+	ns->dirty = true;
+}
+
+unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
+{
+	struct kvl_nic_sched *ns = arg;
+	uint64_t now = 0;
+	unsigned keep = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (!(wc[i].wr_id & KVL_WR_SCHED_TAG)) {
+			wc[keep++] = wc[i];
+			continue;
+		}
+		if (now == 0)
+			now = kvl_nic_sched_now(ns);
+		complete(ns, wc[i].wr_id, wc[i].status, now);
+	}
+	return keep;
+}
+
+/* ---- posting ---- */
+
+/*
+ * The one place a scheduler descriptor becomes a work request. Multi-SGE plugs in here:
+ * once struct kvl_wr carries n_sge and sge[KVL_WR_MAX_SGE], copy x->sge[0..n_sge) as
+ * { staging + local_off, length } when x->n_sge >= 2, and let kvl_nic_sched_create() pass a
+ * max_sge above 1 to the scheduler (runtime/sched_api.c sets it to 1 today).
+ */
+static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
+			      struct kvl_wr *wr)
+{
+	wr->wr_id = KVL_WR_SCHED_TAG | (uint32_t)x->id;
+	wr->local = ns->staging + x->sge[0].local_off;
+	wr->remote_off = x->remote_off;
+	wr->length = x->length;
+	wr->remote_seg = x->remote_seg;
+	wr->op = x->op;
+	wr->flags = 0;
+	/* Remote-contiguous blocks landing in scattered slots: one WR, one SGE per run (the
+	 * scheduler gives several only where the NIC's transport takes them: sched_cfg()). */
+	wr->n_sge = x->n_sge > 1 ? (uint8_t)x->n_sge : 0;
+	for (unsigned k = 0; k < wr->n_sge; k++)
+		wr->sge[k] =
+			(struct kvl_sge){ ns->staging + x->sge[k].local_off, x->sge[k].length, 0 };
+}
+
+/* The peer's live connections on this NIC, found once per pass (64 slots: cheap). */
+struct routes {
+	uint8_t n[KVL_MAX_PEERS_RT];
+	uint8_t slot[KVL_MAX_PEERS_RT][8];
+};
+
+static void find_routes(const struct kvl_nic_io *io, struct routes *rt)
+{
+	memset(rt->n, 0, sizeof(rt->n));
+	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+		const struct kvl_conn_slot *s = &io->slot[i];
+
+		if (s->x.ops == NULL || s->closing || s->peer >= KVL_MAX_PEERS_RT ||
+		    s->x.ops->broken(s->x.c) || rt->n[s->peer] == 8)
+			continue;
+		rt->slot[s->peer][rt->n[s->peer]++] = (uint8_t)i;
+	}
+}
+
+/* 0 posted; -EAGAIN every connection full (keep it); else a kvl_status to fail it with. */
+static int post_one(struct kvl_nic_sched *ns, const struct routes *rt, uint32_t peer,
+		    const struct kvl_wr *wr)
+{
+	unsigned n;
+	int rc;
+
+	if (ns->null.ops) {
+		rc = ns->null.ops->post(ns->null.c, wr);
+		return rc == 0 ? 0 : rc == -EAGAIN ? -EAGAIN : KVL_ERR_PROTOCOL;
+	}
+	n = peer < KVL_MAX_PEERS_RT ? rt->n[peer] : 0;
+	if (n == 0) {
+		ns->ct.no_conn++;
+		return KVL_ERR_NO_PEER;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		const struct kvl_conn_slot *s = &ns->io->slot[rt->slot[peer][(ns->rr + k) % n]];
+
+		rc = s->x.ops->post(s->x.c, wr);
+		if (rc == 0) {
+			ns->rr++;
+			return 0;
+		}
+		if (rc == -EMSGSIZE)
+			return KVL_ERR_TOO_LARGE;
+		if (rc != -EAGAIN && rc != -EPIPE)
+			return KVL_ERR_PROTOCOL;
+	}
+	return -EAGAIN;
+}
+
+/* Post what waits, then what the scheduler gives, until a connection is full. */
+static unsigned do_posts(struct kvl_nic_sched *ns, uint64_t now)
+{
+	struct kvl_sched_xfer x[KVL_NSCHED_BATCH];
+	struct routes rt;
+	unsigned keep = 0, n, work = 0;
+	int rc;
+
+	if (ns->null.ops == NULL)
+		find_routes(ns->io, &rt);
+	for (unsigned i = 0; i < ns->n_pend; i++) {
+		if (keep == 0 &&
+		    (rc = post_one(ns, &rt, ns->pend_peer[i], &ns->pend[i])) != -EAGAIN) {
+			if (rc > 0) {
+				ns->ct.post_failed++;
+				complete(ns, ns->pend[i].wr_id, rc, now);
+			} else {
+				ns->ct.posted++;
+			}
+			work++;
+			continue;
+		}
+		ns->pend[keep] = ns->pend[i]; /* keep the order: stop at the first refusal */
+		ns->pend_peer[keep++] = ns->pend_peer[i];
+	}
+	ns->n_pend = keep;
+	if (keep) {
+		ns->ct.stalled++;
+		return work;
+	}
+	n = kvl_sched_step(ns->s, now, x, KVL_NSCHED_BATCH);
+	for (unsigned i = 0; i < n; i++) {
+		struct kvl_wr *wr = &ns->pend[ns->n_pend];
+
+		ns->xid[(uint32_t)x[i].id & ns->xid_mask] = x[i].id;
+		xfer_to_wr(ns, &x[i], wr);
+		rc = ns->n_pend ? -EAGAIN : post_one(ns, &rt, (uint32_t)x[i].peer, wr);
+		if (rc == -EAGAIN) {
+			ns->pend_peer[ns->n_pend++] = (uint32_t)x[i].peer;
+		} else if (rc > 0) {
+			ns->ct.post_failed++;
+			complete(ns, wr->wr_id, rc, now);
+		} else {
+			ns->ct.posted++;
+		}
+	}
+	if (n)
+		ns->dirty = true;
+	return work + n;
+}
+
+/* ---- commands and events ---- */
+
+static unsigned do_commands(struct kvl_nic_sched *ns, uint64_t now)
+{
+	struct kvl_nsched_cmd c[32];
+	unsigned n = rte_ring_dequeue_burst_elem(ns->cmd, c, sizeof(c[0]), 32, NULL);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct kvl_nsreq *r = c[i].r;
+		int rc;
+
+		switch (c[i].type) {
+		case KVL_NSCHED_OPEN: {
+			/* d.deadline arrives relative (ns from now; 0: none) */
+			struct kvl_sched_req_desc d = r->d;
+
+			d.deadline = d.deadline ? now + d.deadline : UINT64_MAX;
+			rc = kvl_sched_open(ns->s, &d, now);
+			r->sched_id = rc;
+			if (rc < 0) {
+				ns->ct.open_failed++;
+			} else {
+				ns->ct.opened++;
+				ns->byid[(uint32_t)rc & ns->byid_mask] = r;
+			}
+			__atomic_store_n(&r->open_rc, rc < 0 ? rc : 0, __ATOMIC_RELEASE);
+			break;
+		}
+		case KVL_NSCHED_DONE:
+			rc = kvl_sched_step_done(ns->s, r->sched_id, c[i].step, now);
+			ns->ct.done_cmds++;
+			if (rc < 0)
+				ns->ct.cmd_errors++; /* the API checked it: never expected */
+			break;
+		case KVL_NSCHED_CANCEL:
+			/* -EALREADY: it ended on its own while the cancel was in the ring */
+			(void)kvl_sched_cancel(ns->s, r->sched_id, now);
+			ns->ct.cancel_cmds++;
+			break;
+		default:
+			ns->ct.cmd_errors++;
+		}
+	}
+	if (n)
+		ns->dirty = true;
+	return n;
+}
+
+static unsigned do_events(struct kvl_nic_sched *ns)
+{
+	struct kvl_sched_event ev[EV_BURST];
+	unsigned room = rte_ring_free_count(ns->ev), n, out = 0;
+
+	n = kvl_sched_poll_events(ns->s, ev, room < EV_BURST ? room : EV_BURST);
+	for (unsigned i = 0; i < n; i++) {
+		struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)ev[i].user;
+
+		if (ev[i].type == KVL_SCHED_EV_STEP_READY) {
+			/* Where the step's blocks are, before the engine hears of it. */
+			for (uint32_t j = r->d.step_first[ev[i].step];
+			     j < r->d.step_first[ev[i].step + 1]; j++) {
+				uint32_t b = r->d.step_blocks[j];
+
+				if (kvl_sched_block_offset(ns->s, ev[i].req, b, &r->off[b]) < 0)
+					r->off[b] = UINT64_MAX;
+			}
+		} else if (ev[i].type == KVL_SCHED_EV_PEER_CANCEL) {
+			struct kvl_levt le = { .type = KVL_LEVT_REQ_CANCEL,
+					       .peer = (uint32_t)ev[i].peer,
+					       .status = KVL_ERR_CANCELED,
+					       .req = r->handle };
+
+			/* Best effort: one-sided READs hold nothing on the peer. */
+			if (ns->levt && rte_ring_enqueue_elem(ns->levt, &le, sizeof(le)) == 0)
+				ns->ct.peer_cancels++;
+			else
+				ns->ct.peer_cancels_dropped++;
+			continue; /* the engine hears REQ_FAILED(canceled) */
+		}
+		ev[out++] = ev[i];
+	}
+	if (out)
+		rte_ring_enqueue_burst_elem(ns->ev, ev, sizeof(ev[0]), out, NULL);
+	ns->ct.events += n;
+	if (n)
+		ns->dirty = true;
+	return n;
+}
+
+static void publish(struct kvl_nic_sched *ns, uint64_t now)
+{
+	struct kvl_nsched_snap *sn = &ns->snap;
+	int32_t ids[KVL_NSCHED_SNAP_RQ];
+	unsigned n;
+
+	__atomic_store_n(&sn->seq, sn->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	kvl_sched_stats(ns->s, &sn->st);
+	sn->ct = ns->ct;
+	sn->at_ns = now;
+	sn->budget_in = ns->budget_seen;
+	n = kvl_sched_req_list(ns->s, ids, KVL_NSCHED_SNAP_RQ);
+	if (n > KVL_NSCHED_SNAP_RQ)
+		n = KVL_NSCHED_SNAP_RQ;
+	sn->n_req = 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvl_nsreq *r = ns->byid[(uint32_t)ids[i] & ns->byid_mask];
+
+		if (kvl_sched_req_info(ns->s, ids[i], now, &sn->rq[sn->n_req]) < 0)
+			continue;
+		/* the opener frees @r only after the terminal event, which also ends the id */
+		sn->rq_handle[sn->n_req++] = r && r->sched_id == ids[i] ? r->handle : 0;
+	}
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&sn->seq, sn->seq + 1, __ATOMIC_RELAXED);
+	ns->dirty = false;
+	ns->snap_next = now + SNAP_NS;
+}
+
+void kvl_nic_sched_read(const struct kvl_nic_sched *ns, struct kvl_nsched_snap *out)
+{
+	for (;;) {
+		uint32_t a = __atomic_load_n(&ns->snap.seq, __ATOMIC_ACQUIRE);
+
+		if (a & 1)
+			continue;
+		memcpy(out, &ns->snap, sizeof(*out));
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&ns->snap.seq, __ATOMIC_RELAXED) == a)
+			return;
+	}
+}
+
+unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
+{
+	struct kvl_nic_sched *ns = arg;
+	uint64_t now = kvl_nic_sched_now(ns);
+	uint64_t b = __atomic_load_n(ns->budget, __ATOMIC_RELAXED);
+	unsigned work = 0;
+
+	(void)lc;
+	if (b != ns->budget_seen) {
+		ns->budget_seen = b;
+		kvl_sched_set_budget(ns->s, b, now);
+		ns->ct.budget_changes++;
+		ns->dirty = true;
+	}
+	work += do_commands(ns, now);
+	if (ns->null.ops) {
+		struct kvl_wc wc[KVL_NSCHED_BATCH];
+		unsigned n = ns->null.ops->reap(ns->null.c, wc, KVL_NSCHED_BATCH);
+
+		for (unsigned i = 0; i < n; i++)
+			complete(ns, wc[i].wr_id, wc[i].status, now);
+		work += n;
+	}
+	work += do_posts(ns, now);
+	work += do_events(ns);
+	/* Telemetry: fresh within SNAP_NS while busy, exact once the lcore goes idle. */
+	if (ns->dirty && (work == 0 || now >= ns->snap_next))
+		publish(ns, now);
+	return work;
+}
+
+struct rte_ring *kvl_nic_sched_cmd_ring(struct kvl_nic_sched *ns)
+{
+	return ns->cmd;
+}

@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The request API (kvl_req_*): handles, checks, and the rings to each NIC lcore's scheduler. */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_malloc.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "control.h"
+#include "kvlane/kvlane.h"
+#include "nic_sched.h"
+#include "runtime.h"
+
+_Static_assert((int)KVL_REQ_DECODE == (int)KVL_SCHED_DECODE &&
+		       (int)KVL_REQ_PREFILL == (int)KVL_SCHED_PREFILL,
+	       "public and scheduler classes agree");
+
+/* How long an API call waits for its lcore (a stopped or wedged loop): then -ETIMEDOUT. */
+#define LCORE_WAIT_NS 5000000000ull
+
+enum { ST_PENDING = 0, ST_READY = 1, ST_DONE = 2 };
+
+/* What the API keeps of a request beside what the lcore reads (struct kvl_nsreq). */
+struct api_req {
+	uint64_t user;
+	uint32_t idx;
+	bool cancel_sent;
+	uint8_t *step_state; /* ST_* */
+	uint32_t *refs;	     /* per block: steps naming it not DONE yet */
+	uint8_t *known;	     /* per block: a READY step names it (off[] is valid) */
+};
+
+/* Handles: index + 1 in the low 32 bits, a generation above, so a stale one is refused. */
+struct kvl_req_table {
+	uint32_t n;
+	uint32_t free_head;
+	uint32_t *next;
+	uint32_t *gen;
+	struct kvl_nsreq **r;
+};
+
+static uint64_t now_ns(void)
+{
+	return rte_get_tsc_cycles() * 1000000000ull / rte_get_tsc_hz();
+}
+
+/* ---- start, stop, budget ---- */
+
+void kvl_sched_rt_publish_budget(struct kvl_runtime *rt)
+{
+	uint64_t b = kvl_runtime_budget(rt),
+		 cap = __atomic_load_n(&rt->budget_cap, __ATOMIC_RELAXED);
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		n += rt->nsched[i] != NULL;
+	if (n == 0)
+		return;
+	if (cap < b)
+		b = cap;
+	/* Every NIC lcore runs its own scheduler: each gets an equal share. */
+	__atomic_store_n(&rt->sched_budget, b / n, __ATOMIC_RELAXED);
+}
+
+static struct kvl_sched_cfg sched_cfg(const struct kvl_config *cfg)
+{
+	const struct kvl_sched_conf *c = &cfg->sched;
+	uint64_t staging = (uint64_t)c->staging_mb << 20;
+	uint32_t slot = c->slot_kb << 10;
+
+	return (struct kvl_sched_cfg){
+		.max_requests = c->max_requests,
+		.max_blocks_total = c->max_blocks,
+		.max_xfers = 4096,
+		.slot_size = slot,
+		.slot_count = (uint32_t)(staging / slot),
+		.window_min = (uint64_t)c->window_min_kb << 10,
+		.window_max = (uint64_t)c->window_max_mb << 20,
+		.max_msg = c->max_msg_kb << 10,
+		.max_sge = 1, /* per NIC in kvl_sched_rt_start(): several where RDMA takes them */
+		.starvation_ns = (uint64_t)c->starvation_ms * 1000000,
+		.resize_ns = (uint64_t)c->resize_interval_ms * 1000000,
+	};
+}
+
+int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	const struct kvl_sched_conf *c = &rt->cfg.sched;
+	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
+	uint64_t staging = (uint64_t)sc.slot_count * sc.slot_size;
+	uint32_t total = 0;
+
+	rt->budget_cap = UINT64_MAX;
+	if (c->staging_mb == 0)
+		return 0;
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		int socket = rt->nic_lcore[i]->socket;
+		struct kvl_sched_cfg sci = sc;
+		struct kvl_nic_sched_cfg nc = { .sched = &sci,
+						.nic = i,
+						.socket = socket,
+						.budget = &rt->sched_budget,
+						.null_xport = c->null_transport,
+						.levt = rt->io[i]->evt };
+
+		rt->staging[i] = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
+		if (rt->staging[i] == NULL)
+			rt->staging[i] = rte_zmalloc("kvl_staging", staging, 4096);
+		if (rt->staging[i] == NULL) {
+			snprintf(err, errlen,
+				 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
+				 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
+				 c->staging_mb, rt->cfg.nics[i].label);
+			return -ENOMEM;
+		}
+		nc.staging = rt->staging[i];
+		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
+		if (rt->nic_info[i].transport != KVL_TRANSPORT_TCP && !c->null_transport)
+			sci.max_sge = KVL_WR_MAX_SGE < KVL_SCHED_MAX_SGE ? KVL_WR_MAX_SGE
+									 : KVL_SCHED_MAX_SGE;
+		rt->nsched[i] = kvl_nic_sched_create(rt->io[i], &nc);
+		if (rt->nsched[i] == NULL) {
+			snprintf(err, errlen, "nic.%s: cannot create its scheduler: %s",
+				 rt->cfg.nics[i].label, strerror(errno));
+			return -ENOMEM;
+		}
+		rt->io[i]->take_wc_arg = rt->nsched[i];
+		rt->io[i]->watch = kvl_nic_sched_cmd_ring(rt->nsched[i]);
+		rt->io[i]->take_wc = kvl_nic_sched_take_wc;
+		kvl_lcore_add_stage(rt->nic_lcore[i], "sched", kvl_nic_sched_stage, rt->nsched[i]);
+		total += c->max_requests;
+	}
+	if (c->null_transport)
+		KVL_LOG(WARNING,
+			"sched.null_transport = true: scheduled READs complete at once and move "
+			"no data (benchmarks only)");
+	rt->reqs = calloc(1, sizeof(*rt->reqs));
+	if (rt->reqs) {
+		rt->reqs->n = total;
+		rt->reqs->next = calloc(total, sizeof(uint32_t));
+		rt->reqs->gen = calloc(total, sizeof(uint32_t));
+		rt->reqs->r = calloc(total, sizeof(rt->reqs->r[0]));
+	}
+	if (rt->reqs == NULL || !rt->reqs->next || !rt->reqs->gen || !rt->reqs->r) {
+		snprintf(err, errlen, "out of memory for the request table");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < total; i++)
+		rt->reqs->next[i] = i + 1 < total ? i + 1 : UINT32_MAX;
+	kvl_sched_rt_publish_budget(rt);
+	return 0;
+}
+
+int kvl_sched_rt_register(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
+
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		struct kvl_seg_desc d = { 0 };
+		char name[KVL_LABEL_LEN + 16];
+		uint32_t id;
+		int rc;
+
+		if (rt->staging[i] == NULL)
+			continue;
+		/* One layer of slots; no remote access: peers see it and can do nothing. */
+		d.n_layers = 1;
+		d.n_planes = 1;
+		d.block_count = sc.slot_count;
+		d.block_size = sc.slot_size;
+		d.plane_stride = d.layer_stride = d.length = (uint64_t)sc.slot_count * sc.slot_size;
+		snprintf(name, sizeof(name), "staging.%s", rt->cfg.nics[i].label);
+		rc = kvl_runtime_seg_add(rt, name, rt->staging[i], rt->staging[i], &d, &id);
+		if (rc < 0) {
+			snprintf(err, errlen, "nic.%s: cannot register its staging: %s",
+				 rt->cfg.nics[i].label, strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void kvl_sched_rt_stop(struct kvl_runtime *rt)
+{
+	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
+		bool registered = false;
+
+		if (rt->io[i] && rt->io[i]->take_wc_arg == rt->nsched[i]) {
+			rt->io[i]->take_wc = NULL;
+			rt->io[i]->take_wc_arg = NULL;
+		}
+		kvl_nic_sched_free(rt->nsched[i]);
+		rt->nsched[i] = NULL;
+		for (unsigned s = 0; s < KVL_MAX_SEGS; s++)
+			registered |= rt->staging[i] && rt->segmeta[s].owned == rt->staging[i];
+		if (!registered)
+			rte_free(rt->staging[i]); /* else it goes with the segments */
+		rt->staging[i] = NULL;
+	}
+	if (rt->reqs) {
+		for (uint32_t i = 0; i < rt->reqs->n; i++)
+			free(rt->reqs->r[i]); /* requests still open when the runtime stops */
+		free(rt->reqs->next);
+		free(rt->reqs->gen);
+		free(rt->reqs->r);
+		free(rt->reqs);
+		rt->reqs = NULL;
+	}
+}
+
+/* ---- handles ---- */
+
+static struct kvl_nsreq *lookup(struct kvl_runtime *rt, kvl_req_t h)
+{
+	struct kvl_req_table *t = rt->reqs;
+	uint32_t i = (uint32_t)h - 1;
+
+	if (t == NULL || (uint32_t)h == 0 || i >= t->n || t->r[i] == NULL ||
+	    t->gen[i] != (uint32_t)(h >> 32))
+		return NULL;
+	return t->r[i];
+}
+
+static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
+{
+	struct kvl_req_table *t = rt->reqs;
+	struct api_req *a = r->priv;
+
+	t->r[a->idx] = NULL;
+	t->next[a->idx] = t->free_head;
+	t->free_head = a->idx;
+	free(r);
+}
+
+/* ---- the calls ---- */
+
+/* One allocation: the lcore's view, the copied tables, the API's own state. */
+static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
+{
+	size_t sz = sizeof(struct kvl_nsreq) + sizeof(struct api_req) +
+		    (size_t)d->n_blocks * (sizeof(struct kvl_sched_block) + sizeof(uint64_t) +
+					   sizeof(uint32_t) + 1) +
+		    ((size_t)d->n_steps + 1 + nref) * sizeof(uint32_t) + d->n_steps + 64;
+	struct kvl_nsreq *r = calloc(1, sz);
+	uint8_t *p;
+	struct api_req *a;
+	struct kvl_sched_block *b;
+	uint32_t *first, *refs;
+
+	if (r == NULL)
+		return NULL;
+	p = (uint8_t *)(r + 1);
+	r->off = (uint64_t *)p;
+	p += (size_t)d->n_blocks * sizeof(uint64_t);
+	b = (struct kvl_sched_block *)p;
+	p += (size_t)d->n_blocks * sizeof(*b);
+	a = (struct api_req *)p;
+	p += sizeof(*a);
+	first = (uint32_t *)p;
+	p += ((size_t)d->n_steps + 1) * sizeof(uint32_t);
+	refs = (uint32_t *)p;
+	p += (size_t)nref * sizeof(uint32_t);
+	a->refs = (uint32_t *)p;
+	p += (size_t)d->n_blocks * sizeof(uint32_t);
+	a->known = p;
+	p += d->n_blocks;
+	a->step_state = p;
+	for (uint32_t i = 0; i < d->n_blocks; i++)
+		b[i] = (struct kvl_sched_block){ .remote_off = d->blocks[i].remote_off,
+						 .remote_seg = d->blocks[i].remote_seg,
+						 .length = d->blocks[i].length };
+	memcpy(first, d->step_first, ((size_t)d->n_steps + 1) * sizeof(uint32_t));
+	memcpy(refs, d->step_blocks, (size_t)nref * sizeof(uint32_t));
+	for (uint32_t j = 0; j < nref; j++)
+		a->refs[refs[j]]++;
+	r->priv = a;
+	r->d = (struct kvl_sched_req_desc){ .blocks = b,
+					    .n_blocks = d->n_blocks,
+					    .n_steps = d->n_steps,
+					    .step_first = first,
+					    .step_blocks = refs,
+					    .dir = KVL_SCHED_PULL,
+					    .cls = (uint8_t)d->cls,
+					    .user = (uint64_t)(uintptr_t)r,
+					    /* relative: the lcore adds its clock */
+					    .deadline = d->deadline_us * 1000 };
+	return r;
+}
+
+/* The peer's segments as the control path learnt them: block by block, before anything. */
+static int check_remote(struct kvl_peer_pub *pub, const struct kvl_req_desc *d, uint32_t slot)
+{
+	int rc = 0;
+
+	rte_spinlock_lock(&pub->lock);
+	for (uint32_t i = 0; i < d->n_blocks && rc == 0; i++) {
+		const struct kvl_req_block *b = &d->blocks[i];
+		const struct kvl_seg_desc *s = NULL;
+
+		if (b->length == 0) {
+			rc = -EINVAL;
+			break;
+		}
+		if (b->length > slot) {
+			rc = -EMSGSIZE;
+			break;
+		}
+		for (uint32_t k = 0; k < pub->n_segs && s == NULL; k++)
+			if (pub->seg[k].id == b->remote_seg)
+				s = &pub->seg[k];
+		if (s == NULL)
+			rc = -ENOENT;
+		else if (!(s->flags & KVL_SEG_REMOTE_READ))
+			rc = -EACCES;
+		else if (b->remote_off > s->length || b->length > s->length - b->remote_off)
+			rc = -ERANGE;
+	}
+	rte_spinlock_unlock(&pub->lock);
+	return rc;
+}
+
+/* The NIC whose lcore owns a request to @pub: one its connections use (round robin). */
+static int pick_nic(struct kvl_runtime *rt, struct kvl_peer_pub *pub)
+{
+	static unsigned rr;
+	int nic = -1;
+
+	rte_spinlock_lock(&pub->lock);
+	for (uint32_t k = 0; k < pub->n_conns && nic < 0; k++) {
+		const struct kvl_peer_conn *c = &pub->conn[(rr + k) % pub->n_conns];
+
+		if (c->nic < KVL_MAX_NICS && rt->nsched[c->nic])
+			nic = c->nic;
+	}
+	rte_spinlock_unlock(&pub->lock);
+	rr++;
+	if (nic < 0 && rt->cfg.sched.null_transport)
+		nic = 0; /* nothing moves: no connection needed */
+	return nic;
+}
+
+static int send_cmd(struct kvl_runtime *rt, unsigned nic, struct kvl_nsched_cmd *c, bool wait)
+{
+	uint64_t until = wait ? now_ns() + LCORE_WAIT_NS : 0;
+
+	while (rte_ring_mp_enqueue_elem(rt->nsched[nic]->cmd, c, sizeof(*c)) != 0) {
+		if (!wait)
+			return -EAGAIN;
+		if (now_ns() > until)
+			return -ETIMEDOUT;
+		sched_yield();
+	}
+	kvl_nic_io_kick(rt->io[nic]); /* a sleeping lcore (hybrid idle) wakes */
+	return 0;
+}
+
+int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
+		 kvl_req_t *req)
+{
+	struct kvl_req_table *t = rt->reqs;
+	struct kvl_peer_pub *pub;
+	struct kvl_nsreq *r;
+	struct kvl_nsched_cmd c;
+	uint32_t nref, idx;
+	uint64_t until;
+	int nic, rc;
+
+	if (t == NULL)
+		return -ENOTSUP;
+	if (d == NULL || req == NULL || d->blocks == NULL || d->step_first == NULL ||
+	    d->step_blocks == NULL || d->n_blocks == 0 || d->n_steps == 0 ||
+	    d->cls > KVL_REQ_PREFILL || d->step_first[0] != 0)
+		return -EINVAL;
+	pub = kvl_control_peer(rt, peer);
+	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+		return -ENOTCONN;
+	/* Indices first: the copy below counts references through them. */
+	for (uint32_t k = 0; k < d->n_steps; k++)
+		if (d->step_first[k + 1] <= d->step_first[k])
+			return -EINVAL;
+	nref = d->step_first[d->n_steps];
+	for (uint32_t j = 0; j < nref; j++)
+		if (d->step_blocks[j] >= d->n_blocks)
+			return -EINVAL;
+	rc = check_remote(pub, d, rt->cfg.sched.slot_kb << 10);
+	if (rc < 0)
+		return rc;
+	nic = pick_nic(rt, pub);
+	if (nic < 0)
+		return -ENOTCONN;
+	if (t->free_head == UINT32_MAX)
+		return -ENOSPC;
+	r = req_alloc(d, nref);
+	if (r == NULL)
+		return -ENOMEM;
+	idx = t->free_head;
+	((struct api_req *)r->priv)->idx = idx;
+	((struct api_req *)r->priv)->user = d->user;
+	r->nic = (uint32_t)nic;
+	r->d.peer = peer;
+	r->open_rc = 1;
+	r->handle = (uint64_t)t->gen[idx] << 32 | (idx + 1);
+	c = (struct kvl_nsched_cmd){ .type = KVL_NSCHED_OPEN, .r = r };
+	rc = send_cmd(rt, (unsigned)nic, &c, true);
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
+	/* The scheduler's own checks and pools answer synchronously: errors keep nothing. */
+	until = now_ns() + LCORE_WAIT_NS;
+	while ((rc = __atomic_load_n(&r->open_rc, __ATOMIC_ACQUIRE)) == 1) {
+		if (now_ns() > until)
+			return -ETIMEDOUT; /* the lcore may still read @r: it stays allocated */
+		sched_yield();
+	}
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
+	t->free_head = t->next[idx];
+	t->r[idx] = r;
+	*req = r->handle;
+	return 0;
+}
+
+int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step)
+{
+	struct kvl_nsreq *r = lookup(rt, req);
+	struct api_req *a;
+	struct kvl_nsched_cmd c;
+	int rc;
+
+	if (r == NULL)
+		return -ENOENT;
+	a = r->priv;
+	if (a->cancel_sent)
+		return -ENOENT;
+	if (step >= r->d.n_steps)
+		return -ERANGE;
+	if (a->step_state[step] == ST_DONE)
+		return -EALREADY;
+	if (a->step_state[step] != ST_READY)
+		return -EINVAL;
+	c = (struct kvl_nsched_cmd){ .type = KVL_NSCHED_DONE, .step = step, .r = r };
+	rc = send_cmd(rt, r->nic, &c, false);
+	if (rc < 0)
+		return rc;
+	a->step_state[step] = ST_DONE;
+	for (uint32_t j = r->d.step_first[step]; j < r->d.step_first[step + 1]; j++)
+		a->refs[r->d.step_blocks[j]]--;
+	return 0;
+}
+
+int kvl_req_cancel(struct kvl_runtime *rt, kvl_req_t req)
+{
+	struct kvl_nsreq *r = lookup(rt, req);
+	struct api_req *a;
+	struct kvl_nsched_cmd c;
+	int rc;
+
+	if (r == NULL)
+		return -ENOENT;
+	a = r->priv;
+	if (a->cancel_sent)
+		return -EALREADY;
+	c = (struct kvl_nsched_cmd){ .type = KVL_NSCHED_CANCEL, .r = r };
+	rc = send_cmd(rt, r->nic, &c, false);
+	if (rc < 0)
+		return rc;
+	a->cancel_sent = true; /* its blocks are gone: no address, no DONE */
+	return 0;
+}
+
+unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned max)
+{
+	struct kvl_sched_event se[64];
+	unsigned got = 0;
+
+	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++) {
+		unsigned n;
+
+		if (rt->nsched[nic] == NULL)
+			continue;
+		n = rte_ring_sc_dequeue_burst_elem(rt->nsched[nic]->ev, se, sizeof(se[0]),
+						   max - got < 64 ? max - got : 64, NULL);
+		for (unsigned i = 0; i < n; i++) {
+			struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)se[i].user;
+			struct api_req *a = r->priv;
+			struct kvl_req_event *e = &ev[got++];
+
+			*e = (struct kvl_req_event){ .req = r->handle,
+						     .user = a->user,
+						     .step = se[i].step,
+						     .status = se[i].status };
+			switch (se[i].type) {
+			case KVL_SCHED_EV_STEP_READY:
+				e->type = KVL_REQ_EV_STEP_READY;
+				a->step_state[se[i].step] = ST_READY;
+				for (uint32_t j = r->d.step_first[se[i].step];
+				     j < r->d.step_first[se[i].step + 1]; j++)
+					a->known[r->d.step_blocks[j]] = 1;
+				break;
+			case KVL_SCHED_EV_REQ_DONE:
+				e->type = KVL_REQ_EV_DONE;
+				break;
+			default:
+				e->type = KVL_REQ_EV_FAILED;
+				break;
+			}
+			if (e->type != KVL_REQ_EV_STEP_READY)
+				release(rt, r);
+		}
+	}
+	return got;
+}
+
+int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr)
+{
+	struct kvl_nsreq *r = lookup(rt, req);
+	struct api_req *a;
+
+	if (r == NULL)
+		return -ENOENT;
+	a = r->priv;
+	if (a->cancel_sent)
+		return -ENOENT;
+	if (block >= r->d.n_blocks)
+		return -ERANGE;
+	if (!a->known[block] || a->refs[block] == 0 || r->off[block] == UINT64_MAX)
+		return -EAGAIN;
+	*addr = rt->staging[r->nic] + r->off[block];
+	return 0;
+}
+
+int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes)
+{
+	if (rt->reqs == NULL)
+		return -ENOTSUP;
+	__atomic_store_n(&rt->budget_cap, bytes, __ATOMIC_RELAXED);
+	kvl_sched_rt_publish_budget(rt);
+	return 0;
+}

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""EAL tests of the request API: kvlane-req-client pulls a kvlaned's pattern segment over TCP
+loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
+
+Usage: test_sched.py {req_verify|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
+Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_dataplane as dp  # noqa: E402  (its process and telemetry helpers)
+
+Fail, check, check_eq, log, cmd = dp.Fail, dp.check, dp.check_eq, dp.log, dp.cmd
+LIMIT_S = {"req_verify": 90, "req_cancel": 60, "req_bad_input": 60}
+
+SLOT = 32768
+BUDGET = 1 << 20
+# The client: a scheduler with 4 MiB of staging and a 1 MiB budget, so that windows bind.
+CLIENT_INI = """[runtime]
+name = req-client
+idle_policy = yield
+[nic.lo]
+device = lo
+transport = tcp
+[sched]
+staging_mb = 4
+budget_mb = 1
+slot_kb = 32
+window_min_kb = 64
+[control]
+listen = 127.0.0.1:0
+secret_file = {secret}
+"""
+SERVER_SETS = ["--set", "segment.kv.blocks=64"]  # 32 layers x 2 x 64 x 32 KiB = 128 MiB
+
+
+class Client(dp.Proc):
+    """kvlane-req-client, driven through its stdin at its PAUSE lines."""
+
+    def __init__(self, ctx, argv, rundir, prefix):
+        self.argv, self.rundir, self.prefix, self.tag = argv, rundir, prefix, "kvlane-req-client"
+        self.out, self.err = [], []
+        self.cond = threading.Condition()
+        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, text=True,
+                                     errors="replace")
+        self.pid = self.proc.pid
+        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                        for f, buf in ((self.proc.stdout, self.out),
+                                       (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
+        ctx.procs.append(self)
+
+    def pause(self, tag, timeout=30):
+        m = self.wait_line(rf"^PAUSE {tag} (.*)$", timeout, what=f"client pause '{tag}'")
+        return json.loads(m[1])
+
+    def go(self):
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def checks(self):
+        out = {}
+        for line in self.out:
+            if line.startswith("CHECK "):
+                _, name, rc = line.split()
+                out[name] = int(rc)
+        return out
+
+    def result(self):
+        m = self.wait_line(r"^RESULT (.*)$", 1, what="client result")
+        return json.loads(m[1])
+
+
+def start(ctx, mode, extra=()):
+    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=SERVER_SETS)
+    ini = os.path.join(ctx.tmp, "client.ini")
+    with open(ini, "w") as f:
+        f.write(CLIENT_INI.format(secret=os.path.join(dp.KVL_SRC, "config", "demo.secret")))
+    prefix = ctx.unique("cli")
+    argv = [ctx.perf, *dp.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c", ini,
+            "--peer", addr, "--mode", mode, *extra]
+    client = Client(ctx, argv, ctx.rundir(), prefix)
+    return server, client
+
+
+def rows(v):
+    """A column-form reply as a list of row dicts."""
+    cols = {k: x for k, x in v.items() if isinstance(x, list)}
+    n = len(next(iter(cols.values()))) if cols else 0
+    return [{k: cols[k][i] for k in cols} for i in range(n)]
+
+
+def sched_row(tel, *procs):
+    r = rows(cmd(tel, "/kvlane/sched", *procs))
+    check_eq(len(r), 1, "/kvlane/sched: one row (one NIC lcore)", *procs)
+    return r[0]
+
+
+# ---- req_verify ----
+
+def scenario_req_verify(ctx):
+    n_req, steps, blocks = 4, 8, 4
+    server, client = start(ctx, "verify", ["--requests", str(n_req), "--steps", str(steps),
+                                           "--blocks", str(blocks), "--compute-us", "3000"])
+    filled = client.pause("filled")
+    tel = client.telemetry(ctx)
+    s = sched_row(tel, client)
+    check_eq(s["budget"], BUDGET, "/kvlane/sched budget ([sched] budget_mb = 1)", client)
+    check(s["in_use"] <= s["budget"], "/kvlane/sched in_use <= budget", f"<= {s['budget']}",
+          s["in_use"], client)
+    check(s["in_use"] > 0, "staging filled while no step is DONE", "> 0", s["in_use"], client)
+    check(s["windows"] <= s["budget"], "sum of windows <= budget", f"<= {s['budget']}",
+          s["windows"], client)
+    check_eq(s["active"] + s["waiting"], n_req, "active + waiting requests", client)
+    check(s["waiting"] >= 1, "a request waits: 4 floors do not fit 1 MiB", ">= 1",
+          s["waiting"], client)
+    check_eq(s["opened"], n_req, "opened", client)
+    req = rows(cmd(tel, "/kvlane/requests", client))
+    check_eq(sorted(r["req"] for r in req), sorted(filled["handles"]),
+             "/kvlane/requests: one row per open handle", client)
+    for r in req:
+        i = filled["handles"].index(r["req"])
+        check_eq(r["steps_done"], 0, f"request {r['req']}: steps_done (none marked)", client)
+        check_eq(r["steps_ready"], filled["ready"][i],
+                 f"request {r['req']}: steps_ready = READY events the client saw", client)
+        check_eq(r["landed"], r["blocks_landed"] * SLOT,
+                 f"request {r['req']}: landed bytes = blocks_landed x 32 KiB", client)
+        check_eq(r["steps"], steps, f"request {r['req']}: steps", client)
+    check_eq(sum(r["landed"] + r["in_flight"] for r in req), s["in_use"],
+             "sum of the requests' landed + in flight = in_use", client)
+    log(f"filled: in_use {s['in_use']} of {s['budget']}, active {s['active']}, "
+        f"waiting {s['waiting']}; rows match the client's READY events")
+
+    # While the client computes and marks steps DONE: the budget holds at every sample.
+    samples, over = 0, []
+    client.go()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(line.startswith("PAUSE end") for line in client.out):
+            break
+        s = sched_row(tel, client)
+        samples += 1
+        if s["in_use"] > s["budget"] or s["windows"] > s["budget"]:
+            over.append((s["in_use"], s["windows"], s["budget"]))
+        time.sleep(0.005)
+    end = client.pause("end")
+    check(not over, "the budget is never exceeded while requests run",
+          f"in_use and windows <= {BUDGET} at every sample", over[:5], client)
+    check(samples >= 5, "telemetry sampled while requests ran", ">= 5 samples", samples, client)
+    res = client.result()
+    check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
+    check_eq(res["order_errors"], 0, "READY steps out of order", client)
+    check_eq(res["bad_bytes"], 0, "bytes that differ from the server's pattern", client)
+    check_eq(res["errors"], 0, "API errors in the client", client)
+    check_eq(res["steps_done"], n_req * steps, "steps marked DONE", client)
+    # Every block of every step: 2 planes x blocks per step, plus the shared one from step 1.
+    per_req = steps * 2 * blocks + (steps - 1)
+    check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
+
+    s = sched_row(tel, client)
+    unique = n_req * steps * 2 * blocks
+    check_eq((s["in_use"], s["active"], s["waiting"], s["windows"]), (0, 0, 0, 0),
+             "after the end: (in_use, active, waiting, windows)", client)
+    check_eq(s["posted_blocks"], unique, "posted_blocks: each unique block READ once", client)
+    check_eq(s["completed_ok"], s["posted_xfers"], "completed_ok = posted_xfers", client)
+    check_eq(s["completed_err"] + s["cmd_errors"] + s["bad_completions"], 0,
+             "errors, refused commands, stray completions", client)
+    check_eq(s["done_cmds"], n_req * steps, "done_cmds", client)
+    check(s["posted_xfers"] < unique, "coalescing merged blocks into fewer READs",
+          f"< {unique}", s["posted_xfers"], client)
+    check_eq(rows(cmd(tel, "/kvlane/requests", client)), [], "/kvlane/requests after the end",
+             client)
+    st = cmd(tel, "/kvlane/stats", client)
+    check_eq(st["tcp/bytes_read"], unique * SLOT, "tcp/bytes_read = unique blocks x 32 KiB",
+             client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"{res['blocks_verified']} blocks ({res['bytes_verified']} bytes) verified in step "
+        f"order; {s['posted_blocks']} blocks in {s['posted_xfers']} READs; {samples} samples "
+        f"within the budget")
+    server.stop(signal.SIGINT)
+
+
+# ---- req_cancel ----
+
+def scenario_req_cancel(ctx):
+    server, client = start(ctx, "cancel", ["--steps", "8", "--blocks", "8"])
+    client.pause("filled")
+    tel = client.telemetry(ctx)
+    before = sched_row(tel, client)
+    check(before["in_use"] > 0, "staging held before the cancel", "> 0", before["in_use"],
+          client)
+    client.go()
+    client.pause("canceled")
+    c = client.checks()
+    check_eq(c.get("cancel"), 0, "kvl_req_cancel", client)
+    check_eq(c.get("cancel_again"), -114, "a second cancel: -EALREADY", client)
+    check_eq(c.get("addr_after_cancel"), -2, "block address after cancel: -ENOENT", client)
+    check_eq(c.get("done_after_cancel"), -2, "DONE after cancel: -ENOENT", client)
+    check_eq(c.get("failed_status"), 8, "the FAILED event's status: canceled (8)", client)
+    check_eq(c.get("cancel_after_end"), -2, "cancel after the FAILED event: -ENOENT", client)
+    # Freed at once: only READs still in flight may hold staging (orphans), briefly.
+    s = sched_row(tel, client)
+    check_eq(s["in_use"] - s["orphan_bytes"], 0, "in_use minus orphans right after the cancel",
+             client)
+    s = dp.wait_for(lambda: (lambda r: r if r["in_use"] == 0 else None)(sched_row(tel, client)),
+                    2.0)
+    check(s, "in_use returns to 0 once in-flight READs complete", "0 within 2 s",
+          sched_row(tel, client)["in_use"], client)
+    check_eq((s["cancels"], s["cancel_cmds"], s["active"], s["windows"]), (1, 1, 0, 0),
+             "(cancels, cancel_cmds, active, windows)", client)
+    check_eq(s["peer_cancels"], 1, "the cancel was handed to the control path for the peer",
+             client)
+    stel = server.telemetry(ctx)
+    got = dp.wait_for(lambda: cmd(stel, "/kvlane/stats", server).get("control/req_cancels_rx"),
+                      3.0)
+    check_eq(got, 1, "the server counted the peer's cancel (control/req_cancels_rx)", client,
+             server)
+    log(f"cancel: {before['in_use']} bytes held, 0 right after; the server counted it")
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    server.stop(signal.SIGINT)
+
+
+# ---- req_bad_input ----
+
+EXPECT = {
+    "open_unknown_peer": -107,  # ENOTCONN
+    "open_peer_out_of_range": -107,
+    "open_block_too_long": -90,  # EMSGSIZE
+    "open_unknown_segment": -2,  # ENOENT
+    "open_outside_segment": -34,  # ERANGE
+    "open_block_index": -22,  # EINVAL
+    "open_empty_step": -22,
+    "open_bad_class": -22,
+    "done_unknown_handle": -2,
+    "cancel_unknown_handle": -2,
+    "h_unchanged": 0,
+    "open_good": 0,
+    "done_out_of_range": -34,
+    "done_not_ready": -22,
+    "addr_out_of_range": -34,
+    "addr_not_ready": -11,  # EAGAIN
+    "first_event_step": 0,
+    "done_step0": 0,
+    "done_twice": -114,  # EALREADY
+}
+
+
+def scenario_req_bad_input(ctx):
+    server, client = start(ctx, "bad", ["--steps", "8", "--blocks", "4"])
+    client.pause("end")
+    tel = client.telemetry(ctx)
+    c = client.checks()
+    for name, rc in EXPECT.items():
+        check_eq(c.get(name), rc, f"{name}: return value", client)
+    res = client.result()
+    check_eq((res["requests_ok"], res["bad_bytes"], res["errors"], res["order_errors"]),
+             (1, 0, 0, 0), "the good request after the bad calls: (ok, bad bytes, errors, "
+             "order errors)", client)
+    check_eq(res["blocks_verified"], 8 * 2 * 4 + 7, "blocks verified", client)
+    s = sched_row(tel, client)
+    # Bad calls never reached the lcore: one open, its 8 DONEs, nothing refused there.
+    check_eq((s["opened"], s["open_failed"], s["done_cmds"], s["cmd_errors"], s["in_use"]),
+             (1, 0, 8, 0, 0), "(opened, open_failed, done_cmds, cmd_errors, in_use)", client)
+    log(f"{len(EXPECT)} calls returned the documented errno; the good request lost nothing")
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    server.stop(signal.SIGINT)
+
+
+SCENARIOS = {
+    "req_verify": scenario_req_verify,
+    "req_cancel": scenario_req_cancel,
+    "req_bad_input": scenario_req_bad_input,
+}
+
+
+def main(argv):
+    if len(argv) != 4 or argv[1] not in SCENARIOS:
+        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED "
+              "PATH-TO-KVLANE-REQ-CLIENT", file=sys.stderr)
+        return 1
+    scenario = argv[1]
+    exes = [os.path.abspath(a) for a in argv[2:4]]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+        signal.signal(sig, dp.on_signal)
+    signal.alarm(LIMIT_S[scenario])
+    ctx = dp.Ctx(scenario, *exes)
+    t0 = time.monotonic()
+    print(f"{scenario}: {exes[0]} {exes[1]}", flush=True)
+    try:
+        SCENARIOS[scenario](ctx)
+    except Fail as e:
+        signal.alarm(0)
+        print(f"FAIL {scenario} ({time.monotonic() - t0:.2f} s): {e}", flush=True)
+        return 1
+    finally:
+        signal.alarm(0)
+        ctx.cleanup()
+    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

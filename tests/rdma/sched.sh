@@ -1,0 +1,77 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# Runs INSIDE the soft-RoCE VM (meson test `sched_rdma`, suite rdma): the request API over
+# RDMA. kvlaned on $RXE_DEV1 serves a layered pattern segment; kvlane-req-client on $RXE_DEV0
+# opens requests whose steps need K and V blocks of successive layers, and its NIC lcore's
+# scheduler READs them into staging (windows under a 1 MiB budget, remote-contiguous blocks
+# merged, scattered slots as several SGEs of one READ). Every byte of every READY step is
+# checked against the pattern; then the client's own telemetry, read through its socket
+# while it waits at its last pause: what the scheduler posted, what the QPs moved.
+#   sched.sh BUILD_DIR OUT_DIR
+set -eu
+. "${KVL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/rdma/lib.sh"
+build=$1
+out=$2
+kvl_rdma_setup "$out"
+kvl_rdma_inis "$tmp" schedr 16
+# the server's segment: 8 layers x K,V x 16 blocks of 32 KiB, as the client's requests expect
+sed -i 's/^layers = 1$/layers = 8/; s/^planes = 1$/planes = 2/; s/^block_bytes = 1048576$/block_bytes = 32768/' \
+	"$tmp/b.ini"
+cat >> "$tmp/a.ini" <<INI
+[sched]
+staging_mb = 4
+budget_mb = 1
+slot_kb = 32
+window_min_kb = 64
+INI
+eal="-l 0-1 --no-huge -m 400 --no-pci --log-level lib.eal:warning"
+kvl_rdma_server "$build" "$tmp" "$out" sched $eal
+mkfifo "$tmp/in"
+"$build/kvlane-req-client" $eal --file-prefix cli -- -c "$tmp/a.ini" --peer "$RXE_IP1:18515" \
+	--mode verify --requests 6 --steps 8 --blocks 4 --compute-us 2000 \
+	< "$tmp/in" > "$out/client.out" 2> "$out/client.log" &
+cli=$!
+exec 3> "$tmp/in"
+rc=0
+tel="python3 ${KVL_SRC:?}/tools/kvlane_telemetry.py"
+if kvl_rdma_wait_line "$out/client.out" '^PAUSE filled' $cli 120; then
+	$tel -f cli /kvlane/sched > "$out/sched_filled.json" || rc=1
+	echo go >&3
+else
+	echo "sched: the client did not fill its windows"; rc=1
+fi
+if kvl_rdma_wait_line "$out/client.out" '^PAUSE end' $cli 180; then
+	$tel -f cli /kvlane/sched > "$out/sched_end.json" || rc=1
+	$tel -f cli /kvlane/stats > "$out/stats_end.json" || rc=1
+	echo go >&3
+else
+	echo "sched: the client did not finish"; rc=1
+fi
+exec 3>&-
+wait $cli || { echo "sched: kvlane-req-client failed (exit $?)"; rc=1; }
+kill -TERM $srv
+wait $srv || { echo "sched: kvlaned exited with status $? after SIGTERM"; rc=1; }
+cat "$out/client.out"
+[ $rc = 0 ] || { cat "$out/client.log"; echo "sched: FAILED"; exit 1; }
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+res = next(json.loads(l[7:]) for l in open(f"{out}/client.out") if l.startswith("RESULT "))
+assert res["requests_ok"] == res["requests"] == 6, res
+assert res["bad_bytes"] == 0 and res["order_errors"] == 0 and res["errors"] == 0, res
+f = json.load(open(f"{out}/sched_filled.json"))["/kvlane/sched"]
+e = json.load(open(f"{out}/sched_end.json"))["/kvlane/sched"]
+st = json.load(open(f"{out}/stats_end.json"))["/kvlane/stats"]
+assert f["in_use"][0] <= f["budget"][0] and f["windows"][0] <= f["budget"][0], f
+assert e["posted_blocks"][0] == res["unique_blocks"], (e, res)
+assert e["completed_ok"][0] == e["posted_xfers"][0] and e["completed_err"][0] == 0, e
+assert e["posted_xfers"][0] < e["posted_blocks"][0], e  # remote-contiguous blocks merged
+# the scheduler's READs are the QPs' reads: every block's bytes, once
+assert st["verbs/bytes_read"] == res["unique_blocks"] * res["block_bytes"], (st, res)
+assert all(v == 0 for k, v in st.items() if k.startswith("verbs/failed/")), st
+print(f"requests over RDMA: {res['requests_ok']} of 6 OK, {res['blocks_verified']} block "
+      f"reads verified ({res['bytes_verified'] >> 10} KiB); scheduler posted "
+      f"{e['posted_blocks'][0]} blocks in {e['posted_xfers'][0]} READs "
+      f"({st['verbs/qp_sge_wrs']} with several SGEs); filled: in_use {f['in_use'][0]} of "
+      f"budget {f['budget'][0]}")
+PY

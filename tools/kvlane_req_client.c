@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* A client of the request API: pulls a peer's pattern segment step by step and checks it. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvlane/kvlane.h"
+
+/*
+ * kvlane-req-client EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode MODE
+ *        [--requests R] [--steps S] [--blocks B] [--seed N] [--compute-us U]
+ *
+ * Request i, step k needs the K and V blocks [i*B, i*B + B) of layer k of the peer's first
+ * segment (plus, from step 1 on, the first K block of layer 0, which every step shares): the
+ * blocks of one plane are contiguous on the peer, so READs can merge.
+ *
+ * Modes, each printing JSON lines a test reads ("PAUSE <tag> <json>" waits for a line on
+ * stdin, so the test can read telemetry at a known point; "RESULT <json>" at the end):
+ *   verify  open every request, check that READY steps come in order, every byte of every
+ *           block of a READY step against the pattern, mark it DONE after --compute-us
+ *   cancel  one request: first READY, pause, cancel, the FAILED(canceled) event, pause
+ *   bad     bad calls (each "CHECK name rc"), then one good request verified to the end
+ * Exit 0 when every check held, 1 otherwise.
+ */
+
+#define MAX_REQ 64
+
+struct req {
+	kvl_req_t h;
+	uint32_t n_blocks, n_steps, next_ready, done;
+	struct kvl_req_block *b;
+	uint32_t *first, *refs;
+	bool ended;
+	int status;
+};
+
+static struct kvl_runtime *rt;
+static kvl_peer_t peer;
+static struct kvl_remote_seg seg;
+static uint32_t seed = 1, n_req = 4, n_steps = 8, n_blk = 4, compute_us;
+static struct req rq[MAX_REQ];
+static uint64_t bytes_ok, blocks_ok, steps_ok, bad_bytes, order_errors, fails;
+
+static void usage(const char *p)
+{
+	fprintf(stderr,
+		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode "
+		"verify|cancel|bad [--requests R] [--steps S] [--blocks B] [--seed N] "
+		"[--compute-us U]\n",
+		p);
+	exit(2);
+}
+
+static void pause_at(const char *tag, const char *json)
+{
+	char line[64];
+
+	printf("PAUSE %s %s\n", tag, json);
+	fflush(stdout);
+	if (fgets(line, sizeof(line), stdin) == NULL)
+		exit(1);
+}
+
+/* Layout of request @i on the peer's segment @g (see the top). */
+static void build(struct req *r, uint32_t i)
+{
+	const struct kvl_seg_geom *g = &seg.geom;
+	uint32_t nb = n_steps * 2 * n_blk, j = 0, nref = 0;
+
+	r->n_blocks = nb;
+	r->n_steps = n_steps;
+	r->b = calloc(nb, sizeof(*r->b));
+	r->first = calloc(n_steps + 1, sizeof(uint32_t));
+	r->refs = calloc(nb + n_steps, sizeof(uint32_t));
+	for (uint32_t k = 0; k < n_steps; k++) {
+		r->first[k] = nref;
+		if (k > 0)
+			r->refs[nref++] =
+				0; /* the shared block: K, layer 0, first of this request */
+		for (uint32_t p = 0; p < 2; p++)
+			for (uint32_t b = 0; b < n_blk; b++) {
+				r->b[j] = (struct kvl_req_block){
+					.remote_off = kvl_block_offset(g, k, p, i * n_blk + b),
+					.remote_seg = seg.id,
+					.length = g->block_bytes,
+				};
+				r->refs[nref++] = j++;
+			}
+	}
+	r->first[n_steps] = nref;
+}
+
+static int open_req(struct req *r, uint64_t user)
+{
+	struct kvl_req_desc d = { .blocks = r->b,
+				  .n_blocks = r->n_blocks,
+				  .n_steps = r->n_steps,
+				  .step_first = r->first,
+				  .step_blocks = r->refs,
+				  .user = user,
+				  .cls = KVL_REQ_DECODE };
+
+	return kvl_req_open(rt, peer, &d, &r->h);
+}
+
+/* Every byte of the step's blocks, where the API says they are. */
+static void verify_step(struct req *r, uint32_t step)
+{
+	for (uint32_t j = r->first[step]; j < r->first[step + 1]; j++) {
+		const struct kvl_req_block *b = &r->b[r->refs[j]];
+		void *p;
+		int rc = kvl_req_block_addr(rt, r->h, r->refs[j], &p);
+		uint64_t ok;
+
+		if (rc < 0) {
+			printf("ERROR block_addr(step %u, block %u) = %d\n", step, r->refs[j], rc);
+			bad_bytes += b->length;
+			continue;
+		}
+		ok = kvl_pattern_check(p, b->length, seed, b->remote_off);
+		if (ok != b->length) {
+			printf("ERROR step %u block %u: byte %" PRIu64 " differs\n", step,
+			       r->refs[j], ok);
+			bad_bytes += b->length;
+		} else {
+			bytes_ok += b->length;
+			blocks_ok++;
+		}
+	}
+}
+
+static struct req *by_handle(kvl_req_t h)
+{
+	for (uint32_t i = 0; i < MAX_REQ; i++)
+		if (rq[i].h == h)
+			return &rq[i];
+	return NULL;
+}
+
+/* Poll until every request ended or @until_quiet ms pass without an event (0: never).
+ * READY steps are verified and (when @done) marked DONE after compute_us. */
+static unsigned pump(bool done, unsigned until_quiet_ms, unsigned max_ms)
+{
+	struct kvl_req_event ev[64];
+	struct timespec t0, t;
+	uint64_t last = 0, start;
+	unsigned open_left = 1, total = 0;
+
+	/* Steps that became READY (and were verified) while nothing was marked DONE. */
+	for (uint32_t i = 0; done && i < n_req; i++)
+		while (rq[i].h && !rq[i].ended && rq[i].done < rq[i].next_ready) {
+			int rc = kvl_req_step_done(rt, rq[i].h, rq[i].done);
+
+			if (rc < 0) {
+				printf("ERROR step_done(%u) = %d\n", rq[i].done, rc);
+				fails++;
+				break;
+			}
+			rq[i].done++;
+			steps_ok++;
+		}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	start = (uint64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000;
+	last = start;
+	while (open_left) {
+		unsigned n = kvl_req_poll(rt, ev, 64);
+		uint64_t now;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		now = (uint64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+		total += n;
+		if (n)
+			last = now;
+		for (unsigned i = 0; i < n; i++) {
+			struct req *r = by_handle(ev[i].req);
+
+			if (r == NULL) {
+				printf("ERROR event for unknown handle %" PRIu64 "\n", ev[i].req);
+				fails++;
+				continue;
+			}
+			if (ev[i].type == KVL_REQ_EV_STEP_READY) {
+				if (ev[i].step != r->next_ready)
+					order_errors++;
+				r->next_ready = ev[i].step + 1;
+				verify_step(r, ev[i].step);
+				if (done) {
+					if (compute_us)
+						usleep(compute_us);
+					int rc = kvl_req_step_done(rt, r->h, ev[i].step);
+
+					if (rc < 0) {
+						printf("ERROR step_done(%u) = %d\n", ev[i].step,
+						       rc);
+						fails++;
+					} else {
+						r->done++;
+						steps_ok++;
+					}
+				}
+			} else {
+				r->ended = true;
+				r->status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+			}
+		}
+		open_left = 0;
+		for (uint32_t i = 0; i < n_req; i++)
+			open_left += rq[i].h && !rq[i].ended;
+		if (until_quiet_ms && now - last >= until_quiet_ms)
+			break;
+		if (now - start > max_ms) {
+			printf("ERROR no progress within %u ms\n", max_ms);
+			fails++;
+			break;
+		}
+		if (n == 0)
+			usleep(50);
+	}
+	return total;
+}
+
+static void handles_json(char *buf, size_t len)
+{
+	size_t o = snprintf(buf, len, "{\"handles\": [");
+
+	for (uint32_t i = 0; i < n_req && o < len; i++)
+		o += snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", rq[i].h);
+	o += snprintf(buf + o, o < len ? len - o : 0, "], \"ready\": [");
+	for (uint32_t i = 0; i < n_req && o < len; i++)
+		o += snprintf(buf + o, len - o, "%s%u", i ? ", " : "", rq[i].next_ready);
+	o += snprintf(buf + o, o < len ? len - o : 0, "], \"done\": [");
+	for (uint32_t i = 0; i < n_req && o < len; i++)
+		o += snprintf(buf + o, len - o, "%s%u", i ? ", " : "", rq[i].done);
+	snprintf(buf + o, o < len ? len - o : 0, "]}");
+}
+
+static void result(void)
+{
+	unsigned ok = 0;
+
+	for (uint32_t i = 0; i < n_req; i++)
+		ok += rq[i].ended && rq[i].status == 0;
+	printf("RESULT {\"requests\": %u, \"requests_ok\": %u, \"steps_done\": %" PRIu64
+	       ", \"blocks_verified\": %" PRIu64 ", \"bytes_verified\": %" PRIu64
+	       ", \"bad_bytes\": %" PRIu64 ", \"order_errors\": %" PRIu64 ", \"errors\": %" PRIu64
+	       ", \"unique_blocks\": %u, \"block_bytes\": %u}\n",
+	       n_req, ok, steps_ok, blocks_ok, bytes_ok, bad_bytes, order_errors, fails,
+	       n_req * n_steps * 2 * n_blk, seg.geom.block_bytes);
+	fflush(stdout);
+}
+
+static int mode_verify(void)
+{
+	char js[2048];
+
+	for (uint32_t i = 0; i < n_req; i++) {
+		int rc;
+
+		build(&rq[i], i);
+		rc = open_req(&rq[i], i);
+		if (rc < 0) {
+			printf("ERROR open %u: %s\n", i, strerror(-rc));
+			return 1;
+		}
+	}
+	/* Until the scheduler has filled what the budget allows and nothing moves. */
+	pump(false, 300, 10000);
+	handles_json(js, sizeof(js));
+	pause_at("filled", js);
+	pump(true, 0, 60000);
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors ? 1 : 0;
+}
+
+static int mode_cancel(void)
+{
+	char js[2048];
+	void *p;
+	int rc;
+
+	n_req = 1;
+	build(&rq[0], 0);
+	rc = open_req(&rq[0], 7);
+	if (rc < 0) {
+		printf("ERROR open: %s\n", strerror(-rc));
+		return 1;
+	}
+	pump(false, 300, 10000);
+	handles_json(js, sizeof(js));
+	pause_at("filled", js);
+	rc = kvl_req_cancel(rt, rq[0].h);
+	printf("CHECK cancel %d\n", rc);
+	printf("CHECK cancel_again %d\n", kvl_req_cancel(rt, rq[0].h));
+	printf("CHECK addr_after_cancel %d\n", kvl_req_block_addr(rt, rq[0].h, 0, &p));
+	printf("CHECK done_after_cancel %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+	pump(false, 0, 5000);
+	printf("CHECK failed_status %d\n", rq[0].status);
+	printf("CHECK cancel_after_end %d\n", kvl_req_cancel(rt, rq[0].h));
+	handles_json(js, sizeof(js));
+	pause_at("canceled", js);
+	return fails ? 1 : 0;
+}
+
+static int mode_bad(void)
+{
+	struct kvl_req_block big = { .remote_off = 0, .remote_seg = seg.id, .length = 1u << 30 };
+	struct kvl_req_block one = { .remote_off = 0, .remote_seg = seg.id, .length = 4096 };
+	uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 }, bad_ref[1] = { 5 }, empty[3] = { 0, 1, 1 };
+	struct kvl_req_desc d = { .blocks = &one,
+				  .n_blocks = 1,
+				  .n_steps = 1,
+				  .step_first = first1,
+				  .step_blocks = ref0 };
+	kvl_req_t h = 0;
+	void *p;
+	char js[2048];
+
+	printf("CHECK open_unknown_peer %d\n", kvl_req_open(rt, 63, &d, &h));
+	printf("CHECK open_peer_out_of_range %d\n", kvl_req_open(rt, 100000, &d, &h));
+	d.blocks = &big;
+	printf("CHECK open_block_too_long %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.remote_seg = 999;
+	d.blocks = &one;
+	printf("CHECK open_unknown_segment %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.remote_seg = seg.id;
+	one.remote_off = seg.length - 100;
+	printf("CHECK open_outside_segment %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.remote_off = 0;
+	d.step_blocks = bad_ref;
+	printf("CHECK open_block_index %d\n", kvl_req_open(rt, peer, &d, &h));
+	d.step_blocks = ref0;
+	d.n_steps = 2;
+	d.step_first = empty;
+	printf("CHECK open_empty_step %d\n", kvl_req_open(rt, peer, &d, &h));
+	d.n_steps = 1;
+	d.step_first = first1;
+	d.cls = 9;
+	printf("CHECK open_bad_class %d\n", kvl_req_open(rt, peer, &d, &h));
+	printf("CHECK done_unknown_handle %d\n", kvl_req_step_done(rt, 12345, 0));
+	printf("CHECK cancel_unknown_handle %d\n", kvl_req_cancel(rt, 0));
+	printf("CHECK h_unchanged %d\n", h == 0 ? 0 : -1);
+
+	/* A good request: the errors above must have cost it nothing. */
+	n_req = 1;
+	build(&rq[0], 1);
+	printf("CHECK open_good %d\n", open_req(&rq[0], 1));
+	printf("CHECK done_out_of_range %d\n", kvl_req_step_done(rt, rq[0].h, n_steps));
+	/* Nothing polled yet: no step is READY for the engine. */
+	printf("CHECK done_not_ready %d\n", kvl_req_step_done(rt, rq[0].h, 1));
+	printf("CHECK addr_out_of_range %d\n", kvl_req_block_addr(rt, rq[0].h, rq[0].n_blocks, &p));
+	printf("CHECK addr_not_ready %d\n",
+	       kvl_req_block_addr(rt, rq[0].h, rq[0].n_blocks - 1, &p));
+	/* Step 0 READY, verified, DONE; then DONE again. */
+	{
+		struct kvl_req_event ev;
+		int n = 0;
+
+		for (int i = 0; i < 200000 && n == 0; i++) {
+			n = (int)kvl_req_poll(rt, &ev, 1);
+			if (n == 0)
+				usleep(50);
+		}
+		printf("CHECK first_event_step %d\n",
+		       n == 1 && ev.type == KVL_REQ_EV_STEP_READY ? (int)ev.step : -1);
+		rq[0].next_ready = 1;
+		verify_step(&rq[0], 0);
+		printf("CHECK done_step0 %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+		rq[0].done = 1;
+		steps_ok = 1;
+		printf("CHECK done_twice %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+	}
+	pump(true, 0, 30000);
+	result();
+	handles_json(js, sizeof(js));
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sets[32], *ini = NULL, *addr = NULL, *mode = NULL;
+	unsigned n_sets = 0;
+	int sep = -1, stage, rc, n;
+	char err[4096];
+	struct kvl_remote_seg rs[16];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--") == 0) {
+			sep = i;
+			break;
+		}
+	if (sep < 0)
+		usage(argv[0]);
+	for (int i = sep + 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (i + 1 >= argc)
+			usage(argv[0]);
+		if (strcmp(a, "-c") == 0)
+			ini = argv[++i];
+		else if (strcmp(a, "--set") == 0 && n_sets < 32)
+			sets[n_sets++] = argv[++i];
+		else if (strcmp(a, "--peer") == 0)
+			addr = argv[++i];
+		else if (strcmp(a, "--mode") == 0)
+			mode = argv[++i];
+		else if (strcmp(a, "--requests") == 0)
+			n_req = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--steps") == 0)
+			n_steps = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--blocks") == 0)
+			n_blk = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--seed") == 0)
+			seed = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--compute-us") == 0)
+			compute_us = (uint32_t)atoi(argv[++i]);
+		else
+			usage(argv[0]);
+	}
+	if (!ini || !addr || !mode || n_req == 0 || n_req > MAX_REQ || n_steps == 0 || n_blk == 0)
+		usage(argv[0]);
+	struct kvl_start_args a = {
+		.eal_argc = sep, .eal_argv = argv, .config = ini, .sets = sets, .n_sets = n_sets
+	};
+	rt = kvl_start(&a, err, sizeof(err), &stage);
+	if (rt == NULL) {
+		fprintf(stderr, "kvl_start: %s\n", err);
+		return stage;
+	}
+	rc = kvl_connect(rt, addr, 5000, &peer, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "kvl_connect %s: %s\n", addr, err);
+		kvl_stop(rt);
+		return 1;
+	}
+	n = kvl_peer_segments(rt, peer, rs, 16);
+	if (n <= 0) {
+		fprintf(stderr, "the peer offers no segment\n");
+		kvl_stop(rt);
+		return 1;
+	}
+	seg = rs[0];
+	printf("connected peer %u, segment %u \"%s\" (%u x %u x %u x %u B)\n", peer, seg.id,
+	       seg.name, seg.geom.layers, seg.geom.planes, seg.geom.blocks, seg.geom.block_bytes);
+	if (n_steps > seg.geom.layers || (uint64_t)(n_req + 1) * n_blk > seg.geom.blocks ||
+	    seg.geom.planes != 2) {
+		fprintf(stderr, "the segment is too small for this load\n");
+		kvl_stop(rt);
+		return 1;
+	}
+	if (strcmp(mode, "verify") == 0)
+		rc = mode_verify();
+	else if (strcmp(mode, "cancel") == 0)
+		rc = mode_cancel();
+	else if (strcmp(mode, "bad") == 0)
+		rc = mode_bad();
+	else
+		usage(argv[0]);
+	kvl_stop(rt);
+	return rc;
+}
