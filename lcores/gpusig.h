@@ -9,6 +9,10 @@
 
 #include <cuda_runtime_api.h>
 
+#ifdef __cplusplus
+extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
+#endif
+
 /*
  * One READY and one DONE word per compute step (a layer's attention, say), in pinned host
  * memory the GPU maps. The lcore stores READY = epoch once the step's KV has landed; the
@@ -59,5 +63,9 @@ bool kvl_gpusig_is_done(const struct kvl_gpusig *s, unsigned step, uint32_t epoc
 /* The words as they stand, for tests and telemetry. */
 uint32_t kvl_gpusig_ready_word(const struct kvl_gpusig *s, unsigned step);
 uint32_t kvl_gpusig_done_word(const struct kvl_gpusig *s, unsigned step);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVL_LCORES_GPUSIG_H */

@@ -10,6 +10,10 @@
 
 #include "xfer.h"
 
+#ifdef __cplusplus
+extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
+#endif
+
 /*
  * For hosts without an RDMA NIC, and to measure the GPU side of the pipeline on its own: the
  * "remote" segments are pinned host memory in this process, the local ranges GPU memory, and
@@ -89,14 +93,12 @@ struct kvl_cudma_copy {
 	uint64_t len;
 };
 
-#ifdef __cplusplus
-#define KVL_CUDMA_EXTERN extern "C" /* the kernel's file is CUDA C++ */
-#else
-#define KVL_CUDMA_EXTERN
-#endif
-
 /* One launch copying @n (<= KVL_CUDMA_GATHER_MAX) ranges on @st with @ctas thread blocks. */
-KVL_CUDMA_EXTERN cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n,
-						     unsigned ctas, cudaStream_t st);
+cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n, unsigned ctas,
+				    cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVL_LCORES_XPORT_CUDMA_H */
