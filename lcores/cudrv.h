@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The few CUDA driver calls kvlane needs, resolved through cudart so no binary links libcuda. */
+#ifndef KVL_LCORES_CUDRV_H
+#define KVL_LCORES_CUDRV_H
+
+#include <stddef.h>
+
+#include <cuda.h>
+
+/*
+ * Linking libcuda.so directly would make every binary fail to load on a host without the
+ * driver (CI): it must start, see no GPU and skip. cudart loads the driver itself, and
+ * cudaGetDriverEntryPointByVersion hands out its functions when there is one.
+ */
+struct kvl_cudrv {
+	CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*mem_get_handle)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+				   unsigned long long);
+	CUresult (*get_error_string)(CUresult, const char **);
+	CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+	CUresult (*pointer_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+};
+
+/* Resolve them once (later calls return the same table). Returns NULL with a message naming
+ * the cause (no driver, no device, a function the driver lacks). */
+const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen);
+
+/* The driver's words for @r ("CUDA_ERROR_NOT_SUPPORTED: operation not supported"). */
+const char *kvl_cudrv_strerror(CUresult r);
+
+#endif /* KVL_LCORES_CUDRV_H */

@@ -1,0 +1,523 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Local DMA transport: requests merged into copies, small copies gathered, batches on a stream. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xport.h"
+#include "xport_cudma.h"
+
+#define N_BATCH 256 /* batches in flight; a flush waits for a free one */
+
+struct req {
+	uint64_t wr_id;
+	uint64_t src, dst; /* device-visible addresses (UVA: the host's too) */
+	uint32_t len;
+	int32_t status;
+	uint8_t op;
+};
+
+struct batch {
+	cudaEvent_t ev;
+	uint32_t end; /* request sequence number after the batch's last */
+};
+
+struct rseg {
+	struct kvl_seg s;
+};
+
+struct lseg {
+	uintptr_t base;
+	uint64_t len;
+};
+
+struct kvl_cudma_conn {
+	struct kvl_cudma_opts o;
+	cudaStream_t st;
+	bool own_stream;
+	/* Requests by sequence number (mod depth): reaped < done <= launched <= tail. */
+	struct req *ring;
+	uint32_t mask;
+	uint32_t head, done, launched, tail;
+	struct batch b[N_BATCH];
+	uint32_t bhead, btail;
+	bool events_made;
+	struct rseg remote[KVL_MAX_SEGS];
+	unsigned n_remote;
+	struct lseg local[KVL_MAX_SEGS];
+	unsigned n_local;
+	int failed; /* the status fail_all was given */
+	/* Scratch for one flush, depth entries each. */
+	struct kvl_cudma_copy *cp;
+	struct kvl_cudma_copy *small;
+	void **dsts;
+	const void **srcs;
+	size_t *sizes;
+	struct kvl_cudma_stats stats;
+};
+
+static void note_cuda(struct kvl_cudma_conn *c, cudaError_t ce, const char *what)
+{
+	c->stats.cuda_errors++;
+	snprintf(c->stats.last_cuda_error, sizeof(c->stats.last_cuda_error), "%s: %s", what,
+		 cudaGetErrorString(ce));
+}
+
+struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, size_t errlen)
+{
+	struct kvl_cudma_conn *c = calloc(1, sizeof(*c));
+	struct cudaDeviceProp prop;
+	unsigned depth;
+	cudaError_t ce;
+
+	if (c == NULL) {
+		snprintf(err, errlen, "cudma: out of memory");
+		return NULL;
+	}
+	c->o = *o;
+	depth = o->depth ? o->depth : 8192;
+	if (depth & (depth - 1) || depth > (1u << 30)) {
+		snprintf(err, errlen, "cudma: depth %u is not a power of two", depth);
+		errno = EINVAL;
+		goto fail;
+	}
+	c->o.depth = depth;
+	c->mask = depth - 1;
+	if (c->o.merge_max == 0)
+		c->o.merge_max = 64ull << 20;
+	if (c->o.copy_min == 0)
+		c->o.copy_min = 1ull << 20;
+	ce = cudaSetDevice(o->device);
+	if (ce == cudaSuccess)
+		ce = cudaGetDeviceProperties(&prop, o->device);
+	if (ce != cudaSuccess) {
+		snprintf(err, errlen, "cudma: CUDA device %d: %s", o->device,
+			 cudaGetErrorString(ce));
+		errno = ENODEV;
+		goto fail;
+	}
+	if (c->o.gather_ctas == 0)
+		c->o.gather_ctas = 2u * (unsigned)prop.multiProcessorCount;
+	c->ring = calloc(depth, sizeof(*c->ring));
+	c->cp = calloc(depth, sizeof(*c->cp));
+	c->small = calloc(depth, sizeof(*c->small));
+	c->dsts = calloc(depth, sizeof(*c->dsts));
+	c->srcs = calloc(depth, sizeof(*c->srcs));
+	c->sizes = calloc(depth, sizeof(*c->sizes));
+	if (!c->ring || !c->cp || !c->small || !c->dsts || !c->srcs || !c->sizes) {
+		snprintf(err, errlen, "cudma: out of memory for %u requests", depth);
+		errno = ENOMEM;
+		goto fail;
+	}
+	if (o->stream != NULL) {
+		c->st = o->stream;
+	} else {
+		ce = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking);
+		if (ce != cudaSuccess) {
+			snprintf(err, errlen, "cudma: cannot create a stream: %s",
+				 cudaGetErrorString(ce));
+			errno = EIO;
+			goto fail;
+		}
+		c->own_stream = true;
+	}
+	for (unsigned i = 0; i < N_BATCH; i++) {
+		/* No timing: an event without it is cheaper to record and to query. */
+		ce = cudaEventCreateWithFlags(&c->b[i].ev, cudaEventDisableTiming);
+		if (ce != cudaSuccess) {
+			snprintf(err, errlen, "cudma: cannot create events: %s",
+				 cudaGetErrorString(ce));
+			errno = EIO;
+			for (unsigned j = 0; j < i; j++)
+				cudaEventDestroy(c->b[j].ev);
+			goto fail;
+		}
+	}
+	c->events_made = true;
+	return c;
+fail:
+	kvl_cudma_free(c);
+	return NULL;
+}
+
+void kvl_cudma_free(struct kvl_cudma_conn *c)
+{
+	if (c == NULL)
+		return;
+	if (c->st != NULL)
+		cudaStreamSynchronize(c->st); /* nothing may still write into freed memory */
+	if (c->events_made)
+		for (unsigned i = 0; i < N_BATCH; i++)
+			cudaEventDestroy(c->b[i].ev);
+	if (c->own_stream)
+		cudaStreamDestroy(c->st);
+	free(c->ring);
+	free(c->cp);
+	free(c->small);
+	free(c->dsts);
+	free(c->srcs);
+	free(c->sizes);
+	free(c);
+}
+
+int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			 uint32_t flags, char *err, size_t errlen)
+{
+	struct cudaPointerAttributes a;
+	cudaError_t ce;
+
+	if (id == 0 || base == NULL || len == 0 || c->n_remote == KVL_MAX_SEGS) {
+		snprintf(err, errlen, "cudma: remote segment %u: nothing to add, or table full",
+			 id);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < c->n_remote; i++)
+		if (c->remote[i].s.id == id) {
+			snprintf(err, errlen, "cudma: remote segment %u is there already", id);
+			return -EEXIST;
+		}
+	ce = cudaPointerGetAttributes(&a, base);
+	if (ce != cudaSuccess || a.type != cudaMemoryTypeHost) {
+		snprintf(err, errlen,
+			 "cudma: remote segment %u at %p is not page-locked host memory CUDA knows "
+			 "(cudaHostAlloc or cudaHostRegister it first)%s%s",
+			 id, base, ce != cudaSuccess ? ": " : "",
+			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+		cudaGetLastError();
+		return -EINVAL;
+	}
+	/* The gather kernel dereferences the host address itself: it must be the GPU's too. */
+	if (a.devicePointer != base) {
+		snprintf(err, errlen,
+			 "cudma: remote segment %u at %p is mapped at %p on the GPU; only memory "
+			 "with one address on both sides is supported",
+			 id, base, a.devicePointer);
+		return -ENOTSUP;
+	}
+	c->remote[c->n_remote++].s =
+		(struct kvl_seg){ .base = base, .len = len, .id = id, .flags = flags };
+	return 0;
+}
+
+int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
+			size_t errlen)
+{
+	struct cudaPointerAttributes a;
+	cudaError_t ce;
+
+	if (base == NULL || len == 0 || c->n_local == KVL_MAX_SEGS) {
+		snprintf(err, errlen, "cudma: local segment: nothing to add, or table full");
+		return -EINVAL;
+	}
+	ce = cudaPointerGetAttributes(&a, base);
+	if (ce != cudaSuccess || a.type != cudaMemoryTypeDevice || a.device != c->o.device) {
+		snprintf(err, errlen, "cudma: local segment %p is not memory of CUDA device %d%s%s",
+			 base, c->o.device, ce != cudaSuccess ? ": " : "",
+			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+		cudaGetLastError();
+		return -EINVAL;
+	}
+	c->local[c->n_local++] = (struct lseg){ (uintptr_t)base, len };
+	return 0;
+}
+
+static const struct kvl_seg *remote_lookup(const struct kvl_cudma_conn *c, uint32_t id)
+{
+	for (unsigned i = 0; i < c->n_remote; i++)
+		if (c->remote[i].s.id == id)
+			return &c->remote[i].s;
+	return NULL;
+}
+
+static bool local_ok(const struct kvl_cudma_conn *c, const void *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	for (unsigned i = 0; i < c->n_local; i++)
+		if (a >= c->local[i].base && a - c->local[i].base <= c->local[i].len &&
+		    len <= c->local[i].len - (a - c->local[i].base))
+			return true;
+	return false;
+}
+
+int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr)
+{
+	struct req *r;
+	const struct kvl_seg *s;
+	int st;
+
+	if (c->failed)
+		return -EPIPE;
+	if (c->tail - c->head == c->o.depth)
+		return -EAGAIN;
+	r = &c->ring[c->tail & c->mask];
+	*r = (struct req){ .wr_id = wr->wr_id, .len = wr->length, .op = wr->op };
+	s = remote_lookup(c, wr->remote_seg);
+	st = wr->op == KVL_OP_READ || wr->op == KVL_OP_WRITE
+		     ? kvl_seg_check(s, wr->remote_off, wr->length, wr->op)
+		     : KVL_ERR_ACCESS;
+	if (st == KVL_OK && !local_ok(c, wr->local, wr->length))
+		st = KVL_ERR_LOCAL;
+	r->status = st;
+	if (st != KVL_OK) {
+		r->len = 0; /* moves nothing, completes with its batch */
+		c->stats.refused++;
+	} else if (wr->op == KVL_OP_READ) {
+		r->src = (uint64_t)(uintptr_t)(s->base + wr->remote_off);
+		r->dst = (uint64_t)(uintptr_t)wr->local;
+	} else {
+		r->src = (uint64_t)(uintptr_t)wr->local;
+		r->dst = (uint64_t)(uintptr_t)(s->base + wr->remote_off);
+	}
+	c->tail++;
+	c->stats.posted++;
+	return 0;
+}
+
+/* Everything outstanding completes with @status (the stream is idle or dead by then). */
+static void complete_all(struct kvl_cudma_conn *c, int status)
+{
+	for (uint32_t i = c->done; i != c->tail; i++) {
+		struct req *r = &c->ring[i & c->mask];
+
+		if (r->status == KVL_OK)
+			r->status = status;
+	}
+	c->done = c->launched = c->tail;
+	c->bhead = c->btail;
+}
+
+static void broke(struct kvl_cudma_conn *c, cudaError_t ce, const char *what)
+{
+	note_cuda(c, ce, what);
+	cudaGetLastError();
+	c->failed = KVL_ERR_CONN_LOST;
+	complete_all(c, KVL_ERR_CONN_LOST);
+}
+
+/* Issue the copies of requests [launched, tail) and an event behind them. */
+static int flush(struct kvl_cudma_conn *c)
+{
+	unsigned n_cp = 0, n_small = 0;
+	cudaError_t ce = cudaSuccess;
+	struct batch *b;
+
+	if (c->launched == c->tail)
+		return 0;
+	if (c->btail - c->bhead == N_BATCH)
+		return 0; /* all batch slots busy: the next progress tries again */
+	for (uint32_t i = c->launched; i != c->tail; i++) {
+		const struct req *r = &c->ring[i & c->mask];
+		struct kvl_cudma_copy *p = n_cp ? &c->cp[n_cp - 1] : NULL;
+
+		if (r->status != KVL_OK || r->len == 0)
+			continue;
+		/* Contiguous on both sides: one longer copy instead of two. */
+		if (p != NULL && p->src + p->len == r->src && p->dst + p->len == r->dst &&
+		    p->len + r->len <= c->o.merge_max) {
+			p->len += r->len;
+			c->stats.merged++;
+			continue;
+		}
+		c->cp[n_cp++] =
+			(struct kvl_cudma_copy){ .dst = r->dst, .src = r->src, .len = r->len };
+	}
+	for (unsigned i = 0; i < n_cp && ce == cudaSuccess; i++) {
+		const struct kvl_cudma_copy *p = &c->cp[i];
+
+		if (p->len >= c->o.copy_min || c->o.small == KVL_CUDMA_EACH) {
+			ce = cudaMemcpyAsync((void *)(uintptr_t)p->dst,
+					     (const void *)(uintptr_t)p->src, p->len,
+					     cudaMemcpyDefault, c->st);
+			c->stats.engine_copies++;
+		} else {
+			c->small[n_small++] = *p;
+		}
+	}
+	if (ce != cudaSuccess) {
+		broke(c, ce, "cudaMemcpyAsync");
+		return -EIO;
+	}
+	c->stats.small_copies += n_small;
+	if (c->o.small == KVL_CUDMA_GATHER) {
+		for (unsigned i = 0; i < n_small && ce == cudaSuccess; i += KVL_CUDMA_GATHER_MAX) {
+			unsigned n = n_small - i < KVL_CUDMA_GATHER_MAX ? n_small - i
+									: KVL_CUDMA_GATHER_MAX;
+			unsigned ctas = c->o.gather_ctas;
+
+			ce = kvl_cudma_gather_launch(&c->small[i], n, ctas, c->st);
+			c->stats.launches++;
+		}
+	} else if (c->o.small == KVL_CUDMA_BATCH && n_small > 0) {
+		struct cudaMemcpyAttributes attr = {
+			.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
+			.flags = cudaMemcpyFlagPreferOverlapWithCompute,
+		};
+		size_t idx0 = 0;
+
+		for (unsigned i = 0; i < n_small; i++) {
+			c->dsts[i] = (void *)(uintptr_t)c->small[i].dst;
+			c->srcs[i] = (const void *)(uintptr_t)c->small[i].src;
+			c->sizes[i] = c->small[i].len;
+		}
+		ce = cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n_small, &attr, &idx0, 1,
+					  c->st);
+		c->stats.launches++;
+	}
+	if (ce != cudaSuccess) {
+		broke(c, ce,
+		      c->o.small == KVL_CUDMA_GATHER ? "gather kernel" : "cudaMemcpyBatchAsync");
+		return -EIO;
+	}
+	b = &c->b[c->btail % N_BATCH];
+	ce = cudaEventRecord(b->ev, c->st);
+	if (ce != cudaSuccess) {
+		broke(c, ce, "cudaEventRecord");
+		return -EIO;
+	}
+	b->end = c->tail;
+	c->btail++;
+	c->launched = c->tail;
+	c->stats.batches++;
+	return 1;
+}
+
+unsigned kvl_cudma_progress(struct kvl_cudma_conn *c)
+{
+	unsigned work = 0;
+
+	if (c->failed)
+		return 0;
+	if (flush(c) > 0)
+		work++;
+	while (c->bhead != c->btail) {
+		struct batch *b = &c->b[c->bhead % N_BATCH];
+		cudaError_t ce = cudaEventQuery(b->ev);
+
+		if (ce == cudaErrorNotReady)
+			break;
+		if (ce != cudaSuccess) {
+			broke(c, ce, "batch");
+			return work + 1;
+		}
+		c->done = b->end;
+		c->bhead++;
+		work++;
+	}
+	return work;
+}
+
+unsigned kvl_cudma_reap(struct kvl_cudma_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	unsigned n = 0;
+
+	while (n < max && c->head != c->done) {
+		const struct req *r = &c->ring[c->head & c->mask];
+
+		wc[n].wr_id = r->wr_id;
+		wc[n].status = r->status;
+		wc[n].bytes = r->status == KVL_OK ? r->len : 0;
+		if (r->status == KVL_OK) {
+			if (r->op == KVL_OP_READ)
+				c->stats.bytes_read += r->len;
+			else
+				c->stats.bytes_written += r->len;
+		} else {
+			c->stats.failed++;
+		}
+		c->stats.completed++;
+		c->head++;
+		n++;
+	}
+	return n;
+}
+
+unsigned kvl_cudma_outstanding(const struct kvl_cudma_conn *c)
+{
+	return c->tail - c->head;
+}
+
+void kvl_cudma_fail_all(struct kvl_cudma_conn *c, int status)
+{
+	/* Copies already on the stream cannot be called back: let them land, then fail the
+	 * requests that have not been reaped as successes. */
+	cudaStreamSynchronize(c->st);
+	cudaGetLastError();
+	if (!c->failed)
+		c->failed = status;
+	complete_all(c, status);
+}
+
+cudaStream_t kvl_cudma_stream(const struct kvl_cudma_conn *c)
+{
+	return c->st;
+}
+
+const struct kvl_cudma_stats *kvl_cudma_stats(const struct kvl_cudma_conn *c)
+{
+	return &c->stats;
+}
+
+/* ---- struct kvl_xport_ops ---- */
+
+static int op_post(void *c, const struct kvl_wr *wr)
+{
+	return kvl_cudma_post(c, wr);
+}
+
+static unsigned op_progress(void *c)
+{
+	return kvl_cudma_progress(c);
+}
+
+static unsigned op_reap(void *c, struct kvl_wc *wc, unsigned max)
+{
+	return kvl_cudma_reap(c, wc, max);
+}
+
+static void op_fail_all(void *c, int status)
+{
+	kvl_cudma_fail_all(c, status);
+}
+
+static int op_broken(const void *c)
+{
+	return ((const struct kvl_cudma_conn *)c)->failed;
+}
+
+static unsigned op_outstanding(const void *c)
+{
+	return kvl_cudma_outstanding(c);
+}
+
+static void op_stats(const void *cv, struct kvl_tcp_stats *out)
+{
+	const struct kvl_cudma_conn *c = cv;
+	const struct kvl_cudma_stats *s = &c->stats;
+
+	memset(out, 0, sizeof(*out));
+	out->bytes_read = s->bytes_read;
+	out->bytes_written = s->bytes_written;
+	out->qp_posted = s->posted;
+	out->qp_posts = s->batches;
+	out->qp_outstanding = kvl_cudma_outstanding(c);
+}
+
+static void op_free(void *c)
+{
+	kvl_cudma_free(c);
+}
+
+const struct kvl_xport_ops kvl_xport_cudma = {
+	.name = "cudma",
+	.post = op_post,
+	.progress = op_progress,
+	.reap = op_reap,
+	.fail_all = op_fail_all,
+	.broken = op_broken,
+	.outstanding = op_outstanding,
+	.stats = op_stats,
+	.free = op_free,
+};

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Local DMA transport: pinned host memory (the remote tier) <-> GPU staging, one CUDA stream. */
+#ifndef KVL_LCORES_XPORT_CUDMA_H
+#define KVL_LCORES_XPORT_CUDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "xfer.h"
+
+#ifdef __cplusplus
+extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
+#endif
+
+/*
+ * For hosts without an RDMA NIC, and to measure the GPU side of the pipeline on its own: the
+ * "remote" segments are pinned host memory in this process, the local ranges GPU memory, and
+ * the copy engine (or one gather kernel) moves the bytes. It offers the same post / progress /
+ * reap contract as the RDMA transports (kvl_xport_cudma below), so the lcore drives it the
+ * same way; it is not chosen by the runtime's transport selection (yet).
+ *
+ * A flush (kvl_cudma_progress) turns the requests posted since the last one into one batch:
+ * requests contiguous on both sides merge into one copy (up to merge_max); a copy of at least
+ * copy_min bytes goes to the copy engine alone (cudaMemcpyAsync: it runs at the link's rate);
+ * the smaller ones, which would each pay the copy engine's per-copy cost (~2.5-4 us on H200,
+ * 64 KiB copies at a third of the link), go together as one launch of `small` below. A batch
+ * completes as a whole (an event after it); its requests complete in posting order.
+ */
+enum kvl_cudma_small {
+	KVL_CUDMA_GATHER = 0, /* one gather kernel per batch (SMs read/write across PCIe) */
+	KVL_CUDMA_BATCH = 1,  /* cudaMemcpyBatchAsync: the copy engine, one call per batch */
+	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
+};
+
+struct kvl_cudma_opts {
+	int device;	    /* CUDA device of the local segments */
+	unsigned depth;	    /* requests posted and not reaped, at most (0: 8192) */
+	uint64_t merge_max; /* longest merged copy (0: 64 MiB) */
+	uint64_t copy_min;  /* a copy this long or longer goes alone (0: 1 MiB) */
+	enum kvl_cudma_small small;
+	unsigned gather_ctas; /* thread blocks of the gather kernel (0: 2 per SM) */
+	cudaStream_t stream;  /* NULL: the transport creates its own (non-blocking) */
+};
+
+struct kvl_cudma_stats {
+	uint64_t posted, completed, refused, failed;
+	uint64_t bytes_read, bytes_written;
+	uint64_t batches;	/* flushes that launched something */
+	uint64_t merged;	/* requests that extended the copy before them */
+	uint64_t engine_copies; /* cudaMemcpyAsync calls */
+	uint64_t small_copies;	/* copies gathered into a kernel or a batch call */
+	uint64_t launches;	/* gather kernels or cudaMemcpyBatchAsync calls */
+	uint64_t cuda_errors;
+	char last_cuda_error[96];
+};
+
+struct kvl_cudma_conn;
+
+struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, size_t errlen);
+void kvl_cudma_free(struct kvl_cudma_conn *c);
+
+/* A remote-tier segment: page-locked host memory CUDA knows (cudaHostAlloc or
+ * cudaHostRegister, mapped), addressed by peers as @id with @flags (enum kvl_seg_flags). */
+int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			 uint32_t flags, char *err, size_t errlen);
+/* A local segment: GPU memory on the transport's device (cudaMalloc). */
+int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
+			size_t errlen);
+
+/* Check and queue one request: 0, -EAGAIN when depth requests are outstanding, -EPIPE after
+ * kvl_cudma_fail_all. A request that fails its checks (KVL_ERR_LOCAL, NO_SEGMENT, ACCESS,
+ * BOUNDS) is taken and completes with that status, moving nothing. */
+int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr);
+/* Launch what was queued as one batch, then collect finished batches. Returns work done. */
+unsigned kvl_cudma_progress(struct kvl_cudma_conn *c);
+unsigned kvl_cudma_reap(struct kvl_cudma_conn *c, struct kvl_wc *wc, unsigned max);
+unsigned kvl_cudma_outstanding(const struct kvl_cudma_conn *c);
+/* Wait for the stream, then complete everything outstanding with @status; later posts fail. */
+void kvl_cudma_fail_all(struct kvl_cudma_conn *c, int status);
+cudaStream_t kvl_cudma_stream(const struct kvl_cudma_conn *c);
+const struct kvl_cudma_stats *kvl_cudma_stats(const struct kvl_cudma_conn *c);
+
+extern const struct kvl_xport_ops kvl_xport_cudma;
+
+/* ---- the gather kernel (xport_cudma_gather.cu) ---- */
+
+#define KVL_CUDMA_GATHER_MAX 1024 /* copies per launch: they travel as kernel parameters */
+
+struct kvl_cudma_copy {
+	uint64_t dst, src; /* device-visible addresses */
+	uint64_t len;
+};
+
+/* One launch copying @n (<= KVL_CUDMA_GATHER_MAX) ranges on @st with @ctas thread blocks. */
+cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n, unsigned ctas,
+				    cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVL_LCORES_XPORT_CUDMA_H */

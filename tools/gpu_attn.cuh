@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Paged decode attention (bf16, GQA 32q/8kv, head dim 128, 16-token blocks) on tensor cores. */
+#ifndef KVL_TOOLS_GPU_ATTN_CUH
+#define KVL_TOOLS_GPU_ATTN_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+/*
+ * KV cache layout, one 64 KiB block per 16 tokens of one layer, all KV heads:
+ *   [K|V][kv_head 0..7][token 0..15][dim 0..127] bf16  (FlashInfer's paged "HND" with K and V
+ * side by side). A sequence is a list of block addresses (the block table holds pointers, so a
+ * block may live in the resident pool or in a prefetch staging slot).
+ *
+ * Decode reads every byte of K and V once and does 4 FLOP per byte-pair: it is bound by HBM,
+ * so the kernel's job is to keep enough bytes in flight and spend few instructions per byte:
+ * one warp takes a whole block, S = Q K^T and O += P V run on mma.sync (the 4 query heads
+ * of a KV head padded to 16 rows: the tensor cores have the slack), blocks stream through a
+ * per-warp cp.async ring in shared memory.
+ */
+#define ATT_HD	   128
+#define ATT_BS	   16
+#define ATT_QH	   32
+#define ATT_KVH	   8
+#define ATT_GROUP  (ATT_QH / ATT_KVH)
+#define ATT_BLOCK  (2u * ATT_KVH * ATT_BS * ATT_HD * 2u) /* 65536 bytes */
+#define ATT_WARPS  4
+#define ATT_STAGES 4
+#define ATT_ROW	   (ATT_HD + 8) /* smem row in bf16: +16 B so ldmatrix rows hit distinct banks */
+#define ATT_STAGE_ELEMS (2 * ATT_BS * ATT_ROW)
+#define ATT_SMEM   (ATT_WARPS * ATT_STAGES * ATT_STAGE_ELEMS * 2)
+
+struct att_args {
+	const __nv_bfloat16 *q;	   /* [B][32][128] */
+	const uint64_t *table;	   /* [B][nblk]: device address of each block */
+	int nblk;		   /* blocks per sequence (all full) */
+	int splits;		   /* CTAs per (sequence, kv head) */
+	float *part_o;		   /* [B][32][splits][128], unnormalised */
+	float *part_ml;		   /* [B][32][splits][2]: running max (log2 units) and sum */
+	__nv_bfloat16 *out;	   /* [B][32][128] */
+	float scale_log2;	   /* softmax scale * log2(e) */
+};
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void cp16(void *dst, const void *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+
+static __device__ __forceinline__ void ldm_x4(uint32_t *r, const void *p)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(smem_u32(p)));
+}
+
+static __device__ __forceinline__ void ldm_x4_t(uint32_t *r, const void *p)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(smem_u32(p)));
+}
+
+/* D = A(16x16 bf16) * B(16x8 bf16) + D, fp32 accumulators. */
+static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0,
+						uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+
+	return *(uint32_t *)&v;
+}
+
+/* One warp's block: K and V of its KV head, 16 rows each, padded rows. */
+static __device__ __forceinline__ void load_block(__nv_bfloat16 *st, const uint8_t *blk, int kvh,
+						  int lane)
+{
+	const uint8_t *k = blk + (size_t)kvh * ATT_BS * ATT_HD * 2;
+	const uint8_t *v = blk + (size_t)(ATT_KVH + kvh) * ATT_BS * ATT_HD * 2;
+
+	/* 2 x 4 KiB = 512 chunks of 16 B, 16 per lane; consecutive lanes, consecutive chunks */
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		int c = i * 32 + lane; /* chunk in the 4 KiB: row c / 16, column (c % 16) * 8 */
+		int row = c >> 4, col = (c & 15) * 8;
+
+		cp16(st + row * ATT_ROW + col, k + c * 16);
+		cp16(st + (ATT_BS + row) * ATT_ROW + col, v + c * 16);
+	}
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const struct att_args a)
+{
+	extern __shared__ __align__(16) __nv_bfloat16 sm[];
+	const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int per = (a.nblk + a.splits - 1) / a.splits;
+	const int b0 = split * per, b1 = min(a.nblk, b0 + per);
+	__nv_bfloat16 *ring = sm + warp * ATT_STAGES * ATT_STAGE_ELEMS;
+	const uint64_t *tab = a.table + (size_t)b * a.nblk;
+	uint32_t qf[8][4];
+	float o[16][4];
+	float m = -INFINITY, l = 0.f;
+	int n = 0; /* blocks of this warp: b0 + warp, b0 + warp + 4, ... */
+
+	/* Q as the A operand: rows g < 4 are the group's query heads, the rest zero. */
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		const __nv_bfloat16 *q = a.q + ((size_t)b * ATT_QH + kvh * ATT_GROUP + g) * ATT_HD;
+
+		qf[kk][0] = g < ATT_GROUP ? *(const uint32_t *)(q + kk * 16 + 2 * c) : 0u;
+		qf[kk][1] = 0u;
+		qf[kk][2] = g < ATT_GROUP ? *(const uint32_t *)(q + kk * 16 + 2 * c + 8) : 0u;
+		qf[kk][3] = 0u;
+	}
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+	for (int i = b0 + warp; i < b1; i += ATT_WARPS)
+		n++;
+	/* prologue: STAGES - 1 blocks in flight */
+#pragma unroll
+	for (int s = 0; s < ATT_STAGES - 1; s++) {
+		if (s < n)
+			load_block(ring + s * ATT_STAGE_ELEMS,
+				   (const uint8_t *)tab[b0 + warp + s * ATT_WARPS], kvh, lane);
+		asm volatile("cp.async.commit_group;\n");
+	}
+	for (int it = 0; it < n; it++) {
+		const __nv_bfloat16 *st = ring + (it % ATT_STAGES) * ATT_STAGE_ELEMS;
+		float s[2][4];
+
+		{
+			int nx = it + ATT_STAGES - 1;
+
+			if (nx < n)
+				load_block(ring + (nx % ATT_STAGES) * ATT_STAGE_ELEMS,
+					   (const uint8_t *)tab[b0 + warp + nx * ATT_WARPS], kvh,
+					   lane);
+			asm volatile("cp.async.commit_group;\n");
+			asm volatile("cp.async.wait_group %0;\n" ::"n"(ATT_STAGES - 1));
+			__syncwarp();
+		}
+		/* S = Q K^T: 2 token tiles x 8 dim steps. ldmatrix.x4 on K rows [8j..8j+7],
+		 * columns [32p, 32p + 32): b0/b1 of dim steps 2p and 2p + 1. */
+#pragma unroll
+		for (int j = 0; j < 2; j++) {
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+			for (int p = 0; p < 4; p++) {
+				uint32_t r[4];
+				const __nv_bfloat16 *addr =
+					st + (8 * j + (lane & 7)) * ATT_ROW + 32 * p + 8 * (lane >> 3);
+
+				ldm_x4(r, addr);
+				mma16816(s[j], qf[2 * p], r[0], r[1]);
+				mma16816(s[j], qf[2 * p + 1], r[2], r[3]);
+			}
+		}
+		/* Online softmax on row g (this lane holds tokens 2c, 2c+1 and 8+2c, 9+2c). */
+		{
+			float x0 = s[0][0] * a.scale_log2, x1 = s[0][1] * a.scale_log2;
+			float x2 = s[1][0] * a.scale_log2, x3 = s[1][1] * a.scale_log2;
+			float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+			float mn, corr, p0, p1, p2, p3;
+			uint32_t pa[4];
+
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			mn = fmaxf(m, mx);
+			corr = exp2f(m - mn);
+			p0 = exp2f(x0 - mn);
+			p1 = exp2f(x1 - mn);
+			p2 = exp2f(x2 - mn);
+			p3 = exp2f(x3 - mn);
+			l = l * corr + (p0 + p1 + p2 + p3); /* this lane's share; quad-summed at end */
+			m = mn;
+			/* P as the A operand of P V: the S accumulator layout is A's layout. */
+			pa[0] = pack_bf16(p0, p1);
+			pa[1] = 0u;
+			pa[2] = pack_bf16(p2, p3);
+			pa[3] = 0u;
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				o[j][0] *= corr;
+				o[j][1] *= corr;
+			}
+			/* O += P V: 16 dim tiles; ldmatrix.x4.trans on V rows [0,16) gives the B
+			 * operands of two dim tiles (columns [16t, 16t + 16)). */
+#pragma unroll
+			for (int t = 0; t < 8; t++) {
+				uint32_t r[4];
+				const __nv_bfloat16 *addr = st + (ATT_BS + (lane & 15)) * ATT_ROW +
+							    16 * t + 8 * (lane >> 4);
+
+				ldm_x4_t(r, addr);
+				mma16816(o[2 * t], pa, r[0], r[1]);
+				mma16816(o[2 * t + 1], pa, r[2], r[3]);
+			}
+		}
+		__syncwarp();
+	}
+	asm volatile("cp.async.wait_group 0;\n");
+	l += __shfl_xor_sync(0xffffffffu, l, 1);
+	l += __shfl_xor_sync(0xffffffffu, l, 2);
+	__syncthreads();
+	/* Combine the 4 warps through shared memory: per warp m[4], l[4], O[4][128]. */
+	{
+		float *cm = (float *)sm;		     /* [warps][4] */
+		float *cl = cm + ATT_WARPS * 4;		     /* [warps][4] */
+		float *co = cl + ATT_WARPS * 4;		     /* [warps][4][128] */
+
+		if (g < ATT_GROUP) {
+			if (c == 0) {
+				cm[warp * 4 + g] = n > 0 ? m : -INFINITY;
+				cl[warp * 4 + g] = n > 0 ? l : 0.f;
+			}
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				co[(warp * 4 + g) * ATT_HD + 8 * j + 2 * c] = o[j][0];
+				co[(warp * 4 + g) * ATT_HD + 8 * j + 2 * c + 1] = o[j][1];
+			}
+		}
+		__syncthreads();
+		for (int e = threadIdx.x; e < ATT_GROUP * ATT_HD; e += ATT_WARPS * 32) {
+			int h = e / ATT_HD, d = e % ATT_HD;
+			float M = -INFINITY, L = 0.f, O = 0.f;
+
+			for (int w = 0; w < ATT_WARPS; w++)
+				M = fmaxf(M, cm[w * 4 + h]);
+			for (int w = 0; w < ATT_WARPS; w++) {
+				float f = cm[w * 4 + h] == -INFINITY ? 0.f : exp2f(cm[w * 4 + h] - M);
+
+				L += cl[w * 4 + h] * f;
+				O += co[(w * 4 + h) * ATT_HD + d] * f;
+			}
+			{
+				size_t qh = (size_t)b * ATT_QH + kvh * ATT_GROUP + h;
+
+				a.part_o[(qh * a.splits + split) * ATT_HD + d] = O;
+				if (d == 0) {
+					a.part_ml[(qh * a.splits + split) * 2] = M;
+					a.part_ml[(qh * a.splits + split) * 2 + 1] = L;
+				}
+			}
+		}
+	}
+}
+
+/* One block per (sequence, query head): merge the splits, normalise, write bf16. */
+__global__ void att_reduce_kernel(const struct att_args a)
+{
+	const size_t qh = blockIdx.x;
+	const int d = threadIdx.x;
+	float M = -INFINITY, L = 0.f, O = 0.f;
+
+	for (int s = 0; s < a.splits; s++)
+		M = fmaxf(M, a.part_ml[(qh * a.splits + s) * 2]);
+	for (int s = 0; s < a.splits; s++) {
+		float ms = a.part_ml[(qh * a.splits + s) * 2];
+		float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
+
+		L += a.part_ml[(qh * a.splits + s) * 2 + 1] * f;
+		O += a.part_o[(qh * a.splits + s) * ATT_HD + d] * f;
+	}
+	a.out[qh * ATT_HD + d] = __float2bfloat16(O / L);
+}
+
+#endif /* KVL_TOOLS_GPU_ATTN_CUH */
