@@ -258,6 +258,8 @@ int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr)
 	st = wr->op == KVL_OP_READ || wr->op == KVL_OP_WRITE
 		     ? kvl_seg_check(s, wr->remote_off, wr->length, wr->op)
 		     : KVL_ERR_ACCESS;
+	if (st == KVL_OK && (wr->n_sge > 1 || (wr->flags & KVL_WR_NOTIFY)))
+		st = KVL_ERR_TOO_LARGE; /* one local range per request; no peer to notify */
 	if (st == KVL_OK && !local_ok(c, wr->local, wr->length))
 		st = KVL_ERR_LOCAL;
 	r->status = st;

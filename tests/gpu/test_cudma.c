@@ -241,7 +241,12 @@ static void one_mode(enum kvl_cudma_small mode, uint8_t *host, uint8_t *back, ui
 
 	/* A full queue says so; fail_all fails what is left and refuses more. */
 	{
-		struct kvl_wr w = { 1, gpu, 0, 4096, SEG_RO, KVL_OP_READ };
+		struct kvl_wr w = { .wr_id = 1,
+				    .local = gpu,
+				    .remote_off = 0,
+				    .length = 4096,
+				    .remote_seg = SEG_RO,
+				    .op = KVL_OP_READ };
 		struct kvl_wc wc[256];
 		unsigned k = 0, got;
 
