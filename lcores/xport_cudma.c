@@ -104,9 +104,9 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 	}
 	/*
 	 * 8 blocks of 4 warps, 8 loads of 16 bytes in flight per thread: 128 KiB in flight. On
-	 * the H200 (docs/gpu-bench.md, 2026-11-30) alone this moves as fast as 264 blocks (the
+	 * the H200 (docs/gpu-bench.md, run 2026-11-29b) alone this moves as fast as 264 blocks (the
 	 * SMs' PCIe reads top out near 49.5 GB/s at 64 KiB whatever the grid), and beside the
-	 * attention it slows it least of what was tried: +5% against +41-48% at 32-264 blocks.
+	 * attention it slows it least of what was tried: +5% against +41-51% at 32-264 blocks.
 	 * What costs the attention is the bytes in flight, not the blocks: long PCIe reads held
 	 * in the memory system delay the HBM loads beside them.
 	 */
