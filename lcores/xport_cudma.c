@@ -37,6 +37,10 @@ struct kvl_cudma_conn {
 	struct kvl_cudma_opts o;
 	cudaStream_t st;
 	bool own_stream;
+	/* ce_share: the copy engine's part of a batch runs on st2, forked from and joined back
+	 * into st, so the batch's event still covers it. */
+	cudaStream_t st2;
+	cudaEvent_t ev_fork, ev_join;
 	/* Requests by sequence number (mod depth): reaped < done <= launched <= tail. */
 	struct req *ring;
 	uint32_t mask;
@@ -98,8 +102,30 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		errno = ENODEV;
 		goto fail;
 	}
+	/*
+	 * 8 blocks of 4 warps, 8 loads of 16 bytes in flight per thread: 128 KiB in flight. On
+	 * the H200 (docs/gpu-bench.md, run 2026-11-29b) alone this moves as fast as 264 blocks (the
+	 * SMs' PCIe reads top out near 49.5 GB/s at 64 KiB whatever the grid), and beside the
+	 * attention it slows it least of what was tried: +5% against +41-51% at 32-264 blocks.
+	 * What costs the attention is the bytes in flight, not the blocks: long PCIe reads held
+	 * in the memory system delay the HBM loads beside them.
+	 */
 	if (c->o.gather_ctas == 0)
-		c->o.gather_ctas = 2u * (unsigned)prop.multiProcessorCount;
+		c->o.gather_ctas = 8;
+	if (c->o.gather_depth == 0)
+		c->o.gather_depth = 8;
+	if (c->o.gather_depth != 4 && c->o.gather_depth != 8 && c->o.gather_depth != 16) {
+		snprintf(err, errlen, "cudma: gather_depth %u is not 4, 8 or 16",
+			 c->o.gather_depth);
+		errno = EINVAL;
+		goto fail;
+	}
+	if (c->o.ce_share > 100) {
+		snprintf(err, errlen, "cudma: ce_share %u is over 100 percent", c->o.ce_share);
+		errno = EINVAL;
+		goto fail;
+	}
+	(void)prop;
 	c->ring = calloc(depth, sizeof(*c->ring));
 	c->cp = calloc(depth, sizeof(*c->cp));
 	c->small = calloc(depth, sizeof(*c->small));
@@ -136,6 +162,19 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		}
 	}
 	c->events_made = true;
+	if (c->o.ce_share > 0 && c->o.small == KVL_CUDMA_GATHER) {
+		ce = cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking);
+		if (ce == cudaSuccess)
+			ce = cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming);
+		if (ce == cudaSuccess)
+			ce = cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming);
+		if (ce != cudaSuccess) {
+			snprintf(err, errlen, "cudma: cannot create the copy engine's stream: %s",
+				 cudaGetErrorString(ce));
+			errno = EIO;
+			goto fail;
+		}
+	}
 	return c;
 fail:
 	kvl_cudma_free(c);
@@ -151,6 +190,14 @@ void kvl_cudma_free(struct kvl_cudma_conn *c)
 	if (c->events_made)
 		for (unsigned i = 0; i < N_BATCH; i++)
 			cudaEventDestroy(c->b[i].ev);
+	if (c->st2 != NULL) {
+		cudaStreamSynchronize(c->st2);
+		cudaStreamDestroy(c->st2);
+	}
+	if (c->ev_fork != NULL)
+		cudaEventDestroy(c->ev_fork);
+	if (c->ev_join != NULL)
+		cudaEventDestroy(c->ev_join);
 	if (c->own_stream)
 		cudaStreamDestroy(c->st);
 	free(c->ring);
@@ -299,6 +346,39 @@ static void broke(struct kvl_cudma_conn *c, cudaError_t ce, const char *what)
 	complete_all(c, KVL_ERR_CONN_LOST);
 }
 
+/* @n small copies as one cudaMemcpyBatchAsync on @st: the copy engine, one driver call. */
+static cudaError_t batch_copy(struct kvl_cudma_conn *c, const struct kvl_cudma_copy *cp, unsigned n,
+			      cudaStream_t st)
+{
+	struct cudaMemcpyAttributes attr = {
+		.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
+		.flags = cudaMemcpyFlagPreferOverlapWithCompute,
+	};
+	size_t idx0 = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		c->dsts[i] = (void *)(uintptr_t)cp[i].dst;
+		c->srcs[i] = (const void *)(uintptr_t)cp[i].src;
+		c->sizes[i] = cp[i].len;
+	}
+	c->stats.launches++;
+	return cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n, &attr, &idx0, 1, st);
+}
+
+/* How many of the first small copies make up ce_share percent of the batch's bytes. */
+static unsigned ce_part(const struct kvl_cudma_conn *c, unsigned n_small)
+{
+	uint64_t total = 0, want, got = 0;
+	unsigned i;
+
+	for (i = 0; i < n_small; i++)
+		total += c->small[i].len;
+	want = total * c->o.ce_share / 100;
+	for (i = 0; i < n_small && got < want; i++)
+		got += c->small[i].len;
+	return i;
+}
+
 /* Issue the copies of requests [launched, tail) and an event behind them. */
 static int flush(struct kvl_cudma_conn *c)
 {
@@ -344,29 +424,36 @@ static int flush(struct kvl_cudma_conn *c)
 	}
 	c->stats.small_copies += n_small;
 	if (c->o.small == KVL_CUDMA_GATHER) {
-		for (unsigned i = 0; i < n_small && ce == cudaSuccess; i += KVL_CUDMA_GATHER_MAX) {
+		unsigned n_ce = c->st2 != NULL ? ce_part(c, n_small) : 0;
+		unsigned i;
+
+		/* The copy engine's part first, so that it runs while the kernel starts. */
+		if (n_ce > 0) {
+			ce = cudaEventRecord(c->ev_fork, c->st);
+			if (ce == cudaSuccess)
+				ce = cudaStreamWaitEvent(c->st2, c->ev_fork, 0);
+			if (ce == cudaSuccess)
+				ce = batch_copy(c, c->small, n_ce, c->st2);
+			if (ce == cudaSuccess)
+				ce = cudaEventRecord(c->ev_join, c->st2);
+			if (ce != cudaSuccess) {
+				broke(c, ce, "copy engine beside the gather kernel");
+				return -EIO;
+			}
+			c->stats.ce_shared += n_ce;
+		}
+		for (i = n_ce; i < n_small && ce == cudaSuccess; i += KVL_CUDMA_GATHER_MAX) {
 			unsigned n = n_small - i < KVL_CUDMA_GATHER_MAX ? n_small - i
 									: KVL_CUDMA_GATHER_MAX;
-			unsigned ctas = c->o.gather_ctas;
 
-			ce = kvl_cudma_gather_launch(&c->small[i], n, ctas, c->st);
+			ce = kvl_cudma_gather_launch(&c->small[i], n, c->o.gather_ctas,
+						     c->o.gather_depth, c->st);
 			c->stats.launches++;
 		}
+		if (ce == cudaSuccess && n_ce > 0)
+			ce = cudaStreamWaitEvent(c->st, c->ev_join, 0);
 	} else if (c->o.small == KVL_CUDMA_BATCH && n_small > 0) {
-		struct cudaMemcpyAttributes attr = {
-			.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
-			.flags = cudaMemcpyFlagPreferOverlapWithCompute,
-		};
-		size_t idx0 = 0;
-
-		for (unsigned i = 0; i < n_small; i++) {
-			c->dsts[i] = (void *)(uintptr_t)c->small[i].dst;
-			c->srcs[i] = (const void *)(uintptr_t)c->small[i].src;
-			c->sizes[i] = c->small[i].len;
-		}
-		ce = cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n_small, &attr, &idx0, 1,
-					  c->st);
-		c->stats.launches++;
+		ce = batch_copy(c, c->small, n_small, c->st);
 	}
 	if (ce != cudaSuccess) {
 		broke(c, ce,
@@ -446,6 +533,8 @@ void kvl_cudma_fail_all(struct kvl_cudma_conn *c, int status)
 	/* Copies already on the stream cannot be called back: let them land, then fail the
 	 * requests that have not been reaped as successes. */
 	cudaStreamSynchronize(c->st);
+	if (c->st2 != NULL)
+		cudaStreamSynchronize(c->st2); /* a batch that broke between fork and join */
 	cudaGetLastError();
 	if (!c->failed)
 		c->failed = status;

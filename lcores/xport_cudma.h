@@ -40,8 +40,13 @@ struct kvl_cudma_opts {
 	uint64_t merge_max; /* longest merged copy (0: 64 MiB) */
 	uint64_t copy_min;  /* a copy this long or longer goes alone (0: 1 MiB) */
 	enum kvl_cudma_small small;
-	unsigned gather_ctas; /* thread blocks of the gather kernel (0: 2 per SM) */
-	cudaStream_t stream;  /* NULL: the transport creates its own (non-blocking) */
+	unsigned gather_ctas;  /* thread blocks of the gather kernel (0: 8: see xport_cudma.c) */
+	unsigned gather_depth; /* 16-byte loads in flight per gather thread: 4, 8, 16 (0: 8) */
+	/* Percent of a batch's small-copy bytes (GATHER only) given to the copy engine as one
+	 * cudaMemcpyBatchAsync on a second stream, beside the gather kernel: the two share the
+	 * link (0: none). */
+	unsigned ce_share;
+	cudaStream_t stream; /* NULL: the transport creates its own (non-blocking) */
 };
 
 struct kvl_cudma_stats {
@@ -52,6 +57,7 @@ struct kvl_cudma_stats {
 	uint64_t engine_copies; /* cudaMemcpyAsync calls */
 	uint64_t small_copies;	/* copies gathered into a kernel or a batch call */
 	uint64_t launches;	/* gather kernels or cudaMemcpyBatchAsync calls */
+	uint64_t ce_shared;	/* small copies given to the copy engine beside a gather */
 	uint64_t cuda_errors;
 	char last_cuda_error[96];
 };
@@ -93,9 +99,10 @@ struct kvl_cudma_copy {
 	uint64_t len;
 };
 
-/* One launch copying @n (<= KVL_CUDMA_GATHER_MAX) ranges on @st with @ctas thread blocks. */
+/* One launch copying @n (<= KVL_CUDMA_GATHER_MAX) ranges on @st with @ctas thread blocks of
+ * 128 threads, each thread with @depth (4, 8 or 16) 16-byte loads in flight. */
 cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n, unsigned ctas,
-				    cudaStream_t st);
+				    unsigned depth, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -316,7 +316,8 @@ struct world {
 	__nv_bfloat16 *out_res, *out_pipe; /* [L] outputs */
 	struct kvl_gpusig *sig;
 	uint32_t epoch;
-	cudaStream_t cst;	       /* the engine's compute stream */
+	cudaStream_t cst;	       /* the engine's compute stream (one of the two below) */
+	cudaStream_t cst_lo, cst_hi;   /* default priority; the device's greatest priority */
 	size_t tab_elems;
 };
 
@@ -377,7 +378,12 @@ static void world_init(struct world *w, const struct scen *s, int wmax)
 	w->slot_bytes = (size_t)s->B * s->R * ATT_BLOCK;
 	w->wmax = wmax;
 	w->tab_elems = tab_elems(s);
-	CK(cudaStreamCreateWithFlags(&w->cst, cudaStreamNonBlocking));
+	int lo, hi;
+
+	CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+	CK(cudaStreamCreateWithFlags(&w->cst_lo, cudaStreamNonBlocking));
+	CK(cudaStreamCreateWithPriority(&w->cst_hi, cudaStreamNonBlocking, hi));
+	w->cst = w->cst_lo;
 	CK(cudaHostAlloc(&w->host, s->L * w->slot_bytes, cudaHostAllocMapped));
 	CK(cudaMalloc(&w->res_pool, res_per_layer * s->L + 1));
 	CK(cudaMalloc(&w->res_remote, w->slot_bytes * s->L));
@@ -558,7 +564,7 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 			bool full = false;
 
 			while (g_unit < un->n) {
-				struct kvl_wr wr;
+				struct kvl_wr wr = {}; /* n_sge 0, no flags: one local range */
 
 				wr.wr_id = (uint64_t)g << 32 | g_unit;
 				wr.local = w->slot[slot_of[g]] + g_unit * un->size;
@@ -680,7 +686,7 @@ static double transfer_only(struct world *w, const struct units *un, struct kvl_
 		while (done < total) {
 			while (posted < total) {
 				size_t l = posted / un->n, u = posted % un->n;
-				struct kvl_wr wr;
+				struct kvl_wr wr = {}; /* n_sge 0, no flags: one local range */
 
 				wr.wr_id = posted;
 				wr.local = w->slot[l % w->slot.size()] + u * un->size;
@@ -707,7 +713,15 @@ static double transfer_only(struct world *w, const struct units *un, struct kvl_
 	return pct(t, 0.5);
 }
 
-static struct kvl_cudma_conn *new_conn(struct world *w, enum kvl_cudma_small how, unsigned ctas)
+/* A transport configuration as the command line names it: see parse_cfg. */
+struct cfg {
+	char name[32];
+	enum kvl_cudma_small how;
+	unsigned ctas, depth, ce_share;
+	bool prio; /* the engine's compute stream at the device's greatest priority */
+};
+
+static struct kvl_cudma_conn *new_conn(struct world *w, const struct cfg *f)
 {
 	char err[256];
 	struct kvl_cudma_opts o = {};
@@ -715,8 +729,10 @@ static struct kvl_cudma_conn *new_conn(struct world *w, enum kvl_cudma_small how
 
 	o.device = 0;
 	o.depth = 8192;
-	o.small = how;
-	o.gather_ctas = ctas;
+	o.small = f->how;
+	o.gather_ctas = f->ctas;
+	o.gather_depth = f->depth;
+	o.ce_share = f->ce_share;
 	c = kvl_cudma_new(&o, err, sizeof(err));
 	if (c == NULL)
 		DIE("%s", err);
@@ -752,7 +768,8 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
 	void *hog1 = NULL;
 	int W;
 
-	struct kvl_cudma_conn *c = new_conn(w, KVL_CUDMA_GATHER, 0);
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+	struct kvl_cudma_conn *c = new_conn(w, &dflt);
 	set_slots(w, 0, c);
 	CK(cudaDeviceSynchronize());
 	CK(cudaMemGetInfo(&fr, &tot));
@@ -790,10 +807,230 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
 	kvl_cudma_free(c);
 }
 
+/*
+ * A transport configuration from the command line: "cebatch" (cudaMemcpyBatchAsync), "each"
+ * (one cudaMemcpyAsync per block), or "g" for the gather kernel followed by any of <n>
+ * thread blocks (0: the transport's default), "d"<n> loads in flight per thread, "c"<n>
+ * percent of the bytes to the copy engine beside it; any of them may end in "p": the
+ * engine's compute stream at the device's greatest priority. "gather" is "g" with defaults.
+ */
+static bool parse_cfg(const char *a, struct cfg *f)
+{
+	const char *p = a;
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->name, sizeof(f->name), "%s", a);
+	if (strncmp(p, "cebatch", 7) == 0) {
+		f->how = KVL_CUDMA_BATCH;
+		p += 7;
+	} else if (strncmp(p, "each", 4) == 0) {
+		f->how = KVL_CUDMA_EACH;
+		p += 4;
+	} else if (strncmp(p, "gather", 6) == 0) {
+		f->how = KVL_CUDMA_GATHER;
+		p += 6;
+	} else if (*p == 'g') {
+		f->how = KVL_CUDMA_GATHER;
+		f->ctas = (unsigned)strtoul(p + 1, (char **)&p, 10);
+		if (*p == 'd')
+			f->depth = (unsigned)strtoul(p + 1, (char **)&p, 10);
+		if (*p == 'c')
+			f->ce_share = (unsigned)strtoul(p + 1, (char **)&p, 10);
+	} else {
+		return false;
+	}
+	if (*p == 'p') {
+		f->prio = true;
+		p++;
+	}
+	return *p == '\0';
+}
+
+/* Bytes that differ between two device ranges (the slots against the floor's own copy). */
+__global__ void diff_kernel(const uint4 *a, const uint4 *b, size_t n, unsigned long long *bad)
+{
+	unsigned long long k = 0;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint4 x = a[i], y = b[i];
+
+		k += (x.x != y.x) + (x.y != y.y) + (x.z != y.z) + (x.w != y.w);
+	}
+	if (k)
+		atomicAdd(bad, k);
+}
+
+static unsigned long long slots_differ(struct world *w)
+{
+	unsigned long long *bad, h = 0;
+
+	CK(cudaMalloc(&bad, sizeof(*bad)));
+	CK(cudaMemset(bad, 0, sizeof(*bad)));
+	for (int l = 0; l < w->sc.L; l++)
+		diff_kernel<<<528, 256>>>((const uint4 *)w->slot[l],
+					  (const uint4 *)(w->res_remote + l * w->slot_bytes),
+					  w->slot_bytes / 16, bad);
+	CK(cudaGetLastError());
+	CK(cudaMemcpy(&h, bad, sizeof(h), cudaMemcpyDeviceToHost));
+	CK(cudaFree(bad));
+	return h;
+}
+
+/* One 1 GiB pinned host->GPU copy, median of 6: the ceiling again, to see it drift. */
+static double h2d_big_again(cudaStream_t st)
+{
+	size_t big = 1ull << 30;
+	void *d, *h;
+	cudaEvent_t e0, e1;
+	std::vector<double> t;
+
+	CK(cudaMalloc(&d, big));
+	CK(cudaHostAlloc(&h, big, cudaHostAllocMapped));
+	memset(h, 3, big);
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int i = 0; i < 6; i++) {
+		CK(cudaEventRecord(e0, st));
+		CK(cudaMemcpyAsync(d, h, big, cudaMemcpyHostToDevice, st));
+		CK(cudaEventRecord(e1, st));
+		t.push_back(time_events(st, e0, e1));
+	}
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	CK(cudaFreeHost(h));
+	CK(cudaFree(d));
+	return big / pct(t, 0.5);
+}
+
+/*
+ * The transport alone: scenario B's step (8 layers x 128 MiB, 1 GiB) in 16 KiB, 64 KiB and
+ * 2 MiB units from scattered host places, per configuration; the slots are poisoned before
+ * and every byte is compared after. Against the 1 GiB copy measured in the same process.
+ */
+static void xfer_sweep(const std::vector<struct cfg> &cf, int splits, struct ceil_t cl,
+		       cudaStream_t st)
+{
+	struct scen s = { "B 8x4K tok, all remote", 8, 256, 256, 8, splits };
+	struct world w;
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+
+	world_init(&w, &s, s.L);
+	{
+		struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
+
+		set_slots(&w, s.L, c0);
+		kvl_cudma_free(c0);
+	}
+	printf("\ntransport alone: one step of scenario B (%d layers x %zu MiB = %.2f GiB), "
+	       "median of 7; ceiling = the 1 GiB pinned copy, %.1f GB/s\n",
+	       s.L, w.slot_bytes / MiB, s.L * w.slot_bytes / 1073741824.0, cl.h2d_big / GB);
+	printf("%-4s %-12s %8s %8s %6s %8s %9s %s\n", "unit", "method", "xfer ms", "GB/s",
+	       "%ceil", "launches", "ce_shared", "bytes");
+	for (int ui = 0; ui < 3; ui++) {
+		struct units un;
+		const char *uname = UNIT[ui] >= MiB ? "2M" : UNIT[ui] == 65536 ? "64K" : "16K";
+
+		world_layout(&w, &un, UNIT[ui]);
+		for (size_t fi = 0; fi < cf.size(); fi++) {
+			if (UNIT[ui] >= MiB && fi > 0)
+				break; /* over copy_min: the copy engine, one copy each, for all */
+			struct kvl_cudma_conn *c = new_conn(&w, &cf[fi]);
+
+			for (int l = 0; l < s.L; l++)
+				CK(cudaMemset(w.slot[l], 0xa5, w.slot_bytes));
+			CK(cudaDeviceSynchronize());
+			double xo = transfer_only(&w, &un, c, 7);
+			unsigned long long bad = slots_differ(&w);
+			const struct kvl_cudma_stats *k = kvl_cudma_stats(c);
+			double gbs = s.L * w.slot_bytes / xo;
+
+			printf("%-4s %-12s %8.3f %8.1f %5.1f%% %8llu %9llu %s\n", uname,
+			       UNIT[ui] >= MiB ? "(engine)" : cf[fi].name, xo * 1e3, gbs / GB,
+			       100 * gbs / cl.h2d_big, (unsigned long long)k->launches,
+			       (unsigned long long)k->ce_shared, bad ? "WRONG" : "all match");
+			if (bad)
+				DIE("%llu words differ after the transfer", bad);
+			kvl_cudma_free(c);
+		}
+	}
+	printf("ceiling again at the end: pinned H2D 1 GiB %.1f GB/s\n", h2d_big_again(st) / GB);
+}
+
+/*
+ * Scenario A (transfer <= compute), window mode, per configuration beside the all-resident
+ * run: how much of the transfer is hidden, and what the transfer costs the attention.
+ * slow = the step's attention time over the all-resident one's; ovl = 1 - (p50 - comp)/xfer
+ * (the attention as slowed counted as compute); ovl* = 1 - (p50 - p50 all-resident)/xfer
+ * (a slower attention counted as exposed transfer).
+ */
+static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct ceil_t cl,
+			  int steps)
+{
+	struct scen s = { "A 8x32K tok, 16 blk/seq remote", 8, 2048, 16, 8, splits };
+	struct world w;
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+
+	world_init(&w, &s, s.L);
+	{
+		struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
+
+		set_slots(&w, s.L, c0);
+		kvl_cudma_free(c0);
+	}
+	printf("\noverlap: scenario A (%s, %zu MiB remote per step), window W=%d, %d steps\n",
+	       s.name, s.L * w.slot_bytes / MiB, s.L, steps);
+	printf("%-4s %-12s %8s %8s %8s %7s %8s %8s %7s %7s %6s\n", "unit", "method", "p50 ms",
+	       "p99 ms", "comp ms", "slow%", "xfer ms", "xferGB/s", "ovl%", "ovl*%", "/floor");
+	for (int ui = 0; ui < 3; ui++) {
+		struct units un;
+		const char *uname = UNIT[ui] >= MiB ? "2M" : UNIT[ui] == 65536 ? "64K" : "16K";
+
+		world_layout(&w, &un, UNIT[ui]);
+		w.cst = w.cst_lo;
+		struct kvl_cudma_conn *c = new_conn(&w, &dflt);
+		struct result res = run_mode(&w, M_RESIDENT, &un, c, steps, s.L, NULL);
+		kvl_cudma_free(c);
+		CK(cudaMemcpy(w.out_res, w.out_pipe, (size_t)s.L * s.B * ATT_QH * ATT_HD * 2,
+			      cudaMemcpyDeviceToDevice));
+		double p50r = pct(res.step, 0.5), compr = pct(res.compute, 0.5);
+		double floor_s = std::max(compr, s.L * w.slot_bytes / cl.h2d_big);
+
+		printf("%-4s %-12s %8.3f %8.3f %8.3f %7s %8s %8s %7s %7s %6.2f\n", uname,
+		       "resident", p50r * 1e3, pct(res.step, 0.99) * 1e3, compr * 1e3, "-", "-",
+		       "-", "-", "-", p50r / floor_s);
+		for (size_t fi = 0; fi < cf.size(); fi++) {
+			if (UNIT[ui] >= MiB && fi > 0)
+				break;
+			w.cst = cf[fi].prio ? w.cst_hi : w.cst_lo;
+			c = new_conn(&w, &cf[fi]);
+			double xo = transfer_only(&w, &un, c, 5);
+			struct result r = run_mode(&w, M_WINDOW, &un, c, steps, s.L, NULL);
+			bool ok = same_outputs(&w);
+			double p50 = pct(r.step, 0.5), comp = pct(r.compute, 0.5);
+
+			printf("%-4s %-12s %8.3f %8.3f %8.3f %6.1f%% %8.3f %8.1f %6.1f%% %6.1f%% "
+			       "%6.2f%s\n",
+			       uname, UNIT[ui] >= MiB ? "(engine)" : cf[fi].name, p50 * 1e3,
+			       pct(r.step, 0.99) * 1e3, comp * 1e3, 100 * (comp / compr - 1),
+			       xo * 1e3, s.L * w.slot_bytes / xo / GB,
+			       100 * (1 - std::max(0.0, p50 - comp) / xo),
+			       100 * (1 - std::max(0.0, p50 - p50r) / xo), p50 / floor_s,
+			       ok ? "" : "  OUTPUT MISMATCH");
+			if (!ok)
+				DIE("pipelined attention output differs from all-resident");
+			kvl_cudma_free(c);
+		}
+	}
+	w.cst = w.cst_lo;
+}
+
 int main(int argc, char **argv)
 {
 	int n = 0;
-	int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+	const char *what = argc > 1 ? argv[1] : "full";
+	int quick = strcmp(what, "quick") == 0;
+	std::vector<struct cfg> cfgs;
 	cudaError_t ce = cudaGetDeviceCount(&n);
 	struct cudaDeviceProp prop;
 	cudaStream_t st;
@@ -804,6 +1041,27 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0); /* a killed run still shows what it printed */
+	if (strcmp(what, "quick") && strcmp(what, "full") && strcmp(what, "xfer") &&
+	    strcmp(what, "overlap"))
+		DIE("usage: kvlane-gpu-bench [full|quick|xfer|overlap] [METHOD...]\n"
+		    "  METHOD: gather | cebatch | each | g<ctas>[d<depth>][c<ce%%>][p]");
+	for (int i = 2; i < argc; i++) {
+		struct cfg f;
+
+		if (!parse_cfg(argv[i], &f))
+			DIE("cannot read method %s", argv[i]);
+		cfgs.push_back(f);
+	}
+	if (cfgs.empty()) {
+		const char *d[] = { "gather", "g264d4", "cebatch" };
+
+		for (const char *x : d) {
+			struct cfg f;
+
+			parse_cfg(x, &f);
+			cfgs.push_back(f);
+		}
+	}
 	CK(cudaGetDeviceProperties(&prop, 0));
 	CK(cudaFuncSetAttribute(att_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 				ATT_SMEM));
@@ -887,6 +1145,15 @@ int main(int argc, char **argv)
 	       100 * att_gbs / cl.hbm_copy, cl.hbm_copy / GB,
 	       att_counts ? "counts (>= 80%)" : "BELOW 80%: its pipeline numbers do not count");
 
+	if (strcmp(what, "xfer") == 0) {
+		xfer_sweep(cfgs, std::max(1, best_splits / 8), cl, st);
+		return 0;
+	}
+	if (strcmp(what, "overlap") == 0) {
+		overlap_sweep(cfgs, best_splits, cl, 16);
+		return 0;
+	}
+
 	/* 3. pipelines */
 	struct scen scens[2] = {
 		/* compute-bound: 1/128 of each sequence in the remote tier */
@@ -897,15 +1164,11 @@ int main(int argc, char **argv)
 	int steps = quick ? 6 : 16;
 	/* How the transport moves blocks under copy_min (1 MiB): 2 MiB units go to the copy
 	 * engine one by one whatever the method. */
-	struct {
-		const char *name;
-		enum kvl_cudma_small how;
-		unsigned ctas;
-	} meth[3] = { { "gather", KVL_CUDMA_GATHER, 0 },
-		      { "gather32", KVL_CUDMA_GATHER, 32 },
-		      { "cebatch", KVL_CUDMA_BATCH, 0 } };
-	printf("\n(methods: gather = one gather kernel per batch, 2 CTAs/SM; gather32 = the same "
-	       "with 32 CTAs; cebatch = cudaMemcpyBatchAsync on the copy engine. xfer = the step's "
+	const std::vector<struct cfg> &meth = cfgs;
+	printf("\n(methods: gather = the gather kernel with the transport's defaults; g<n>d<k> = "
+	       "n blocks, k loads in flight per thread; c<p> = p%% of the bytes on the copy engine "
+	       "beside it; p = compute stream at top priority; cebatch = cudaMemcpyBatchAsync on "
+	       "the copy engine. xfer = the step's "
 	       "transfer alone; floor = max(compute, step bytes at the %.1f GB/s ceiling); ovl = "
 	       "1 - exposed/xfer)\n",
 	       cl.h2d_big / GB);
@@ -918,7 +1181,8 @@ int main(int argc, char **argv)
 
 		world_init(&w, s, s->L);
 		{
-			struct kvl_cudma_conn *c0 = new_conn(&w, KVL_CUDMA_GATHER, 0);
+			struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+			struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
 
 			set_slots(&w, s->L, c0);
 			kvl_cudma_free(c0);
@@ -935,10 +1199,11 @@ int main(int argc, char **argv)
 			double ceil_ms = bytes_step / cl.h2d_big * 1e3;
 			double comp_res = 0;
 
-			for (int mi = 0; mi < 3; mi++) {
+			for (int mi = 0; mi < (int)meth.size(); mi++) {
 				if (UNIT[ui] >= MiB && mi > 0)
 					continue; /* same copies whatever the method */
-				struct kvl_cudma_conn *c = new_conn(&w, meth[mi].how, meth[mi].ctas);
+				w.cst = meth[mi].prio ? w.cst_hi : w.cst_lo;
+				struct kvl_cudma_conn *c = new_conn(&w, &meth[mi]);
 				double xo = transfer_only(&w, un, c, quick ? 2 : 5);
 
 				for (int m = M_RESIDENT; m <= M_WINDOW; m++) {
@@ -988,6 +1253,7 @@ int main(int argc, char **argv)
 						DIE("pipelined attention output differs from all-resident");
 				}
 				kvl_cudma_free(c);
+				w.cst = w.cst_lo;
 			}
 			if (si == 1 && UNIT[ui] == 65536)
 				pressure_run(&w, un, steps, cl);
