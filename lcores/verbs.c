@@ -31,11 +31,11 @@
 #define RD_ATOMIC_MAX 16
 #define HOP_LIMIT     64 /* RoCE v2 crosses routers; v1 ignores it */
 #define MIN_RNR_TIMER 12 /* 0.64 ms: only SENDs meet RNR, and we post none */
-#define ACK_TIMEOUT   14 /* 4.096 us << 14 = 67 ms per try: a lossy fabric, not a dead peer */
+#define ACK_TIMEOUT   15 /* 4.096 us << 15 = 134 ms per try: an emulated or lossy fabric */
 /*
  * Transport retries before RETRY_EXC_ERR. Not 7: soft-RoCE (kernel rxe_comp.c) reads
  * retry_cnt 7 as "retry for ever", as the spec does only for rnr_retry, and a dead peer would
- * never be reported. 6 means 6 everywhere: about 0.5 s to detect one at ACK_TIMEOUT.
+ * never be reported. 6 means 6 everywhere: about 0.9 s to detect one at ACK_TIMEOUT.
  */
 #define RETRY_CNT 6
 #define RNR_RETRY 7 /* 7 = retry for ever */
@@ -60,6 +60,10 @@ struct kvl_verbs_dev {
 	uint8_t mtu; /* enum ibv_mtu: the port's active MTU capped by the options */
 	uint32_t max_msg_sz;
 	int max_qp_wr, max_cqe, max_sge;
+	/* soft-RoCE: rdma-core's rxe ibv_wr_set_sge_list() sums the first SGE's length num_sge
+	 * times (fixed upstream, rdma-core PR #1744, not in Debian 12's 44): a list is posted as
+	 * equal pieces so that the sum comes out right */
+	bool sge_equal_only;
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
 	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
@@ -498,6 +502,7 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 		goto fail;
 	}
 	d->max_qp_wr = ax.orig_attr.max_qp_wr;
+	d->sge_equal_only = ax.orig_attr.vendor_id == 0xffffff; /* rxe's RXE_VENDOR_ID */
 	d->max_sge = ax.orig_attr.max_sge;
 	d->max_cqe = ax.orig_attr.max_cqe;
 	cap = (uint8_t)(ax.orig_attr.max_qp_rd_atom < RD_ATOMIC_MAX ? ax.orig_attr.max_qp_rd_atom
@@ -576,6 +581,11 @@ void kvl_verbs_close(struct kvl_verbs_dev *d)
 		ibv_dealloc_pd(d->pd);
 	ibv_close_device(d->ctx);
 	free(d);
+}
+
+bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d)
+{
+	return d->sge_equal_only;
 }
 
 void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_type, unsigned *mtu,
@@ -1650,6 +1660,42 @@ static int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64
 	return KVL_ERR_NO_SEGMENT;
 }
 
+static uint32_t gcd32(uint32_t a, uint32_t b)
+{
+	while (b != 0) {
+		uint32_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/*
+ * Rewrite @s's SGE list as pieces of one length (the lengths' greatest common divisor), in
+ * order, so that a provider that sums num_sge times the first length gets the true total.
+ * -E2BIG when that takes more pieces than the QP has SGEs.
+ */
+static int equal_pieces(const struct kvl_verbs_conn *c, struct slot *s)
+{
+	struct ibv_sge in[KVL_WR_MAX_SGE];
+	uint32_t g = 0, n = 0;
+
+	for (unsigned i = 0; i < s->n_sge; i++)
+		g = gcd32(g, s->sg[i].length);
+	for (unsigned i = 0; i < s->n_sge; i++)
+		n += s->sg[i].length / g;
+	if (n > c->max_sge)
+		return -E2BIG;
+	memcpy(in, s->sg, sizeof(in[0]) * s->n_sge);
+	n = 0;
+	for (unsigned i = 0; i < s->n_sge; i++)
+		for (uint32_t off = 0; off < in[i].length; off += g)
+			s->sg[n++] = (struct ibv_sge){ in[i].addr + off, g, in[i].lkey };
+	s->n_sge = (uint8_t)n;
+	return 0;
+}
+
 /* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
 static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
 {
@@ -1679,6 +1725,8 @@ static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *
 		}
 		if (sum != w->length)
 			return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
+		if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
+			return KVL_ERR_TOO_LARGE;
 	}
 	for (unsigned i = 0; i < s->n_sge && st == KVL_OK; i++)
 		st = local_check(c, (const void *)(uintptr_t)s->sg[i].addr, s->sg[i].length,
@@ -1732,6 +1780,24 @@ unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsig
 const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c)
 {
 	return &c->stats;
+}
+
+enum kvl_qp_state kvl_verbs_conn_state(const struct kvl_verbs_conn *c)
+{
+	if (c->broken)
+		return KVL_QP_FAILED;
+	if (!c->connected)
+		return KVL_QP_INIT;
+	return c->phase == PH_DRAIN  ? KVL_QP_DRAIN
+	       : c->phase == PH_WAIT ? KVL_QP_RESYNC
+				     : KVL_QP_RTS;
+}
+
+const char *kvl_qp_state_name(uint64_t state)
+{
+	static const char *const names[] = { "INIT", "RTS", "DRAIN", "RESYNC", "FAILED" };
+
+	return state < sizeof(names) / sizeof(names[0]) ? names[state] : "?";
 }
 
 const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c)

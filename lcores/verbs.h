@@ -63,6 +63,14 @@ struct kvl_verbs_dev_opts {
 struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *err, size_t errlen);
 void kvl_verbs_close(struct kvl_verbs_dev *d);
 
+/*
+ * True on soft-RoCE (rxe): rdma-core 44's rxe provider miscounts an SGE list posted through
+ * ibv_wr_set_sge_list() unless every SGE has the same length. kvlane then splits each list
+ * into equal pieces (at most the QP's SGEs, else the WR is refused KVL_ERR_TOO_LARGE); a
+ * scheduler should not plan lists on such a device.
+ */
+bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d);
+
 /* The chosen GID index, type and port MTU, for logs and telemetry. */
 void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_type,
 			unsigned *mtu_bytes, bool *cq_moderation);
@@ -188,6 +196,18 @@ struct kvl_verbs_stats {
 };
 
 const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c);
+
+/* Where a connection stands, without asking the device (telemetry reads this). */
+enum kvl_qp_state {
+	KVL_QP_INIT = 0,   /* created, not connected yet */
+	KVL_QP_RTS = 1,	   /* running */
+	KVL_QP_DRAIN = 2,  /* error: waiting for the flushes of what the QP held */
+	KVL_QP_RESYNC = 3, /* drained, waiting for the peer's end to restart (QP_RESYNC) */
+	KVL_QP_FAILED = 4, /* failed on purpose or for good: posts complete at once */
+};
+
+enum kvl_qp_state kvl_verbs_conn_state(const struct kvl_verbs_conn *c);
+const char *kvl_qp_state_name(uint64_t state);
 
 /* QP state as ibv_query_qp reports it ("RTS", "ERR", ...), for telemetry. */
 const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c);

@@ -117,6 +117,11 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			? ""
 			: "; the device has no CQ moderation: [cq_moderation] count/period_us "
 			  "are not applied");
+	if (kvl_verbs_dev_sge_equal_only(rt->vdev[i]))
+		KVL_LOG(NOTICE,
+			"nic.%s (%s): soft-RoCE: SGE lists go as equal pieces (rdma-core's rxe "
+			"miscounts unequal ones); the scheduler plans one SGE per transfer here",
+			nc->label, nc->device);
 	kvl_lcore_add_stage(rt->nic_lcore[i], "verbs", kvl_nic_io_stage, rt->io[i]);
 	return 0;
 }

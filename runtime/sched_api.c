@@ -11,6 +11,7 @@
 #include <rte_ring_elem.h>
 
 #include "control.h"
+#include "verbs.h"
 #include "kvlane/kvlane.h"
 #include "nic_sched.h"
 #include "runtime.h"
@@ -119,7 +120,8 @@ int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 		nc.staging = rt->staging[i];
 		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
-		if (rt->nic_info[i].transport != KVL_TRANSPORT_TCP && !c->null_transport)
+		if (rt->nic_info[i].transport != KVL_TRANSPORT_TCP && !c->null_transport &&
+		    !(rt->vdev[i] && kvl_verbs_dev_sge_equal_only(rt->vdev[i])))
 			sci.max_sge = KVL_WR_MAX_SGE < KVL_SCHED_MAX_SGE ? KVL_WR_MAX_SGE
 									 : KVL_SCHED_MAX_SGE;
 		rt->nsched[i] = kvl_nic_sched_create(rt->io[i], &nc);
