@@ -213,6 +213,15 @@ static void publish_stats(struct kvl_slot_stats *dst, const struct kvl_tcp_stats
 			__atomic_store_n(&d[i], s[i], __ATOMIC_RELAXED);
 }
 
+/* The counters (and state) of the connection in @slot, where telemetry reads them. */
+static void publish(struct kvl_nic_io *io, unsigned slot)
+{
+	struct kvl_tcp_stats st;
+
+	io->slot[slot].x.ops->stats(io->slot[slot].x.c, &st);
+	publish_stats(&io->stats[slot], &st);
+}
+
 static void do_commands(struct kvl_nic_io *io, unsigned *work)
 {
 	struct kvl_lcmd cmd[8];
@@ -233,10 +242,14 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 			io->stats[cmd[i].slot].peer = cmd[i].peer;
 			io->stats[cmd[i].slot].gen = cmd[i].gen;
 			memset(&io->stats[cmd[i].slot].tcp, 0, sizeof(io->stats[0].tcp));
+			publish(io, cmd[i].slot); /* its state, before any traffic */
 		} else if (cmd[i].type == KVL_LCMD_RESYNC && cmd[i].slot < KVL_SLOTS_PER_LCORE) {
 			s = &io->slot[cmd[i].slot];
-			if (s->x.ops && s->x.ops->resync_in && s->gen == cmd[i].gen && !s->closing)
+			if (s->x.ops && s->x.ops->resync_in && s->gen == cmd[i].gen &&
+			    !s->closing) {
 				s->x.ops->resync_in(s->x.c, &cmd[i].rs);
+				publish(io, cmd[i].slot);
+			}
 		} else if (cmd[i].type == KVL_LCMD_SET_REMOTE &&
 			   cmd[i].slot < KVL_SLOTS_PER_LCORE) {
 			s = &io->slot[cmd[i].slot];

@@ -73,6 +73,8 @@ struct kvl_tcp_stats {
 	uint64_t qp_notes, qp_notes_dropped; /* WRITE_WITH_IMM received, and dropped untaken */
 	uint64_t qp_sge_wrs;		     /* WRs with several SGEs */
 	uint64_t qp_last_wc_status, qp_last_vendor_err; /* the last error CQE, raw */
+	uint64_t qp_completed;				/* requests completed, refused included */
+	uint64_t qp_state; /* enum kvl_qp_state (verbs.h), as the lcore last saw it */
 };
 
 struct kvl_tcp_conn;

@@ -62,6 +62,8 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_notes_dropped = v->notes_dropped;
 	out->qp_outstanding = kvl_verbs_outstanding(c);
 	out->qp_last_wc_status = v->last_wc_status;
+	out->qp_completed = v->completed;
+	out->qp_state = kvl_verbs_conn_state(c);
 	out->qp_last_vendor_err = v->last_vendor_err;
 }
 

@@ -118,6 +118,7 @@ struct kvl_control {
 	/* Fault injection for tests (KVLANE_TEST_BAD_RKEY): segments advertised with a wrong
 	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
 	char bad_rkey[256];
+	char bad_len[256]; /* KVLANE_TEST_BAD_LEN: advertised twice as long as they are */
 	uint64_t auth_failures;
 	uint64_t req_cancels_tx, req_cancels_rx; /* REQ_CANCEL sent for our lcores, received */
 	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
@@ -320,6 +321,21 @@ static int send_small(int fd, struct kvl_ctrl_msg *m)
 	return send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -EIO;
 }
 
+/* @name is an item of the comma-separated @list. */
+static bool listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; n && *p;) {
+		const char *e = strchrnul(p, ',');
+
+		if ((size_t)(e - p) == n && memcmp(p, name, n) == 0)
+			return true;
+		p = *e ? e + 1 : e;
+	}
+	return false;
+}
+
 static void send_segments(struct kvl_control *c, uint32_t p)
 {
 	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
@@ -330,8 +346,13 @@ static void send_segments(struct kvl_control *c, uint32_t p)
 	m->type = KVL_CTRL_SEGMENTS;
 	pthread_mutex_lock(&rt->seg_lock);
 	for (uint32_t i = 0; i < KVL_MAX_SEGS && m->u.segments.n < KVL_CTRL_MAX_SEGS; i++)
-		if (rt->segmeta[i].live)
-			m->u.segments.seg[m->u.segments.n++] = rt->segmeta[i].desc;
+		if (rt->segmeta[i].live) {
+			struct kvl_seg_desc *d = &m->u.segments.seg[m->u.segments.n++];
+
+			*d = rt->segmeta[i].desc;
+			if (listed(c->bad_len, d->name))
+				d->length *= 2; /* fault injection: past the end of its MR */
+		}
 	c->peer[p].segs_version_sent = rt->segs_version;
 	pthread_mutex_unlock(&rt->seg_lock);
 	send_msg(c, p, m);
@@ -652,21 +673,6 @@ static struct pconn *pconn_alloc(struct kvl_control *c)
 static bool is_rdma(const struct kvl_runtime *rt, unsigned nic)
 {
 	return rt->vdev[nic] != NULL;
-}
-
-/* @name is an item of the comma-separated @list. */
-static bool listed(const char *list, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *p = list; n && *p;) {
-		const char *e = strchrnul(p, ',');
-
-		if ((size_t)(e - p) == n && memcmp(p, name, n) == 0)
-			return true;
-		p = *e ? e + 1 : e;
-	}
-	return false;
 }
 
 /* RKEYS for each of our RDMA NICs: where every segment is, and its rkey there. */
@@ -1742,6 +1748,20 @@ static void control_free(struct kvl_control *c)
 	free(c);
 }
 
+/* Fault injection for tests: segments named in @env are advertised with @what. */
+static void fault(char *list, size_t cap, const char *env, const char *what)
+{
+	const char *v = getenv(env);
+
+	if (v == NULL || v[0] == '\0')
+		return;
+	snprintf(list, cap, "%s", v);
+	KVL_LOG(WARNING,
+		"test fault injection: segment(s) \"%s\" are advertised to peers with %s (%s); "
+		"never set it outside tests",
+		list, what, env);
+}
+
 int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	const struct kvl_control_conf *cc = &rt->cfg.control;
@@ -1772,13 +1792,8 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		rc = kvl_secret_load(cc->secret_file, &c->secret, &warn, err, errlen);
 	if (rc == 0 && warn)
 		KVL_LOG(WARNING, "%s", err);
-	if (getenv("KVLANE_TEST_BAD_RKEY") != NULL) {
-		snprintf(c->bad_rkey, sizeof(c->bad_rkey), "%s", getenv("KVLANE_TEST_BAD_RKEY"));
-		KVL_LOG(WARNING,
-			"test fault injection: segment(s) \"%s\" are advertised to peers with a "
-			"wrong rkey (KVLANE_TEST_BAD_RKEY); never set it outside tests",
-			c->bad_rkey);
-	}
+	fault(c->bad_rkey, sizeof(c->bad_rkey), "KVLANE_TEST_BAD_RKEY", "a wrong rkey");
+	fault(c->bad_len, sizeof(c->bad_len), "KVLANE_TEST_BAD_LEN", "twice their length");
 	if (rc == 0)
 		rc = resolve(cc->listen, &ss, &sl, err, errlen);
 	if (rc == 0) {

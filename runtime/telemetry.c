@@ -14,6 +14,7 @@
 #include "control.h"
 #include "nic_sched.h"
 #include "runtime.h"
+#include "verbs.h"
 
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
 static struct kvl_runtime *tel_rt;
@@ -573,11 +574,16 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 			put_str(&k, "device", rt->cfg.nics[n].device);
 			put_int(&k, "slot", (int)i);
 			put_int(&k, "peer", (int)io->stats[i].peer);
+			put_str(&k, "state",
+				kvl_qp_state_name(
+					__atomic_load_n(&st->qp_state, __ATOMIC_RELAXED)));
 			put_u64(&k, "posted", __atomic_load_n(&st->qp_posted, __ATOMIC_RELAXED));
 			put_u64(&k, "signaled",
 				__atomic_load_n(&st->qp_signaled, __ATOMIC_RELAXED));
 			put_u64(&k, "cqes", __atomic_load_n(&st->qp_cqes, __ATOMIC_RELAXED));
 			put_u64(&k, "posts", __atomic_load_n(&st->qp_posts, __ATOMIC_RELAXED));
+			put_u64(&k, "completed",
+				__atomic_load_n(&st->qp_completed, __ATOMIC_RELAXED));
 			put_u64(&k, "errors", errors);
 			put_u64(&k, "recoveries",
 				__atomic_load_n(&st->qp_recoveries, __ATOMIC_RELAXED));

@@ -14,9 +14,12 @@
 
 /*
  * bad_peer [EAL options] -- INI SERVER
- * The server (kvlaned with KVLANE_TEST_BAD_RKEY=bad) offers "kv" and "bad"; "bad"'s rkey is
- * wrong, so the NIC, not kvlane's own checks, refuses the access, and the responder's QP
- * goes to error. Rounds of WRITEs to "kv" with every BAD_EVERY-th sent to "bad", in flight
+ * The server (kvlaned with KVLANE_TEST_BAD_RKEY=bad KVLANE_TEST_BAD_LEN=big) offers "kv",
+ * "bad" and "big": "bad"'s rkey is wrong, "big" is advertised twice as long as it is (so a
+ * WRITE into its second half is out of bounds at the NIC, not in kvlane's own check); the
+ * NIC, not kvlane's own checks, refuses those accesses, and the responder's QP goes to
+ * error. Rounds of WRITEs to "kv" with every BAD_EVERY-th sent to "bad" and another to
+ * "big"'s second half, in flight
  * together over the same QPs; then READ back "kv" and compare. Prints one JSON line, then
  * lingers (telemetry stays readable) until SIGTERM or LINGER_S.
  */
@@ -86,7 +89,8 @@ int main(int argc, char **argv)
 	struct kvl_start_args sa;
 	struct kvl_runtime *rt;
 	kvl_peer_t peer;
-	uint32_t kv = 0, bad = 0;
+	uint32_t kv = 0, bad = 0, big = 0;
+	uint64_t big_len = 0;
 	unsigned n_bad = 0, bad_access = 0, ok = 0, other = 0, wrong_bytes = 0;
 	uint64_t written = 0, verified = 0, mismatched = 0;
 	char err[4096];
@@ -118,9 +122,14 @@ int main(int argc, char **argv)
 			kv = rs[i].id;
 		if (strcmp(rs[i].name, "bad") == 0)
 			bad = rs[i].id;
+		if (strcmp(rs[i].name, "big") == 0) {
+			big = rs[i].id;
+			big_len = rs[i].length; /* as advertised: twice the truth */
+		}
 	}
-	if (kv == 0 || bad == 0) {
-		fprintf(stderr, "bad_peer: the server offers no \"kv\" and \"bad\" segments\n");
+	if (kv == 0 || bad == 0 || big == 0 || big_len < 2 * N_XFERS * XFER_LEN) {
+		fprintf(stderr, "bad_peer: the server offers no \"kv\", \"bad\" and \"big\" "
+				"segments\n");
 		kvl_stop(rt);
 		return 1;
 	}
@@ -132,6 +141,7 @@ int main(int argc, char **argv)
 		kvl_pattern_fill(src, N_XFERS * XFER_LEN, 1000 + round, 0);
 		for (unsigned i = 0; i < N_XFERS; i++) {
 			bool to_bad = i % BAD_EVERY == BAD_EVERY / 2;
+			bool to_big = i % BAD_EVERY == BAD_EVERY / 4;
 
 			x[i] = (struct kvl_xfer){ .cookie = i,
 						  .local = src + (uint64_t)i * XFER_LEN,
@@ -139,16 +149,20 @@ int main(int argc, char **argv)
 						  .length = XFER_LEN,
 						  .remote_seg = to_bad ? bad : kv,
 						  .op = KVL_WRITE };
+			if (to_big) { /* inside what was advertised, past what is registered */
+				x[i].remote_seg = big;
+				x[i].remote_off = big_len / 2 + (uint64_t)i * XFER_LEN;
+			}
 		}
 		if (run(rt, peer, x, N_XFERS, st, bytes) != 0)
 			goto fail;
 		for (unsigned i = 0; i < N_XFERS; i++) {
-			if (x[i].remote_seg == bad) {
+			if (x[i].remote_seg == bad || x[i].remote_seg == big) {
 				n_bad++;
 				bad_access += st[i] == KVL_ERR_ACCESS;
 				if (st[i] != KVL_ERR_ACCESS)
-					fprintf(stderr, "bad_peer: write %u to \"bad\": %s\n", i,
-						kvl_status_name(st[i]));
+					fprintf(stderr, "bad_peer: write %u to a bad range: %s\n",
+						i, kvl_status_name(st[i]));
 				continue;
 			}
 			if (st[i] == 0 && bytes[i] == XFER_LEN) {
@@ -178,7 +192,7 @@ int main(int argc, char **argv)
 					kvl_status_name(st[i]));
 				continue;
 			}
-			if (i % BAD_EVERY == BAD_EVERY / 2)
+			if (i % BAD_EVERY == BAD_EVERY / 2 || i % BAD_EVERY == BAD_EVERY / 4)
 				continue; /* never written this round */
 			if (memcmp(back + (uint64_t)i * XFER_LEN, src + (uint64_t)i * XFER_LEN,
 				   XFER_LEN) == 0)

@@ -13,8 +13,8 @@ set -eu
 build=$1
 out=$2
 kvl_rdma_setup "$out"
-kvl_rdma_inis "$tmp" schedr 16
-# the server's segment: 8 layers x K,V x 16 blocks of 32 KiB, as the client's requests expect
+kvl_rdma_inis "$tmp" schedr 32
+# the server's segment: 8 layers x K,V x 32 blocks of 32 KiB, as the client's requests expect
 sed -i 's/^layers = 1$/layers = 8/; s/^planes = 1$/planes = 2/; s/^block_bytes = 1048576$/block_bytes = 32768/' \
 	"$tmp/b.ini"
 cat >> "$tmp/a.ini" <<INI
@@ -28,7 +28,7 @@ eal="-l 0-1 --no-huge -m 400 --no-pci --log-level lib.eal:warning"
 kvl_rdma_server "$build" "$tmp" "$out" sched $eal
 mkfifo "$tmp/in"
 "$build/kvlane-req-client" $eal --file-prefix cli -- -c "$tmp/a.ini" --peer "$RXE_IP1:18515" \
-	--mode verify --requests 6 --steps 8 --blocks 4 --compute-us 2000 \
+	--mode verify --requests 4 --steps 8 --blocks 4 --compute-us 2000 \
 	< "$tmp/in" > "$out/client.out" 2> "$out/client.log" &
 cli=$!
 exec 3> "$tmp/in"
@@ -43,6 +43,7 @@ fi
 if kvl_rdma_wait_line "$out/client.out" '^PAUSE end' $cli 180; then
 	$tel -f cli /kvlane/sched > "$out/sched_end.json" || rc=1
 	$tel -f cli /kvlane/stats > "$out/stats_end.json" || rc=1
+	$tel -f cli /kvlane/qps > "$out/qps_end.json" || rc=1
 	echo go >&3
 else
 	echo "sched: the client did not finish"; rc=1
@@ -52,12 +53,12 @@ wait $cli || { echo "sched: kvlane-req-client failed (exit $?)"; rc=1; }
 kill -TERM $srv
 wait $srv || { echo "sched: kvlaned exited with status $? after SIGTERM"; rc=1; }
 cat "$out/client.out"
-[ $rc = 0 ] || { cat "$out/client.log"; echo "sched: FAILED"; exit 1; }
+[ $rc = 0 ] || { cat "$out/client.log" "$out/qps_end.json"; echo "sched: FAILED"; exit 1; }
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
 res = next(json.loads(l[7:]) for l in open(f"{out}/client.out") if l.startswith("RESULT "))
-assert res["requests_ok"] == res["requests"] == 6, res
+assert res["requests_ok"] == res["requests"] == 4, res
 assert res["bad_bytes"] == 0 and res["order_errors"] == 0 and res["errors"] == 0, res
 f = json.load(open(f"{out}/sched_filled.json"))["/kvlane/sched"]
 e = json.load(open(f"{out}/sched_end.json"))["/kvlane/sched"]
@@ -69,7 +70,7 @@ assert e["posted_xfers"][0] < e["posted_blocks"][0], e  # remote-contiguous bloc
 # the scheduler's READs are the QPs' reads: every block's bytes, once
 assert st["verbs/bytes_read"] == res["unique_blocks"] * res["block_bytes"], (st, res)
 assert all(v == 0 for k, v in st.items() if k.startswith("verbs/failed/")), st
-print(f"requests over RDMA: {res['requests_ok']} of 6 OK, {res['blocks_verified']} block "
+print(f"requests over RDMA: {res['requests_ok']} of 4 OK, {res['blocks_verified']} block "
       f"reads verified ({res['bytes_verified'] >> 10} KiB); scheduler posted "
       f"{e['posted_blocks'][0]} blocks in {e['posted_xfers'][0]} READs "
       f"({st['verbs/qp_sge_wrs']} with several SGEs); filled: in_use {f['in_use'][0]} of "
