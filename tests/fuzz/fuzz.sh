@@ -14,7 +14,7 @@ if [ -z "$cc" ]; then
 fi
 mkdir -p "$out"
 flags="-g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror \
-	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/runtime"
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/runtime -I$src/include"
 if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(void)d;(void)n;return 0;}' |
 	$cc -fsanitize=fuzzer -x c - -o "$out/probe" 2>/dev/null; then
 	echo "skipped: $cc cannot link libFuzzer (apt-get install libclang-rt-14-dev)"
