@@ -84,8 +84,14 @@ struct kvl_sched {
 	uint64_t seq;
 	uint64_t sum_floor; /* Σ floor over active requests */
 	uint64_t sum_win;   /* Σ window over active requests */
-	bool dirty;	    /* windows need recomputing before the next pick */
-	bool admit_check;   /* a request opened or one ended: maybe one can be admitted */
+	/* Σ unmet() over active requests: the staging each may still claim to reach its
+	 * floor. Every post keeps it free for the others (add_block()). */
+	uint64_t unmet;
+	uint64_t wait_floor; /* Σ floor over waiting requests */
+	uint32_t short_win;  /* active requests whose window is below their floor */
+	bool dirty;	     /* windows need recomputing before the next pick */
+	bool admit_check;    /* a request opened, one ended or one freed staging: admit? */
+	bool floor_only;     /* the floor pass of kvl_sched_step(): no post beyond a floor */
 
 	struct req *req;
 	uint32_t req_free;
@@ -124,6 +130,20 @@ static inline uint64_t charge_of(const struct kvl_sched *s, const struct req *r,
 static inline uint64_t usage(const struct req *r)
 {
 	return r->inflight_bytes + r->landed_bytes;
+}
+
+/* What an active request is promised: its floor, unless the budget shrank below Σ floors. */
+static inline uint64_t guaranteed(const struct req *r)
+{
+	return r->floor < r->window ? r->floor : r->window;
+}
+
+/* What it may still take to reach that promise, whatever the others hold. */
+static inline uint64_t unmet(const struct req *r)
+{
+	uint64_t g = guaranteed(r), u = usage(r);
+
+	return g > u ? g - u : 0;
 }
 
 static inline bool before(const struct req *a, const struct req *b)
@@ -505,6 +525,7 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	r->notify_next = KVL_NONE;
 	r->state = R_WAITING;
 	heap_push(s, &s->wait, ri);
+	s->wait_floor += r->floor;
 	s->admit_check = true;
 	return (int)((uint32_t)gen << 16 | ri);
 }
@@ -544,34 +565,49 @@ static uint64_t desired(const struct kvl_sched *s, const struct req *r)
 
 /*
  * Admission, then windows: every active request first gets its floor (in priority order, so
- * that when the budget shrank below Σ floors the most urgent keep theirs), then what it
- * wants beyond that, again in priority order. Σ windows ≤ budget − orphans always.
+ * that when the budget shrank below Σ floors the most urgent keep theirs), then the floors of
+ * the requests still waiting are set aside, then each active one gets what it wants beyond
+ * its floor, again in priority order. Σ windows ≤ budget − orphans always.
+ *
+ * Admission counts what the active requests hold, not only their floors: staging landed
+ * beyond a floor (taken when there was room, then kept when a window shrank) is not given
+ * back until the engine consumes it, so a request admitted into that room could not reach
+ * its own floor. Setting the waiting floors aside keeps an active request from taking, as
+ * extra window, the room a request waiting for admission will need: if it landed it there,
+ * an engine that advances its requests together would wait for one that never gets in.
  */
 static void rebalance(struct kvl_sched *s, uint64_t now)
 {
 	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0, floors = 0;
+	uint64_t held = s->staged; /* staged + Σ max(0, floor − usage): what admission may use */
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < s->cfg.max_requests; i++)
-		if (s->req[i].state == R_ACTIVE) {
-			floors += s->req[i].floor;
-			s->order[n++] = i;
-		}
+	for (uint32_t i = 0; i < s->cfg.max_requests; i++) {
+		struct req *r = &s->req[i];
+
+		if (r->state != R_ACTIVE)
+			continue;
+		floors += r->floor;
+		held += r->floor > usage(r) ? r->floor - usage(r) : 0;
+		s->order[n++] = i;
+	}
 	/* Strict priority order: a big request at the head is not overtaken forever by small
 	 * ones behind it. */
 	while (s->wait.n) {
 		uint32_t ri = s->wait.a[0];
 		struct req *r = &s->req[ri];
 
-		if (floors + r->floor > avail)
+		if (floors + r->floor > avail || held + r->floor > s->budget)
 			break;
 		heap_del(s, &s->wait, ri);
+		s->wait_floor -= r->floor;
 		r->state = R_ACTIVE;
 		floors += r->floor;
+		held += r->floor;
 		s->order[n++] = ri;
 	}
 	qsort_r(s->order, n, sizeof(*s->order), cmp_order, s);
-	uint64_t left = avail;
+	uint64_t left = avail, win = 0;
 
 	for (uint32_t k = 0; k < n; k++) {
 		struct req *r = &s->req[s->order[k]];
@@ -579,6 +615,7 @@ static void rebalance(struct kvl_sched *s, uint64_t now)
 		r->window = r->floor < left ? r->floor : left;
 		left -= r->window;
 	}
+	left = left > s->wait_floor ? left - s->wait_floor : 0;
 	for (uint32_t k = 0; k < n && left; k++) {
 		struct req *r = &s->req[s->order[k]];
 		uint64_t want = desired(s, r), add;
@@ -589,8 +626,17 @@ static void rebalance(struct kvl_sched *s, uint64_t now)
 		r->window += add;
 		left -= add;
 	}
+	s->unmet = 0;
+	s->short_win = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		struct req *r = &s->req[s->order[k]];
+
+		win += r->window;
+		s->unmet += unmet(r);
+		s->short_win += r->window < r->floor;
+	}
 	s->sum_floor = floors;
-	s->sum_win = avail - left;
+	s->sum_win = win;
 	for (uint32_t k = 0; k < n; k++)
 		update_runnable(s, s->order[k], now);
 	s->dirty = false;
@@ -600,8 +646,10 @@ static void rebalance(struct kvl_sched *s, uint64_t now)
 
 /*
  * Admission without recomputing every window: a request that fits in what the current
- * windows leave free gets its window at once. Only when the others' extras must shrink to
- * make room does it take the full pass (which also runs every resize_ns anyway).
+ * windows leave free gets its window at once, its extra only from what the requests still
+ * waiting behind it do not need. Only when the others' extras must shrink to make room (or
+ * some window is below its floor) does it take the full pass (which also runs every
+ * resize_ns anyway).
  */
 static void admit(struct kvl_sched *s, uint64_t now)
 {
@@ -610,20 +658,29 @@ static void admit(struct kvl_sched *s, uint64_t now)
 	while (s->wait.n) {
 		uint32_t ri = s->wait.a[0];
 		struct req *r = &s->req[ri];
-		uint64_t room = avail > s->sum_win ? avail - s->sum_win : 0, want;
+		uint64_t room = avail > s->sum_win ? avail - s->sum_win : 0, want, spare;
 
-		if (s->sum_floor + r->floor > avail)
+		if (s->short_win) {
+			rebalance(s, now);
+			return;
+		}
+		/* Every window is at least its floor here, so staged + unmet is what the active
+		 * requests hold or are promised. */
+		if (s->sum_floor + r->floor > avail || s->staged + s->unmet + r->floor > s->budget)
 			break;
 		if (room < r->floor) {
 			rebalance(s, now);
 			return;
 		}
 		heap_del(s, &s->wait, ri);
+		s->wait_floor -= r->floor;
 		r->state = R_ACTIVE;
 		want = desired(s, r);
-		r->window = want < room ? want : room;
+		spare = room - r->floor > s->wait_floor ? room - r->floor - s->wait_floor : 0;
+		r->window = r->floor + (want - r->floor < spare ? want - r->floor : spare);
 		s->sum_floor += r->floor;
 		s->sum_win += r->window;
+		s->unmet += unmet(r);
 		update_runnable(s, ri, now);
 	}
 	s->admit_check = false;
@@ -674,11 +731,18 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 static bool add_block(struct kvl_sched *s, struct req *r, struct blk *b, struct xrec *x,
 		      struct kvl_sched_xfer *o, enum join how)
 {
-	uint64_t c = charge_of(s, r, b);
+	uint64_t c = charge_of(s, r, b), u = usage(r), g = guaranteed(r);
+	uint64_t own = g > u ? g - u : 0;
 
-	if (usage(r) + c > r->window)
+	if (u + c > r->window)
 		return false;
-	if (s->staged + c > s->budget) {
+	/* The budget minus what every other active request still needs to reach its floor:
+	 * what this request holds beyond its own window (kept across a shrink) can then never
+	 * keep another from its floor. Going beyond its own floor, it leaves the waiting
+	 * requests' floors free as well (see rebalance()). */
+	uint64_t keep = s->unmet - own + (u + c > g ? s->wait_floor : 0);
+
+	if (s->staged + c + keep > s->budget || (s->floor_only && u + c > g)) {
 		s->st.last_stop = KVL_SCHED_STOP_BUDGET;
 		return false;
 	}
@@ -715,6 +779,7 @@ static bool add_block(struct kvl_sched *s, struct req *r, struct blk *b, struct 
 	o->n_blocks++;
 	b->state = B_INFLIGHT;
 	r->inflight_bytes += c;
+	s->unmet -= own - (g > u + c ? g - u - c : 0);
 	r->cursor++;
 	x->charge += c;
 	x->n++;
@@ -789,6 +854,38 @@ static void served(struct kvl_sched *s, uint32_t ri, uint64_t now)
 	}
 }
 
+/*
+ * The priority order stopped on the budget, but room kept for floors is still there: serve
+ * the runnable requests below their floor (in priority order), up to their floor only. Without
+ * this, a request whose next post goes beyond its floor would, at the head, keep the ones
+ * behind it from the room that was kept for them.
+ */
+static unsigned floor_pass(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out,
+			   unsigned max)
+{
+	unsigned n = 0, m = 0;
+
+	if (s->unmet == 0)
+		return 0;
+	for (uint32_t i = 0; i < s->run.n; i++) {
+		const struct req *r = &s->req[s->run.a[i]];
+
+		if (usage(r) + charge_of(s, r, &s->blk[r->blk0 + r->cursor]) <= guaranteed(r))
+			s->order[m++] = s->run.a[i];
+	}
+	if (m > 1)
+		qsort_r(s->order, m, sizeof(*s->order), cmp_order, s);
+	s->floor_only = true;
+	for (uint32_t k = 0; k < m && n < max; k++) {
+		n += post_from(s, s->order[k], out + n, max - n, now);
+		served(s, s->order[k], now);
+		if (s->st.last_stop == KVL_SCHED_STOP_XFERS)
+			break;
+	}
+	s->floor_only = false;
+	return n;
+}
+
 unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
 {
 	unsigned n = 0;
@@ -807,8 +904,11 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 		uint32_t ri = s->fifo_head;
 		unsigned k = post_from(s, ri, out + n, 1, now);
 
-		if (k == 0)
-			return n; /* last_stop says which resource ran out */
+		if (k == 0) { /* last_stop says which resource ran out */
+			if (s->st.last_stop == KVL_SCHED_STOP_BUDGET)
+				n += floor_pass(s, now, out + n, max - n);
+			return n;
+		}
 		n += k;
 		s->st.starved_serves++;
 		served(s, ri, now);
@@ -819,8 +919,11 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 
 		n += k;
 		served(s, ri, now);
-		if (s->req[ri].runnable && n < max)
-			return n; /* stopped by the budget or max_xfers */
+		if (s->req[ri].runnable && n < max) { /* stopped by the budget or max_xfers */
+			if (s->st.last_stop == KVL_SCHED_STOP_BUDGET)
+				n += floor_pass(s, now, out + n, max - n);
+			return n;
+		}
 		if (k == 0)
 			return n;
 	}
@@ -860,7 +963,12 @@ static void req_end(struct kvl_sched *s, uint32_t ri, int status)
 
 	if (r->state == R_WAITING) {
 		heap_del(s, &s->wait, ri);
+		s->wait_floor -= r->floor;
 	} else {
+		if (r->state == R_ACTIVE) {
+			s->unmet -= unmet(r);
+			s->short_win -= r->window < r->floor;
+		}
 		if (r->runnable) {
 			heap_del(s, &s->run, ri);
 			fifo_del(s, ri);
@@ -924,7 +1032,9 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 				kvl_slots_put(&s->slots, x->run[k].slot + j);
 		for (uint32_t i = 0; i < x->n; i++)
 			s->blk[r->blk0 + x->first + i].state = B_FREED;
+		s->unmet -= unmet(r); /* req_end() takes it off with the usage as it is now */
 		r->inflight_bytes -= x->charge;
+		s->unmet += unmet(r);
 		s->staged -= x->charge;
 		free_xrec(s, xi);
 		req_end(s, x->req, status);
@@ -981,12 +1091,18 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 
 	ewma(&s->compute_ns[r->cls], now > start ? now - start : 0);
 	r->last_done_ns = now;
+	uint64_t before_unmet = unmet(r), before_staged = s->staged;
+
 	for (uint32_t j = 0; j < st->nref; j++) {
 		struct blk *b = &s->blk[r->blk0 + s->ref[st->ref0 + j]];
 
 		if (--b->ref == 0)
 			free_block(s, r, b);
 	}
+	s->unmet += unmet(r) - before_unmet;
+	/* Admission counts what is held: a request waiting on it may fit now. */
+	if (s->wait.n && s->staged != before_staged)
+		s->admit_check = true;
 	if (r->done == r->nstp)
 		req_end(s, ri, KVL_OK);
 	else

@@ -180,7 +180,8 @@ struct kvl_sched *kvl_sched_create(const struct kvl_sched_cfg *cfg);
 void kvl_sched_free(struct kvl_sched *s);
 
 /* A request id (≥ 0), or -EINVAL (bad descriptor: nothing was kept) or -ENOSPC (a pool is
- * full). The request waits for admission until its floor fits the budget. */
+ * full). The request waits for admission until its floor fits the budget beside what the
+ * admitted requests hold or are promised (their floors). */
 int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint64_t now);
 
 /* Descriptors to post now (≤ max); each later completes through kvl_sched_complete(). */

@@ -830,6 +830,148 @@ static void test_shared_block(void)
 	kvl_sched_free(s);
 }
 
+/*
+ * A lockstep engine over @n requests (a GPU kernel per layer over the batch): a request's
+ * step l is DONE only once every request of the batch has its step l READY (or DONE already,
+ * or has no step l). The transport completes everything posted at once. Runs up to @iters
+ * passes; returns whether every request of the batch ended.
+ */
+struct lk {
+	int id[8];
+	uint32_t steps[8], ready[8], done[8];
+	bool ended[8];
+	unsigned n;
+	unsigned completed; /* posted[] below this index has been completed */
+};
+
+static bool lockstep_run(struct kvl_sched *s, struct lk *b, unsigned iters)
+{
+	unsigned left = b->n;
+
+	for (unsigned i = 0; i < b->n; i++)
+		left -= b->ended[i];
+	for (unsigned it = 0; it < iters && left; it++) {
+		now += 100;
+		step(s, 64);
+		complete_range(s, b->completed, nposted);
+		b->completed = nposted;
+		poll(s);
+		for (unsigned e = 0; e < nev; e++)
+			for (unsigned i = 0; i < b->n; i++)
+				if (evs[e].req == b->id[i] &&
+				    evs[e].type == KVL_SCHED_EV_STEP_READY)
+					b->ready[i] = evs[e].step + 1;
+		for (unsigned i = 0; i < b->n; i++) {
+			uint32_t l = b->done[i];
+			bool all = !b->ended[i] && l < b->ready[i];
+
+			for (unsigned o = 0; o < b->n && all; o++)
+				all = b->ended[o] || b->done[o] > l || b->ready[o] > l ||
+				      b->steps[o] <= l;
+			if (!all)
+				continue;
+			CHECK_INT(kvl_sched_step_done(s, b->id[i], l, now), 0);
+			if (++b->done[i] == b->steps[i]) {
+				b->ended[i] = true;
+				left--;
+			}
+		}
+		CHECK(stats(s).staged <= stats(s).budget);
+	}
+	return left == 0;
+}
+
+static void lk_add(struct lk *b, int id, uint32_t steps)
+{
+	b->id[b->n] = id;
+	b->steps[b->n] = steps;
+	b->n++;
+}
+
+/*
+ * Finding 1 (docs/sim-bench.md): a request admitted while others of its batch wait for
+ * admission must not take, as extra window, the room their floors will need. Here X (another
+ * engine's request) holds 2 of a budget of 4 slots; A is admitted, B (floor 2) and C (floor 1)
+ * wait. If A took 2 steps ahead, then once X ends B takes 2 and C finds nothing: the engine
+ * waits for C's step 0 before A's, forever.
+ */
+static void test_lockstep_waiting_floors(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq x, a, b, cq;
+	struct lk bat = { .n = 0 };
+
+	reset();
+	c.window_min = SLOT;
+	c.budget = 4 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&x, 2, 2, KVL_SCHED_DECODE, 0, 0x8000);
+	int ix = kvl_sched_open(s, &x.d, now);
+
+	CHECK_INT(step(s, 64), 2);
+	complete_range(s, 0, 2);
+	poll(s);
+	bat.completed = nposted;
+	mkreq(&a, 8, 1, KVL_SCHED_DECODE, 10, 0x1000);
+	mkreq(&b, 16, 2, KVL_SCHED_DECODE, 20, 0x2000);
+	mkreq(&cq, 8, 1, KVL_SCHED_DECODE, 30, 0x3000);
+	lk_add(&bat, kvl_sched_open(s, &a.d, now), 8);
+	lk_add(&bat, kvl_sched_open(s, &b.d, now), 8);
+	lk_add(&bat, kvl_sched_open(s, &cq.d, now), 8);
+	CHECK(!lockstep_run(s, &bat, 10)); /* B and C wait for X */
+	CHECK_INT(info(s, bat.id[1]).state, KVL_SCHED_REQ_WAITING);
+	/* A keeps to its floor while the others' floors do not fit yet. */
+	CHECK_INT(info(s, bat.id[0]).window, SLOT);
+	CHECK_INT(stats(s).staged, 3 * SLOT);
+	CHECK_INT(kvl_sched_step_done(s, ix, 0, now), 0);
+	CHECK(lockstep_run(s, &bat, 200));
+	kvl_sched_free(s);
+}
+
+/*
+ * Finding 2: floors are kept free against what another request holds beyond its window. A
+ * runs 6 steps ahead of C (estimates say deep windows pay); D, more urgent, joins the batch
+ * and takes A's extra window, but A keeps what it has landed. Posting D's extra into the room
+ * left would leave C without its step 1, which every other request waits for.
+ */
+static void test_lockstep_floor_kept(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq wq, a, cq, d;
+	struct lk bat = { .n = 0 };
+
+	reset();
+	c.window_min = SLOT;
+	c.budget = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	/* Slow transfers, instant compute: the desired window is the whole request. */
+	mkreq(&wq, 1, 1, KVL_SCHED_DECODE, 0, 0x9000);
+	int iw = kvl_sched_open(s, &wq.d, now);
+
+	CHECK_INT(step(s, 64), 1);
+	now += 100000;
+	complete_range(s, 0, 1);
+	poll(s);
+	CHECK_INT(kvl_sched_step_done(s, iw, 0, now), 0);
+	poll(s);
+	bat.completed = nposted;
+	mkreq(&a, 8, 1, KVL_SCHED_DECODE, 20, 0x1000);
+	mkreq(&cq, 8, 1, KVL_SCHED_DECODE, 30, 0x2000);
+	lk_add(&bat, kvl_sched_open(s, &a.d, now), 8);
+	lk_add(&bat, kvl_sched_open(s, &cq.d, now), 8);
+	CHECK(!lockstep_run(s, &bat, 1)); /* posted, landed, step 0 DONE */
+	CHECK_INT(info(s, bat.id[0]).window, 7 * SLOT);
+	CHECK_INT(bat.done[0], 1);
+	CHECK_INT(info(s, bat.id[0]).landed_bytes, 6 * SLOT);
+	CHECK_INT(info(s, bat.id[1]).landed_bytes, 0);
+	mkreq(&d, 8, 1, KVL_SCHED_DECODE, 10, 0x3000);
+	lk_add(&bat, kvl_sched_open(s, &d.d, now), 8);
+	CHECK(lockstep_run(s, &bat, 400));
+	kvl_sched_free(s);
+}
+
 int main(void)
 {
 	test_order();
@@ -847,5 +989,7 @@ int main(void)
 	test_failure();
 	test_bad_open();
 	test_shared_block();
+	test_lockstep_waiting_floors();
+	test_lockstep_floor_kept();
 	return kvl_test_done("test_sched");
 }

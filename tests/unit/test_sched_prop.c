@@ -81,10 +81,15 @@ struct world {
 	int owner[MAXSLOTS]; /* shadow staging: model request + 1 holding each slot */
 	uint64_t staged, prev_staged, budget;
 	uint64_t now;
+	/* Lockstep engine: requests are opened in batches (a batch only once the previous one
+	 * has ended), and a request's step l is DONE only once every request of the batch has
+	 * its step l READY (or DONE, or has no step l), as a GPU kernel per layer over it. */
+	bool lockstep;
 };
 
 static struct world w;
 static uint64_t n_calls, n_desc, n_blocks, n_cancel, n_fail, n_done, n_refused, n_starved;
+static uint64_t n_floor_pass, n_resv_checked, n_lk_workloads, n_lk_batches, n_lk_done, n_lk_shrinks;
 
 static uint64_t charge(const struct mreq *m, uint32_t b)
 {
@@ -318,26 +323,71 @@ static bool do_step(void)
 	kvl_sched_stats(w.s, &st);
 	FAIL_IF(n > max, "step gave %u > %u", n, max);
 	/* Whoever was passed over for the bound is served first, oldest first, one each. */
-	unsigned k = ns < max ? ns : max;
+	unsigned k = ns < max ? ns : max, i;
 
 	if (n < k)
 		FAIL_IF(st.last_stop != KVL_SCHED_STOP_BUDGET &&
 				st.last_stop != KVL_SCHED_STOP_XFERS,
 			"%u starved requests, %u served, and no resource ran out", k, n);
-	for (unsigned i = 0; i < k && i < n; i++) {
+	for (i = 0; i < k && i < n; i++) {
 		unsigned j;
 
 		for (j = 0; j < ns && starved[j].id != out[i].req; j++)
 			;
-		FAIL_IF(j == ns, "descriptor %u went to request %d, not to a starved one", i,
-			out[i].req);
-		FAIL_IF(starved[j].wait_ns < starved[i].wait_ns,
-			"a younger starved request went before an older one");
+		if (j == ns || starved[j].wait_ns < starved[i].wait_ns)
+			break; /* only the floor pass may come before the starved are served */
 		n_starved++;
 	}
-	for (unsigned i = 0; i < n; i++)
-		if (!check_desc(&out[i]))
+	for (unsigned d = 0; d < n; d++)
+		if (!check_desc(&out[d]))
 			return false;
+	/* After a budget stop, the room kept for floors goes to the requests below theirs, up
+	 * to their floor only, whether or not they were passed over. */
+	if (i < k && i < n) {
+		FAIL_IF(st.last_stop != KVL_SCHED_STOP_BUDGET &&
+				st.last_stop != KVL_SCHED_STOP_XFERS,
+			"descriptor %u went to request %d, not to a starved one", i, out[i].req);
+		for (; i < n; i++) {
+			struct kvl_sched_req_info ri;
+
+			FAIL_IF(kvl_sched_req_info(w.s, out[i].req, w.now, &ri) != 0, "info");
+			uint64_t g = ri.floor < ri.window ? ri.floor : ri.window;
+
+			FAIL_IF(ri.inflight_bytes + ri.landed_bytes > g,
+				"descriptor %u to request %d (not a starved one) beyond its floor",
+				i, out[i].req);
+			n_floor_pass++;
+		}
+	}
+	/* Floors are kept free: once a descriptor takes a request beyond its floor, what is
+	 * staged plus what every active request still needs to reach its floor, plus the floors
+	 * of those waiting for admission, fits the budget. */
+	bool beyond = false;
+	uint64_t keep = 0;
+
+	nids = kvl_sched_req_list(w.s, ids, MAXR);
+	for (unsigned d = 0; d < nids; d++) {
+		struct kvl_sched_req_info ri;
+
+		kvl_sched_req_info(w.s, ids[d], w.now, &ri);
+		uint64_t g = ri.floor < ri.window ? ri.floor : ri.window,
+			 u = ri.inflight_bytes + ri.landed_bytes;
+
+		if (ri.state == KVL_SCHED_REQ_WAITING)
+			keep += ri.floor;
+		else if (ri.state == KVL_SCHED_REQ_ACTIVE)
+			keep += g > u ? g - u : 0;
+		if (ri.state == KVL_SCHED_REQ_ACTIVE && u > g)
+			for (unsigned e = 0; e < n; e++)
+				beyond |= out[e].req == ri.id;
+	}
+	if (beyond) {
+		FAIL_IF(st.staged + keep > st.budget,
+			"a post beyond a floor: staged %" PRIu64 " + floors kept %" PRIu64
+			" over the budget %" PRIu64,
+			st.staged, keep, st.budget);
+		n_resv_checked++;
+	}
 	/* Whoever was given something stays within its window. */
 	for (unsigned i = 0; i < n; i++) {
 		struct kvl_sched_req_info ri;
@@ -466,6 +516,80 @@ static bool do_step_done(void)
 	return check_common("step_done");
 }
 
+/* The lockstep engine: DONE, in order, the next step of a request of the batch whose step
+ * every other request of the batch has READY too. */
+static bool do_step_done_lockstep(void)
+{
+	uint32_t start = below(w.nq);
+
+	for (uint32_t t = 0; t < w.nq; t++) {
+		struct mreq *m = &w.q[(start + t) % w.nq];
+		uint32_t l = m->done, o;
+
+		if (!m->opened || m->ended || l == m->ready)
+			continue;
+		for (o = 0; o < w.nq; o++) {
+			const struct mreq *p = &w.q[o];
+
+			if (p->opened && !p->ended && p->done <= l && p->ready <= l &&
+			    p->d.n_steps > l)
+				break; /* p has not got its step l yet */
+		}
+		if (o < w.nq)
+			continue;
+		FAIL_IF(kvl_sched_step_done(w.s, m->id, l, w.now) != 0, "step_done refused");
+		m->step_done[l] = true;
+		m->done++;
+		for (uint32_t j = m->first[l]; j < m->first[l + 1]; j++)
+			if (--m->ref[m->refs[j]] == 0)
+				release(m, m->refs[j]);
+		if (m->done == m->d.n_steps) {
+			m->ended = true;
+			m->want_status = KVL_OK;
+			n_done++;
+			n_lk_done++;
+		}
+		break;
+	}
+	return check_common("step_done");
+}
+
+static bool all_terminal(void);
+
+/* A lockstep batch: opened at one `now` with no step in between, once the previous batch has
+ * ended, and never more than the staging region can hold at their floors (else a batch that
+ * must advance together could never fit). */
+static bool do_open_batch(uint32_t to_open)
+{
+	uint64_t cap = (uint64_t)w.c.slot_size * w.c.slot_count, floors = 0;
+	uint32_t k = 1 + below(4);
+
+	if (!all_terminal() || w.nq == to_open)
+		return true;
+	n_lk_batches++;
+	while (k-- && w.nq < to_open) {
+		struct mreq *m = &w.q[w.nq];
+
+		gen_req(m, w.nq);
+		uint64_t p = peak(m), fl = p > w.c.window_min ? p : w.c.window_min;
+
+		if (floors + fl > cap)
+			break;
+		int id = kvl_sched_open(w.s, &m->d, w.now);
+
+		if (id == -ENOSPC || id == -EINVAL) {
+			n_refused += id == -EINVAL;
+			break;
+		}
+		FAIL_IF(id < 0, "open: %d", id);
+		floors += fl;
+		m->id = id;
+		m->opened = true;
+		w.nq++;
+	}
+	return check_common("open batch");
+}
+
 static bool do_open(void)
 {
 	if (w.nq == MAXR)
@@ -517,6 +641,7 @@ static bool do_budget(void)
 	uint64_t cap = (uint64_t)w.c.slot_size * w.c.slot_count;
 
 	w.budget = below(4) == 0 ? cap : below((uint32_t)cap + 1);
+	n_lk_shrinks += w.lockstep && w.budget < cap;
 	kvl_sched_set_budget(w.s, w.budget, w.now);
 	/* The shrink may leave staged above the budget; it must only go down from here. */
 	return check_common("budget");
@@ -555,13 +680,15 @@ static bool workload(void)
 	w.budget = c->budget ? c->budget : (uint64_t)c->slot_size * c->slot_count;
 	uint32_t to_open = 1 + below(MAXR);
 
+	w.lockstep = below(3) == 0;
+	n_lk_workloads += w.lockstep;
 	for (int it = 0; it < 400; it++) {
 		bool ok = true;
 		uint32_t a = below(100);
 
 		w.now += below(300);
 		if (a < 8 && w.nq < to_open)
-			ok = do_open();
+			ok = w.lockstep ? do_open_batch(to_open) : do_open();
 		else if (a < 35)
 			ok = do_step();
 		else if (a < 60)
@@ -569,7 +696,7 @@ static bool workload(void)
 		else if (a < 72)
 			ok = do_events();
 		else if (a < 93)
-			ok = do_step_done();
+			ok = w.lockstep ? do_step_done_lockstep() : do_step_done();
 		else if (a < 94)
 			ok = do_cancel();
 		else if (a < 97)
@@ -583,13 +710,18 @@ static bool workload(void)
 		return false;
 	for (int it = 0; it < 20000 && (!all_terminal() || w.nfl); it++) {
 		w.now += 50;
-		if (!do_step() || !do_complete(false) || !do_events() || !do_step_done())
+		if (!do_step() || !do_complete(false) || !do_events() ||
+		    !(w.lockstep ? do_step_done_lockstep() : do_step_done()))
 			return false;
-		while (w.nq < to_open && below(2) && it < 10000)
+		if (w.lockstep && w.nq < to_open && below(2) && it < 10000 &&
+		    !do_open_batch(to_open))
+			return false;
+		while (!w.lockstep && w.nq < to_open && below(2) && it < 10000)
 			if (!do_open())
 				return false;
 	}
-	FAIL_IF(!all_terminal(), "a request never finished (%u requests)", w.nq);
+	FAIL_IF(!all_terminal(), "a request never finished (%u requests%s)", w.nq,
+		w.lockstep ? ", lockstep engine: deadlock" : "");
 	FAIL_IF(w.nfl != 0 || w.staged != 0, "left in flight %u, staged %" PRIu64, w.nfl, w.staged);
 	struct kvl_sched_stats st;
 
@@ -624,5 +756,9 @@ int main(void)
 	       ", refused %" PRIu64 "), descriptors %" PRIu64 ", blocks %" PRIu64
 	       ", starved serves checked %" PRIu64 ", calls checked %" PRIu64 "\n",
 	       reqs, n_done, n_fail, n_cancel, n_refused, n_desc, n_blocks, n_starved, n_calls);
+	printf("lockstep workloads %" PRIu64 " (batches %" PRIu64 ", requests done %" PRIu64
+	       ", budget shrinks %" PRIu64 "), floor-pass descriptors %" PRIu64
+	       ", posts beyond a floor checked against the kept floors %" PRIu64 "\n",
+	       n_lk_workloads, n_lk_batches, n_lk_done, n_lk_shrinks, n_floor_pass, n_resv_checked);
 	return kvl_test_done("test_sched_prop");
 }
