@@ -1352,9 +1352,20 @@ static void wr_complete(struct kvl_verbs_conn *c, uint64_t first, uint64_t last,
 static void post_range(struct kvl_verbs_conn *c, uint64_t from)
 {
 	uint64_t first = 0, last = 0, old_end = c->nic_end;
+	/*
+	 * Completions are only learnt at signaled WRs: with few requests in flight a fixed
+	 * interval would make the caller wait for a whole window before it may post again (a
+	 * window of 16 and signal_every 16 drains the pipe every time). A quarter of what is in
+	 * flight keeps it flowing; signal_every caps it for deep queues.
+	 */
+	uint64_t inflight = c->post_seq - c->done_seq;
+	unsigned every =
+		inflight / 4 < c->signal_every ? (unsigned)(inflight / 4) : c->signal_every;
 	unsigned nic = 0, sig = 0;
 	bool any = false;
 
+	if (every == 0)
+		every = 1;
 	for (uint64_t q = from; q != c->post_seq; q++)
 		if (c->ring[q & c->mask].nic) {
 			last = q;
@@ -1373,7 +1384,7 @@ static void post_range(struct kvl_verbs_conn *c, uint64_t from)
 			ibv_wr_start(c->qpx);
 			first = q;
 		}
-		signaled = ++c->since_sig >= c->signal_every || q == last;
+		signaled = ++c->since_sig >= every || q == last;
 		if (signaled) {
 			c->since_sig = 0;
 			sig++;
