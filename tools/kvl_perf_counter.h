@@ -3,8 +3,11 @@
 #ifndef KVL_TOOLS_PERF_COUNTER_H
 #define KVL_TOOLS_PERF_COUNTER_H
 
+#include <inttypes.h>
 #include <linux/perf_event.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -33,6 +36,45 @@ static inline int64_t kvl_perf_read(int fd)
 	if (fd < 0 || read(fd, &v, sizeof(v)) != sizeof(v))
 		return -1;
 	return (int64_t)v;
+}
+
+/*
+ * Perf events' fallback: run `@self @args --inner @target` under callgrind, counting only the
+ * function run_loop, and divide its instructions by the "inner blocks=N" line the child
+ * prints. Instructions per block, or -1 (no valgrind, the child failed, nothing counted).
+ */
+static inline double kvl_callgrind_per_block(const char *self, const char *args, uint64_t target)
+{
+	char out[] = "/tmp/kvlane-bench-cg.XXXXXX", cmd[8192], line[512];
+	int fd = mkstemp(out);
+	uint64_t ir = 0, blocks = 0;
+	FILE *p, *f;
+
+	if (fd < 0)
+		return -1;
+	close(fd);
+	snprintf(cmd, sizeof(cmd),
+		 "valgrind --tool=callgrind --callgrind-out-file=%s --toggle-collect=run_loop "
+		 "%s %s --inner %" PRIu64 " 2>/dev/null",
+		 out, self, args, target);
+	p = popen(cmd, "r");
+	if (p == NULL) {
+		unlink(out);
+		return -1;
+	}
+	while (fgets(line, sizeof(line), p))
+		sscanf(line, "inner blocks=%" SCNu64, &blocks);
+	if (pclose(p) != 0)
+		blocks = 0;
+	f = fopen(out, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "totals: %" SCNu64, &ir) == 1 ||
+		    sscanf(line, "summary: %" SCNu64, &ir) == 1)
+			break;
+	if (f)
+		fclose(f);
+	unlink(out);
+	return blocks && ir ? (double)ir / (double)blocks : -1;
 }
 
 #endif /* KVL_TOOLS_PERF_COUNTER_H */

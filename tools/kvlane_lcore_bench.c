@@ -228,36 +228,13 @@ static void run_case(struct kvl_nic_io *io, bool coalesce, uint64_t target, int 
 /* Instructions of run_loop alone, counted by callgrind in a child: perf's fallback. */
 static double callgrind_ipb(const char *self, uint64_t target)
 {
-	char out[] = "/tmp/kvlane-lcore-bench.XXXXXX", cmd[4096 + 512], line[512];
-	int fd = mkstemp(out);
-	uint64_t ir = 0, blocks = 0;
+	char args[256];
 
-	if (fd < 0)
-		return -1;
-	close(fd);
-	snprintf(cmd, sizeof(cmd),
-		 "valgrind --tool=callgrind --callgrind-out-file=%s --toggle-collect=run_loop "
-		 "%s -l 0 --no-huge -m 256 --no-pci --no-telemetry --file-prefix kvl_lb_cg%d "
-		 "--log-level=error -- --inner %" PRIu64 " 2>/dev/null",
-		 out, self, (int)getpid(), target);
-	FILE *p = popen(cmd, "r");
-
-	if (p == NULL)
-		return -1;
-	while (fgets(line, sizeof(line), p))
-		sscanf(line, "inner blocks=%" SCNu64, &blocks);
-	if (pclose(p) != 0)
-		blocks = 0;
-	FILE *f = fopen(out, "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "totals: %" SCNu64, &ir) == 1 ||
-		    sscanf(line, "summary: %" SCNu64, &ir) == 1)
-			break;
-	if (f)
-		fclose(f);
-	unlink(out);
-	return blocks && ir ? (double)ir / (double)blocks : -1;
+	snprintf(args, sizeof(args),
+		 "-l 0 --no-huge -m 256 --no-pci --no-telemetry --file-prefix kvl_lb_cg%d "
+		 "--log-level=error --",
+		 (int)getpid());
+	return kvl_callgrind_per_block(self, args, target);
 }
 
 int main(int argc, char **argv)

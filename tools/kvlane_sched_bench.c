@@ -188,35 +188,7 @@ static void run_case(bool coalesce, uint64_t target, int reps, int pfd, double *
 /* Instructions of run_loop alone, counted by callgrind in a child: perf's fallback. */
 static double callgrind_ipd(const char *self, uint64_t target)
 {
-	char out[] = "/tmp/kvlane-sched-bench.XXXXXX", cmd[4096 + 256], line[512];
-	int fd = mkstemp(out);
-	uint64_t ir = 0, blocks = 0;
-
-	if (fd < 0)
-		return -1;
-	close(fd);
-	snprintf(cmd, sizeof(cmd),
-		 "valgrind --tool=callgrind --callgrind-out-file=%s --toggle-collect=run_loop "
-		 "%s --inner %" PRIu64 " 2>/dev/null",
-		 out, self, target);
-	FILE *p = popen(cmd, "r");
-
-	if (p == NULL)
-		return -1;
-	while (fgets(line, sizeof(line), p))
-		sscanf(line, "inner blocks=%" SCNu64, &blocks);
-	if (pclose(p) != 0)
-		blocks = 0;
-	FILE *f = fopen(out, "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "totals: %" SCNu64, &ir) == 1 ||
-		    sscanf(line, "summary: %" SCNu64, &ir) == 1)
-			break;
-	if (f)
-		fclose(f);
-	unlink(out);
-	return blocks && ir ? (double)ir / (double)blocks : -1;
+	return kvl_callgrind_per_block(self, "", target);
 }
 
 int main(int argc, char **argv)
