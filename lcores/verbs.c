@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Verbs transport: RC QPs fed through ibv_wr_*, selective signaling, in-order completions. */
+/* Verbs transport: RC QPs fed through ibv_wr_* or mlx5 direct WQEs, in-order completions. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mlx5.h"
 #include "verbs.h"
 
 /*
@@ -64,6 +66,13 @@ struct kvl_verbs_dev {
 	 * times (fixed upstream, rdma-core PR #1744, not in Debian 12's 44): a list is posted as
 	 * equal pieces so that the sum comes out right */
 	bool sge_equal_only;
+	/* mlx5 direct backend: connections write WQEs into the SQ and poll the send CQ
+	 * themselves (lcores/mlx5_*.c); verbs calls only set QPs up, change their state and
+	 * handle receives. Cleared, with the reason in backend_note, when a connection's setup
+	 * found something the fast path does not handle and the backend is auto. */
+	bool direct;
+	int backend; /* enum kvl_verbs_backend as asked */
+	char backend_note[192];
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
 	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
@@ -104,7 +113,13 @@ struct kvl_verbs_conn {
 	struct ibv_cq *cq;
 	bool armed; /* ibv_req_notify_cq() done, its event not taken yet */
 	struct ibv_qp *qp;
-	struct ibv_qp_ex *qpx;
+	struct ibv_qp_ex *qpx; /* verbs backend */
+	/* mlx5 direct backend: the SQ and the send CQ as plain memory; receives stay on @cq,
+	 * through verbs (they are rare: one per notice). */
+	bool direct;
+	struct ibv_cq *scq;
+	struct kvl_mlx5_sq sq;
+	struct kvl_mlx5_cq dcq;
 	unsigned depth, signal_every, since_sig;
 	unsigned max_sge; /* SGEs per WR: KVL_WR_MAX_SGE, or fewer if the device has fewer */
 	/* Receives: one per WRITE_WITH_IMM the peer may have in flight (each consumes one; none
@@ -515,6 +530,28 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 	d->max_cq_count = ax.cq_mod_caps.max_cq_count;
 	d->max_cq_period = ax.cq_mod_caps.max_cq_period;
 
+	d->backend = o->backend;
+	if (o->backend < KVL_VERBS_BACKEND_AUTO || o->backend > KVL_VERBS_BACKEND_VERBS) {
+		rc = EINVAL;
+		errf(err, errlen, "%s: unknown backend %d", o->name, o->backend);
+		goto fail;
+	}
+	if (o->backend != KVL_VERBS_BACKEND_VERBS) {
+		d->direct = mlx5dv_is_supported(d->ctx->device);
+		if (!d->direct && o->backend == KVL_VERBS_BACKEND_MLX5) {
+			rc = ENOTSUP;
+			errf(err, errlen,
+			     "%s: transport mlx5 needs a ConnectX (mlx5) device, and "
+			     "mlx5dv_is_supported() says this is not one: use transport = verbs "
+			     "(or auto)",
+			     o->name);
+			goto fail;
+		}
+		if (!d->direct)
+			snprintf(d->backend_note, sizeof(d->backend_note),
+				 "not an mlx5 device (mlx5dv_is_supported): verbs");
+	}
+
 	rc = ibv_query_port(d->ctx, d->port, &pa);
 	if (rc != 0) {
 		errf(err, errlen, "%s: cannot query port %u: %s", o->name, d->port, strerror(rc));
@@ -581,6 +618,16 @@ void kvl_verbs_close(struct kvl_verbs_dev *d)
 		ibv_dealloc_pd(d->pd);
 	ibv_close_device(d->ctx);
 	free(d);
+}
+
+const char *kvl_verbs_dev_backend(const struct kvl_verbs_dev *d)
+{
+	return d->direct ? "mlx5" : "verbs";
+}
+
+const char *kvl_verbs_dev_backend_note(const struct kvl_verbs_dev *d)
+{
+	return d->backend_note;
 }
 
 bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d)
@@ -728,6 +775,18 @@ static int qp_to_init(struct kvl_verbs_conn *c, char *err, size_t errlen)
 	return rc;
 }
 
+/* After the QP went to RESET: what the CQ still holds belongs to the last incarnation
+ * (rdma-core cleans a CQ of a reset QP's entries, but not one read through mlx5dv). */
+static void direct_reset(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_cqe_info e[32];
+	unsigned got;
+
+	kvl_mlx5_sq_reset(&c->sq);
+	while ((got = kvl_mlx5_cq_poll(&c->dcq, e, 32)) != 0)
+		c->stats.reset_discards += got;
+}
+
 /*
  * RESET -> INIT -> RTR -> RTS towards c->remote, from any state. The PSNs are those of the
  * addresses the two ends exchanged (local.psn out, remote.psn in): a peer that restarts its
@@ -742,6 +801,8 @@ static int qp_start(struct kvl_verbs_conn *c, char *err, size_t errlen)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RESET;
 	rc = qp_modify(c, &a, IBV_QP_STATE, "RESET", err, errlen);
+	if (rc == 0 && c->direct)
+		direct_reset(c);
 	if (rc == 0)
 		rc = qp_to_init(c, err, errlen);
 	if (rc != 0)
@@ -867,6 +928,73 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 	return -(errno ? errno : EIO);
 }
 
+/*
+ * mlx5 direct backend: a send CQ of its own (the fast path reads it; rdma-core leaves a CQ
+ * read through mlx5dv alone) and the QP created through verbs, then read through mlx5dv and
+ * checked (kvl_mlx5_hw_from_verbs). Receives stay on c->cq. 0, or -errno with the reason.
+ */
+static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa, char *err,
+			size_t errlen)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	unsigned bbs = kvl_mlx5_wqe_bbs(c->max_sge);
+	/* One CQE per WQE at most (flushes included), two windows' worth as for verbs */
+	unsigned cqe = 2 * c->depth * bbs;
+	char why[KVL_VERBS_ERR_LEN] = "";
+	struct kvl_mlx5_hw hw;
+	int rc;
+
+	if (cqe > (unsigned)d->max_cqe)
+		cqe = (unsigned)d->max_cqe;
+	c->scq = ibv_create_cq(d->ctx, (int)cqe, NULL, NULL, 0);
+	if (c->scq == NULL) {
+		rc = -(errno ? errno : EIO);
+		errf(err, errlen, "%s: mlx5: cannot create a send CQ of %u entries: %s", d->name,
+		     cqe, strerror(-rc));
+		return rc;
+	}
+	qa->send_cq = c->scq;
+	qa->comp_mask = IBV_QP_INIT_ATTR_PD; /* no ibv_wr_* ops: WQEs are written here */
+	qa->send_ops_flags = 0;
+	c->qp = ibv_create_qp_ex(d->ctx, qa);
+	if (c->qp == NULL) {
+		rc = -(errno ? errno : EIO);
+		errf(err, errlen, "%s: mlx5: cannot create an RC QP of depth %u: %s", d->name,
+		     c->depth, strerror(-rc));
+		goto undo;
+	}
+	rc = kvl_mlx5_hw_from_verbs(c->qp, c->scq, KVL_MLX5_SIG_NONE, 1, &hw, why, sizeof(why));
+	if (rc == 0 && hw.sq.wqe_cnt < c->depth * bbs) {
+		rc = -ENOTSUP;
+		snprintf(why, sizeof(why), "mlx5: SQ of %u WQEBBs cannot hold %u WQEs of %u SGEs",
+			 hw.sq.wqe_cnt, c->depth, c->max_sge);
+	}
+	if (rc == 0) {
+		rc = kvl_mlx5_sq_init(&c->sq, &hw.sq);
+		if (rc == 0)
+			rc = kvl_mlx5_cq_init(&c->dcq, hw.cq_buf, hw.cqe_cnt, hw.cqe_size,
+					      hw.cq_dbrec);
+		if (rc != 0) {
+			kvl_mlx5_sq_fini(&c->sq);
+			snprintf(why, sizeof(why), "mlx5: SQ/CQ refused by the fast path: %s",
+				 strerror(-rc));
+		}
+	}
+	if (rc != 0) {
+		errf(err, errlen, "%s: %s", d->name, why);
+		goto undo;
+	}
+	c->direct = true;
+	return 0;
+undo:
+	if (c->qp != NULL)
+		ibv_destroy_qp(c->qp);
+	c->qp = NULL;
+	ibv_destroy_cq(c->scq);
+	c->scq = NULL;
+	return rc;
+}
+
 struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned depth,
 					  unsigned signal_every, unsigned cq_count,
 					  unsigned cq_period_us, struct kvl_verbs_addr *local,
@@ -937,8 +1065,20 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	qa.cap.max_recv_sge = 1;
 	qa.qp_type = IBV_QPT_RC;
 	qa.sq_sig_all = 0;
-	qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	qa.pd = d->pd;
+	if (d->direct) {
+		rc = direct_setup(c, &qa, err, errlen);
+		if (rc == 0)
+			goto qp_made;
+		if (d->backend == KVL_VERBS_BACKEND_MLX5)
+			goto fail;
+		/* auto: this device's QPs are not what the fast path handles; verbs from now on */
+		snprintf(d->backend_note, sizeof(d->backend_note), "%s: verbs", err);
+		d->direct = false;
+		err_clear(err, errlen);
+		qa.send_cq = c->cq;
+	}
+	qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
 			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 	c->qp = ibv_create_qp_ex(d->ctx, &qa);
@@ -955,6 +1095,7 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 		errf(err, errlen, "%s: the provider has no ibv_qp_ex for its QPs", d->name);
 		goto fail;
 	}
+qp_made:
 	rc = qp_to_init(c, err, errlen);
 	if (rc != 0)
 		goto fail;
@@ -986,6 +1127,10 @@ void kvl_verbs_conn_free(struct kvl_verbs_conn *c)
 		return;
 	if (c->qp != NULL)
 		ibv_destroy_qp(c->qp);
+	if (c->scq != NULL)
+		ibv_destroy_cq(c->scq);
+	if (c->direct)
+		kvl_mlx5_sq_fini(&c->sq);
 	if (c->cq != NULL) {
 		kvl_verbs_take_events(c); /* destroying a CQ waits for its events to be acked */
 		ibv_destroy_cq(c->cq);
@@ -1246,11 +1391,76 @@ unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigne
 	return n;
 }
 
+/* An error CQE's syndrome as the status rdma-core's mlx5 provider would report. */
+static enum ibv_wc_status synd_wc(uint8_t syndrome)
+{
+	switch (syndrome) {
+	case KVL_MLX5_SYND_LOCAL_LENGTH:
+		return IBV_WC_LOC_LEN_ERR;
+	case KVL_MLX5_SYND_LOCAL_QP_OP:
+		return IBV_WC_LOC_QP_OP_ERR;
+	case KVL_MLX5_SYND_LOCAL_PROT:
+		return IBV_WC_LOC_PROT_ERR;
+	case KVL_MLX5_SYND_WR_FLUSH:
+		return IBV_WC_WR_FLUSH_ERR;
+	case KVL_MLX5_SYND_MW_BIND:
+		return IBV_WC_MW_BIND_ERR;
+	case KVL_MLX5_SYND_BAD_RESP:
+		return IBV_WC_BAD_RESP_ERR;
+	case KVL_MLX5_SYND_LOCAL_ACCESS:
+		return IBV_WC_LOC_ACCESS_ERR;
+	case KVL_MLX5_SYND_REMOTE_INVAL_REQ:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case KVL_MLX5_SYND_REMOTE_ACCESS:
+		return IBV_WC_REM_ACCESS_ERR;
+	case KVL_MLX5_SYND_REMOTE_OP:
+		return IBV_WC_REM_OP_ERR;
+	case KVL_MLX5_SYND_TRANSPORT_RETRY:
+		return IBV_WC_RETRY_EXC_ERR;
+	case KVL_MLX5_SYND_RNR_RETRY:
+		return IBV_WC_RNR_RETRY_EXC_ERR;
+	case KVL_MLX5_SYND_REMOTE_ABORTED:
+		return IBV_WC_REM_ABORT_ERR;
+	default:
+		return IBV_WC_GENERAL_ERR;
+	}
+}
+
+/* mlx5 direct: send completions straight from the CQ, by owner bit. A CQE names the WQE it
+ * completes by its SQ index; the SQ gives back the post sequence number stored there. */
+static unsigned poll_direct(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_cqe_info e[32];
+	unsigned n = 0, got;
+
+	do {
+		got = kvl_mlx5_cq_poll(&c->dcq, e, 32);
+		for (unsigned i = 0; i < got; i++) {
+			uint64_t seq;
+
+			if ((e[i].opcode != KVL_MLX5_CQE_REQ &&
+			     e[i].opcode != KVL_MLX5_CQE_REQ_ERR) ||
+			    kvl_mlx5_sq_complete(&c->sq, e[i].wqe_counter, &seq) != 0) {
+				c->stats.stray_cqes++;
+				continue;
+			}
+			on_cqe(c, seq,
+			       e[i].opcode == KVL_MLX5_CQE_REQ ? IBV_WC_SUCCESS
+							       : synd_wc(e[i].syndrome),
+			       e[i].vendor_synd);
+		}
+		n += got;
+	} while (got == 32 && n < POLL_BUDGET);
+	return n;
+}
+
 static unsigned poll_cq(struct kvl_verbs_conn *c)
 {
 	unsigned n = 0;
 
 	c->stats.cq_polls++;
+	if (c->direct)
+		n = poll_direct(c);
 	if (c->cqx != NULL) {
 		/*
 		 * One CQE per start/end pair, never ibv_next_poll(): rxe's next_poll (rdma-core
@@ -1303,11 +1513,32 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 	}
 }
 
-/* Hand the slot at @seq to the QP (inside ibv_wr_start/complete). */
-static void wr_one(struct kvl_verbs_conn *c, uint64_t seq, bool signaled)
+/* Hand the slot at @seq to the QP (verbs: inside ibv_wr_start/complete; mlx5: a WQE in the
+ * SQ, announced by the doorbell in wr_complete). False when the SQ refused it (mlx5). */
+static bool wr_one(struct kvl_verbs_conn *c, uint64_t seq, bool signaled)
 {
 	const struct slot *s = &c->ring[seq & c->mask];
 
+	if (c->direct) {
+		struct kvl_mlx5_sge sg[KVL_WR_MAX_SGE];
+		struct kvl_mlx5_wqe w = {
+			.wrid = seq,
+			.raddr = s->raddr,
+			.rkey = s->rkey,
+			.imm = s->imm,
+			.sge = sg,
+			.nsge = s->n_sge,
+			.opcode = s->op == KVL_OP_READ	       ? KVL_MLX5_OP_RDMA_READ
+				  : (s->flags & KVL_WR_NOTIFY) ? KVL_MLX5_OP_RDMA_WRITE_IMM
+							       : KVL_MLX5_OP_RDMA_WRITE,
+			.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
+		};
+
+		for (unsigned i = 0; i < s->n_sge; i++)
+			sg[i] = (struct kvl_mlx5_sge){ s->sg[i].addr, s->sg[i].lkey,
+						       s->sg[i].length };
+		return kvl_mlx5_sq_post(&c->sq, &w) == 0;
+	}
 	c->qpx->wr_id = seq;
 	c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
 	if (s->op == KVL_OP_READ)
@@ -1317,19 +1548,32 @@ static void wr_one(struct kvl_verbs_conn *c, uint64_t seq, bool signaled)
 	else
 		ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
 	ibv_wr_set_sge_list(c->qpx, s->n_sge, s->sg);
+	return true;
 }
 
-/* ibv_wr_complete() for the WRs [first, last]; on failure none of them reached the NIC. */
+/* The WRs [first, last] are written: one doorbell for them. On failure (verbs) none of them
+ * reached the NIC. @last is the newest WR written, and it is signaled. */
 static void wr_complete(struct kvl_verbs_conn *c, uint64_t first, uint64_t last, unsigned nic,
 			unsigned sig)
 {
-	int rc = ibv_wr_complete(c->qpx);
+	int rc;
 
 	c->stats.posts++;
+	if (c->direct) {
+		kvl_mlx5_sq_ring(&c->sq);
+		c->stats.doorbells = c->sq.stats.doorbells;
+		c->stats.bf_copies = c->sq.stats.bf_copies;
+		c->nic_end = last + 1;
+		c->stats.posted += nic;
+		c->stats.signaled += sig;
+		return;
+	}
+	rc = ibv_wr_complete(c->qpx);
 	if (rc == 0) {
 		c->nic_end = last + 1;
 		c->stats.posted += nic;
 		c->stats.signaled += sig;
+		c->stats.doorbells++;
 		return;
 	}
 	/* The whole posting was dropped (QP not in RTS, a WR the provider refused). */
@@ -1345,13 +1589,13 @@ static void wr_complete(struct kvl_verbs_conn *c, uint64_t first, uint64_t last,
 }
 
 /*
- * Hand the taken requests [from, post_seq) to the QP in one ibv_wr_start/complete: one
- * doorbell, one signaled WR every signal_every and always the newest. Those below nic_end
- * went to the NIC before (a resync's replay): counted as replayed.
+ * Hand the taken requests [from, post_seq) to the QP in one batch: one doorbell, one
+ * signaled WR every signal_every and always the newest. Those below nic_end went to the NIC
+ * before (a resync's replay): counted as replayed.
  */
 static void post_range(struct kvl_verbs_conn *c, uint64_t from)
 {
-	uint64_t first = 0, last = 0, old_end = c->nic_end;
+	uint64_t first = 0, last = 0, written = 0, old_end = c->nic_end;
 	/*
 	 * Completions are only learnt at signaled WRs: with few requests in flight a fixed
 	 * interval would make the caller wait for a whole window before it may post again (a
@@ -1376,25 +1620,42 @@ static void post_range(struct kvl_verbs_conn *c, uint64_t from)
 		return;
 	}
 	for (uint64_t q = from; q <= last; q++) {
+		struct slot *s = &c->ring[q & c->mask];
 		bool signaled;
 
-		if (!c->ring[q & c->mask].nic)
+		if (!s->nic)
 			continue;
-		if (nic++ == 0) {
-			ibv_wr_start(c->qpx);
+		if (nic == 0) {
+			if (!c->direct)
+				ibv_wr_start(c->qpx);
 			first = q;
 		}
 		signaled = ++c->since_sig >= every || q == last;
+		if (!wr_one(c, q, signaled)) {
+			/* mlx5: the SQ has no room or refused the WQE; the setup checks make this
+			 * unreachable, but a request must never be left waiting for a CQE. */
+			s->nic = false;
+			s->status = KVL_ERR_PROTOCOL;
+			c->stats.errors++;
+			continue;
+		}
 		if (signaled) {
 			c->since_sig = 0;
 			sig++;
 		}
+		nic++;
+		written = q;
 		if (q < old_end)
 			c->stats.replayed++;
-		c->stats.sge_wrs += c->ring[q & c->mask].n_sge > 1;
-		wr_one(c, q, signaled);
+		c->stats.sge_wrs += s->n_sge > 1;
 	}
-	wr_complete(c, first, last, nic, sig);
+	if (nic != 0) {
+		/* The newest WQE must make a CQE, or those before it would wait for ever (only
+		 * the mlx5 path can have lost its signaled one, above). */
+		if (c->direct && kvl_mlx5_sq_signal_last(&c->sq) == 1)
+			sig++;
+		wr_complete(c, first, written, nic, sig);
+	}
 	finish_refused(c);
 }
 
@@ -1488,16 +1749,21 @@ int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m)
 	return 1;
 }
 
+/*
+ * mlx5 direct: none. Arming a CQ read through mlx5dv would need its own arm doorbell (the
+ * provider's ibv_req_notify_cq uses a consumer index it no longer keeps): not written yet,
+ * so an idle lcore naps for the bounded time instead of sleeping on events.
+ */
 int kvl_verbs_event_fd(const struct kvl_verbs_conn *c)
 {
-	return c->ch != NULL ? c->ch->fd : -1;
+	return c->ch != NULL && !c->direct ? c->ch->fd : -1;
 }
 
 int kvl_verbs_arm(struct kvl_verbs_conn *c)
 {
 	int rc;
 
-	if (c->ch == NULL)
+	if (c->ch == NULL || c->direct)
 		return -ENOTSUP;
 	if (c->armed)
 		return 0;

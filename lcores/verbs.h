@@ -46,6 +46,21 @@ struct kvl_verbs_rseg {
 	uint32_t rkey;
 };
 
+/*
+ * How a connection reaches the NIC. Both share everything above the wire: checks, the
+ * request ring, selective signaling, resync, receives. They differ in how WRs are posted
+ * and how send completions are read.
+ */
+enum kvl_verbs_backend {
+	/* mlx5 direct when the device is mlx5 (mlx5dv_is_supported) and its QP and CQ pass the
+	 * fast path's checks, verbs otherwise; the reason is kept (kvl_verbs_dev_backend_note) */
+	KVL_VERBS_BACKEND_AUTO = 0,
+	/* WQEs written into the SQ, one doorbell per batch, send CQ polled by owner bit
+	 * (lcores/mlx5_*.c). Refused with a message on a device where it cannot run. */
+	KVL_VERBS_BACKEND_MLX5 = 1,
+	KVL_VERBS_BACKEND_VERBS = 2, /* ibv_wr_* and ibv_start_poll: any provider */
+};
+
 struct kvl_verbs_dev_opts {
 	const char *name;	/* "rxe0", "mlx5_0" */
 	unsigned port;		/* 1-based */
@@ -53,6 +68,7 @@ struct kvl_verbs_dev_opts {
 				 * (sysfs gid_attrs/types), or index 0 on InfiniBand */
 	unsigned mtu;		/* bytes (256..4096): the most this side uses */
 	const char *sysfs_root; /* NULL: "/sys" (for gid_attrs) */
+	int backend;		/* enum kvl_verbs_backend */
 };
 
 /*
@@ -70,6 +86,14 @@ void kvl_verbs_close(struct kvl_verbs_dev *d);
  * scheduler should not plan lists on such a device.
  */
 bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d);
+
+/*
+ * The backend connections use now: "mlx5" or "verbs". With KVL_VERBS_BACKEND_AUTO it may turn
+ * from mlx5 to verbs when the first connection's setup finds something the fast path does
+ * not handle; kvl_verbs_dev_backend_note() then says what ("" when nothing to say).
+ */
+const char *kvl_verbs_dev_backend(const struct kvl_verbs_dev *d);
+const char *kvl_verbs_dev_backend_note(const struct kvl_verbs_dev *d);
 
 /* The chosen GID index, type and port MTU, for logs and telemetry. */
 void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_type,
@@ -190,6 +214,10 @@ struct kvl_verbs_stats {
 	uint64_t sge_wrs;	       /* WRs given to the QP with two SGEs or more */
 	uint64_t recv_errors, recv_post_errors;
 	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
+	/* mlx5 direct backend: doorbells rung (one per batch), lone WQEs written whole through
+	 * BlueFlame, CQEs that named no outstanding WQE (stale, dropped), and stale CQEs
+	 * discarded at a QP reset (rdma-core leaves a direct CQ to its owner). */
+	uint64_t doorbells, bf_copies, stray_cqes, reset_discards;
 	/* The last error CQE as the provider reported it (its status mapping merges some):
 	 * enum ibv_wc_status (0: none yet) and the vendor syndrome. */
 	uint64_t last_wc_status, last_vendor_err;

@@ -76,7 +76,8 @@ int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, un
 	return (int)rte_lcore_to_socket_id(lcore_id);
 }
 
-/* An RDMA NIC: its device through verbs (mlx5 too, until its direct path exists). */
+/* An RDMA NIC: its device through verbs; on mlx5 devices, connections post through the
+ * direct fast path (transport auto or mlx5). */
 static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errlen)
 {
 	const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
@@ -84,7 +85,13 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 					.port = nc->port,
 					.gid_index = nc->gid_index,
 					.mtu = nc->mtu,
-					.sysfs_root = rt->sysfs_root };
+					.sysfs_root = rt->sysfs_root,
+					/* auto may fall back to verbs (logged); mlx5 must not */
+					.backend = nc->transport == KVL_TRANSPORT_MLX5
+							   ? KVL_VERBS_BACKEND_MLX5
+						   : nc->transport == KVL_TRANSPORT_VERBS
+							   ? KVL_VERBS_BACKEND_VERBS
+							   : KVL_VERBS_BACKEND_AUTO };
 	char msg[KVL_VERBS_ERR_LEN];
 	int gid_index, gid_type;
 	unsigned mtu;
@@ -98,13 +105,20 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			nc->label, nc->device, rt->sysfs_root);
 		return 0;
 	}
-	if (rt->nic_info[i].transport == KVL_TRANSPORT_MLX5)
-		KVL_LOG(NOTICE, "nic.%s (%s): the mlx5 direct path is not written yet: using verbs",
-			nc->label, nc->device);
 	rt->vdev[i] = kvl_verbs_open(&o, msg, sizeof(msg));
 	if (rt->vdev[i] == NULL) {
 		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
 		return -ENODEV;
+	}
+	if (strcmp(kvl_verbs_dev_backend(rt->vdev[i]), "mlx5") == 0) {
+		rt->nic_info[i].transport = KVL_TRANSPORT_MLX5;
+		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
+			nc->label, nc->device);
+	} else {
+		rt->nic_info[i].transport = KVL_TRANSPORT_VERBS;
+		if (kvl_verbs_dev_backend_note(rt->vdev[i])[0] != '\0')
+			KVL_LOG(NOTICE, "nic.%s (%s): %s", nc->label, nc->device,
+				kvl_verbs_dev_backend_note(rt->vdev[i]));
 	}
 	kvl_verbs_dev_info(rt->vdev[i], &gid_index, &gid_type, &mtu, &moderation);
 	KVL_LOG(INFO, "nic.%s (%s): port %u, GID index %d (%s), MTU %u%s", nc->label, nc->device,

@@ -263,8 +263,13 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "device", nc->device);
 	put_str(k, "kind", ni->kind == KVL_NIC_RDMA ? "rdma" : "netdev");
 	put_int(k, "port", (int)nc->port);
-	put_str(k, "transport", kvl_transport_name(ni->transport));
+	/* What connections use now: auto may have fallen back from mlx5 to verbs (and says why
+	 * in transport_note) when the first QP was not what the fast path handles. */
+	put_str(k, "transport",
+		rt->vdev[i] ? kvl_verbs_dev_backend(rt->vdev[i])
+			    : kvl_transport_name(ni->transport));
 	put_str(k, "transport_conf", kvl_transport_name(nc->transport));
+	put_str(k, "transport_note", rt->vdev[i] ? kvl_verbs_dev_backend_note(rt->vdev[i]) : "");
 	put_int(k, "numa_node", ni->numa_node);
 	put_str(k, "numa_source",
 		ni->numa_from_conf  ? "config"

@@ -41,7 +41,8 @@ LCORE_COLUMNS = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa
 SEGMENT_COLUMNS = ["id", "name", "length", "access", "rdma_nics", "reg_us", "reg_us_max"]
 LCORE_STATIC = ["lcore", "cpu", "socket", "role", "nic", "device", "remote_numa"]
 LCORE_COUNTERS = ["loop_iterations", "busy_cycles", "idle_cycles", "work", "naps"]
-NIC_COLUMNS = ["nic", "device", "kind", "port", "transport", "transport_conf", "numa_node",
+NIC_COLUMNS = ["nic", "device", "kind", "port", "transport", "transport_conf", "transport_note",
+               "numa_node",
                "numa_source", "lcore", "lcore_socket", "remote_numa", "driver", "link_layer",
                "state", "netdev"]
 INFO_KEYS = ["version", "name", "pid", "uptime_ms", "config", "sysfs_root", "idle_policy",
