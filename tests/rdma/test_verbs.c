@@ -845,6 +845,37 @@ static void test_open(void)
 		kvl_verbs_close(d);
 	}
 
+	/* backends on a device that is not mlx5: auto says why it runs verbs, mlx5 refuses */
+	o.mtu = 4096;
+	o.backend = KVL_VERBS_BACKEND_AUTO;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		CHECK_STR(kvl_verbs_dev_backend(d), "verbs");
+		CHECK_HAS(kvl_verbs_dev_backend_note(d), "not an mlx5 device");
+		printf("  auto on %s: %s\n", A.name, kvl_verbs_dev_backend_note(d));
+		kvl_verbs_close(d);
+	}
+	o.backend = KVL_VERBS_BACKEND_MLX5;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "transport mlx5 needs a ConnectX (mlx5) device");
+	CHECK_HAS(err, "use transport = verbs");
+	printf("  %s\n", err);
+	o.backend = 7;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "unknown backend 7");
+	o.backend = KVL_VERBS_BACKEND_VERBS;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		CHECK_STR(kvl_verbs_dev_backend(d), "verbs");
+		CHECK_STR(kvl_verbs_dev_backend_note(d), "");
+		kvl_verbs_close(d);
+	}
+	o.backend = KVL_VERBS_BACKEND_AUTO;
+
 	/* a pinned index: the harness's, and an empty one */
 	o.mtu = 4096;
 	o.gid_index = A.want_gid;
