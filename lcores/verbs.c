@@ -73,6 +73,8 @@ struct kvl_verbs_dev {
 	bool direct;
 	int backend; /* enum kvl_verbs_backend as asked */
 	char backend_note[192];
+	uint8_t traffic_class, service_level;
+	uint16_t pkey_index;
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
 	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
@@ -574,6 +576,24 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 	if (o->mtu != 0 && mtu_code(o->mtu) < d->mtu)
 		d->mtu = mtu_code(o->mtu);
 
+	if (o->service_level > 15) {
+		rc = EINVAL;
+		errf(err, errlen, "%s port %u: service_level %u is not an InfiniBand SL (0..15)",
+		     o->name, d->port, o->service_level);
+		goto fail;
+	}
+	if (o->pkey_index >= pa.pkey_tbl_len) {
+		rc = EINVAL;
+		errf(err, errlen,
+		     "%s port %u: pkey_index %u is past the port's P_Key table (size %u: "
+		     "/sys/class/infiniband/%s/ports/%u/pkeys/)",
+		     o->name, d->port, o->pkey_index, pa.pkey_tbl_len, o->name, d->port);
+		goto fail;
+	}
+	d->traffic_class = o->traffic_class;
+	d->service_level = o->service_level;
+	d->pkey_index = o->pkey_index;
+
 	if (o->gid_index >= 0)
 		rc = -use_gid_index(d, o->sysfs_root, o->gid_index, pa.gid_tbl_len, err, errlen);
 	else if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
@@ -757,7 +777,7 @@ static int qp_to_init(struct kvl_verbs_conn *c, char *err, size_t errlen)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
+		.pkey_index = c->d->pkey_index,
 		.port_num = c->d->port,
 		/* what the peer may do to us; each segment's MR narrows it */
 		.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE,
@@ -816,12 +836,14 @@ static int qp_start(struct kvl_verbs_conn *c, char *err, size_t errlen)
 	a.max_dest_rd_atomic = d->rd_atomic;
 	a.min_rnr_timer = MIN_RNR_TIMER;
 	a.ah_attr.port_num = d->port;
+	a.ah_attr.sl = d->service_level;
 	if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
 		/* RoCE has no LIDs: every packet carries a GRH (v1) or IP header (v2) */
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, c->remote.gid, sizeof(a.ah_attr.grh.dgid.raw));
 		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
 		a.ah_attr.grh.hop_limit = HOP_LIMIT;
+		a.ah_attr.grh.traffic_class = d->traffic_class;
 	} else {
 		a.ah_attr.dlid = c->remote.lid;
 	}
@@ -2092,4 +2114,22 @@ const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c)
 	if ((unsigned)a.qp_state >= sizeof(names) / sizeof(names[0]) || names[a.qp_state] == NULL)
 		return "UNKNOWN";
 	return names[a.qp_state];
+}
+
+int kvl_verbs_qp_path(struct kvl_verbs_conn *c, struct kvl_verbs_qp_path *p)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int rc;
+
+	if (c == NULL || c->qp == NULL)
+		return -EINVAL;
+	rc = ibv_query_qp(c->qp, &a, IBV_QP_PATH_MTU | IBV_QP_AV | IBV_QP_PKEY_INDEX, &ia);
+	if (rc != 0)
+		return -rc;
+	p->mtu = 128u << a.path_mtu;
+	p->traffic_class = a.ah_attr.grh.traffic_class;
+	p->service_level = a.ah_attr.sl;
+	p->pkey_index = a.pkey_index;
+	return 0;
 }

@@ -69,6 +69,10 @@ struct kvl_verbs_dev_opts {
 	unsigned mtu;		/* bytes (256..4096): the most this side uses */
 	const char *sysfs_root; /* NULL: "/sys" (for gid_attrs) */
 	int backend;		/* enum kvl_verbs_backend */
+	uint8_t traffic_class;	/* RoCE: the IP TOS byte (DSCP x 4 + ECN) of every packet; IB:
+				 * the GRH's, where there is one */
+	uint8_t service_level;	/* InfiniBand SL of the QPs (0..15) */
+	uint16_t pkey_index;	/* P_Key table entry of the QPs: must exist on the port */
 };
 
 /*
@@ -239,6 +243,14 @@ const char *kvl_qp_state_name(uint64_t state);
 
 /* QP state as ibv_query_qp reports it ("RTS", "ERR", ...), for telemetry. */
 const char *kvl_verbs_qp_state(struct kvl_verbs_conn *c);
+
+/* The path the QP holds, as ibv_query_qp reads it back: what the NIC puts on the wire. */
+struct kvl_verbs_qp_path {
+	unsigned mtu; /* bytes */
+	uint8_t traffic_class, service_level;
+	uint16_t pkey_index;
+};
+int kvl_verbs_qp_path(struct kvl_verbs_conn *c, struct kvl_verbs_qp_path *p);
 
 void kvl_verbs_conn_free(struct kvl_verbs_conn *c);
 

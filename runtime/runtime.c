@@ -86,6 +86,9 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 					.gid_index = nc->gid_index,
 					.mtu = nc->mtu,
 					.sysfs_root = rt->sysfs_root,
+					.traffic_class = (uint8_t)nc->traffic_class,
+					.service_level = (uint8_t)nc->service_level,
+					.pkey_index = (uint16_t)nc->pkey_index,
 					/* auto may fall back to verbs (logged); mlx5 must not */
 					.backend = nc->transport == KVL_TRANSPORT_MLX5
 							   ? KVL_VERBS_BACKEND_MLX5

@@ -740,6 +740,12 @@ static void test_mismatch(void)
 	CHECK_INT(kvl_verbs_conn_connect(d, &r, err, sizeof(err)), 0);
 	CHECK_STR(kvl_verbs_qp_state(c), "RTS");
 	{
+		struct kvl_verbs_qp_path p;
+
+		CHECK_INT(kvl_verbs_qp_path(c, &p), 0);
+		CHECK_INT(p.mtu, 1024); /* what the QP holds, read back */
+	}
+	{
 		struct kvl_verbs_rseg seg = { .id = SEG_RW,
 					      .flags = KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE,
 					      .addr = (uintptr_t)B.buf,
@@ -875,6 +881,44 @@ static void test_open(void)
 		kvl_verbs_close(d);
 	}
 	o.backend = KVL_VERBS_BACKEND_AUTO;
+
+	/* QoS keys: an SL past 15 and a P_Key index past the table are refused; a traffic class
+	 * reaches the QP (read back from it): the TOS byte of every RoCE v2 packet */
+	o.service_level = 16;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "service_level 16 is not an InfiniBand SL");
+	o.service_level = 0;
+	o.pkey_index = 60000;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "pkey_index 60000 is past the port's P_Key table");
+	printf("  %s\n", err);
+	o.pkey_index = 0;
+	o.traffic_class = 106;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		struct kvl_verbs_addr ca, ba;
+		struct kvl_verbs_conn *c =
+			kvl_verbs_conn_new(d, 64, SIGNAL_EVERY, 0, 0, &ca, err, sizeof(err));
+		struct kvl_verbs_conn *b =
+			kvl_verbs_conn_new(B.d, 64, SIGNAL_EVERY, 0, 0, &ba, err, sizeof(err));
+		struct kvl_verbs_qp_path p = { 0 };
+
+		CHECK(c != NULL && b != NULL);
+		if (c != NULL && b != NULL) {
+			CHECK_INT(kvl_verbs_conn_connect(c, &ba, err, sizeof(err)), 0);
+			CHECK_INT(kvl_verbs_qp_path(c, &p), 0);
+			CHECK_INT(p.traffic_class, 106);
+			CHECK_INT(p.pkey_index, 0);
+			printf("  traffic_class 106: the QP holds %u\n", p.traffic_class);
+		}
+		kvl_verbs_conn_free(c);
+		kvl_verbs_conn_free(b);
+		kvl_verbs_close(d);
+	}
+	o.traffic_class = 0;
 
 	/* a pinned index: the harness's, and an empty one */
 	o.mtu = 4096;
