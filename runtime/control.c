@@ -1252,6 +1252,15 @@ static void peer_read(struct kvl_control *c, uint32_t p)
 		rc = kvl_ctrl_decode(pr->rx, pr->rx_len, m, &used);
 		if (rc == 0)
 			break;
+		if (rc == -KVL_CTRL_E_VERSION) {
+			/* the header's version: bytes 4-5, little-endian */
+			peer_fail(
+				c, p, KVL_ERR_PROTOCOL,
+				"control protocol version %u from the peer, this kvlane speaks %u: "
+				"run the same kvlane release on both ends",
+				(unsigned)pr->rx[4] | (unsigned)pr->rx[5] << 8, KVL_CTRL_VERSION);
+			break;
+		}
 		if (rc < 0) {
 			/* Nothing after a bad frame can be trusted: close this peer only. */
 			peer_fail(c, p, KVL_ERR_PROTOCOL, "malformed control message: %s",

@@ -39,8 +39,10 @@
  * or AUTH_FAIL) framed like the above, then carries only data frames (tcp_data.h).
  */
 
-#define KVL_CTRL_MAGIC	     0x434c564bu
-#define KVL_CTRL_VERSION     1
+#define KVL_CTRL_MAGIC 0x434c564bu
+/* 2: QP_RESYNC and REQ_CANCEL (a version 1 peer closed the connection on them). A frame of
+ * another version is refused, and the log names both versions. */
+#define KVL_CTRL_VERSION     2
 #define KVL_CTRL_HDR_LEN     16
 #define KVL_CTRL_MAX_PAYLOAD (64u << 10)
 #define KVL_CTRL_NAME_LEN    64 /* names: runtime.name, NIC labels, segment names */

@@ -52,7 +52,7 @@ KV_BYTES_DEFAULT = 32 * 2 * 16 * 32768  # [segment.kv] of default.ini: 32 MiB
 
 # ---- the control protocol, written out from runtime/ctrl_proto.h and ctrl_proto.c ----
 MAGIC = 0x434C564B  # "KVLC"
-VERSION = 1
+VERSION = 2
 HDR = struct.Struct("<IHHII")  # magic, version, type, payload length, seq
 HELLO, CHALLENGE, AUTH, AUTH_OK, AUTH_FAIL, SEGMENTS, ENDPOINTS = 1, 2, 3, 4, 5, 6, 7
 HEARTBEAT, HEARTBEAT_ACK, DATA_BIND, DATA_BIND_OK, ERROR, BYE = 8, 9, 10, 11, 12, 13
@@ -566,6 +566,24 @@ def scenario_wrong_secret(ctx):
               f"/kvlane/info after {what}", f"pid {srv.pid}", info, srv)
         log(f"(c) {what}: connection {how} after {describe_frames(frames)}; server answers "
             f"telemetry")
+
+    # (c') A HELLO from a kvlane of protocol version 1: refused, and the log names both versions.
+    # Warnings about unauthenticated connections are limited to one a second: wait that out.
+    time.sleep(1.1)
+    s = ctx.sock(srv.addr)
+    old = hello_payload("old-kvlane", secrets.token_bytes(NONCE_LEN), 1, 1)
+    s.sendall(HDR.pack(MAGIC, 1, HELLO, len(old), 0) + old)
+    got, how = read_until_closed(s, "after a version 1 HELLO", srv)
+    rx = re.compile(r"control protocol version 1 from the peer, this kvlane speaks "
+                    rf"{VERSION}: run the same kvlane release on both ends")
+    deadline = time.monotonic() + 5
+    while not rx.search(srv.stderr) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    m = rx.search(srv.stderr)
+    check(m is not None, "the log after a version 1 HELLO", rx.pattern,
+          "nothing within 5 s", srv)
+    check(srv.running(), "kvlaned after a version 1 HELLO", "still running", "exited", srv)
+    log(f"(c') version 1 HELLO: connection {how}; log: {m.group(0)}")
 
     # (d) A data connection that claims a session nobody opened.
     s = ctx.sock(f"127.0.0.1:{data_port}")

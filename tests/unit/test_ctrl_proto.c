@@ -200,7 +200,7 @@ static void test_vectors(void)
 {
 	static const uint8_t hb[] = {
 		0x4b, 0x56, 0x4c, 0x43,				/* "KVLC" */
-		0x01, 0x00,					/* version 1 */
+		0x02, 0x00,					/* version 2 */
 		0x08, 0x00,					/* HEARTBEAT */
 		0x10, 0x00, 0x00, 0x00,				/* 16 payload bytes */
 		0x07, 0x00, 0x00, 0x00,				/* seq 7 */
@@ -208,7 +208,7 @@ static void test_vectors(void)
 		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* sent_ns */
 	};
 	uint8_t hello[16 + 39] = {
-		0x4b, 0x56, 0x4c, 0x43, 0x01, 0x00, 0x01, 0x00, /* KVLC v1 HELLO */
+		0x4b, 0x56, 0x4c, 0x43, 0x02, 0x00, 0x01, 0x00, /* KVLC v2 HELLO */
 		0x27, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, /* 39 bytes, seq 1 */
 		0x01, 0x00, 0x02, 0x00,				/* min 1, max 2 */
 		0x02, 'a',  'b',				/* name "ab" */
@@ -227,7 +227,7 @@ static void test_vectors(void)
 	CHECK_INT(kvl_ctrl_decode(hb, sizeof(hb), &d, &used), 1);
 	CHECK_INT(used, sizeof(hb));
 	CHECK_INT(d.type, KVL_CTRL_HEARTBEAT);
-	CHECK_INT(d.version, 1);
+	CHECK_INT(d.version, 2);
 	CHECK_INT(d.seq, 7);
 	CHECK(d.u.heartbeat.seq == 0x0102030405060708ull);
 	CHECK(d.u.heartbeat.sent_ns == 0x1122334455667788ull);
@@ -326,40 +326,44 @@ static void test_header_refusals(void)
 	raw(f, 0x5054475fu, 1, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16); /* "_GTP" */
 	CHECK_INT(dec(f, 1), -KVL_CTRL_E_MAGIC);
 	for (int i = 0; i < 4; i++) {
-		raw(f, KVL_CTRL_MAGIC ^ (0x80u << (8 * i)), 1, KVL_CTRL_HEARTBEAT, 16, hb_payload,
-		    16);
+		raw(f, KVL_CTRL_MAGIC ^ (0x80u << (8 * i)), KVL_CTRL_VERSION, KVL_CTRL_HEARTBEAT,
+		    16, hb_payload, 16);
 		CHECK_INT(dec(f, 32), -KVL_CTRL_E_MAGIC);
 	}
 
-	/* Version 2 and 0: refused from the header. */
-	raw(f, KVL_CTRL_MAGIC, 2, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
+	/* The next version, the one before (1: no QP_RESYNC, REQ_CANCEL) and 0: refused from
+	 * the header. */
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION + 1, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 6), -KVL_CTRL_E_VERSION);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_VERSION);
+	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
+	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
 	raw(f, KVL_CTRL_MAGIC, 0, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
 
 	/* Types 0 and one past the last. */
-	raw(f, KVL_CTRL_MAGIC, 1, 0, 0, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, 0, 0, NULL, 0);
 	CHECK_INT(dec(f, 8), -KVL_CTRL_E_TYPE);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_TYPE_MAX + 1, 0, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_TYPE_MAX + 1, 0, NULL, 0);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
-	raw(f, KVL_CTRL_MAGIC, 1, 0xffff, 0, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, 0xffff, 0, NULL, 0);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_TYPE);
 
 	/* Length over the maximum: refused from the header alone. */
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_SEGMENTS, KVL_CTRL_MAX_PAYLOAD + 1, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_SEGMENTS, KVL_CTRL_MAX_PAYLOAD + 1, NULL,
+	    0);
 	CHECK_INT(dec(f, 12), -KVL_CTRL_E_LENGTH);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_LENGTH);
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_ERROR, 0xffffffffu, NULL, 0);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ERROR, 0xffffffffu, NULL, 0);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_LENGTH);
 	/* ... and a length that no message of this type can have. */
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HEARTBEAT, 15, hb_payload, 15);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HEARTBEAT, 15, hb_payload, 15);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_LENGTH);
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HEARTBEAT, 17, hb_payload, 16);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HEARTBEAT, 17, hb_payload, 16);
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_LENGTH);
-	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_BYE, 1, hb_payload, 1);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_BYE, 1, hb_payload, 1);
 	CHECK_INT(dec(f, 17), -KVL_CTRL_E_LENGTH);
 
 	/* Bad arguments are not taken for a peer's error. */
@@ -415,27 +419,27 @@ static void test_field_refusals(void)
 	put16(p + 2, 1);
 	p[4] = KVL_CTRL_NAME_LEN;
 	memset(p + 5, 'x', KVL_CTRL_NAME_LEN);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 64 + 32, p, 5 + 64 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 64 + 32, p, 5 + 64 + 32);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_LENGTH); /* no HELLO is that long: header says no */
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 63 + 32, p, 5 + 63 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 63 + 32, p, 5 + 63 + 32);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	p[4] = KVL_CTRL_NAME_LEN - 1; /* 63 fits */
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 63 + 32, p, 5 + 63 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 63 + 32, p, 5 + 63 + 32);
 	CHECK_INT(dec(f, n), 1);
 	CHECK_INT(strlen(d.u.hello.name), 63);
 	p[4] = 3;
 	memcpy(p + 5, "a\0b", 3);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	memset(p + 5, 'x', 3);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
 	CHECK_INT(dec(f, n), 1);
 	CHECK_STR(d.u.hello.name, "xxx");
 
 	/* hello min > max */
 	put16(p, 3);
 	put16(p + 2, 2);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HELLO, 5 + 3 + 32, p, 5 + 3 + 32);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	fill(&m, KVL_CTRL_HELLO);
 	m.u.hello.min_version = 4;
@@ -445,15 +449,15 @@ static void test_field_refusals(void)
 	put16(p, 1);
 	p[2] = KVL_CTRL_TEXT_LEN;
 	memset(p + 3, 'e', KVL_CTRL_TEXT_LEN);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_ERROR, 3 + 160, p, 3 + 160);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ERROR, 3 + 160, p, 3 + 160);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_LENGTH); /* 163 > the largest ERROR: header says no */
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_ERROR, 3 + 159, p, 3 + 159);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ERROR, 3 + 159, p, 3 + 159);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 
 	/* auth_fail reasons 0 and 4; 1..3 pass. */
 	for (int r = 0; r <= 4; r++) {
 		put16(p, (uint16_t)r);
-		n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_AUTH_FAIL, 2, p, 2);
+		n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_AUTH_FAIL, 2, p, 2);
 		CHECK_INT(dec(f, n), r >= 1 && r <= 3 ? 1 : -KVL_CTRL_E_FIELD);
 		fill(&m, KVL_CTRL_AUTH_FAIL);
 		m.u.auth_fail.reason = (uint16_t)r;
@@ -462,16 +466,16 @@ static void test_field_refusals(void)
 
 	/* 65 segments, 17 endpoints: refused on the count, before any element is read. */
 	put32(p, KVL_CTRL_MAX_SEGS + 1);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_SEGMENTS, 4, p, 4);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_SEGMENTS, 4, p, 4);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	put32(p, 0xffffffffu);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_SEGMENTS, 4, p, 4);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_SEGMENTS, 4, p, 4);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	put32(p, KVL_CTRL_MAX_EPS + 1);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_ENDPOINTS, 4, p, 4);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ENDPOINTS, 4, p, 4);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 	put32(p, 0);
-	n = raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_ENDPOINTS, 4, p, 4);
+	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ENDPOINTS, 4, p, 4);
 	CHECK_INT(dec(f, n), 1);
 	fill(&m, KVL_CTRL_SEGMENTS);
 	m.u.segments.n = KVL_CTRL_MAX_SEGS + 1;
