@@ -366,6 +366,8 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 
 				if (rte_ring_enqueue_elem(io->ntf, &v, sizeof(v)) != 0)
 					io->ntf_dropped++;
+				else
+					io->ntf_queued++;
 			}
 			*work += k;
 		}

@@ -92,6 +92,7 @@ struct kvl_nic_io {
 	struct kvl_tcp_stats closed[KVL_MAX_PEERS_RT];
 	uint64_t unroutable;  /* submissions for a slot that is gone: completed NO_PEER */
 	uint64_t evt_dropped; /* resync messages the full event ring refused (sent again) */
+	uint64_t ntf_queued;  /* notices (WRITE_WITH_IMM received) queued for kvl_poll_notices */
 	uint64_t ntf_dropped; /* notices the full notice ring refused (nobody polls them) */
 	/* The scheduler's completions go to it (lcores/nic_sched.c), not to @cpl: it compacts
 	 * the others to the front of @wc and returns their count. NULL: no scheduler. */

@@ -479,6 +479,7 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 {
 	struct kvl_runtime *rt = runtime_or_null();
 	struct kvl_tcp_stats tcp = { 0 }, rdma = { 0 };
+	uint64_t ntf_queued = 0, ntf_dropped = 0;
 	bool have_rdma = false;
 
 	(void)cmd;
@@ -488,6 +489,8 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		if (rt->io[n] == NULL)
 			continue;
+		ntf_queued += rt->io[n]->ntf_queued;
+		ntf_dropped += rt->io[n]->ntf_dropped;
 		if (rt->vdev[n]) {
 			have_rdma = true;
 			kvl_nic_io_total(rt->io[n], &rdma);
@@ -499,6 +502,9 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	stats_transport(d, "tcp", &tcp);
 	if (have_rdma)
 		stats_transport(d, "verbs", &rdma);
+	/* WRITE_WITH_IMM notices: queued for kvl_poll_notices(), or lost to a full ring */
+	rte_tel_data_add_dict_u64(d, "notices/queued", ntf_queued);
+	rte_tel_data_add_dict_u64(d, "notices/dropped", ntf_dropped);
 	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
 	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
 	{

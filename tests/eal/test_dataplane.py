@@ -360,6 +360,9 @@ def scenario_move_1gib(ctx):
     stats = cmd(tel, "/kvlane/stats", server)
     check_eq(stats.get("tcp/served_bytes"), w_total + r_total,
              "server's tcp/served_bytes after both runs", server)
+    # no WRITE_WITH_IMM over tcp: nothing queued for kvl_poll_notices, nothing lost
+    check_eq((stats.get("notices/queued"), stats.get("notices/dropped")), (0, 0),
+             "server's notices/queued and notices/dropped after plain WRITEs", server)
     check_counters_zero(stats, "tcp/refused/", "server refused nothing", server)
     check_counters_zero(stats, "tcp/failed/", "server initiated nothing that failed", server)
     log(f"server: tcp/served_bytes = {w_total + r_total} = what the two runs reported "
