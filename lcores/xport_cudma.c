@@ -110,6 +110,10 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 	 * What costs the attention is the bytes in flight, not the blocks: long PCIe reads held
 	 * in the memory system delay the HBM loads beside them.
 	 */
+	if (c->o.batch_max == 0)
+		c->o.batch_max = 64;
+	if (c->o.ce_min == 0)
+		c->o.ce_min = 32 << 10;
 	if (c->o.gather_ctas == 0)
 		c->o.gather_ctas = 8;
 	if (c->o.gather_depth == 0)
@@ -162,7 +166,7 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		}
 	}
 	c->events_made = true;
-	if (c->o.ce_share > 0 && c->o.small == KVL_CUDMA_GATHER) {
+	if (c->o.small == KVL_CUDMA_GATHER) { /* ce_min, ce_share: the engine beside it */
 		ce = cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking);
 		if (ce == cudaSuccess)
 			ce = cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming);
@@ -346,7 +350,9 @@ static void broke(struct kvl_cudma_conn *c, cudaError_t ce, const char *what)
 	complete_all(c, KVL_ERR_CONN_LOST);
 }
 
-/* @n small copies as one cudaMemcpyBatchAsync on @st: the copy engine, one driver call. */
+/* @n small copies (a run of c->small) as one cudaMemcpyBatchAsync on @st: the copy engine, one
+ * driver call. Each run has its own part of the address arrays, so that no call of a flush
+ * rewrites what an earlier one was given. */
 static cudaError_t batch_copy(struct kvl_cudma_conn *c, const struct kvl_cudma_copy *cp, unsigned n,
 			      cudaStream_t st)
 {
@@ -354,29 +360,55 @@ static cudaError_t batch_copy(struct kvl_cudma_conn *c, const struct kvl_cudma_c
 		.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
 		.flags = cudaMemcpyFlagPreferOverlapWithCompute,
 	};
-	size_t idx0 = 0;
+	size_t idx0 = 0, off = (size_t)(cp - c->small);
 
 	for (unsigned i = 0; i < n; i++) {
-		c->dsts[i] = (void *)(uintptr_t)cp[i].dst;
-		c->srcs[i] = (const void *)(uintptr_t)cp[i].src;
-		c->sizes[i] = cp[i].len;
+		c->dsts[off + i] = (void *)(uintptr_t)cp[i].dst;
+		c->srcs[off + i] = (const void *)(uintptr_t)cp[i].src;
+		c->sizes[off + i] = cp[i].len;
 	}
 	c->stats.launches++;
-	return cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n, &attr, &idx0, 1, st);
+	return cudaMemcpyBatchAsync(c->dsts + off, c->srcs + off, c->sizes + off, n, &attr, &idx0,
+				    1, st);
 }
 
-/* How many of the first small copies make up ce_share percent of the batch's bytes. */
-static unsigned ce_part(const struct kvl_cudma_conn *c, unsigned n_small)
+/*
+ * GATHER: put the small copies for the copy engine first and return their count: those of at
+ * least ce_min bytes, then of the others the first that make up ce_share percent of their
+ * bytes. The rest go to the gather kernel.
+ */
+static unsigned ce_part(struct kvl_cudma_conn *c, unsigned n_small)
 {
+	struct kvl_cudma_copy *s = c->small, t;
 	uint64_t total = 0, want, got = 0;
-	unsigned i;
+	unsigned n = 0, i;
 
-	for (i = 0; i < n_small; i++)
-		total += c->small[i].len;
+	for (i = 0; i < n_small; i++) {
+		if (s[i].len < c->o.ce_min)
+			continue;
+		t = s[n];
+		s[n++] = s[i];
+		s[i] = t;
+	}
+	for (i = n; i < n_small; i++)
+		total += s[i].len;
 	want = total * c->o.ce_share / 100;
-	for (i = 0; i < n_small && got < want; i++)
-		got += c->small[i].len;
-	return i;
+	for (i = n; i < n_small && got < want; i++)
+		got += s[i].len;
+	return i > n ? i : n;
+}
+
+/* @n copies of c->small from @first on @st, batch_max a cudaMemcpyBatchAsync call. */
+static cudaError_t batch_copies(struct kvl_cudma_conn *c, unsigned first, unsigned n,
+				cudaStream_t st)
+{
+	cudaError_t ce = cudaSuccess;
+
+	for (unsigned i = first; i < first + n && ce == cudaSuccess; i += c->o.batch_max)
+		ce = batch_copy(c, c->small + i,
+				first + n - i < c->o.batch_max ? first + n - i : c->o.batch_max,
+				st);
+	return ce;
 }
 
 /* Issue the copies of requests [launched, tail) and an event behind them. */
@@ -424,7 +456,7 @@ static int flush(struct kvl_cudma_conn *c)
 	}
 	c->stats.small_copies += n_small;
 	if (c->o.small == KVL_CUDMA_GATHER) {
-		unsigned n_ce = c->st2 != NULL ? ce_part(c, n_small) : 0;
+		unsigned n_ce = ce_part(c, n_small);
 		unsigned i;
 
 		/* The copy engine's part first, so that it runs while the kernel starts. */
@@ -433,7 +465,7 @@ static int flush(struct kvl_cudma_conn *c)
 			if (ce == cudaSuccess)
 				ce = cudaStreamWaitEvent(c->st2, c->ev_fork, 0);
 			if (ce == cudaSuccess)
-				ce = batch_copy(c, c->small, n_ce, c->st2);
+				ce = batch_copies(c, 0, n_ce, c->st2);
 			if (ce == cudaSuccess)
 				ce = cudaEventRecord(c->ev_join, c->st2);
 			if (ce != cudaSuccess) {
@@ -452,8 +484,8 @@ static int flush(struct kvl_cudma_conn *c)
 		}
 		if (ce == cudaSuccess && n_ce > 0)
 			ce = cudaStreamWaitEvent(c->st, c->ev_join, 0);
-	} else if (c->o.small == KVL_CUDMA_BATCH && n_small > 0) {
-		ce = batch_copy(c, c->small, n_small, c->st);
+	} else if (c->o.small == KVL_CUDMA_BATCH) {
+		ce = batch_copies(c, 0, n_small, c->st);
 	}
 	if (ce != cudaSuccess) {
 		broke(c, ce,

@@ -25,12 +25,13 @@ extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
  * requests contiguous on both sides merge into one copy (up to merge_max); a copy of at least
  * copy_min bytes goes to the copy engine alone (cudaMemcpyAsync: it runs at the link's rate);
  * the smaller ones, which would each pay the copy engine's per-copy cost (~2.5-4 us on H200,
- * 64 KiB copies at a third of the link), go together as one launch of `small` below. A batch
+ * 64 KiB copies at a third of the link), go together as `small` below says. A batch
  * completes as a whole (an event after it); its requests complete in posting order.
  */
 enum kvl_cudma_small {
-	KVL_CUDMA_GATHER = 0, /* one gather kernel per batch (SMs read/write across PCIe) */
-	KVL_CUDMA_BATCH = 1,  /* cudaMemcpyBatchAsync: the copy engine, one call per batch */
+	KVL_CUDMA_GATHER = 0, /* one gather kernel per batch (SMs read/write across PCIe), copies
+			       * of ce_min bytes or more on the copy engine beside it */
+	KVL_CUDMA_BATCH = 1,  /* cudaMemcpyBatchAsync: the copy engine, batch_max copies a call */
 	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
 };
 
@@ -46,6 +47,16 @@ struct kvl_cudma_opts {
 	 * cudaMemcpyBatchAsync on a second stream, beside the gather kernel: the two share the
 	 * link (0: none). */
 	unsigned ce_share;
+	/* GATHER: small copies of at least this many bytes go to the copy engine (cudaMemcpyBatch-
+	 * Async, batch_max a call, on a second stream) beside the gather kernel (0: 32 KiB;
+	 * UINT64_MAX: none). On the H200 (docs/gpu-bench.md, 2026-11-30) 64 KiB blocks moved
+	 * at 90-92% of the pinned ceiling that way and hid under attention at 96% (slowing it
+	 * 2.4%), against 87-89% and 90% (+5.7%) through the kernel; 16 KiB blocks are faster
+	 * and steadier through the kernel (75-80%) than on the engine (27-60% run to run). */
+	uint64_t ce_min;
+	/* Copies per cudaMemcpyBatchAsync call at most (0: 64). Thousands in one call ran at
+	 * 8.7% of the link at 16 KiB and 76% at 64 KiB; 32-256 a call at 90-95% at 64 KiB. */
+	unsigned batch_max;
 	cudaStream_t stream; /* NULL: the transport creates its own (non-blocking) */
 };
 

@@ -718,6 +718,8 @@ struct cfg {
 	char name[32];
 	enum kvl_cudma_small how;
 	unsigned ctas, depth, ce_share;
+	unsigned batch_max; /* cebatch<N>: N copies per cudaMemcpyBatchAsync at most */
+	uint64_t ce_min;    /* g...m<KiB>: blocks this long to the copy engine; n: none */
 	bool prio; /* the engine's compute stream at the device's greatest priority */
 };
 
@@ -733,6 +735,8 @@ static struct kvl_cudma_conn *new_conn(struct world *w, const struct cfg *f)
 	o.gather_ctas = f->ctas;
 	o.gather_depth = f->depth;
 	o.ce_share = f->ce_share;
+	o.batch_max = f->batch_max;
+	o.ce_min = f->ce_min;
 	c = kvl_cudma_new(&o, err, sizeof(err));
 	if (c == NULL)
 		DIE("%s", err);
@@ -768,7 +772,7 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
 	void *hog1 = NULL;
 	int W;
 
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 	struct kvl_cudma_conn *c = new_conn(w, &dflt);
 	set_slots(w, 0, c);
 	CK(cudaDeviceSynchronize());
@@ -808,10 +812,12 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
 }
 
 /*
- * A transport configuration from the command line: "cebatch" (cudaMemcpyBatchAsync), "each"
- * (one cudaMemcpyAsync per block), or "g" for the gather kernel followed by any of <n>
+ * A transport configuration from the command line: "cebatch"[<n>] (cudaMemcpyBatchAsync, at
+ * most n copies a call; the transport's default without n), "each" (one cudaMemcpyAsync per
+ * block), or "g" for the gather kernel followed by any of <n>
  * thread blocks (0: the transport's default), "d"<n> loads in flight per thread, "c"<n>
- * percent of the bytes to the copy engine beside it; any of them may end in "p": the
+ * percent of the bytes to the copy engine beside it, "m"<n> blocks of n KiB or more to the
+ * copy engine beside it (the transport's default: 32) or "n" none; any may end in "p": the
  * engine's compute stream at the device's greatest priority. "gather" is "g" with defaults.
  */
 static bool parse_cfg(const char *a, struct cfg *f)
@@ -823,6 +829,8 @@ static bool parse_cfg(const char *a, struct cfg *f)
 	if (strncmp(p, "cebatch", 7) == 0) {
 		f->how = KVL_CUDMA_BATCH;
 		p += 7;
+		if (*p >= '1' && *p <= '9')
+			f->batch_max = (unsigned)strtoul(p, (char **)&p, 10);
 	} else if (strncmp(p, "each", 4) == 0) {
 		f->how = KVL_CUDMA_EACH;
 		p += 4;
@@ -836,6 +844,12 @@ static bool parse_cfg(const char *a, struct cfg *f)
 			f->depth = (unsigned)strtoul(p + 1, (char **)&p, 10);
 		if (*p == 'c')
 			f->ce_share = (unsigned)strtoul(p + 1, (char **)&p, 10);
+		if (*p == 'm') {
+			f->ce_min = (uint64_t)strtoul(p + 1, (char **)&p, 10) << 10;
+		} else if (*p == 'n') {
+			f->ce_min = UINT64_MAX;
+			p++;
+		}
 	} else {
 		return false;
 	}
@@ -913,7 +927,7 @@ static void xfer_sweep(const std::vector<struct cfg> &cf, int splits, struct cei
 {
 	struct scen s = { "B 8x4K tok, all remote", 8, 256, 256, 8, splits };
 	struct world w;
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 
 	world_init(&w, &s, s.L);
 	{
@@ -969,7 +983,7 @@ static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct 
 {
 	struct scen s = { "A 8x32K tok, 16 blk/seq remote", 8, 2048, 16, 8, splits };
 	struct world w;
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 
 	world_init(&w, &s, s.L);
 	{
@@ -1044,7 +1058,8 @@ int main(int argc, char **argv)
 	if (strcmp(what, "quick") && strcmp(what, "full") && strcmp(what, "xfer") &&
 	    strcmp(what, "overlap"))
 		DIE("usage: kvlane-gpu-bench [full|quick|xfer|overlap] [METHOD...]\n"
-		    "  METHOD: gather | cebatch | each | g<ctas>[d<depth>][c<ce%%>][p]");
+		    "  METHOD: gather | cebatch[<copies per call>] | each |\n"
+		    "          g<ctas>[d<depth>][c<ce%%>][m<KiB to the copy engine>|n][p]");
 	for (int i = 2; i < argc; i++) {
 		struct cfg f;
 
@@ -1053,7 +1068,7 @@ int main(int argc, char **argv)
 		cfgs.push_back(f);
 	}
 	if (cfgs.empty()) {
-		const char *d[] = { "gather", "g264d4", "cebatch" };
+		const char *d[] = { "gather", "g8d8n", "cebatch" };
 
 		for (const char *x : d) {
 			struct cfg f;
@@ -1181,7 +1196,7 @@ int main(int argc, char **argv)
 
 		world_init(&w, s, s->L);
 		{
-			struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, false };
+			struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 			struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
 
 			set_slots(&w, s->L, c0);

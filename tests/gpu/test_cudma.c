@@ -107,15 +107,18 @@ static void check_bytes(const uint8_t *got, const uint8_t *want, size_t len, con
 
 static const char *mode_name[] = { "gather kernel", "cudaMemcpyBatchAsync", "one copy each" };
 
-static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_share, uint8_t *host,
-		     uint8_t *back, uint8_t *gpu, uint8_t *check, uint8_t *expect)
+static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_share, uint64_t ce_min,
+		     unsigned batch_max, uint8_t *host, uint8_t *back, uint8_t *gpu, uint8_t *check,
+		     uint8_t *expect)
 {
 	struct kvl_cudma_opts o = { .device = 0,
 				    .depth = 256,
 				    .small = mode,
 				    .gather_ctas = 0,
 				    .gather_depth = depth,
-				    .ce_share = ce_share };
+				    .ce_share = ce_share,
+				    .ce_min = ce_min,
+				    .batch_max = batch_max };
 	char err[256];
 	struct kvl_cudma_conn *c = kvl_cudma_new(&o, err, sizeof(err));
 	const struct kvl_xport_ops *ops = &kvl_xport_cudma;
@@ -201,16 +204,28 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 	EXPECT(st->engine_copies > 0, "no copy went alone to the copy engine");
 	EXPECT(mode == KVL_CUDMA_EACH || st->small_copies > 0, "nothing was gathered");
 	EXPECT(st->refused == 4, "refused %llu", (unsigned long long)st->refused);
-	EXPECT((ce_share > 0) == (st->ce_shared > 0), "ce_share %u but %llu copies shared",
-	       ce_share, (unsigned long long)st->ce_shared);
-	printf("  %s (depth %u, ce_share %u%%): %u requests, %.1f MiB host->GPU in %.2f ms (%.1f "
+	EXPECT(batch_max == 0 || st->launches * batch_max >= st->small_copies,
+	       "batch_max %u but %llu small copies in %llu calls", batch_max,
+	       (unsigned long long)st->small_copies, (unsigned long long)st->launches);
+	/* the copy engine beside the gather kernel: a share, or the 64 KiB blocks (ce_min) */
+	bool beside = mode == KVL_CUDMA_GATHER && (ce_share > 0 || ce_min <= 65536);
+
+	EXPECT(beside == (st->ce_shared > 0), "ce_share %u, ce_min %llu but %llu copies shared",
+	       ce_share, (unsigned long long)ce_min, (unsigned long long)st->ce_shared);
+	EXPECT(mode != KVL_CUDMA_GATHER || st->ce_shared < st->small_copies,
+	       "nothing left to the gather kernel (%llu of %llu small copies on the engine)",
+	       (unsigned long long)st->ce_shared, (unsigned long long)st->small_copies);
+	printf("  %s (depth %u, ce_share %u%%, ce_min %llu, batch_max %u): %u requests, %.1f MiB "
+	       "host->GPU in "
+	       "%.2f ms (%.1f "
 	       "GB/s, first use), %llu "
 	       "merged, %llu engine copies, %llu small in %llu launches; every byte of %u MiB "
 	       "checked\n",
-	       mode_name[mode], depth, ce_share, n, moved / 1048576.0, (t1 - t0) * 1e3,
-	       moved / (t1 - t0) / 1e9, (unsigned long long)st->merged,
-	       (unsigned long long)st->engine_copies, (unsigned long long)st->small_copies,
-	       (unsigned long long)st->launches, GPU_LEN >> 20);
+	       mode_name[mode], depth, ce_share, (unsigned long long)ce_min, batch_max, n,
+	       moved / 1048576.0, (t1 - t0) * 1e3, moved / (t1 - t0) / 1e9,
+	       (unsigned long long)st->merged, (unsigned long long)st->engine_copies,
+	       (unsigned long long)st->small_copies, (unsigned long long)st->launches,
+	       GPU_LEN >> 20);
 
 	/* Write back: GPU blocks into the read-write remote segment, scattered. */
 	memset(back, 0x5a, HOST_LEN);
@@ -294,13 +309,16 @@ int main(void)
 
 		memcpy(host + i, &v, 8);
 	}
-	/* the gather kernel at each depth it is built for, and beside the copy engine */
-	one_mode(KVL_CUDMA_GATHER, 4, 0, host, back, gpu, check, expect);
-	one_mode(KVL_CUDMA_GATHER, 8, 0, host, back, gpu, check, expect);
-	one_mode(KVL_CUDMA_GATHER, 16, 0, host, back, gpu, check, expect);
-	one_mode(KVL_CUDMA_GATHER, 16, 40, host, back, gpu, check, expect);
-	for (unsigned m = KVL_CUDMA_BATCH; m <= KVL_CUDMA_EACH; m++)
-		one_mode(m, 0, 0, host, back, gpu, check, expect);
+	/* the gather kernel alone at each depth it is built for, beside the copy engine (a share
+	 * of the bytes; the default: blocks of 32 KiB and more), then the copy engine alone */
+	one_mode(KVL_CUDMA_GATHER, 4, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
+	one_mode(KVL_CUDMA_GATHER, 8, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
+	one_mode(KVL_CUDMA_GATHER, 16, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
+	one_mode(KVL_CUDMA_GATHER, 16, 40, UINT64_MAX, 0, host, back, gpu, check, expect);
+	one_mode(KVL_CUDMA_GATHER, 0, 0, 0, 0, host, back, gpu, check, expect);
+	one_mode(KVL_CUDMA_BATCH, 0, 0, 0, 0, host, back, gpu, check, expect); /* 64 a call */
+	one_mode(KVL_CUDMA_BATCH, 0, 0, 0, 7, host, back, gpu, check, expect); /* several calls */
+	one_mode(KVL_CUDMA_EACH, 0, 0, 0, 0, host, back, gpu, check, expect);
 	cudaFree(gpu);
 	cudaFreeHost(host);
 	cudaFreeHost(back);
