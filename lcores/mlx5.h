@@ -26,10 +26,12 @@
 
 /* ---- hardware layouts ---- */
 
-#define KVL_MLX5_WQEBB	   64 /* a send WQE basic block */
-#define KVL_MLX5_CQE_SIZE  64 /* the only CQE size this path accepts */
-#define KVL_MLX5_SND_DBR   1  /* send counter: word 1 of the QP's doorbell record */
-#define KVL_MLX5_CQ_SET_CI 0  /* consumer index: word 0 of the CQ's doorbell record */
+#define KVL_MLX5_WQEBB	     64	  /* a send WQE basic block */
+#define KVL_MLX5_CQE_SIZE    64	  /* the only CQE size this path accepts */
+#define KVL_MLX5_SND_DBR     1	  /* send counter: word 1 of the QP's doorbell record */
+#define KVL_MLX5_CQ_SET_CI   0	  /* consumer index: word 0 of the CQ's doorbell record */
+#define KVL_MLX5_CQ_ARM_DB   1	  /* arm request: word 1 of the CQ's doorbell record */
+#define KVL_MLX5_CQ_DOORBELL 0x20 /* the CQ doorbell register's offset in the CQ's UAR page */
 /* SGEs per WQE: ctrl + raddr + 16 data segments = 18 x 16 B = 5 WQEBBs; the PRM's ds field
  * would allow more, ConnectX's max_send_sge (30) too, but a KV block list is coalesced first. */
 #define KVL_MLX5_MAX_SGE 16
@@ -269,6 +271,7 @@ struct kvl_mlx5_cqe_info {
 
 struct kvl_mlx5_cq_stats {
 	uint64_t polls, cqes, errors, flushes, unknown; /* unknown: opcode/format not handled */
+	uint64_t arms;
 	uint64_t syndrome[KVL_MLX5_SYND_SLOTS];
 };
 
@@ -277,6 +280,11 @@ struct kvl_mlx5_cq {
 	uint32_t cqe_cnt; /* a power of two */
 	uint32_t cq_ci;	  /* CQEs consumed; bit log2(cqe_cnt) is the owner bit we expect */
 	volatile uint32_t *dbrec;
+	/* Arming (kvl_mlx5_cq_arm): the UAR page with the CQ doorbell (NULL: cannot arm), the
+	 * CQ number, and the arm sequence number: one more for every completion event taken. */
+	uint8_t *uar;
+	uint32_t cqn;
+	uint32_t arm_sn;
 	struct kvl_mlx5_cq_stats stats;
 };
 
@@ -298,6 +306,20 @@ unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out,
 
 /* Write cq_ci (24 bits) to the CQ doorbell record (mlx5_db.c); kvl_mlx5_cq_poll() does. */
 void kvl_mlx5_cq_set_ci(struct kvl_mlx5_cq *cq);
+
+/*
+ * Ask for one completion event when a CQE arrives past cq_ci (mlx5_db.c): the arm word
+ * (sequence number 29:28, command 24 = 0: any CQE, consumer index 23:0) into word 1 of the
+ * doorbell record, then it and the CQ number as one 64-bit store to the UAR's CQ doorbell.
+ * The caller polls once more after arming (a CQE may have come before the arm took effect).
+ */
+void kvl_mlx5_cq_arm(struct kvl_mlx5_cq *cq);
+
+/* A completion event of this CQ was taken (ibv_get_cq_event): the next arm is a new one. */
+static inline void kvl_mlx5_cq_event(struct kvl_mlx5_cq *cq)
+{
+	cq->arm_sn++;
+}
 
 /* ---- requests over one SQ + CQ: what a struct kvl_xport_ops backs onto ---- */
 
@@ -388,6 +410,8 @@ struct kvl_mlx5_hw {
 	void *cq_buf;
 	uint32_t cqe_cnt, cqe_size;
 	volatile uint32_t *cq_dbrec;
+	void *cq_uar; /* NULL: the provider gave none (the CQ cannot be armed from here) */
+	uint32_t cqn;
 	struct ibv_cq *ibcq;
 	struct ibv_qp *ibqp;
 	bool owned; /* created by kvl_mlx5_hw_create: kvl_mlx5_hw_destroy destroys them */

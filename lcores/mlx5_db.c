@@ -79,3 +79,19 @@ void kvl_mlx5_cq_set_ci(struct kvl_mlx5_cq *cq)
 	kvl_mlx5_dma_mb();
 	cq->dbrec[KVL_MLX5_CQ_SET_CI] = htobe32(cq->cq_ci & 0xffffff);
 }
+
+void kvl_mlx5_cq_arm(struct kvl_mlx5_cq *cq)
+{
+	uint32_t arm = (cq->arm_sn & 3) << 28 | (cq->cq_ci & 0xffffff);
+	uint32_t w[2] = { htobe32(arm), htobe32(cq->cqn) };
+	uint64_t db;
+
+	/* rdma-core's mlx5_arm_cq: the record first, then the register, both with this word. */
+	cq->dbrec[KVL_MLX5_CQ_ARM_DB] = w[0];
+	kvl_mlx5_wc_start();
+	/* 8 bytes in memory order: the arm word, then the CQ number. */
+	memcpy(&db, w, sizeof(db));
+	mmio_write64(cq->uar + KVL_MLX5_CQ_DOORBELL, db);
+	kvl_mlx5_wc_flush();
+	cq->stats.arms++;
+}

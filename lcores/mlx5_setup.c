@@ -97,6 +97,8 @@ int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mod
 	hw->cqe_cnt = dc.cqe_cnt;
 	hw->cqe_size = dc.cqe_size;
 	hw->cq_dbrec = (volatile uint32_t *)dc.dbrec;
+	hw->cq_uar = dc.cq_uar;
+	hw->cqn = dc.cqn;
 	hw->ibqp = qp;
 	hw->ibcq = cq;
 	return 0;

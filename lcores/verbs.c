@@ -968,7 +968,8 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 
 	if (cqe > (unsigned)d->max_cqe)
 		cqe = (unsigned)d->max_cqe;
-	c->scq = ibv_create_cq(d->ctx, (int)cqe, NULL, NULL, 0);
+	/* On the connection's completion channel too: the lcore arms it itself (kvl_verbs_arm) */
+	c->scq = ibv_create_cq(d->ctx, (int)cqe, NULL, c->ch, 0);
 	if (c->scq == NULL) {
 		rc = -(errno ? errno : EIO);
 		errf(err, errlen, "%s: mlx5: cannot create a send CQ of %u entries: %s", d->name,
@@ -996,6 +997,8 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 		if (rc == 0)
 			rc = kvl_mlx5_cq_init(&c->dcq, hw.cq_buf, hw.cqe_cnt, hw.cqe_size,
 					      hw.cq_dbrec);
+		c->dcq.uar = hw.cq_uar;
+		c->dcq.cqn = hw.cqn;
 		if (rc != 0) {
 			kvl_mlx5_sq_fini(&c->sq);
 			snprintf(why, sizeof(why), "mlx5: SQ/CQ refused by the fast path: %s",
@@ -1772,26 +1775,29 @@ int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m)
 }
 
 /*
- * mlx5 direct: none. Arming a CQ read through mlx5dv would need its own arm doorbell (the
- * provider's ibv_req_notify_cq uses a consumer index it no longer keeps): not written yet,
- * so an idle lcore naps for the bounded time instead of sleeping on events.
+ * The completion channel the lcore sleeps on, and arming before it does. mlx5 direct: the
+ * receive CQ through the provider, the send CQ with its own arm doorbell (the provider's
+ * ibv_req_notify_cq would use a consumer index it no longer keeps); no UAR from mlx5dv for
+ * the CQ: no events, and an idle lcore naps for the bounded time instead.
  */
 int kvl_verbs_event_fd(const struct kvl_verbs_conn *c)
 {
-	return c->ch != NULL && !c->direct ? c->ch->fd : -1;
+	return c->ch != NULL && (!c->direct || c->dcq.uar != NULL) ? c->ch->fd : -1;
 }
 
 int kvl_verbs_arm(struct kvl_verbs_conn *c)
 {
 	int rc;
 
-	if (c->ch == NULL || c->direct)
+	if (kvl_verbs_event_fd(c) < 0)
 		return -ENOTSUP;
 	if (c->armed)
 		return 0;
 	rc = ibv_req_notify_cq(c->cq, 0);
 	if (rc != 0)
 		return -(rc > 0 ? rc : EIO);
+	if (c->direct)
+		kvl_mlx5_cq_arm(&c->dcq);
 	c->armed = true;
 	c->stats.arms++;
 	return 0;
@@ -1801,18 +1807,27 @@ unsigned kvl_verbs_take_events(struct kvl_verbs_conn *c)
 {
 	struct ibv_cq *cq;
 	void *ctx;
-	unsigned n = 0;
+	unsigned n = 0, ns = 0;
 
 	if (c->ch == NULL)
 		return 0;
-	while (ibv_get_cq_event(c->ch, &cq, &ctx) == 0)
-		n++;
-	if (n != 0) {
-		ibv_ack_cq_events(c->cq, n);
-		c->armed = false;
-		c->stats.cq_events += n;
+	while (ibv_get_cq_event(c->ch, &cq, &ctx) == 0) {
+		if (c->direct && cq == c->scq) {
+			kvl_mlx5_cq_event(&c->dcq);
+			ns++;
+		} else {
+			n++;
+		}
 	}
-	return n;
+	if (n != 0)
+		ibv_ack_cq_events(c->cq, n);
+	if (ns != 0)
+		ibv_ack_cq_events(c->scq, ns);
+	if (n + ns != 0) {
+		c->armed = false;
+		c->stats.cq_events += n + ns;
+	}
+	return n + ns;
 }
 
 void kvl_verbs_set_resync_timeout(struct kvl_verbs_conn *c, unsigned ms)

@@ -440,6 +440,52 @@ static void sq_rules(void)
 	CHECK_INT(kvl_mlx5_syndrome_status(0x77), KVL_ERR_PROTOCOL);
 }
 
+/*
+ * Arming the CQ: the bytes rdma-core's mlx5_arm_cq writes, spelled out here. Arm word =
+ * sn (arm_sn & 3) << 28 | cmd (0 << 24: any CQE) | consumer index (24 bits); into word 1 of
+ * the doorbell record big-endian, and to UAR + 0x20 as 8 big-endian bytes: the arm word, then
+ * the CQ number.
+ */
+static void cq_arm_bytes(void)
+{
+	static uint8_t cqbuf[64 * 4] __attribute__((aligned(64)));
+	uint32_t dbrec[2] = { 0x11111111, 0 };
+	uint8_t uar[0x40];
+	struct kvl_mlx5_cq cq;
+	static const uint8_t rec1[4] = { 0x10, 0x12, 0x34, 0x56 };
+	static const uint8_t reg1[8] = { 0x10, 0x12, 0x34, 0x56, 0x00, 0x00, 0x04, 0xc1 };
+	static const uint8_t rec2[4] = { 0x30, 0x00, 0x00, 0x07 };
+	static const uint8_t reg2[8] = { 0x30, 0x00, 0x00, 0x07, 0x00, 0x00, 0x04, 0xc1 };
+	static const uint8_t rec3[4] = { 0x00, 0x00, 0x00, 0x07 };
+
+	memset(uar, 0xee, sizeof(uar));
+	CHECK_INT(kvl_mlx5_cq_init(&cq, cqbuf, 4, 64, dbrec), 0);
+	cq.uar = uar;
+	cq.cqn = 0x4c1;
+	cq.cq_ci = 0x1123456; /* past 24 bits: only the low 24 go out */
+	kvl_mlx5_cq_event(&cq);
+	kvl_mlx5_cq_event(&cq);
+	kvl_mlx5_cq_event(&cq);
+	kvl_mlx5_cq_event(&cq);
+	kvl_mlx5_cq_event(&cq); /* arm_sn 5: sn 1 */
+	kvl_mlx5_cq_arm(&cq);
+	CHECK(memcmp(&dbrec[KVL_MLX5_CQ_ARM_DB], rec1, 4) == 0);
+	CHECK(memcmp(uar + KVL_MLX5_CQ_DOORBELL, reg1, 8) == 0);
+	CHECK_INT(dbrec[KVL_MLX5_CQ_SET_CI], 0x11111111); /* the consumer index is not touched */
+	CHECK_INT(uar[KVL_MLX5_CQ_DOORBELL - 1], 0xee);
+	CHECK_INT(uar[KVL_MLX5_CQ_DOORBELL + 8], 0xee);
+	cq.cq_ci = 7;
+	kvl_mlx5_cq_event(&cq);
+	kvl_mlx5_cq_event(&cq); /* sn 3 */
+	kvl_mlx5_cq_arm(&cq);
+	CHECK(memcmp(&dbrec[KVL_MLX5_CQ_ARM_DB], rec2, 4) == 0);
+	CHECK(memcmp(uar + KVL_MLX5_CQ_DOORBELL, reg2, 8) == 0);
+	kvl_mlx5_cq_event(&cq); /* sn wraps to 0 */
+	kvl_mlx5_cq_arm(&cq);
+	CHECK(memcmp(&dbrec[KVL_MLX5_CQ_ARM_DB], rec3, 4) == 0);
+	CHECK_INT(cq.stats.arms, 3);
+}
+
 int main(void)
 {
 	static const char *const wqe_files[] = {
@@ -453,5 +499,6 @@ int main(void)
 	cq_ring_fixture("cq_second_pass.hex");
 	cq_ring_fixture("cq_fresh.hex");
 	sq_rules();
+	cq_arm_bytes();
 	return kvl_test_done("mlx5_wqe");
 }
