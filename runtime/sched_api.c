@@ -85,6 +85,7 @@ static struct kvl_sched_cfg sched_cfg(const struct kvl_config *cfg)
 		.max_sge = 1, /* per NIC in kvl_sched_rt_start(): several where RDMA takes them */
 		.starvation_ns = (uint64_t)c->starvation_ms * 1000000,
 		.resize_ns = (uint64_t)c->resize_interval_ms * 1000000,
+		.ready_ahead = c->ready_ahead,
 	};
 }
 

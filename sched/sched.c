@@ -1108,9 +1108,12 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 	 * may be blocked within its window by what another holds beyond its own), or what is
 	 * held plus the floors kept is past the budget (one below its floor may be), or the
 	 * head waiting request's floor is. Evicting before picking keeps each call's service
-	 * order plain; the price is one call's delay after a budget stop. */
-	if (budget_stop || s->staged + s->unmet > s->budget ||
-	    (s->wait.n && s->staged + s->unmet + s->req[s->wait.a[0]].floor > s->budget))
+	 * order plain; the price is one call's delay after a budget stop. Only with ready_ahead:
+	 * without it every landed step is announced at once, and what little could go (blocks
+	 * of steps not landed whole) would be a matter of timing, refetched for nothing. */
+	if (s->cfg.ready_ahead &&
+	    (budget_stop || s->staged + s->unmet > s->budget ||
+	     (s->wait.n && s->staged + s->unmet + s->req[s->wait.a[0]].floor > s->budget)))
 		try_evict(s, now);
 	return pick(s, now, out, max);
 }

@@ -57,8 +57,9 @@ struct kvl_sched_cfg {
 	uint64_t resize_ns;	   /* windows are recomputed from the estimates this often */
 	/* Steps a request may have READY (announced) and not DONE at once; a step that landed
 	 * beyond that is announced when an earlier one is DONE, and until then its blocks may
-	 * be evicted. 0: no bound (every landed step is announced at once). An engine that
-	 * advances its requests in lockstep wants 1: see kvl_sched_set_budget(). */
+	 * be evicted. 0: no bound (every landed step is announced at once) and no eviction at
+	 * all. An engine that advances its requests in lockstep wants 1: see
+	 * kvl_sched_set_budget(). */
 	uint32_t ready_ahead;
 };
 
@@ -226,9 +227,9 @@ int kvl_sched_cancel(struct kvl_sched *s, int req, uint64_t now);
  * floor also what they hold beyond their floor. Never a block in flight, of a PUSH request,
  * or named by a step announced READY. An evicted block goes back to its queue and is fetched
  * again before its step is READY; its owner cannot take it back while the budget stays as it
- * is (no ping-pong). So an engine that needs step k of every request before step k + 1 of any
- * still finishes when the budget holds the sum of the floors (and what PUSH requests hold
- * beyond theirs) and it is announced no more than ready_ahead = 1 step ahead.
+ * is (no ping-pong). Only with cfg ready_ahead > 0. So an engine that needs step k of every request
+ * before step k + 1 of any still finishes when the budget holds the sum of the floors (and what
+ * PUSH requests hold beyond theirs) and it is announced no more than ready_ahead = 1 step ahead.
  */
 void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now);
 
