@@ -989,53 +989,47 @@ static void evict_until(struct kvl_sched *s, uint64_t extra, bool deep, uint64_t
 }
 
 /*
- * A request is blocked when its next step's blocks fit its window but cannot all be posted:
- * staged + their charge + what the others are kept for their floors is over the budget (the
- * post check of add_block()). The head waiting request is blocked when its floor fits beside
- * the active floors but not beside what is held (the admission check). Neither happens while
- * every request holds no more than its window: someone holds more, kept across a shrink or a
- * rebalance. Evict that excess first: its owner cannot post it again until its window grows,
- * so nothing is fetched twice while the budget stays as it is.
+ * A request is blocked below its floor when its next step's blocks fit what it is promised
+ * (min(floor, window)) but cannot all be posted: staged + their charge + what the others are
+ * kept for their floors is over the budget (the post check of add_block()). The head waiting
+ * request is blocked when its floor fits beside the active floors but not beside what is held
+ * (the admission check). Posts keep staged + Σ unmet floors within the budget, so neither
+ * happens until the budget shrinks below what is held (or, for the waiting one, a request
+ * admitted alone took extra window before the others came). Then evict until staged + the
+ * floors kept fit again: first what requests hold beyond their window (their owners cannot
+ * post it again until their window grows), then what they hold beyond their floor (what is
+ * left beyond a window may be a PUSH request's, never evicted, while the windows handed the
+ * room to another's extra). Owners get it back only from room no floor is kept in, so it
+ * does not ping-pong while the budget stays.
  *
- * A request blocked below its floor (or the head waiting one) may also take what others hold
- * beyond their floors within their windows: what is left beyond a window may be a PUSH
- * request's (never evicted) while the windows handed the room to another's extra. Their
- * owners get it back only from room no floor is kept in (add_block()), so that does not
- * ping-pong either: once staged + floors kept fit the budget they keep fitting it until the
- * budget shrinks again.
+ * A request blocked beyond its floor (extra window) evicts nothing: the room comes back as
+ * the engine consumes, and window shifts between requests (every resize_ns) would otherwise
+ * move blocks back and forth.
  */
 static void evict(struct kvl_sched *s, uint64_t now)
 {
-	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0, extra = 0, wfloor = 0;
-	bool any = false, deep = false;
+	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0, wfloor = 0;
+	bool blocked = false;
 
-	for (uint32_t i = 0; i < s->run.n; i++) {
+	for (uint32_t i = 0; i < s->run.n && !blocked; i++) {
 		const struct req *r = &s->req[s->run.a[i]];
 		uint64_t need = next_need(s, r), own = unmet(r);
 
-		if (need == 0 || usage(r) + need > r->window ||
-		    s->staged + need + (s->unmet - own) <= s->budget)
-			continue;
-		any = true;
-		if (need <= own)
-			deep = true;
-		else
-			extra += need - own;
+		blocked = need && need <= own && s->staged + need + (s->unmet - own) > s->budget;
 	}
 	if (s->wait.n) {
 		const struct req *w = &s->req[s->wait.a[0]];
 
 		if (s->sum_floor + w->floor <= avail &&
 		    s->staged + s->unmet + w->floor > s->budget) {
-			any = deep = true;
+			blocked = true;
 			wfloor = w->floor;
 		}
 	}
-	if (!any)
+	if (!blocked)
 		return;
-	evict_until(s, extra + wfloor, false, now);
-	if (deep) /* extras are not worth another's refetch: only floors go deeper */
-		evict_until(s, wfloor, true, now);
+	evict_until(s, wfloor, false, now);
+	evict_until(s, wfloor, true, now);
 	if (s->wait.n)
 		s->admit_check = true;
 }
@@ -1096,23 +1090,18 @@ static unsigned pick(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *o
 
 unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
 {
-	bool budget_stop = s->st.last_stop == KVL_SCHED_STOP_BUDGET;
-
 	/* Orphans of a request that had gone over its shrunk window can push Σ windows +
 	 * orphans over the budget: then the windows are recomputed at once. */
 	if (s->dirty || now >= s->next_resize || s->sum_win + s->orphan > s->budget)
 		rebalance(s, now);
 	else if (s->admit_check)
 		admit(s, now);
-	/* Cheap tests before evict() scans: the last call stopped on the budget (a request
-	 * may be blocked within its window by what another holds beyond its own), or what is
-	 * held plus the floors kept is past the budget (one below its floor may be), or the
-	 * head waiting request's floor is. Evicting before picking keeps each call's service
-	 * order plain; the price is one call's delay after a budget stop. Only with ready_ahead:
-	 * without it every landed step is announced at once, and what little could go (blocks
-	 * of steps not landed whole) would be a matter of timing, refetched for nothing. */
+	/* Cheap tests before evict() scans: only while what is held plus the floors kept (and
+	 * the head waiting request's floor) is past the budget can anyone be blocked. Only with
+	 * ready_ahead: without it every landed step is announced at once, and what little could
+	 * go (blocks of steps not landed whole) would be a matter of timing. */
 	if (s->cfg.ready_ahead &&
-	    (budget_stop || s->staged + s->unmet > s->budget ||
+	    (s->staged + s->unmet > s->budget ||
 	     (s->wait.n && s->staged + s->unmet + s->req[s->wait.a[0]].floor > s->budget)))
 		try_evict(s, now);
 	return pick(s, now, out, max);

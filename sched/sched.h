@@ -218,18 +218,19 @@ int kvl_sched_cancel(struct kvl_sched *s, int req, uint64_t now);
 
 /*
  * The budget from outside (free VRAM − reserve, or [sched] budget_mb). Windows are recomputed
- * at once. A shrink keeps what has landed until a request is blocked: its next step's blocks
- * fit its window but not the budget beside what is staged and the floors kept for the others
- * (or the head waiting request's floor fits beside the floors but not beside what is held).
- * Then kvl_sched_step() (the next call, after one that stopped on the budget) evicts landed
- * blocks from the tail of other requests' transfer queues, furthest ahead of their
- * consumption first: what they hold beyond their window, and for a request blocked below its
- * floor also what they hold beyond their floor. Never a block in flight, of a PUSH request,
- * or named by a step announced READY. An evicted block goes back to its queue and is fetched
- * again before its step is READY; its owner cannot take it back while the budget stays as it
- * is (no ping-pong). Only with cfg ready_ahead > 0. So an engine that needs step k of every request
- * before step k + 1 of any still finishes when the budget holds the sum of the floors (and what
- * PUSH requests hold beyond theirs) and it is announced no more than ready_ahead = 1 step ahead.
+ * at once. A shrink keeps what has landed until a request is blocked below its floor: its next
+ * step's blocks fit what it is promised (min(floor, window)) but not the budget beside what is
+ * staged and the floors kept for the others (or the head waiting request's floor fits beside
+ * the floors but not beside what is held). Then, with cfg ready_ahead > 0, kvl_sched_step()
+ * evicts landed blocks from the tail of other requests' transfer queues, furthest ahead of
+ * their consumption first: what they hold beyond their window, then beyond their floor, until
+ * what is staged and the floors kept fit the budget. Never a block in flight, of a PUSH
+ * request, or named by a step announced READY; never for extra window (beyond a floor). An
+ * evicted block goes back to its queue and is fetched again before its step is READY; its
+ * owner takes it back only from room no floor is kept in, so nothing ping-pongs while the
+ * budget stays. So an engine that needs step k of every request before step k + 1 of any
+ * still finishes when the budget holds the sum of the floors (and what PUSH requests hold
+ * beyond theirs) and it is announced no more than ready_ahead = 1 step ahead.
  */
 void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now);
 

@@ -1094,8 +1094,9 @@ static void test_ready_ahead(void)
 
 /*
  * Nothing is evicted when nobody needs the room: a request alone over its shrunk window
- * drains by DONE; one that fits beside the excess just posts. Never a block in flight (its
- * landing is waited for) nor one of a PUSH request (the blocked one waits for its DONE).
+ * drains by DONE; one that fits beside the excess just posts; one that wants extra window
+ * (beyond its floor) waits for the engine. Never a block in flight (its landing is waited
+ * for) nor one of a PUSH request (the blocked one waits for its DONE).
  */
 static void test_evict_not_needed(void)
 {
@@ -1140,16 +1141,19 @@ static void test_evict_not_needed(void)
 	CHECK_INT(step(s, 4), 4);
 	CHECK_INT(posted[8].req, ib);
 	CHECK_INT(stats(s).evicted_blocks, 0);
-	/* Once B's step 0 has landed, its step 1 is within its window but not beside A's
-	 * excess: that goes now. */
+	/* B's step 1 is extra window (beyond its floor): it does not fit beside A's excess,
+	 * and waits for A to consume rather than evict it. */
 	complete_range(s, 8, 12);
 	CHECK_INT(poll(s), 2);
-	CHECK_INT(step(s, 64), 0); /* a stop on the budget: the next call looks for excess */
+	CHECK_INT(step(s, 64), 0);
 	CHECK_INT(stats(s).last_stop, KVL_SCHED_STOP_BUDGET);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
 	CHECK_INT(step(s, 64), 4);
 	CHECK_INT(posted[12].req, ib);
-	CHECK_INT(stats(s).evicted_blocks, 4);
-	CHECK_INT(info(s, ia).blocks_posted, 4);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(info(s, ia).blocks_posted, 8);
 	kvl_sched_free(s);
 	mkreq(&a, 8, 4, KVL_SCHED_DECODE, 10, 0x1000);
 	mkreq(&b, 8, 4, KVL_SCHED_DECODE, 20, 0x2000);

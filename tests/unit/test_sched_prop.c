@@ -326,6 +326,7 @@ static bool sync_evictions(void)
 		FAIL_IF(kvl_sched_req_info(w.s, m->id, w.now, &ri) != 0, "info");
 		if (ri.blocks_posted < m->next) {
 			FAIL_IF(m->d.dir != KVL_SCHED_PULL, "evicted from a PUSH request");
+			FAIL_IF(w.c.ready_ahead == 0, "evicted with ready_ahead 0");
 			uint64_t g = ri.floor < ri.window ? ri.floor : ri.window;
 
 			FAIL_IF(ri.inflight_bytes + ri.landed_bytes + w.c.slot_size <= g,
