@@ -3,9 +3,10 @@
 """EAL tests of the request API: kvlane-req-client pulls a kvlaned's pattern segment over TCP
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
-Usage: test_sched.py {req_verify|req_ready_ahead|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
+Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
+import errno
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_dataplane as dp  # noqa: E402  (its process and telemetry helpers)
 
 Fail, check, check_eq, log, cmd = dp.Fail, dp.check, dp.check_eq, dp.log, dp.cmd
-LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_cancel": 60, "req_bad_input": 60}
+LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60, "req_bad_input": 60}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -82,8 +83,8 @@ class Client(dp.Proc):
         return json.loads(m[1])
 
 
-def start(ctx, mode, extra=(), sched_extra=""):
-    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=SERVER_SETS)
+def start(ctx, mode, extra=(), sched_extra="", server_sets=()):
+    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=[*SERVER_SETS, *server_sets])
     ini = os.path.join(ctx.tmp, "client.ini")
     with open(ini, "w") as f:
         f.write(CLIENT_INI.format(secret=os.path.join(dp.KVL_SRC, "config", "demo.secret"),
@@ -249,6 +250,62 @@ def scenario_req_ready_ahead(ctx):
     server.stop(signal.SIGINT)
 
 
+# ---- req_push ----
+
+# A segment the client may WRITE: 4 layers x 2 x 32 blocks x 32 KiB = 8 MiB, zeroed.
+KVW_SETS = [x for k, v in (("layers", 4), ("planes", 2), ("blocks", 32),
+                           ("block_bytes", 32768), ("access", "readwrite"))
+            for x in ("--set", f"segment.kvw.{k}={v}")]
+
+
+def scenario_req_push(ctx):
+    """PUSH through kvl_req_open: bad local ranges refused before anything is posted; then
+    every request WRITEs its blocks from a local segment through the NIC lcore's scheduler
+    and the tcp transport, and a PULL of the same blocks reads back every byte."""
+    n_req, steps, blocks = 4, 4, 4
+    server, client = start(ctx, "push", ["--requests", str(n_req), "--steps", str(steps),
+                                         "--blocks", str(blocks), "--segment", "kvw",
+                                         "--ro-segment", "kv"], server_sets=KVW_SETS)
+    client.pause("bad")
+    got = client.checks()
+    want = {"push_unregistered": -errno.EFAULT, "push_past_segment": -errno.EFAULT,
+            "push_null": -errno.EFAULT, "push_read_only": -errno.EACCES,
+            "pull_with_local": -errno.EINVAL, "bad_dir": -errno.EINVAL, "h_unchanged": 0}
+    check_eq({k: got.get(k) for k in want}, want, "bad PUSH calls: their errno", client)
+    tel = client.telemetry(ctx)
+    s = sched_row(tel, client)
+    check_eq((s["opened"], s["open_failed"], s["posted_blocks"], s["in_use"]), (0, 0, 0, 0),
+             "after the bad calls: (opened, open_failed, posted_blocks, in_use)", client)
+    st0 = cmd(tel, "/kvlane/stats", client)
+    client.go()
+    client.pause("pushed")
+    s = sched_row(tel, client)
+    st = cmd(tel, "/kvlane/stats", client)
+    unique = n_req * steps * 2 * blocks
+    check_eq(s["posted_blocks"], unique, "posted_blocks after the PUSH: each block once", client)
+    check_eq(st["tcp/bytes_written"] - st0.get("tcp/bytes_written", 0), unique * SLOT,
+             "tcp/bytes_written by the PUSH = unique blocks x 32 KiB", client)
+    check_eq((s["in_use"], s["active"], s["completed_err"]), (0, 0, 0),
+             "after the PUSH: (in_use, active, completed_err)", client)
+    client.go()
+    end = client.pause("end")
+    res = client.result()
+    check_eq(res["requests_ok"], n_req, "PULL requests that ended DONE", client)
+    check_eq((res["errors"], res["order_errors"], res["push_addr_errors"], res["bad_bytes"]),
+             (0, 0, 0, 0), "(errors, order errors, PUSH addresses, bad bytes)", client)
+    per_req = steps * 2 * blocks + (steps - 1)
+    check_eq(res["blocks_verified"], n_req * per_req,
+             "blocks read back and checked byte by byte", client)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
+    s = sched_row(tel, client)
+    check_eq(s["posted_blocks"], 2 * unique, "posted_blocks: PUSH then PULL, once each", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"PUSH: bad calls {want}; {unique} blocks ({unique * SLOT} bytes) written through the "
+        f"scheduler, {res['blocks_verified']} read back and verified")
+    server.stop(signal.SIGINT)
+
+
 # ---- req_cancel ----
 
 def scenario_req_cancel(ctx):
@@ -340,6 +397,7 @@ def scenario_req_bad_input(ctx):
 SCENARIOS = {
     "req_verify": scenario_req_verify,
     "req_ready_ahead": scenario_req_ready_ahead,
+    "req_push": scenario_req_push,
     "req_cancel": scenario_req_cancel,
     "req_bad_input": scenario_req_bad_input,
 }
