@@ -309,7 +309,9 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
 
 /* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the
- * cap. Windows shrink at once; nothing landed is dropped. 0, or -ENOTSUP without a scheduler. */
+ * cap. Windows shrink at once; nothing landed is dropped, unless [sched] ready_ahead > 0 and a
+ * request is blocked below its floor: then what others landed ahead of their announced steps
+ * is evicted and READ again later. 0, or -ENOTSUP without a scheduler. */
 int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes);
 
 /* ---- test data ---- */
