@@ -138,8 +138,11 @@ unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
 static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
 			      struct kvl_wr *wr)
 {
+	/* PULL: offsets in staging; PUSH: the caller's addresses (checked by kvl_req_open). */
+	uintptr_t base = x->op == KVL_OP_WRITE ? 0 : (uintptr_t)ns->staging;
+
 	wr->wr_id = KVL_WR_SCHED_TAG | (uint32_t)x->id;
-	wr->local = ns->staging + x->sge[0].local_off;
+	wr->local = (void *)(base + x->sge[0].local_off);
 	wr->remote_off = x->remote_off;
 	wr->length = x->length;
 	wr->remote_seg = x->remote_seg;
@@ -149,8 +152,8 @@ static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_s
 	 * scheduler gives several only where the NIC's transport takes them: sched_cfg()). */
 	wr->n_sge = x->n_sge > 1 ? (uint8_t)x->n_sge : 0;
 	for (unsigned k = 0; k < wr->n_sge; k++)
-		wr->sge[k] =
-			(struct kvl_sge){ ns->staging + x->sge[k].local_off, x->sge[k].length, 0 };
+		wr->sge[k] = (struct kvl_sge){ (void *)(base + x->sge[k].local_off),
+					       x->sge[k].length, 0 };
 }
 
 /* The peer's live connections on this NIC, found once per pass (64 slots: cheap). */

@@ -306,7 +306,7 @@ int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote
 /* ---- transfers ---- */
 
 /* Is [p, p + len) inside one live local segment? */
-static bool local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
+bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	uint32_t hwm = __atomic_load_n(&rt->segs_hwm, __ATOMIC_ACQUIRE);
@@ -336,11 +336,11 @@ static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bo
 	if ((x->n_iov || (x->flags & KVL_XFER_NOTIFY)) && !rdma_only)
 		return -EOPNOTSUPP;
 	if (x->n_iov == 0)
-		return local_ok(rt, x->local, x->length) ? 0 : -EFAULT;
+		return kvl_runtime_local_ok(rt, x->local, x->length) ? 0 : -EFAULT;
 	for (uint32_t k = 0; k < x->n_iov; k++) {
 		if (x->iov[k].len == 0)
 			return -EINVAL;
-		if (!local_ok(rt, x->iov[k].base, x->iov[k].len))
+		if (!kvl_runtime_local_ok(rt, x->iov[k].base, x->iov[k].len))
 			return -EFAULT;
 		sum += x->iov[k].len;
 	}

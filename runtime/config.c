@@ -112,6 +112,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, slot_kb, KT_UINT, F_POW2, 4, 65536, NULL, "64"),
 	K(SCH, max_msg_kb, KT_UINT, 0, 0, 65536, NULL, "2048"),
 	K(SCH, starvation_ms, KT_UINT, 0, 0, 60000, NULL, "50"),
+	K(SCH, ready_ahead, KT_UINT, 0, 0, 65536, NULL, "0"),
 	K(SCH, max_requests, KT_UINT, 0, 1, 65536, NULL, "256"),
 	K(SCH, max_blocks, KT_UINT, 0, 1, 16777216, NULL, "65536"),
 	K(SCH, null_transport, KT_BOOL, 0, 0, 0, NULL, "false"),

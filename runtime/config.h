@@ -119,6 +119,7 @@ struct kvl_sched_conf {
 	uint32_t slot_kb;    /* one staging slot: the largest block a request may name */
 	uint32_t max_msg_kb; /* largest merged READ; 0: no coalescing */
 	uint32_t starvation_ms;
+	uint32_t ready_ahead;  /* steps announced READY and not DONE per request; 0: no bound */
 	uint32_t max_requests; /* open requests per NIC lcore */
 	uint32_t max_blocks;   /* blocks over all open requests per NIC lcore */
 	bool null_transport;   /* scheduler posts complete at once, nothing moves */

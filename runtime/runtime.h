@@ -78,6 +78,9 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen);
 /* Stop the control thread and every lcore loop, then free connections and segments. */
 void kvl_runtime_stop(struct kvl_runtime *rt);
 
+/* Is [p, p + len) inside one live local segment? (kvl_post, kvl_req_open's PUSH blocks) */
+bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len);
+
 /* Register a segment; @owned is freed with it at stop. Returns 0 or a negative errno. */
 int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
 			const struct kvl_seg_desc *geom, uint32_t *id);

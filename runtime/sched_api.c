@@ -85,6 +85,7 @@ static struct kvl_sched_cfg sched_cfg(const struct kvl_config *cfg)
 		.max_sge = 1, /* per NIC in kvl_sched_rt_start(): several where RDMA takes them */
 		.starvation_ns = (uint64_t)c->starvation_ms * 1000000,
 		.resize_ns = (uint64_t)c->resize_interval_ms * 1000000,
+		.ready_ahead = c->ready_ahead,
 	};
 }
 
@@ -273,6 +274,10 @@ static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
 	a->step_state = p;
 	for (uint32_t i = 0; i < d->n_blocks; i++)
 		b[i] = (struct kvl_sched_block){ .remote_off = d->blocks[i].remote_off,
+						 /* PUSH: the address itself (the lcore
+						  * posts it as it is) */
+						 .local_off =
+							 (uint64_t)(uintptr_t)d->blocks[i].local,
 						 .remote_seg = d->blocks[i].remote_seg,
 						 .length = d->blocks[i].length };
 	memcpy(first, d->step_first, ((size_t)d->n_steps + 1) * sizeof(uint32_t));
@@ -285,7 +290,8 @@ static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
 					    .n_steps = d->n_steps,
 					    .step_first = first,
 					    .step_blocks = refs,
-					    .dir = KVL_SCHED_PULL,
+					    .dir = d->dir == KVL_REQ_PUSH ? KVL_SCHED_PUSH
+									  : KVL_SCHED_PULL,
 					    .cls = (uint8_t)d->cls,
 					    .user = (uint64_t)(uintptr_t)r,
 					    /* relative: the lcore adds its clock */
@@ -296,6 +302,7 @@ static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
 /* The peer's segments as the control path learnt them: block by block, before anything. */
 static int check_remote(struct kvl_peer_pub *pub, const struct kvl_req_desc *d, uint32_t slot)
 {
+	uint32_t access = d->dir == KVL_REQ_PUSH ? KVL_SEG_REMOTE_WRITE : KVL_SEG_REMOTE_READ;
 	int rc = 0;
 
 	rte_spinlock_lock(&pub->lock);
@@ -316,13 +323,28 @@ static int check_remote(struct kvl_peer_pub *pub, const struct kvl_req_desc *d, 
 				s = &pub->seg[k];
 		if (s == NULL)
 			rc = -ENOENT;
-		else if (!(s->flags & KVL_SEG_REMOTE_READ))
+		else if (!(s->flags & access))
 			rc = -EACCES;
 		else if (b->remote_off > s->length || b->length > s->length - b->remote_off)
 			rc = -ERANGE;
 	}
 	rte_spinlock_unlock(&pub->lock);
 	return rc;
+}
+
+/* PUSH: each block's local bytes inside one registered segment (what kvl_post() checks);
+ * PULL: no local address (the scheduler picks staging). */
+static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *d)
+{
+	for (uint32_t i = 0; i < d->n_blocks; i++) {
+		const struct kvl_req_block *b = &d->blocks[i];
+
+		if (d->dir == KVL_REQ_PULL && b->local != NULL)
+			return -EINVAL;
+		if (d->dir == KVL_REQ_PUSH && !kvl_runtime_local_ok(rt, b->local, b->length))
+			return -EFAULT;
+	}
+	return 0;
 }
 
 /* The NIC whose lcore owns a request to @pub: one its connections use (round robin). */
@@ -375,7 +397,7 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		return -ENOTSUP;
 	if (d == NULL || req == NULL || d->blocks == NULL || d->step_first == NULL ||
 	    d->step_blocks == NULL || d->n_blocks == 0 || d->n_steps == 0 ||
-	    d->cls > KVL_REQ_PREFILL || d->step_first[0] != 0)
+	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0)
 		return -EINVAL;
 	pub = kvl_control_peer(rt, peer);
 	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
@@ -389,6 +411,9 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		if (d->step_blocks[j] >= d->n_blocks)
 			return -EINVAL;
 	rc = check_remote(pub, d, rt->cfg.sched.slot_kb << 10);
+	if (rc < 0)
+		return rc;
+	rc = check_local(rt, d);
 	if (rc < 0)
 		return rc;
 	nic = pick_nic(rt, pub);
@@ -534,7 +559,9 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
 		return -ERANGE;
 	if (!a->known[block] || a->refs[block] == 0 || r->off[block] == UINT64_MAX)
 		return -EAGAIN;
-	*addr = rt->staging[r->nic] + r->off[block];
+	/* PUSH: the scheduler keeps the caller's address as the block's offset. */
+	*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)r->off[block]
+					   : rt->staging[r->nic] + r->off[block];
 	return 0;
 }
 

@@ -652,6 +652,8 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "late_completions", st->late_completions);
 	put_u64(k, "cancels", st->cancels);
 	put_u64(k, "starved_serves", st->starved_serves);
+	put_u64(k, "evicted_blocks", st->evicted_blocks);
+	put_u64(k, "evicted_bytes", st->evicted_bytes);
 	put_u64(k, "xfer_ps_per_byte", st->xfer_ps_per_byte);
 	put_u64(k, "compute_ns_decode", st->compute_ns[0]);
 	put_u64(k, "compute_ns_prefill", st->compute_ns[1]);
@@ -732,6 +734,7 @@ static int tel_requests(const char *cmd, const char *params, struct rte_tel_data
 			put_int(&k, "blocks", (int)q->blocks);
 			put_int(&k, "blocks_posted", (int)q->blocks_posted);
 			put_int(&k, "blocks_landed", (int)q->blocks_landed);
+			put_int(&k, "evicted", (int)q->blocks_evicted);
 			put_int(&k, "steps", (int)q->steps);
 			put_int(&k, "steps_ready", (int)q->steps_ready);
 			put_int(&k, "steps_done", (int)q->steps_done);
@@ -790,8 +793,8 @@ RTE_INIT(kvl_telemetry_register)
 		 "(RDMA registration time). No parameters");
 	REGISTER("/kvlane/sched", tel_sched,
 		 "Schedulers per NIC lcore, column form: budget, in_use, windows, active, "
-		 "waiting, counters. No parameters");
+		 "waiting, counters, evicted_blocks. No parameters");
 	REGISTER("/kvlane/requests", tel_requests,
 		 "Requests in column form: req, class, window, landed, in_flight, "
-		 "steps_ready, steps_done, age_us. No parameters");
+		 "evicted, steps_ready, steps_done, age_us. No parameters");
 }

@@ -42,6 +42,8 @@ struct req {
 	uint64_t open_ns, wait_since, last_done_ns;
 	uint64_t inflight_bytes, landed_bytes, total_charge;
 	uint64_t floor, window;
+	uint64_t evicted_bytes;
+	uint32_t evicted;
 	uint32_t blk0, nblk, stp0, nstp, ref0, nref;
 	uint32_t cursor; /* next block to post */
 	uint32_t landed, ready_next, ready_emitted, done;
@@ -277,6 +279,13 @@ static void notify(struct kvl_sched *s, uint32_t ri)
 	else
 		s->notify_head = ri;
 	s->notify_tail = ri;
+}
+
+/* A landed step not announced yet, and (ready_ahead) room among the announced not DONE. */
+static inline bool may_announce(const struct kvl_sched *s, const struct req *r)
+{
+	return r->ready_emitted < r->ready_next &&
+	       (s->cfg.ready_ahead == 0 || r->ready_emitted - r->done < s->cfg.ready_ahead);
 }
 
 static struct req *lookup(const struct kvl_sched *s, int id, uint32_t *ri)
@@ -886,16 +895,163 @@ static unsigned floor_pass(struct kvl_sched *s, uint64_t now, struct kvl_sched_x
 	return n;
 }
 
-unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
+/* ---- eviction: a budget shrunk below what has landed ---- */
+
+/* What @r must still post for its next step to land: the unposted blocks that step uses
+ * first. They are next at the cursor (transfer order is first use), and every block of the
+ * steps before it has been posted already, since those steps have landed. */
+static uint64_t next_need(const struct kvl_sched *s, const struct req *r)
+{
+	uint64_t need = 0;
+
+	for (uint32_t i = r->cursor; i < r->nblk; i++) {
+		const struct blk *b = &s->blk[r->blk0 + i];
+
+		if (b->first_use != r->ready_next)
+			break;
+		need += charge_of(s, r, b);
+	}
+	return need;
+}
+
+/*
+ * The block @q would give up: the tail of what it has posted, if it has landed and no step
+ * announced READY names it (its first use is not announced: no earlier step names it), and
+ * only while @q holds more than @limit (its window, or what it is promised). NULL otherwise.
+ */
+static struct blk *victim_block(struct kvl_sched *s, const struct req *q, uint64_t limit)
+{
+	struct blk *b;
+
+	if (q->state != R_ACTIVE || q->dir != KVL_SCHED_PULL || q->cursor == 0 || usage(q) <= limit)
+		return NULL;
+	b = &s->blk[q->blk0 + q->cursor - 1];
+	return b->state == B_LANDED && b->first_use >= q->ready_emitted ? b : NULL;
+}
+
+/* Give up @q's tail block: its slot is free, it is next in its transfer queue again, and the
+ * step that first uses it (and any landed, unannounced step after) waits for it again. */
+static void evict_tail(struct kvl_sched *s, uint32_t qi, uint64_t now)
+{
+	struct req *q = &s->req[qi];
+	struct blk *b = &s->blk[q->blk0 + q->cursor - 1];
+	struct stp *S = &s->stp[q->stp0];
+	uint64_t c = charge_of(s, q, b);
+
+	s->unmet -= unmet(q);
+	kvl_slots_put(&s->slots, b->slot);
+	b->state = B_UNPOSTED;
+	b->slot = KVL_NONE;
+	q->landed_bytes -= c;
+	q->landed--;
+	q->cursor--;
+	s->staged -= c;
+	S[b->first_use].pending++;
+	while (q->ready_next > b->first_use)
+		S[--q->ready_next].state = S_WAIT;
+	s->unmet += unmet(q);
+	q->evicted++;
+	q->evicted_bytes += c;
+	s->st.evicted_blocks++;
+	s->st.evicted_bytes += c;
+	s->admit_check = true;
+	update_runnable(s, qi, now);
+}
+
+/* Evict until staged + unmet + @extra fits the budget, taking only what requests hold beyond
+ * their window (@deep: beyond what they are promised), furthest ahead of its consumption first,
+ * from the least urgent on a tie. */
+static void evict_until(struct kvl_sched *s, uint64_t extra, bool deep, uint64_t now)
+{
+	while (s->staged + s->unmet + extra > s->budget) {
+		uint32_t best = KVL_NONE;
+		uint64_t best_ahead = 0;
+
+		for (uint32_t i = 0; i < s->cfg.max_requests; i++) {
+			const struct req *q = &s->req[i];
+			const struct blk *b = victim_block(s, q, deep ? guaranteed(q) : q->window);
+
+			if (b == NULL)
+				continue;
+			uint64_t ahead =
+				b->first_use - (q->done < b->first_use ? q->done : b->first_use);
+
+			if (best == KVL_NONE || ahead > best_ahead ||
+			    (ahead == best_ahead && before(&s->req[best], q))) {
+				best = i;
+				best_ahead = ahead;
+			}
+		}
+		if (best == KVL_NONE)
+			return; /* the rest is in flight or announced: later */
+		evict_tail(s, best, now);
+	}
+}
+
+/*
+ * A request is blocked below its floor when its next step's blocks fit what it is promised
+ * (min(floor, window)) but cannot all be posted: staged + their charge + what the others are
+ * kept for their floors is over the budget (the post check of add_block()). The head waiting
+ * request is blocked when its floor fits beside the active floors but not beside what is held
+ * (the admission check). Posts keep staged + Σ unmet floors within the budget, so neither
+ * happens until the budget shrinks below what is held (or, for the waiting one, a request
+ * admitted alone took extra window before the others came). Then evict until staged + the
+ * floors kept fit again: first what requests hold beyond their window (their owners cannot
+ * post it again until their window grows), then what they hold beyond their floor (what is
+ * left beyond a window may be a PUSH request's, never evicted, while the windows handed the
+ * room to another's extra). Owners get it back only from room no floor is kept in, so it
+ * does not ping-pong while the budget stays.
+ *
+ * A request blocked beyond its floor (extra window) evicts nothing: the room comes back as
+ * the engine consumes, and window shifts between requests (every resize_ns) would otherwise
+ * move blocks back and forth.
+ */
+static void evict(struct kvl_sched *s, uint64_t now)
+{
+	uint64_t avail = s->budget > s->orphan ? s->budget - s->orphan : 0, wfloor = 0;
+	bool blocked = false;
+
+	for (uint32_t i = 0; i < s->run.n && !blocked; i++) {
+		const struct req *r = &s->req[s->run.a[i]];
+		uint64_t need = next_need(s, r), own = unmet(r);
+
+		blocked = need && need <= own && s->staged + need + (s->unmet - own) > s->budget;
+	}
+	if (s->wait.n) {
+		const struct req *w = &s->req[s->wait.a[0]];
+
+		if (s->sum_floor + w->floor <= avail &&
+		    s->staged + s->unmet + w->floor > s->budget) {
+			blocked = true;
+			wfloor = w->floor;
+		}
+	}
+	if (!blocked)
+		return;
+	evict_until(s, wfloor, false, now);
+	evict_until(s, wfloor, true, now);
+	if (s->wait.n)
+		s->admit_check = true;
+}
+
+/* evict() when someone is blocked; whether anything went. */
+static bool try_evict(struct kvl_sched *s, uint64_t now)
+{
+	uint64_t before_ev = s->st.evicted_blocks;
+
+	evict(s, now);
+	if (s->st.evicted_blocks == before_ev)
+		return false;
+	if (s->wait.n)
+		admit(s, now);
+	return true;
+}
+
+/* Descriptors in service order; last_stop says why it stopped. */
+static unsigned pick(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
 {
 	unsigned n = 0;
 
-	/* Orphans of a request that had gone over its shrunk window can push Σ windows +
-	 * orphans over the budget: then the windows are recomputed at once. */
-	if (s->dirty || now >= s->next_resize || s->sum_win + s->orphan > s->budget)
-		rebalance(s, now);
-	else if (s->admit_check)
-		admit(s, now);
 	s->st.last_stop = KVL_SCHED_STOP_IDLE;
 	/* Whoever has been passed over for starvation_ns gets one descriptor first, oldest
 	 * first: one is enough to bound the wait, and keeps priority order for the rest. */
@@ -930,6 +1086,25 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 	if (n == max && (s->run.n || s->fifo_head != KVL_NONE))
 		s->st.last_stop = KVL_SCHED_STOP_MAX;
 	return n;
+}
+
+unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer *out, unsigned max)
+{
+	/* Orphans of a request that had gone over its shrunk window can push Σ windows +
+	 * orphans over the budget: then the windows are recomputed at once. */
+	if (s->dirty || now >= s->next_resize || s->sum_win + s->orphan > s->budget)
+		rebalance(s, now);
+	else if (s->admit_check)
+		admit(s, now);
+	/* Cheap tests before evict() scans: only while what is held plus the floors kept (and
+	 * the head waiting request's floor) is past the budget can anyone be blocked. Only with
+	 * ready_ahead: without it every landed step is announced at once, and what little could
+	 * go (blocks of steps not landed whole) would be a matter of timing. */
+	if (s->cfg.ready_ahead &&
+	    (s->staged + s->unmet > s->budget ||
+	     (s->wait.n && s->staged + s->unmet + s->req[s->wait.a[0]].floor > s->budget)))
+		try_evict(s, now);
+	return pick(s, now, out, max);
 }
 
 /* ---- completions, steps, ends ---- */
@@ -1082,8 +1257,8 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 
 	if (st->state == S_DONE)
 		return -EALREADY;
-	if (st->state != S_READY)
-		return -EINVAL;
+	if (st->state != S_READY || step >= r->ready_emitted)
+		return -EINVAL; /* not landed, or landed and not announced yet */
 	st->state = S_DONE;
 	r->done++;
 	/* Compute time: from when it could start (READY, and the previous step DONE). */
@@ -1103,10 +1278,13 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 	/* Admission counts what is held: a request waiting on it may fit now. */
 	if (s->wait.n && s->staged != before_staged)
 		s->admit_check = true;
-	if (r->done == r->nstp)
+	if (r->done == r->nstp) {
 		req_end(s, ri, KVL_OK);
-	else
+	} else {
 		update_runnable(s, ri, now);
+		if (r->ready_emitted < r->ready_next)
+			notify(s, ri); /* a landed step held back by ready_ahead */
+	}
 	return 0;
 }
 
@@ -1140,7 +1318,7 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 		};
 
 		/* A failed request's unreported READYs are dropped: its blocks are gone. */
-		while (n < max && r->ready_emitted < r->ready_next &&
+		while (n < max && may_announce(s, r) &&
 		       (r->state == R_ACTIVE || r->status == KVL_OK)) {
 			ev[n] = e;
 			ev[n].type = KVL_SCHED_EV_STEP_READY;
@@ -1148,8 +1326,8 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 			n++;
 		}
 		if (r->state == R_ACTIVE) {
-			if (r->ready_emitted < r->ready_next)
-				break;
+			if (may_announce(s, r))
+				break; /* out of room: it stays first in line */
 		} else {
 			if (r->status == KVL_OK && r->ready_emitted < r->ready_next)
 				break;
@@ -1259,6 +1437,9 @@ int kvl_sched_req_info(const struct kvl_sched *s, int id, uint64_t now,
 	out->steps = r->nstp;
 	out->steps_ready = r->ready_next;
 	out->steps_done = r->done;
+	out->steps_announced = r->ready_emitted;
+	out->blocks_evicted = r->evicted;
+	out->evicted_bytes = r->evicted_bytes;
 	return 0;
 }
 

@@ -55,6 +55,12 @@ struct kvl_sched_cfg {
 	uint64_t starvation_ns;	   /* a runnable request passed over this long is served first;
 				    * 0: no bound */
 	uint64_t resize_ns;	   /* windows are recomputed from the estimates this often */
+	/* Steps a request may have READY (announced) and not DONE at once; a step that landed
+	 * beyond that is announced when an earlier one is DONE, and until then its blocks may
+	 * be evicted. 0: no bound (every landed step is announced at once) and no eviction at
+	 * all. An engine that advances its requests in lockstep wants 1: see
+	 * kvl_sched_set_budget(). */
+	uint32_t ready_ahead;
 };
 
 /* One block of KV: where it is on the peer, how long, and (PUSH) where it is here. */
@@ -145,6 +151,8 @@ struct kvl_sched_stats {
 	uint64_t late_completions; /* for requests already ended: absorbed */
 	uint64_t cancels;
 	uint64_t starved_serves;   /* descriptors given to a request passed over too long */
+	uint64_t evicted_blocks;   /* landed, dropped to let a blocked request on: fetched again */
+	uint64_t evicted_bytes;	   /* their staging (charges) */
 	uint64_t xfer_ps_per_byte; /* estimate (picoseconds per byte) */
 	uint64_t compute_ns[KVL_SCHED_CLASSES]; /* estimate per step */
 };
@@ -160,14 +168,16 @@ struct kvl_sched_req_info {
 	uint64_t window; /* bytes this request may hold (in flight + landed) */
 	uint64_t floor;	 /* what it needs to make progress: max(window_min, peak residency) */
 	uint64_t inflight_bytes;
-	uint64_t landed_bytes; /* landed, not freed by a DONE */
-	uint64_t age_ns;       /* since open */
-	uint64_t wait_ns;      /* runnable and not served for this long; 0 when not runnable */
+	uint64_t landed_bytes;	/* landed, not freed by a DONE */
+	uint64_t age_ns;	/* since open */
+	uint64_t wait_ns;	/* runnable and not served for this long; 0 when not runnable */
+	uint64_t evicted_bytes; /* staging its evicted blocks held */
 	int32_t id;
 	int32_t status;
-	uint32_t blocks, blocks_posted, blocks_landed;
-	uint32_t steps, steps_ready, steps_done;
-	uint8_t state; /* enum kvl_sched_req_state */
+	uint32_t blocks, blocks_posted, blocks_landed, blocks_evicted;
+	uint32_t steps, steps_ready, steps_done; /* steps_ready: landed (announced or not) */
+	uint32_t steps_announced;		 /* STEP_READY events handed out */
+	uint8_t state;				 /* enum kvl_sched_req_state */
 	uint8_t cls;
 	uint8_t dir;
 	bool runnable;
@@ -196,8 +206,9 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
  * event has been returned here. */
 unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, unsigned max);
 
-/* The engine finished step @step (which must be READY). 0, -ENOENT (unknown request),
- * -EALREADY (ended, or that step DONE already), -EINVAL (no such step, or not READY). */
+/* The engine finished step @step (which must be READY: its event handed out). 0, -ENOENT
+ * (unknown request), -EALREADY (ended, or that step DONE already), -EINVAL (no such step, or
+ * not READY). */
 int kvl_sched_step_done(struct kvl_sched *s, int req, uint32_t step, uint64_t now);
 
 /* Frees at once everything the request holds here, except staging under transfers still in
@@ -205,8 +216,22 @@ int kvl_sched_step_done(struct kvl_sched *s, int req, uint32_t step, uint64_t no
  * Emits PEER_CANCEL then REQ_FAILED(KVL_ERR_CANCELED). 0, -ENOENT or -EALREADY. */
 int kvl_sched_cancel(struct kvl_sched *s, int req, uint64_t now);
 
-/* The budget from outside (free VRAM − reserve, or [sched] budget_mb). Windows are
- * recomputed at once; nothing landed is dropped when it shrinks. */
+/*
+ * The budget from outside (free VRAM − reserve, or [sched] budget_mb). Windows are recomputed
+ * at once. A shrink keeps what has landed until a request is blocked below its floor: its next
+ * step's blocks fit what it is promised (min(floor, window)) but not the budget beside what is
+ * staged and the floors kept for the others (or the head waiting request's floor fits beside
+ * the floors but not beside what is held). Then, with cfg ready_ahead > 0, kvl_sched_step()
+ * evicts landed blocks from the tail of other requests' transfer queues, furthest ahead of
+ * their consumption first: what they hold beyond their window, then beyond their floor, until
+ * what is staged and the floors kept fit the budget. Never a block in flight, of a PUSH
+ * request, or named by a step announced READY; never for extra window (beyond a floor). An
+ * evicted block goes back to its queue and is fetched again before its step is READY; its
+ * owner takes it back only from room no floor is kept in, so nothing ping-pongs while the
+ * budget stays. So an engine that needs step k of every request before step k + 1 of any
+ * still finishes when the budget holds the sum of the floors (and what PUSH requests hold
+ * beyond theirs) and it is announced no more than ready_ahead = 1 step ahead.
+ */
 void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now);
 
 /* Where the caller's block @block of @req is (PULL: staging offset once posted). 0,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* A client of the request API: pulls a peer's pattern segment step by step and checks it. */
+/* A client of the request API: pulls a peer's pattern segment step by step and checks it, or
+ * pushes its own blocks to the peer and reads them back. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 /*
  * kvlane-req-client EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode MODE
  *        [--requests R] [--steps S] [--blocks B] [--seed N] [--compute-us U]
+ *        [--segment NAME] [--ro-segment NAME]
  *
  * Request i, step k needs the K and V blocks [i*B, i*B + B) of layer k of the peer's first
  * segment (plus, from step 1 on, the first K block of layer 0, which every step shares): the
@@ -25,6 +27,12 @@
  *           block of a READY step against the pattern, mark it DONE after --compute-us
  *   cancel  one request: first READY, pause, cancel, the FAILED(canceled) event, pause
  *   bad     bad calls (each "CHECK name rc"), then one good request verified to the end
+ *   push    bad PUSH calls (CHECK lines; --ro-segment: one the peer only lets us read), pause
+ *           "bad"; then every request PUSHes the same layout from a local segment filled
+ *           with the pattern of seed + 1000 (READY: kvl_req_block_addr must give the local
+ *           address back), pause "pushed"; then PULLs it back, every byte checked against
+ *           that pattern, pause "end"
+ * --segment picks the peer's segment by name (default: its first).
  * Exit 0 when every check held, 1 otherwise.
  */
 
@@ -35,7 +43,7 @@ struct req {
 	uint32_t n_blocks, n_steps, next_ready, done;
 	struct kvl_req_block *b;
 	uint32_t *first, *refs;
-	bool ended;
+	bool ended, push;
 	int status;
 };
 
@@ -44,14 +52,15 @@ static kvl_peer_t peer;
 static struct kvl_remote_seg seg;
 static uint32_t seed = 1, n_req = 4, n_steps = 8, n_blk = 4, compute_us;
 static struct req rq[MAX_REQ];
-static uint64_t bytes_ok, blocks_ok, steps_ok, bad_bytes, order_errors, fails;
+static uint64_t bytes_ok, blocks_ok, steps_ok, bad_bytes, order_errors, fails, push_addr_errors;
+static uint32_t check_seed; /* the pattern READY blocks must hold: seed, or push's */
 
 static void usage(const char *p)
 {
 	fprintf(stderr,
 		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode "
-		"verify|cancel|bad [--requests R] [--steps S] [--blocks B] [--seed N] "
-		"[--compute-us U]\n",
+		"verify|cancel|bad|push [--requests R] [--steps S] [--blocks B] [--seed N] "
+		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n",
 		p);
 	exit(2);
 }
@@ -103,12 +112,14 @@ static int open_req(struct req *r, uint64_t user)
 				  .step_first = r->first,
 				  .step_blocks = r->refs,
 				  .user = user,
-				  .cls = KVL_REQ_DECODE };
+				  .cls = KVL_REQ_DECODE,
+				  .dir = r->push ? KVL_REQ_PUSH : KVL_REQ_PULL };
 
 	return kvl_req_open(rt, peer, &d, &r->h);
 }
 
-/* Every byte of the step's blocks, where the API says they are. */
+/* Every byte of the step's blocks, where the API says they are (PUSH: the local address it
+ * was given back; the bytes are checked on the peer by reading them back). */
 static void verify_step(struct req *r, uint32_t step)
 {
 	for (uint32_t j = r->first[step]; j < r->first[step + 1]; j++) {
@@ -122,7 +133,15 @@ static void verify_step(struct req *r, uint32_t step)
 			bad_bytes += b->length;
 			continue;
 		}
-		ok = kvl_pattern_check(p, b->length, seed, b->remote_off);
+		if (r->push) {
+			if (p != b->local) {
+				printf("ERROR push step %u block %u: address %p, given %p\n", step,
+				       r->refs[j], p, b->local);
+				push_addr_errors++;
+			}
+			continue;
+		}
+		ok = kvl_pattern_check(p, b->length, check_seed, b->remote_off);
 		if (ok != b->length) {
 			printf("ERROR step %u block %u: byte %" PRIu64 " differs\n", step,
 			       r->refs[j], ok);
@@ -248,9 +267,9 @@ static void result(void)
 	printf("RESULT {\"requests\": %u, \"requests_ok\": %u, \"steps_done\": %" PRIu64
 	       ", \"blocks_verified\": %" PRIu64 ", \"bytes_verified\": %" PRIu64
 	       ", \"bad_bytes\": %" PRIu64 ", \"order_errors\": %" PRIu64 ", \"errors\": %" PRIu64
-	       ", \"unique_blocks\": %u, \"block_bytes\": %u}\n",
+	       ", \"push_addr_errors\": %" PRIu64 ", \"unique_blocks\": %u, \"block_bytes\": %u}\n",
 	       n_req, ok, steps_ok, blocks_ok, bytes_ok, bad_bytes, order_errors, fails,
-	       n_req * n_steps * 2 * n_blk, seg.geom.block_bytes);
+	       push_addr_errors, n_req * n_steps * 2 * n_blk, seg.geom.block_bytes);
 	fflush(stdout);
 }
 
@@ -383,9 +402,92 @@ static int mode_bad(void)
 	return fails || bad_bytes || order_errors ? 1 : 0;
 }
 
+/* Open every request (PUSH or PULL); pump them to the end, marking steps DONE. */
+static int run_all(bool push, const uint8_t *local)
+{
+	for (uint32_t i = 0; i < n_req; i++) {
+		struct req *r = &rq[i];
+		int rc;
+
+		free(r->b);
+		free(r->first);
+		free(r->refs);
+		memset(r, 0, sizeof(*r));
+		build(r, i);
+		r->push = push;
+		for (uint32_t j = 0; push && j < r->n_blocks; j++)
+			r->b[j].local = (void *)(local + r->b[j].remote_off); /* mirrors the peer */
+		rc = open_req(r, i);
+		if (rc < 0) {
+			printf("ERROR open %s %u: %s\n", push ? "push" : "pull", i, strerror(-rc));
+			return -1;
+		}
+	}
+	pump(true, 0, 60000);
+	return 0;
+}
+
+static int mode_push(const struct kvl_remote_seg *ro)
+{
+	struct kvl_segment src;
+	uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 };
+	static uint8_t heap_buf[4096];
+	struct kvl_req_block one = { .remote_off = 0, .remote_seg = seg.id, .length = 4096 };
+	struct kvl_req_desc d = { .blocks = &one,
+				  .n_blocks = 1,
+				  .n_steps = 1,
+				  .step_first = first1,
+				  .step_blocks = ref0,
+				  .dir = KVL_REQ_PUSH };
+	kvl_req_t h = 0;
+	char js[2048];
+	int rc = kvl_seg_alloc(rt, "push-src", &seg.geom, 0, &src);
+
+	if (rc < 0) {
+		printf("ERROR seg_alloc: %s\n", strerror(-rc));
+		return 1;
+	}
+	kvl_pattern_fill(src.base, src.length, seed + 1000, 0);
+	/* Bad calls: each refused before anything is posted. */
+	one.local = heap_buf;
+	printf("CHECK push_unregistered %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.local = (uint8_t *)src.base + src.length - 100;
+	printf("CHECK push_past_segment %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.local = NULL;
+	printf("CHECK push_null %d\n", kvl_req_open(rt, peer, &d, &h));
+	one.local = src.base;
+	if (ro) {
+		one.remote_seg = ro->id;
+		printf("CHECK push_read_only %d\n", kvl_req_open(rt, peer, &d, &h));
+		one.remote_seg = seg.id;
+	}
+	d.dir = KVL_REQ_PULL;
+	printf("CHECK pull_with_local %d\n", kvl_req_open(rt, peer, &d, &h));
+	d.dir = 7;
+	printf("CHECK bad_dir %d\n", kvl_req_open(rt, peer, &d, &h));
+	printf("CHECK h_unchanged %d\n", h == 0 ? 0 : -1);
+	handles_json(js, sizeof(js));
+	pause_at("bad", js);
+
+	if (run_all(true, src.base) < 0)
+		return 1;
+	handles_json(js, sizeof(js));
+	pause_at("pushed", js);
+	check_seed = seed + 1000;
+	steps_ok = 0;
+	if (run_all(false, NULL) < 0)
+		return 1;
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors || push_addr_errors ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-	const char *sets[32], *ini = NULL, *addr = NULL, *mode = NULL;
+	const char *sets[32], *ini = NULL, *addr = NULL, *mode = NULL, *seg_name = NULL,
+			      *ro_name = NULL;
+	const struct kvl_remote_seg *ro = NULL;
 	unsigned n_sets = 0;
 	int sep = -1, stage, rc, n;
 	char err[4096];
@@ -422,6 +524,10 @@ int main(int argc, char **argv)
 			seed = (uint32_t)atoi(argv[++i]);
 		else if (strcmp(a, "--compute-us") == 0)
 			compute_us = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--segment") == 0)
+			seg_name = argv[++i];
+		else if (strcmp(a, "--ro-segment") == 0)
+			ro_name = argv[++i];
 		else
 			usage(argv[0]);
 	}
@@ -448,6 +554,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	seg = rs[0];
+	for (int k = 0; k < n; k++) {
+		if (seg_name && strcmp(rs[k].name, seg_name) == 0)
+			seg = rs[k];
+		if (ro_name && strcmp(rs[k].name, ro_name) == 0)
+			ro = &rs[k];
+	}
+	if ((seg_name && strcmp(seg.name, seg_name) != 0) || (ro_name && ro == NULL)) {
+		fprintf(stderr, "the peer offers no segment %s\n", seg_name ? seg_name : ro_name);
+		kvl_stop(rt);
+		return 1;
+	}
+	check_seed = seed;
 	printf("connected peer %u, segment %u \"%s\" (%u x %u x %u x %u B)\n", peer, seg.id,
 	       seg.name, seg.geom.layers, seg.geom.planes, seg.geom.blocks, seg.geom.block_bytes);
 	if (n_steps > seg.geom.layers || (uint64_t)(n_req + 1) * n_blk > seg.geom.blocks ||
@@ -462,6 +580,8 @@ int main(int argc, char **argv)
 		rc = mode_cancel();
 	else if (strcmp(mode, "bad") == 0)
 		rc = mode_bad();
+	else if (strcmp(mode, "push") == 0)
+		rc = mode_push(ro);
 	else
 		usage(argv[0]);
 	kvl_stop(rt);

@@ -88,12 +88,14 @@ struct mstat {
 	uint32_t n_lat, n_first, n_rounds;
 	uint64_t exposed, compute, fetch_wait, bytes;
 	uint64_t steps_ok, steps_bad;
+	uint64_t phase_ns[3]; /* vram: wall time in each budget phase, over the rounds */
 };
 
 /* Telemetry samples, by tag (mode * N_PHASES + phase). */
 struct tstat {
 	uint64_t n, n_full, sum_win_full, max_in_use, max_windows, min_budget, max_budget;
 	uint64_t over_draining, violations, win_over;
+	uint64_t evicted; /* blocks evicted between the previous sample and one of this tag */
 };
 
 static struct kvl_runtime *rt;
@@ -507,7 +509,7 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 	const int16_t *kb[256], *vb[256];
 	const uint32_t total = n_req * n_layers, all = mode == M_FETCH_ALL;
 	uint32_t nl[MAX_REQ] = { 0 }, n_done = 0, n_ready_all = 0;
-	uint64_t t_prev[MAX_REQ], t_start, wait_all = 0, exp_ns = 0, comp_ns = 0;
+	uint64_t t_prev[MAX_REQ], t_start, t_phase, wait_all = 0, exp_ns = 0, comp_ns = 0;
 	int phase = 0;
 
 	/* The requests are opened under a budget of 0 and admitted together when it is set:
@@ -526,6 +528,7 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 		set_budget(mode_cap(mode), false);
 	for (uint32_t i = 0; i < n_req; i++)
 		t_prev[i] = t_start;
+	t_phase = t_start;
 	while (n_done < total && !errors) {
 		int pick;
 		uint32_t i, st;
@@ -581,6 +584,13 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 		if (!all || nl[i] == n_layers)
 			step_done(i, st);
 		t_prev[i] = now_ns();
+		if (mode == M_VRAM &&
+		    ((phase == 0 && n_done * 3 >= total) ||
+		     (phase == 1 && n_done * 3 >= 2 * total)) &&
+		    m) {
+			m->phase_ns[phase] += now_ns() - t_phase;
+			t_phase = now_ns();
+		}
 		if (mode == M_VRAM && phase == 0 && n_done * 3 >= total) {
 			phase = 1;
 			tag = mode * N_PHASES + 1;
@@ -597,6 +607,8 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 		for (uint32_t i = 0; i < n_req; i++)
 			last = t_prev[i] > last ? t_prev[i] : last;
 		m->token[m->n_rounds] = last - t_start;
+		if (mode == M_VRAM)
+			m->phase_ns[phase] += last - t_phase;
 		m->exposed += exp_ns;
 		m->compute += comp_ns;
 		m->fetch_wait += wait_all;
@@ -705,7 +717,7 @@ static bool tel_u64(const char *js, const char *key, uint64_t *v)
 }
 
 struct smpl {
-	uint64_t budget, in_use, windows, orphans, active;
+	uint64_t budget, in_use, windows, orphans, active, evicted, evicted_bytes;
 };
 
 static int tel_sched(int fd, struct smpl *s)
@@ -721,7 +733,8 @@ static int tel_sched(int fd, struct smpl *s)
 	buf[n] = 0;
 	if (!tel_u64(buf, "budget", &s->budget) || !tel_u64(buf, "in_use", &s->in_use) ||
 	    !tel_u64(buf, "windows", &s->windows) || !tel_u64(buf, "orphan_bytes", &s->orphans) ||
-	    !tel_u64(buf, "active", &s->active))
+	    !tel_u64(buf, "active", &s->active) || !tel_u64(buf, "evicted_blocks", &s->evicted) ||
+	    !tel_u64(buf, "evicted_bytes", &s->evicted_bytes))
 		return -EPROTO;
 	return 0;
 }
@@ -781,6 +794,8 @@ static void *sampler(void *arg)
 			}
 			if (s.windows + s.orphans > s.budget)
 				t->win_over++;
+			if (have_prev)
+				t->evicted += s.evicted - prev.evicted;
 		}
 		prev = s;
 		have_prev = true;
@@ -1068,6 +1083,10 @@ int main(int argc, char **argv)
 	t_all = now_ns() - t_all;
 	sampler_stop = true;
 	pthread_join(sth, NULL);
+	struct smpl fin = { 0 };
+
+	if (tel_sched(tfd, &fin) < 0)
+		errors++;
 	close(tfd);
 	kvl_stop(rt);
 
@@ -1128,11 +1147,13 @@ int main(int argc, char **argv)
 
 				o += snprintf(
 					js + o, sizeof(js) - o,
-					"%s\"%s\": {\"steps\": %u, \"p50_ms\": %.3f, \"p99_ms\": "
-					"%.3f, \"win_steps\": %.2f, \"min_budget\": %" PRIu64
-					", \"max_in_use\": %" PRIu64 "}",
-					ph ? ", " : "", phase_name[ph], cnt, q50, q99, win_steps(p),
-					p->min_budget, p->max_in_use);
+					"%s\"%s\": {\"steps\": %u, \"time_s\": %.3f, \"p50_ms\": "
+					"%.3f, \"p99_ms\": %.3f, \"win_steps\": %.2f, "
+					"\"min_budget\": %" PRIu64 ", \"max_in_use\": %" PRIu64
+					", \"evicted\": %" PRIu64 "}",
+					ph ? ", " : "", phase_name[ph], cnt, s->phase_ns[ph] / 1e9,
+					q50, q99, win_steps(p), p->min_budget, p->max_in_use,
+					p->evicted);
 			}
 			o += snprintf(js + o, sizeof(js) - o, "}");
 		}
@@ -1141,18 +1162,20 @@ int main(int argc, char **argv)
 	printf("\nvram, by the budget in force (%u layers per token: first third %u steps ahead, "
 	       "middle third capped at %.1f, last third restored):\n",
 	       n_layers, vram_steps, shrink_steps);
-	printf("%-8s %6s %8s %8s %9s %11s %11s %8s %8s\n", "phase", "steps", "p50_ms", "p99_ms",
-	       "win_steps", "budget_MiB", "in_use_max", "samples", "over*");
+	printf("%-8s %6s %8s %8s %8s %9s %11s %11s %8s %8s %8s\n", "phase", "steps", "time_s",
+	       "p50_ms", "p99_ms", "win_steps", "budget_MiB", "in_use_max", "samples", "over*",
+	       "evicted");
 	for (int ph = 0; ph < 3; ph++) {
 		const struct tstat *p = &ts[M_VRAM * N_PHASES + ph];
 		uint32_t cnt;
 		double q50 = phase_pct(&ms[M_VRAM], ph, 50, &cnt),
 		       q99 = phase_pct(&ms[M_VRAM], ph, 99, &cnt);
 
-		printf("%-8s %6u %8.2f %8.2f %9.2f %5.1f-%-5.1f %11.1f %8" PRIu64 " %8" PRIu64 "\n",
-		       phase_name[ph], cnt, q50, q99, win_steps(p), p->min_budget / 1048576.0,
-		       p->max_budget / 1048576.0, p->max_in_use / 1048576.0, p->n,
-		       p->over_draining);
+		printf("%-8s %6u %8.2f %8.2f %8.2f %9.2f %5.1f-%-5.1f %11.1f %8" PRIu64 " %8" PRIu64
+		       " %8" PRIu64 "\n",
+		       phase_name[ph], cnt, ms[M_VRAM].phase_ns[ph] / 1e9, q50, q99, win_steps(p),
+		       p->min_budget / 1048576.0, p->max_budget / 1048576.0,
+		       p->max_in_use / 1048576.0, p->n, p->over_draining, p->evicted);
 	}
 	printf("* samples with in_use over a budget that had just shrunk (landed KV is not "
 	       "dropped; allowed while it drains). Violations (in_use growing over an unchanged "
@@ -1160,9 +1183,11 @@ int main(int argc, char **argv)
 	       viol);
 	viol += ts[N_MODES * N_PHASES].violations + ts[N_MODES * N_PHASES].win_over;
 	snprintf(js + o, sizeof(js) - o,
-		 "}, \"steps_bad\": %" PRIu64 ", \"violations\": %" PRIu64 ", \"errors\": %" PRIu64
+		 "}, \"evicted_blocks\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
+		 ", \"steps_bad\": %" PRIu64 ", \"violations\": %" PRIu64 ", \"errors\": %" PRIu64
 		 ", \"result\": \"%s\"}",
-		 bad, viol, errors, bad || viol || errors ? "fail" : "ok");
+		 fin.evicted, fin.evicted_bytes, bad, viol, errors,
+		 bad || viol || errors ? "fail" : "ok");
 	printf("SIMBENCH %s\n", js);
 	return bad || viol || errors ? 1 : 0;
 }

@@ -3,7 +3,7 @@
 """Runs kvlane-sim-bench against a kvlaned on TCP loopback that serves a pattern KV segment.
 
 Usage: sim_bench.py PATH-TO-KVLANED PATH-TO-KVLANE-SIM-BENCH [--layers L] [--requests R]
-       [--tokens T] [BENCH-OPTION...]
+       [--tokens T] [--ready-ahead N] [BENCH-OPTION...]
 The segment is Llama-3-8B-shaped per layer (K and V apart, 16-token blocks of 8 KV heads x 128
 dims x 16 bits = 32 KiB) with L layers and R x T tokens, one slice per request. Everything
 after the known options goes to kvlane-sim-bench (--rounds, --q-per-kv, --vram-steps, ...).
@@ -39,6 +39,7 @@ budget_mb = {budget_mb}
 slot_kb = 32
 window_min_kb = 256
 window_max_mb = {window_max_mb}
+ready_ahead = {ready_ahead}
 [control]
 listen = 127.0.0.1:0
 secret_file = {secret}
@@ -52,6 +53,9 @@ def main():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--ready-ahead", type=int, default=0,
+                    help="[sched] ready_ahead of the bench (1 with --lockstep 1: see "
+                         "docs/sim-bench.md)")
     args, rest = ap.parse_known_args()
 
     blocks = args.requests * args.tokens // BLOCK_TOKENS
@@ -89,7 +93,7 @@ def main():
         ini = os.path.join(tmp, "client.ini")
         with open(ini, "w") as f:
             f.write(CLIENT_INI.format(staging_mb=budget_mb + 8, budget_mb=budget_mb,
-                                      window_max_mb=req_mb,
+                                      window_max_mb=req_mb, ready_ahead=args.ready_ahead,
                                       secret=os.path.join(SRC, "config", "demo.secret")))
         cli_argv = [args.bench, "-l", "0-1", *EAL, "-m", str(budget_mb + 384),
                     "--file-prefix", f"simcli{os.getpid()}", "--", "-c", ini, "--peer", addr,

@@ -217,6 +217,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
  * sum of windows under the budget (free VRAM - reserve, or [sched] budget_mb). A step is
  * READY once its blocks have landed (kvl_req_poll); the engine reads them where
  * kvl_req_block_addr() says and reports the step DONE, which frees what no later step needs.
+ * A PUSH request (kvl_req_desc.dir) goes the other way: the scheduler WRITEs the caller's
+ * blocks to the peer in the same order and window, and a step is READY once they are there.
  * These calls (and kvl_req_poll) are for one thread at a time. With a scheduler running,
  * kvl_post() refuses cookies with bit 63 set: that bit marks the scheduler's own transfers.
  */
@@ -228,10 +230,17 @@ enum kvl_req_class {
 	KVL_REQ_PREFILL = 1, /* bulk */
 };
 
+enum kvl_req_dir {
+	KVL_REQ_PULL = 0, /* READ the peer's blocks into staging (kvl_req_block_addr) */
+	KVL_REQ_PUSH = 1, /* WRITE local blocks (kvl_req_block.local) to the peer */
+};
+
 struct kvl_req_block {
 	uint64_t remote_off; /* in the peer's segment remote_seg */
 	uint32_t remote_seg;
 	uint32_t length; /* 1 .. [sched] slot_kb KiB */
+	void *local;	 /* PUSH: the bytes to write, inside a registered local segment;
+			  * PULL: must be NULL */
 };
 
 struct kvl_req_desc {
@@ -245,16 +254,23 @@ struct kvl_req_desc {
 	uint64_t deadline_us; /* from now; earliest first inside a class; 0: none */
 	uint64_t user;	      /* returned in every event */
 	uint32_t cls;	      /* enum kvl_req_class */
+	uint32_t dir;	      /* enum kvl_req_dir (0: PULL) */
 };
 
 /*
  * Open a request on @peer (copied: @d may be reused at once). 0 with *@req set, or a negative
  * errno and nothing kept: -ENOTSUP (no scheduler: [sched] staging_mb = 0), -ENOTCONN (unknown
  * peer, or not ready), -EINVAL (malformed: counts, a step naming no block or a block twice,
- * a block no step names, a block index past n_blocks, a bad class), -EMSGSIZE (a block longer
- * than [sched] slot_kb), -ENOENT (a segment the peer does not offer), -EACCES (one it does not
- * let us READ), -ERANGE (a block outside its segment), -ENOSPC ([sched] max_requests or
- * max_blocks reached), -ENOMEM.
+ * a block no step names, a block index past n_blocks, a bad class or direction, a PULL block
+ * with a local address), -EMSGSIZE (a block longer than [sched] slot_kb), -ENOENT (a segment
+ * the peer does not offer), -EACCES (one it does not let us READ, or WRITE for a PUSH),
+ * -ERANGE (a block outside its segment), -EFAULT (PUSH: a block's local bytes not inside one
+ * registered local segment), -ENOSPC ([sched] max_requests or max_blocks reached), -ENOMEM.
+ *
+ * PUSH: the scheduler WRITEs the blocks in the order the steps name them, a window ahead
+ * under the same budget (what is in flight or written and not DONE counts); a step is READY
+ * once its blocks are on the peer, and the local bytes of a block must stay as they are until
+ * then. kvl_req_block_addr() gives the block's local address back.
  */
 int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
 		 kvl_req_t *req);
@@ -293,7 +309,9 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
 
 /* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the
- * cap. Windows shrink at once; nothing landed is dropped. 0, or -ENOTSUP without a scheduler. */
+ * cap. Windows shrink at once; nothing landed is dropped, unless [sched] ready_ahead > 0 and a
+ * request is blocked below its floor: then what others landed ahead of their announced steps
+ * is evicted and READ again later. 0, or -ENOTSUP without a scheduler. */
 int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes);
 
 /* ---- test data ---- */

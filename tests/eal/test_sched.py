@@ -3,9 +3,10 @@
 """EAL tests of the request API: kvlane-req-client pulls a kvlaned's pattern segment over TCP
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
-Usage: test_sched.py {req_verify|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
+Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
+import errno
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_dataplane as dp  # noqa: E402  (its process and telemetry helpers)
 
 Fail, check, check_eq, log, cmd = dp.Fail, dp.check, dp.check_eq, dp.log, dp.cmd
-LIMIT_S = {"req_verify": 90, "req_cancel": 60, "req_bad_input": 60}
+LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60, "req_bad_input": 60}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -34,6 +35,7 @@ staging_mb = 4
 budget_mb = 1
 slot_kb = 32
 window_min_kb = 64
+{sched_extra}
 [control]
 listen = 127.0.0.1:0
 secret_file = {secret}
@@ -81,11 +83,12 @@ class Client(dp.Proc):
         return json.loads(m[1])
 
 
-def start(ctx, mode, extra=()):
-    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=SERVER_SETS)
+def start(ctx, mode, extra=(), sched_extra="", server_sets=()):
+    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=[*SERVER_SETS, *server_sets])
     ini = os.path.join(ctx.tmp, "client.ini")
     with open(ini, "w") as f:
-        f.write(CLIENT_INI.format(secret=os.path.join(dp.KVL_SRC, "config", "demo.secret")))
+        f.write(CLIENT_INI.format(secret=os.path.join(dp.KVL_SRC, "config", "demo.secret"),
+                                  sched_extra=sched_extra))
     prefix = ctx.unique("cli")
     argv = [ctx.perf, *dp.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c", ini,
             "--peer", addr, "--mode", mode, *extra]
@@ -104,6 +107,38 @@ def sched_row(tel, *procs):
     r = rows(cmd(tel, "/kvlane/sched", *procs))
     check_eq(len(r), 1, "/kvlane/sched: one row (one NIC lcore)", *procs)
     return r[0]
+
+
+def run_to_end(client, tel, n_req, steps, blocks):
+    """Lets the client compute and mark steps DONE to the end, sampling /kvlane/sched: the
+    budget holds at every sample; then every step DONE and every block checked byte by byte.
+    Returns the client's result, its 'end' pause and the number of samples."""
+    samples, over = 0, []
+    client.go()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(line.startswith("PAUSE end") for line in client.out):
+            break
+        s = sched_row(tel, client)
+        samples += 1
+        if s["in_use"] > s["budget"] or s["windows"] > s["budget"]:
+            over.append((s["in_use"], s["windows"], s["budget"]))
+        time.sleep(0.005)
+    end = client.pause("end")
+    check(not over, "the budget is never exceeded while requests run",
+          f"in_use and windows <= {BUDGET} at every sample", over[:5], client)
+    check(samples >= 5, "telemetry sampled while requests ran", ">= 5 samples", samples, client)
+    res = client.result()
+    check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
+    check_eq(res["order_errors"], 0, "READY steps out of order", client)
+    check_eq(res["bad_bytes"], 0, "bytes that differ from the server's pattern", client)
+    check_eq(res["errors"], 0, "API errors in the client", client)
+    check_eq(res["steps_done"], n_req * steps, "steps marked DONE", client)
+    # Every block of every step: 2 planes x blocks per step, plus the shared one from step 1.
+    per_req = steps * 2 * blocks + (steps - 1)
+    check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
+    return res, end, samples
 
 
 # ---- req_verify ----
@@ -136,43 +171,22 @@ def scenario_req_verify(ctx):
         check_eq(r["landed"], r["blocks_landed"] * SLOT,
                  f"request {r['req']}: landed bytes = blocks_landed x 32 KiB", client)
         check_eq(r["steps"], steps, f"request {r['req']}: steps", client)
+        check_eq(r["evicted"], 0, f"request {r['req']}: evicted ([sched] ready_ahead = 0)",
+                 client)
     check_eq(sum(r["landed"] + r["in_flight"] for r in req), s["in_use"],
              "sum of the requests' landed + in flight = in_use", client)
     log(f"filled: in_use {s['in_use']} of {s['budget']}, active {s['active']}, "
         f"waiting {s['waiting']}; rows match the client's READY events")
 
-    # While the client computes and marks steps DONE: the budget holds at every sample.
-    samples, over = 0, []
-    client.go()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if any(line.startswith("PAUSE end") for line in client.out):
-            break
-        s = sched_row(tel, client)
-        samples += 1
-        if s["in_use"] > s["budget"] or s["windows"] > s["budget"]:
-            over.append((s["in_use"], s["windows"], s["budget"]))
-        time.sleep(0.005)
-    end = client.pause("end")
-    check(not over, "the budget is never exceeded while requests run",
-          f"in_use and windows <= {BUDGET} at every sample", over[:5], client)
-    check(samples >= 5, "telemetry sampled while requests ran", ">= 5 samples", samples, client)
-    res = client.result()
-    check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
-    check_eq(res["order_errors"], 0, "READY steps out of order", client)
-    check_eq(res["bad_bytes"], 0, "bytes that differ from the server's pattern", client)
-    check_eq(res["errors"], 0, "API errors in the client", client)
-    check_eq(res["steps_done"], n_req * steps, "steps marked DONE", client)
-    # Every block of every step: 2 planes x blocks per step, plus the shared one from step 1.
-    per_req = steps * 2 * blocks + (steps - 1)
-    check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
-    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
+    res, end, samples = run_to_end(client, tel, n_req, steps, blocks)
 
     s = sched_row(tel, client)
     unique = n_req * steps * 2 * blocks
     check_eq((s["in_use"], s["active"], s["waiting"], s["windows"]), (0, 0, 0, 0),
              "after the end: (in_use, active, waiting, windows)", client)
     check_eq(s["posted_blocks"], unique, "posted_blocks: each unique block READ once", client)
+    check_eq((s["evicted_blocks"], s["evicted_bytes"]), (0, 0),
+             "(evicted_blocks, evicted_bytes): nothing evicted with ready_ahead = 0", client)
     check_eq(s["completed_ok"], s["posted_xfers"], "completed_ok = posted_xfers", client)
     check_eq(s["completed_err"] + s["cmd_errors"] + s["bad_completions"], 0,
              "errors, refused commands, stray completions", client)
@@ -189,6 +203,106 @@ def scenario_req_verify(ctx):
     log(f"{res['blocks_verified']} blocks ({res['bytes_verified']} bytes) verified in step "
         f"order; {s['posted_blocks']} blocks in {s['posted_xfers']} READs; {samples} samples "
         f"within the budget")
+    server.stop(signal.SIGINT)
+
+
+# ---- req_ready_ahead ----
+
+def scenario_req_ready_ahead(ctx):
+    """req_verify's workload with [sched] ready_ahead = 1: at most one step announced ahead
+    of DONE per request, and what landed beyond it may be evicted when a request is
+    blocked (here: when the requests admitted later shrink the first one's window). Every
+    byte is still checked, and each block is READ once plus once per eviction."""
+    n_req, steps, blocks = 4, 8, 4
+    server, client = start(ctx, "verify", ["--requests", str(n_req), "--steps", str(steps),
+                                           "--blocks", str(blocks), "--compute-us", "3000"],
+                           sched_extra="ready_ahead = 1")
+    filled = client.pause("filled")
+    tel = client.telemetry(ctx)
+    check(max(filled["ready"]) <= 1, "READY events per request before any DONE",
+          "<= 1 (ready_ahead = 1)", filled["ready"], client)
+    req = rows(cmd(tel, "/kvlane/requests", client))
+    landed_ahead = sum(r["steps_ready"] > 1 for r in req)
+    for r in req:
+        i = filled["handles"].index(r["req"])
+        check(r["steps_ready"] >= filled["ready"][i],
+              f"request {r['req']}: steps landed >= steps announced",
+              f">= {filled['ready'][i]}", r["steps_ready"], client)
+    res, end, samples = run_to_end(client, tel, n_req, steps, blocks)
+    s = sched_row(tel, client)
+    unique = n_req * steps * 2 * blocks
+    check_eq((s["in_use"], s["active"], s["waiting"]), (0, 0, 0),
+             "after the end: (in_use, active, waiting)", client)
+    check_eq(s["posted_blocks"], unique + s["evicted_blocks"],
+             "posted_blocks: each unique block READ once, plus once per eviction", client)
+    check_eq(s["evicted_bytes"], s["evicted_blocks"] * SLOT, "evicted_bytes = evicted x 32 KiB",
+             client)
+    check_eq(s["completed_err"] + s["cmd_errors"] + s["bad_completions"], 0,
+             "errors, refused commands, stray completions", client)
+    st = cmd(tel, "/kvlane/stats", client)
+    check_eq(st["tcp/bytes_read"], s["posted_blocks"] * SLOT,
+             "tcp/bytes_read = posted blocks x 32 KiB", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"ready_ahead 1: READY before any DONE {filled['ready']}, {landed_ahead} requests had "
+        f"landed more; {res['blocks_verified']} blocks verified; {s['posted_blocks']} blocks "
+        f"READ for {unique} unique ({s['evicted_blocks']} evicted and read again)")
+    server.stop(signal.SIGINT)
+
+
+# ---- req_push ----
+
+# A segment the client may WRITE: 4 layers x 2 x 32 blocks x 32 KiB = 8 MiB, zeroed.
+KVW_SETS = [x for k, v in (("layers", 4), ("planes", 2), ("blocks", 32),
+                           ("block_bytes", 32768), ("access", "readwrite"))
+            for x in ("--set", f"segment.kvw.{k}={v}")]
+
+
+def scenario_req_push(ctx):
+    """PUSH through kvl_req_open: bad local ranges refused before anything is posted; then
+    every request WRITEs its blocks from a local segment through the NIC lcore's scheduler
+    and the tcp transport, and a PULL of the same blocks reads back every byte."""
+    n_req, steps, blocks = 4, 4, 4
+    server, client = start(ctx, "push", ["--requests", str(n_req), "--steps", str(steps),
+                                         "--blocks", str(blocks), "--segment", "kvw",
+                                         "--ro-segment", "kv"], server_sets=KVW_SETS)
+    client.pause("bad")
+    got = client.checks()
+    want = {"push_unregistered": -errno.EFAULT, "push_past_segment": -errno.EFAULT,
+            "push_null": -errno.EFAULT, "push_read_only": -errno.EACCES,
+            "pull_with_local": -errno.EINVAL, "bad_dir": -errno.EINVAL, "h_unchanged": 0}
+    check_eq({k: got.get(k) for k in want}, want, "bad PUSH calls: their errno", client)
+    tel = client.telemetry(ctx)
+    s = sched_row(tel, client)
+    check_eq((s["opened"], s["open_failed"], s["posted_blocks"], s["in_use"]), (0, 0, 0, 0),
+             "after the bad calls: (opened, open_failed, posted_blocks, in_use)", client)
+    st0 = cmd(tel, "/kvlane/stats", client)
+    client.go()
+    client.pause("pushed")
+    s = sched_row(tel, client)
+    st = cmd(tel, "/kvlane/stats", client)
+    unique = n_req * steps * 2 * blocks
+    check_eq(s["posted_blocks"], unique, "posted_blocks after the PUSH: each block once", client)
+    check_eq(st["tcp/bytes_written"] - st0.get("tcp/bytes_written", 0), unique * SLOT,
+             "tcp/bytes_written by the PUSH = unique blocks x 32 KiB", client)
+    check_eq((s["in_use"], s["active"], s["completed_err"]), (0, 0, 0),
+             "after the PUSH: (in_use, active, completed_err)", client)
+    client.go()
+    end = client.pause("end")
+    res = client.result()
+    check_eq(res["requests_ok"], n_req, "PULL requests that ended DONE", client)
+    check_eq((res["errors"], res["order_errors"], res["push_addr_errors"], res["bad_bytes"]),
+             (0, 0, 0, 0), "(errors, order errors, PUSH addresses, bad bytes)", client)
+    per_req = steps * 2 * blocks + (steps - 1)
+    check_eq(res["blocks_verified"], n_req * per_req,
+             "blocks read back and checked byte by byte", client)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
+    s = sched_row(tel, client)
+    check_eq(s["posted_blocks"], 2 * unique, "posted_blocks: PUSH then PULL, once each", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"PUSH: bad calls {want}; {unique} blocks ({unique * SLOT} bytes) written through the "
+        f"scheduler, {res['blocks_verified']} read back and verified")
     server.stop(signal.SIGINT)
 
 
@@ -282,6 +396,8 @@ def scenario_req_bad_input(ctx):
 
 SCENARIOS = {
     "req_verify": scenario_req_verify,
+    "req_ready_ahead": scenario_req_ready_ahead,
+    "req_push": scenario_req_push,
     "req_cancel": scenario_req_cancel,
     "req_bad_input": scenario_req_bad_input,
 }

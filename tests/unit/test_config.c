@@ -115,6 +115,8 @@ static const struct bad_case bad_cases[] = {
 	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024; got \"many\"" },
 	{ "trailing garbage", "[sched]\nresize_interval_ms = 12abc\n" NIC_LO,
 	  "t.ini:2: sched.resize_interval_ms:", "expected an integer in 1..60000; got \"12abc\"" },
+	{ "above range (sched)", "[sched]\nready_ahead = 65537\n" NIC_LO,
+	  "t.ini:2: sched.ready_ahead:", "expected an integer in 0..65536; got \"65537\"" },
 	{ "negative", "[control]\nconnect_timeout_ms = -1\n" NIC_LO,
 	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 1..600000; got \"-1\"" },
 	{ "fraction", "[memory]\npool_size_mb = 1.5\n" NIC_LO,
@@ -1119,12 +1121,13 @@ static void test_sched_keys(void)
 {
 	if (load_good("null transport acknowledged",
 		      "[sched]\nstaging_mb = 8\nslot_kb = 16\nmax_msg_kb = 0\nnull_transport = "
-		      "true\nnull_transport_ack = true\n" NIC_LO) == 0) {
+		      "true\nnull_transport_ack = true\nready_ahead = 1\n" NIC_LO) == 0) {
 		CHECK(cfg.sched.null_transport && cfg.sched.null_transport_ack);
 		CHECK_INT(cfg.sched.staging_mb, 8);
 		CHECK_INT(cfg.sched.slot_kb, 16);
 		CHECK_INT(cfg.sched.max_msg_kb, 0);
 		CHECK_INT(cfg.sched.max_requests, 256);
+		CHECK_INT(cfg.sched.ready_ahead, 1);
 	}
 }
 

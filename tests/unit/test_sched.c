@@ -411,6 +411,7 @@ static void test_admission(void)
 	for (unsigned i = 0; i < 4; i++)
 		CHECK_INT(posted[i].req, ia);
 	complete_range(s, 0, 4);
+	CHECK_INT(poll(s), 4); /* DONE needs the READY handed out */
 	for (uint32_t k = 0; k < 3; k++)
 		CHECK_INT(kvl_sched_step_done(s, ia, k, now), 0);
 	CHECK_INT(step(s, 64), 0); /* a is still there: 4 + 4 > 6 */
@@ -972,6 +973,233 @@ static void test_lockstep_floor_kept(void)
 	kvl_sched_free(s);
 }
 
+/* How many times the transport was given the block at remote offset @roff. */
+static unsigned times_posted(uint64_t roff)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < nposted; i++)
+		n += posted[i].remote_off <= roff && roff < posted[i].remote_off + posted[i].length;
+	return n;
+}
+
+/*
+ * The budget shrinks below what has landed while a lockstep engine needs B's step 0 before A's
+ * step 1: A ran a step ahead (windows of 2 steps, 4 blocks each, B not served yet). With
+ * ready_ahead 1 only A's step 0 is announced, so its step 1 is evicted (counted), B gets on, A
+ * fetches it again and the batch ends; without the bound A's step 1 is announced and nothing
+ * may go: the engine waits until the budget grows back.
+ */
+static void test_evict_lockstep(void)
+{
+	for (uint32_t ahead = 0; ahead <= 1; ahead++) {
+		struct kvl_sched_cfg c = base_cfg();
+		struct kvl_sched *s;
+		struct rq a, b;
+		struct lk bat = { .n = 0 };
+
+		reset();
+		c.window_min = SLOT;
+		c.budget = 16 * SLOT;
+		c.ready_ahead = ahead;
+		s = kvl_sched_create(&c);
+		mkreq(&a, 12, 4, KVL_SCHED_DECODE, 10, 0x1000);
+		mkreq(&b, 12, 4, KVL_SCHED_DECODE, 20, 0x2000);
+		lk_add(&bat, kvl_sched_open(s, &a.d, now), 3);
+		lk_add(&bat, kvl_sched_open(s, &b.d, now), 3);
+		CHECK_INT(step(s, 8), 8); /* A's steps 0 and 1: its window */
+		CHECK_INT(info(s, bat.id[0]).window, 8 * SLOT);
+		complete_range(s, 0, 8);
+		bat.completed = 8;
+		CHECK_INT(poll(s), ahead ? 1 : 2);
+		bat.ready[0] = nev;
+		kvl_sched_set_budget(s, 8 * SLOT, now); /* Σ floors: 4 + 4 */
+		CHECK_INT(info(s, bat.id[0]).window, 4 * SLOT);
+		CHECK_INT(stats(s).staged, 8 * SLOT);
+		if (!ahead) {
+			CHECK(!lockstep_run(s, &bat, 50)); /* stalled: A's step 1 is announced */
+			CHECK_INT(stats(s).evicted_blocks, 0);
+			CHECK_INT(info(s, bat.id[1]).blocks_posted, 0);
+			kvl_sched_set_budget(s, 16 * SLOT, now);
+			CHECK(lockstep_run(s, &bat, 50));
+			CHECK_INT(nposted, 24);
+			kvl_sched_free(s);
+			continue;
+		}
+		CHECK_INT(step(s, 64), 4); /* A's step 1 evicted, B's step 0 posted */
+		CHECK_INT(stats(s).evicted_blocks, 4);
+		CHECK_INT(stats(s).evicted_bytes, 4 * SLOT);
+		CHECK_INT(info(s, bat.id[0]).blocks_evicted, 4);
+		CHECK_INT(info(s, bat.id[0]).evicted_bytes, 4 * SLOT);
+		CHECK_INT(info(s, bat.id[0]).blocks_posted, 4);
+		CHECK_INT(info(s, bat.id[0]).steps_ready, 1); /* step 1 waits for them again */
+		CHECK_INT(info(s, bat.id[1]).blocks_evicted, 0);
+		for (unsigned i = 8; i < 12; i++)
+			CHECK_INT(posted[i].req, bat.id[1]);
+		uint64_t off;
+
+		CHECK_INT(kvl_sched_block_offset(s, bat.id[0], 4, &off), -EAGAIN);
+		CHECK_INT(stats(s).staged, 8 * SLOT);
+		CHECK(lockstep_run(s, &bat, 100));
+		/* Exactly once per use: A's step 1 twice (evicted between), the rest once. */
+		CHECK_INT(nposted, 28);
+		CHECK_INT(stats(s).posted_blocks, 28);
+		for (uint32_t i = 0; i < 12; i++) {
+			CHECK_INT(times_posted(0x1000 + i * SLOT), i >= 4 && i < 8 ? 2 : 1);
+			CHECK_INT(times_posted(0x2000 + i * SLOT), 1);
+		}
+		CHECK_INT(stats(s).evicted_blocks, 4); /* and no more: the budget stayed */
+		CHECK_INT(stats(s).staged, 0);
+		kvl_sched_free(s);
+	}
+}
+
+/* ready_ahead bounds the steps announced and not DONE; a landed step waits for an earlier
+ * DONE to be announced, and cannot be DONE before it is. */
+static void test_ready_ahead(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	reset();
+	c.ready_ahead = 2;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 5, 1, KVL_SCHED_DECODE, 0, 0);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 5);
+	complete_range(s, 0, 5);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].step, 0);
+	CHECK_INT(evs[1].step, 1);
+	CHECK_INT(info(s, id).steps_ready, 5);
+	CHECK_INT(info(s, id).steps_announced, 2);
+	CHECK_INT(poll(s), 0);
+	CHECK_INT(kvl_sched_step_done(s, id, 2, now), -EINVAL); /* landed, not announced */
+	CHECK_INT(kvl_sched_step_done(s, id, 1, now), 0);	/* any announced one */
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].step, 2);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, id, 2, now), 0);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].step, 3);
+	CHECK_INT(evs[1].step, 4);
+	CHECK_INT(kvl_sched_step_done(s, id, 3, now), 0);
+	CHECK_INT(kvl_sched_step_done(s, id, 4, now), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_DONE);
+	kvl_sched_free(s);
+}
+
+/*
+ * Nothing is evicted when nobody needs the room: a request alone over its shrunk window
+ * drains by DONE; one that fits beside the excess just posts; one that wants extra window
+ * (beyond its floor) waits for the engine. Never a block in flight (its landing is waited
+ * for) nor one of a PUSH request (the blocked one waits for its DONE).
+ */
+static void test_evict_not_needed(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq a, b;
+	int ia, ib;
+
+	c.window_min = SLOT;
+	c.ready_ahead = 1;
+	/* Alone over its window. */
+	reset();
+	c.budget = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 8, 1, KVL_SCHED_DECODE, 0, 0x1000);
+	ia = kvl_sched_open(s, &a.d, now);
+	CHECK_INT(step(s, 2), 2);
+	complete_range(s, 0, 2);
+	kvl_sched_set_budget(s, SLOT, now);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).staged, 2 * SLOT);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
+	CHECK_INT(step(s, 64), 0); /* one held: its window is full, no eviction needed */
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	kvl_sched_free(s);
+
+	/* Room beside the excess: B (more urgent, so its extra comes first) opens once A has
+	 * landed 2 steps; the shrink leaves A over its window and B's step 0 room. */
+	reset();
+	c.budget = 16 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 12, 4, KVL_SCHED_DECODE, 20, 0x1000);
+	mkreq(&b, 12, 4, KVL_SCHED_DECODE, 10, 0x2000);
+	ia = kvl_sched_open(s, &a.d, now);
+	CHECK_INT(step(s, 8), 8);
+	complete_range(s, 0, 8);
+	ib = kvl_sched_open(s, &b.d, now);
+	kvl_sched_set_budget(s, 12 * SLOT, now);
+	CHECK_INT(info(s, ia).window, 4 * SLOT);
+	CHECK_INT(info(s, ib).window, 8 * SLOT);
+	CHECK_INT(step(s, 4), 4);
+	CHECK_INT(posted[8].req, ib);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	/* B's step 1 is extra window (beyond its floor): it does not fit beside A's excess,
+	 * and waits for A to consume rather than evict it. */
+	complete_range(s, 8, 12);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).last_stop, KVL_SCHED_STOP_BUDGET);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(posted[12].req, ib);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(info(s, ia).blocks_posted, 8);
+	kvl_sched_free(s);
+	mkreq(&a, 8, 4, KVL_SCHED_DECODE, 10, 0x1000);
+	mkreq(&b, 8, 4, KVL_SCHED_DECODE, 20, 0x2000);
+
+	/* A's tail in flight: B waits for it to land, then A gives it up. */
+	reset();
+	c.budget = 16 * SLOT;
+	s = kvl_sched_create(&c);
+	ia = kvl_sched_open(s, &a.d, now);
+	ib = kvl_sched_open(s, &b.d, now);
+	CHECK_INT(step(s, 8), 8);
+	complete_range(s, 0, 7);
+	kvl_sched_set_budget(s, 8 * SLOT, now);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(stats(s).last_stop, KVL_SCHED_STOP_BUDGET);
+	complete_range(s, 7, 8);
+	CHECK_INT(poll(s), 1); /* A's step 0 announced; its step 1 stays evictable */
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(stats(s).evicted_blocks, 4);
+	CHECK_INT(posted[8].req, ib);
+	kvl_sched_free(s);
+
+	/* A is PUSH: what it holds stays; B gets on after A's DONE. */
+	reset();
+	c.budget = 16 * SLOT;
+	s = kvl_sched_create(&c);
+	a.d.dir = KVL_SCHED_PUSH;
+	for (uint32_t i = 0; i < 8; i++)
+		a.b[i].local_off = 0x100000 + i * SLOT;
+	ia = kvl_sched_open(s, &a.d, now);
+	ib = kvl_sched_open(s, &b.d, now);
+	CHECK_INT(step(s, 8), 8);
+	CHECK_INT(posted[7].req, ia);
+	complete_range(s, 0, 8);
+	kvl_sched_set_budget(s, 8 * SLOT, now);
+	CHECK_INT(step(s, 64), 0);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(kvl_sched_step_done(s, ia, 0, now), 0);
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(posted[8].req, ib);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	kvl_sched_free(s);
+}
+
 int main(void)
 {
 	test_order();
@@ -991,5 +1219,8 @@ int main(void)
 	test_shared_block();
 	test_lockstep_waiting_floors();
 	test_lockstep_floor_kept();
+	test_evict_lockstep();
+	test_ready_ahead();
+	test_evict_not_needed();
 	return kvl_test_done("test_sched");
 }

@@ -57,8 +57,13 @@ struct mreq {
 	uint32_t ref[MAXB];
 	uint8_t bst[MAXB];
 	uint32_t slot[MAXB];
-	uint32_t next; /* in order */
-	uint32_t ready, done;
+	uint32_t next;		 /* in order */
+	uint32_t ready, done;	 /* ready: STEP_READY events seen (announced) */
+	uint32_t xfers[MAXB];	 /* times each block was handed out in a descriptor */
+	uint32_t ev[MAXB];	 /* times each block was evicted */
+	uint64_t ev_epoch[MAXB]; /* w.epoch and done at its last eviction */
+	uint32_t ev_done[MAXB];
+	uint32_t evicted;
 	bool step_done[MAXS];
 	int id;
 	bool opened, ended, terminal, peer_cancel, cancelled;
@@ -85,11 +90,15 @@ struct world {
 	 * has ended), and a request's step l is DONE only once every request of the batch has
 	 * its step l READY (or DONE, or has no step l), as a GPU kernel per layer over it. */
 	bool lockstep;
+	uint64_t posted_blocks, evicted; /* this workload's, against the scheduler's stats */
+	uint64_t epoch;			 /* counts what may move windows: budget, opens, ends */
 };
 
 static struct world w;
 static uint64_t n_calls, n_desc, n_blocks, n_cancel, n_fail, n_done, n_refused, n_starved;
 static uint64_t n_floor_pass, n_resv_checked, n_lk_workloads, n_lk_batches, n_lk_done, n_lk_shrinks;
+static uint64_t n_lk_drain_budgets, n_re_evicted, n_evicted, n_evict_calls, n_refetched,
+	n_evict_workloads, n_lk_evict_workloads;
 
 static uint64_t charge(const struct mreq *m, uint32_t b)
 {
@@ -206,6 +215,7 @@ static void model_end(struct mreq *m, int status)
 			release(m, b);
 	m->ended = true;
 	m->want_status = status;
+	w.epoch++;
 }
 
 static bool check_common(const char *what)
@@ -274,6 +284,11 @@ static bool check_desc(const struct kvl_sched_xfer *x)
 			m->slot[b] = slot;
 		}
 		m->bst[b] = INFLIGHT;
+		/* Exactly once per use: a block goes out again only after an eviction. */
+		FAIL_IF(++m->xfers[b] != m->ev[b] + 1, "block %u sent %u times, evicted %u", b,
+			m->xfers[b], m->ev[b]);
+		n_refetched += m->ev[b] > 0;
+		w.posted_blocks++;
 		w.staged += charge(m, b);
 		sg_used += m->b[b].length;
 		FAIL_IF(sg_used > x->sge[sg].length, "SGE %u shorter than its blocks", sg);
@@ -293,6 +308,65 @@ static bool check_desc(const struct kvl_sched_xfer *x)
 	return true;
 }
 
+/*
+ * Blocks the scheduler evicted during the last call: its cursor (blocks_posted) went back.
+ * Each must have landed (never in flight), belong to a PULL request, be named by no step
+ * announced READY and not DONE, and have been held beyond what the request is promised
+ * (min(floor, window): what is left plus one block is over it). The model frees them and puts them
+ * back in the queue.
+ */
+static bool sync_evictions(void)
+{
+	for (uint32_t r = 0; r < w.nq; r++) {
+		struct mreq *m = &w.q[r];
+		struct kvl_sched_req_info ri;
+
+		if (!m->opened || m->ended)
+			continue;
+		FAIL_IF(kvl_sched_req_info(w.s, m->id, w.now, &ri) != 0, "info");
+		if (ri.blocks_posted < m->next) {
+			FAIL_IF(m->d.dir != KVL_SCHED_PULL, "evicted from a PUSH request");
+			FAIL_IF(w.c.ready_ahead == 0, "evicted with ready_ahead 0");
+			uint64_t g = ri.floor < ri.window ? ri.floor : ri.window;
+
+			FAIL_IF(ri.inflight_bytes + ri.landed_bytes + w.c.slot_size <= g,
+				"request %d: evicted within its floor (%" PRIu64
+				" held, floor %" PRIu64 ", window %" PRIu64 ")",
+				m->id, ri.inflight_bytes + ri.landed_bytes, ri.floor, ri.window);
+			n_evict_calls++;
+		}
+		for (uint32_t p = ri.blocks_posted; p < m->next; p++) {
+			uint32_t b = m->order[p];
+
+			FAIL_IF(m->bst[b] != LANDED, "evicted block %u in state %u (not landed)", b,
+				m->bst[b]);
+			for (uint32_t k = 0; k < m->ready; k++)
+				for (uint32_t j = m->first[k];
+				     j < m->first[k + 1] && !m->step_done[k]; j++)
+					FAIL_IF(m->refs[j] == b,
+						"evicted block %u of step %u, READY", b, k);
+			/* No ping-pong: evicted again only once something moved the windows (the
+			 * budget, a request opened or ended) or its owner made progress. */
+			FAIL_IF(m->ev[b] && m->ev_epoch[b] == w.epoch && m->ev_done[b] == m->done,
+				"block %u of request %d evicted again, nothing changed", b, m->id);
+			n_re_evicted += m->ev[b] > 0;
+			m->ev_epoch[b] = w.epoch;
+			m->ev_done[b] = m->done;
+			release(m, b);
+			m->bst[b] = UNPOSTED;
+			m->ev[b]++;
+			m->evicted++;
+			w.evicted++;
+			n_evicted++;
+		}
+		if (ri.blocks_posted < m->next)
+			m->next = ri.blocks_posted;
+		FAIL_IF(ri.blocks_evicted != m->evicted, "request %d: %u evicted, model %u", m->id,
+			ri.blocks_evicted, m->evicted);
+	}
+	return true;
+}
+
 static int cmp_wait(const void *a, const void *b)
 {
 	const struct kvl_sched_req_info *x = a, *y = b;
@@ -309,6 +383,8 @@ static bool do_step(void)
 	/* max 0 only admits and recomputes windows (due at this `now`), so the snapshot below
 	 * is what the picking sees. */
 	FAIL_IF(kvl_sched_step(w.s, w.now, out, 0) != 0, "step with max 0 posted");
+	if (!sync_evictions() || !check_common("step 0"))
+		return false;
 	unsigned nids = kvl_sched_req_list(w.s, ids, MAXR);
 
 	for (unsigned i = 0; i < nids; i++) {
@@ -319,6 +395,11 @@ static bool do_step(void)
 	qsort(starved, ns, sizeof(*starved), cmp_wait);
 	unsigned n = kvl_sched_step(w.s, w.now, out, max);
 	struct kvl_sched_stats st;
+
+	/* A request that is evicted from cannot post in the same call (it is over its window),
+	 * so the cursors that went back are evictions only. */
+	if (!sync_evictions())
+		return false;
 
 	kvl_sched_stats(w.s, &st);
 	FAIL_IF(n > max, "step gave %u > %u", n, max);
@@ -485,6 +566,20 @@ static bool do_events(void)
 	return check_common("events");
 }
 
+/* Every step DONE: each block went out once, plus once more after each of its evictions. */
+static bool finished(struct mreq *m)
+{
+	for (uint32_t b = 0; b < m->d.n_blocks; b++)
+		FAIL_IF(m->xfers[b] != m->ev[b] + 1 || m->bst[b] != FREED,
+			"request %d done: block %u sent %u times, evicted %u, state %u", m->id, b,
+			m->xfers[b], m->ev[b], m->bst[b]);
+	m->ended = true;
+	m->want_status = KVL_OK;
+	w.epoch++;
+	n_done++;
+	return true;
+}
+
 /* The engine finishes one READY step of some request. */
 static bool do_step_done(void)
 {
@@ -506,11 +601,8 @@ static bool do_step_done(void)
 		for (uint32_t j = m->first[k]; j < m->first[k + 1]; j++)
 			if (--m->ref[m->refs[j]] == 0)
 				release(m, m->refs[j]);
-		if (m->done == m->d.n_steps) {
-			m->ended = true;
-			m->want_status = KVL_OK;
-			n_done++;
-		}
+		if (m->done == m->d.n_steps && !finished(m))
+			return false;
 		break;
 	}
 	return check_common("step_done");
@@ -544,9 +636,8 @@ static bool do_step_done_lockstep(void)
 			if (--m->ref[m->refs[j]] == 0)
 				release(m, m->refs[j]);
 		if (m->done == m->d.n_steps) {
-			m->ended = true;
-			m->want_status = KVL_OK;
-			n_done++;
+			if (!finished(m))
+				return false;
 			n_lk_done++;
 		}
 		break;
@@ -575,7 +666,7 @@ static bool do_open_batch(uint32_t to_open)
 
 		if (floors + fl > cap)
 			break;
-		int id = kvl_sched_open(w.s, &m->d, w.now);
+		int id = (w.epoch++, kvl_sched_open(w.s, &m->d, w.now));
 
 		if (id == -ENOSPC || id == -EINVAL) {
 			n_refused += id == -EINVAL;
@@ -597,7 +688,7 @@ static bool do_open(void)
 	struct mreq *m = &w.q[w.nq];
 
 	gen_req(m, w.nq);
-	int id = kvl_sched_open(w.s, &m->d, w.now);
+	int id = (w.epoch++, kvl_sched_open(w.s, &m->d, w.now));
 
 	if (id == -ENOSPC)
 		return check_common("open"); /* pools full: try another later */
@@ -628,6 +719,7 @@ static bool do_cancel(void)
 
 	if (w.nq == 0 || !m->opened || m->ended)
 		return true;
+	w.epoch++;
 	FAIL_IF(kvl_sched_cancel(w.s, m->id, w.now) != 0, "cancel refused");
 	FAIL_IF(kvl_sched_cancel(w.s, m->id, w.now) != -EALREADY, "cancelled twice");
 	model_end(m, KVL_ERR_CANCELED);
@@ -642,9 +734,36 @@ static bool do_budget(void)
 
 	w.budget = below(4) == 0 ? cap : below((uint32_t)cap + 1);
 	n_lk_shrinks += w.lockstep && w.budget < cap;
-	kvl_sched_set_budget(w.s, w.budget, w.now);
+	w.epoch++, kvl_sched_set_budget(w.s, w.budget, w.now);
 	/* The shrink may leave staged above the budget; it must only go down from here. */
 	return check_common("budget");
+}
+
+/*
+ * The lockstep drain: the budget shrinks to the batch's floors (a PUSH request's holding, if
+ * more), at times plus a random part of the rest, and stays there. Whatever the batch landed beyond
+ * its windows must be evicted for it to finish (nothing grows the budget back); every request must
+ * still end.
+ */
+static bool drain_lockstep(void)
+{
+	uint64_t cap = (uint64_t)w.c.slot_size * w.c.slot_count, floors = 0, held;
+
+	for (uint32_t r = 0; r < w.nq; r++) {
+		struct kvl_sched_req_info ri;
+
+		if (!w.q[r].opened || w.q[r].ended)
+			continue;
+		FAIL_IF(kvl_sched_req_info(w.s, w.q[r].id, w.now, &ri) != 0, "info");
+		/* A PUSH request's blocks are never evicted: what it holds beyond its floor now
+		 * stays until the engine consumes it. */
+		held = ri.inflight_bytes + ri.landed_bytes;
+		floors += ri.dir == KVL_SCHED_PUSH && held > ri.floor ? held : ri.floor;
+	}
+	w.budget = floors + (below(2) ? 0 : below((uint32_t)(cap - floors) + 1));
+	w.epoch++, kvl_sched_set_budget(w.s, w.budget, w.now);
+	n_lk_drain_budgets++;
+	return check_common("drain budget");
 }
 
 static bool all_terminal(void)
@@ -655,11 +774,38 @@ static bool all_terminal(void)
 	return true;
 }
 
+/* What the scheduler holds, for a failed workload. */
+static void dump(void)
+{
+	struct kvl_sched_stats st;
+
+	kvl_sched_stats(w.s, &st);
+	fprintf(stderr,
+		"budget %" PRIu64 " staged %" PRIu64 " orphans %" PRIu64 " windows %" PRIu64
+		" in flight %u last_stop %u\n",
+		st.budget, st.staged, st.orphan_bytes, st.windows, st.xfers_inflight, st.last_stop);
+	for (uint32_t r = 0; r < w.nq; r++) {
+		struct kvl_sched_req_info ri;
+
+		if (!w.q[r].opened || w.q[r].terminal ||
+		    kvl_sched_req_info(w.s, w.q[r].id, w.now, &ri) != 0)
+			continue;
+		fprintf(stderr,
+			"  req %d dir %u cls %u state %u: floor %" PRIu64 " window %" PRIu64
+			" inflight %" PRIu64 " landed %" PRIu64 " blocks %u posted %u steps %u"
+			" ready %u announced %u done %u evicted %u runnable %d\n",
+			ri.id, ri.dir, ri.cls, ri.state, ri.floor, ri.window, ri.inflight_bytes,
+			ri.landed_bytes, ri.blocks, ri.blocks_posted, ri.steps, ri.steps_ready,
+			ri.steps_announced, ri.steps_done, ri.blocks_evicted, ri.runnable);
+	}
+}
+
 static bool workload(void)
 {
 	struct kvl_sched_cfg *c = &w.c;
 
 	memset(&w, 0, sizeof(w));
+	w.lockstep = below(3) == 0;
 	c->max_requests = 1 + below(8);
 	c->max_blocks_total = 8 + below(64);
 	c->max_steps_total = c->max_blocks_total;
@@ -674,13 +820,14 @@ static bool workload(void)
 	c->starvation_ns = below(2) ? 200 + below(3000) : 0;
 	c->resize_ns = 1 + below(5000);
 	c->budget = below(2) ? 0 : SLOT * (1 + below(c->slot_count));
+	/* A lockstep engine is announced one step at a time, so what it holds beyond can go. */
+	c->ready_ahead = w.lockstep ? 1 : below(4);
 	w.s = kvl_sched_create(c);
 	FAIL_IF(w.s == NULL, "create");
 	w.now = rnd() >> 20;
 	w.budget = c->budget ? c->budget : (uint64_t)c->slot_size * c->slot_count;
 	uint32_t to_open = 1 + below(MAXR);
 
-	w.lockstep = below(3) == 0;
 	n_lk_workloads += w.lockstep;
 	for (int it = 0; it < 400; it++) {
 		bool ok = true;
@@ -704,28 +851,41 @@ static bool workload(void)
 		if (!ok)
 			return false;
 	}
-	/* Drain: the whole staging region as budget, no more failures; everything must end. */
-	kvl_sched_set_budget(w.s, (uint64_t)c->slot_size * c->slot_count, w.now);
-	if (!check_common("drain budget"))
+	/* Drain: no more failures; everything must end. The whole staging region as budget, or
+	 * for a lockstep engine a budget shrunk to what its batch needs (see drain_lockstep()). */
+	if (w.lockstep ? !drain_lockstep()
+		       : (w.epoch++,
+			  kvl_sched_set_budget(w.s, (uint64_t)c->slot_size * c->slot_count, w.now),
+			  !check_common("drain budget")))
 		return false;
 	for (int it = 0; it < 20000 && (!all_terminal() || w.nfl); it++) {
+		uint64_t batches = n_lk_batches;
+
 		w.now += 50;
 		if (!do_step() || !do_complete(false) || !do_events() ||
 		    !(w.lockstep ? do_step_done_lockstep() : do_step_done()))
 			return false;
 		if (w.lockstep && w.nq < to_open && below(2) && it < 10000 &&
-		    !do_open_batch(to_open))
+		    (!do_open_batch(to_open) || (n_lk_batches != batches && !drain_lockstep())))
 			return false;
 		while (!w.lockstep && w.nq < to_open && below(2) && it < 10000)
 			if (!do_open())
 				return false;
 	}
+	if (!all_terminal())
+		dump();
 	FAIL_IF(!all_terminal(), "a request never finished (%u requests%s)", w.nq,
 		w.lockstep ? ", lockstep engine: deadlock" : "");
 	FAIL_IF(w.nfl != 0 || w.staged != 0, "left in flight %u, staged %" PRIu64, w.nfl, w.staged);
 	struct kvl_sched_stats st;
 
 	kvl_sched_stats(w.s, &st);
+	FAIL_IF(st.evicted_blocks != w.evicted || st.posted_blocks != w.posted_blocks,
+		"scheduler: %" PRIu64 " evicted, %" PRIu64 " blocks posted; model %" PRIu64
+		", %" PRIu64,
+		st.evicted_blocks, st.posted_blocks, w.evicted, w.posted_blocks);
+	n_evict_workloads += w.evicted > 0;
+	n_lk_evict_workloads += w.lockstep && w.evicted > 0;
 	FAIL_IF(st.staged != 0 || st.active || st.waiting || st.ended || st.orphan_bytes,
 		"the scheduler still holds something");
 	for (uint32_t i = 0; i < MAXSLOTS; i++)
@@ -760,5 +920,15 @@ int main(void)
 	       ", budget shrinks %" PRIu64 "), floor-pass descriptors %" PRIu64
 	       ", posts beyond a floor checked against the kept floors %" PRIu64 "\n",
 	       n_lk_workloads, n_lk_batches, n_lk_done, n_lk_shrinks, n_floor_pass, n_resv_checked);
+	printf("evictions: %" PRIu64 " blocks in %" PRIu64 " calls (%" PRIu64
+	       " of a block evicted before), %" PRIu64
+	       " blocks sent again; workloads with evictions %" PRIu64 " (lockstep %" PRIu64
+	       ", lockstep drains under a shrunk budget %" PRIu64 ")\n",
+	       n_evicted, n_evict_calls, n_re_evicted, n_refetched, n_evict_workloads,
+	       n_lk_evict_workloads, n_lk_drain_budgets);
+	/* The lockstep drains must have needed eviction somewhere, or they test nothing. A
+	 * short run (KVL_WORKLOADS) may not get there. */
+	if (n >= 1000 && cur_workload == n)
+		CHECK(n_lk_evict_workloads > 0);
 	return kvl_test_done("test_sched_prop");
 }
