@@ -102,7 +102,8 @@ static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
 
 static void *xalloc(size_t n)
 {
-	void *p = aligned_alloc(4096, n);
+	/* aligned_alloc wants a multiple of the alignment (ASan aborts on any other size) */
+	void *p = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
 
 	if (p == NULL) {
 		fprintf(stderr, "out of memory (%zu bytes)\n", n);
