@@ -779,6 +779,91 @@ static void test_stale_at_reset(void)
 }
 
 /*
+ * A restart meets a peer still in error: both ends ask, A yields and restarts at once and
+ * posts its flushed WRITEs again while B's QP is still in ERR (its ACK held back). The NIC
+ * retries them (50 ms apart here, 6 tries) until B restarts on the ACK; then they land once:
+ * no duplicate, no error, every byte there, and B's own flushed WRITEs land too.
+ */
+static void test_replay_meets_err(void)
+{
+	enum { NA = 8, NBW = 4 };
+	struct kvl_wr aw[1 + NA], bw[NBW];
+	struct kvl_wc wc[1 + NA];
+	struct kvl_resync ra, rb, ack;
+	struct fake_nic_stats n0, n1;
+	uint64_t base = 36 * MIB;
+	unsigned ok = 0;
+	bool a_asked = false, b_asked = false, got_ack = false;
+	double deadline = deadline_in(PHASE_TIMEOUT);
+
+	kvl_test_fill_random(A.buf + base, NA * 64 * KIB);
+	poison(B.buf + base, A.buf + base, NA * 64 * KIB);
+	kvl_test_fill_random(B.buf + base + MIB, NBW * 64 * KIB);
+	poison(A.buf + base + MIB, B.buf + base + MIB, NBW * 64 * KIB);
+	aw[0] = mkwr(KVL_OP_WRITE, A.buf, SEG_BAD_RKEY, 0, 4 * KIB);
+	for (unsigned i = 0; i < NA; i++)
+		aw[1 + i] = mkwr(KVL_OP_WRITE, A.buf + base + i * 64 * KIB, SEG_RW,
+				 base + i * 64 * KIB, 64 * KIB);
+	for (unsigned i = 0; i < NBW; i++)
+		bw[i] = mkwr(KVL_OP_WRITE, B.buf + base + MIB + i * 64 * KIB, SEG_RW,
+			     base + MIB + i * 64 * KIB, 64 * KIB);
+	fake_nic_retry_interval_us(50000);
+	carry_resync = false;
+	fake_nic_stats(&n0);
+	CHECK_INT(kvl_verbs_post(A.c, aw, 1 + NA), 1 + NA);
+	provoked_errors++;
+	do {
+		fake_nic_stats(&n1);
+		sched_yield();
+	} while (n1.err_cqes == n0.err_cqes && now_s() < deadline);
+	CHECK_INT(kvl_verbs_post(B.c, bw, NBW), NBW); /* flushed: B's QP went down */
+	while (now_s() < deadline && !(a_asked && b_asked)) {
+		pump(A.c, B.c);
+		if (!a_asked && kvl_verbs_resync_out(A.c, &ra))
+			a_asked = true;
+		if (!b_asked && kvl_verbs_resync_out(B.c, &rb))
+			b_asked = true;
+		sched_yield();
+	}
+	CHECK(a_asked && b_asked);
+	kvl_verbs_resync_in(B.c, &ra); /* B does not yield: ignored */
+	kvl_verbs_resync_in(A.c, &rb); /* A yields: restarts, posts its 8 again */
+	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
+	CHECK_STR(kvl_verbs_qp_state(B.c), "ERR");
+	do { /* the NIC has retried at least once towards B in ERR */
+		kvl_verbs_progress(A.c);
+		fake_nic_stats(&n1);
+		sched_yield();
+	} while (n1.retries == n0.retries && now_s() < deadline);
+	CHECK(n1.retries > n0.retries);
+	got_ack = kvl_verbs_resync_out(A.c, &ack) == 1 && ack.kind == KVL_RESYNC_ACK;
+	CHECK(got_ack);
+	if (got_ack)
+		kvl_verbs_resync_in(B.c, &ack);
+	carry_resync = true;
+	CHECK(collect(A.c, B.c, wc, 1 + NA, PHASE_TIMEOUT));
+	CHECK_INT(wc[0].status, KVL_ERR_ACCESS);
+	for (unsigned i = 1; i < 1 + NA; i++)
+		ok += wc[i].wr_id == aw[i].wr_id && wc[i].status == KVL_OK;
+	CHECK_INT(ok, NA);
+	CHECK(collect(B.c, A.c, wc, NBW, PHASE_TIMEOUT));
+	ok = 0;
+	for (unsigned i = 0; i < NBW; i++)
+		ok += wc[i].wr_id == bw[i].wr_id && wc[i].status == KVL_OK;
+	CHECK_INT(ok, NBW);
+	CHECK_INT(first_diff(B.buf + base, A.buf + base, NA * 64 * KIB), NA * 64 * KIB);
+	CHECK_INT(first_diff(A.buf + base + MIB, B.buf + base + MIB, NBW * 64 * KIB),
+		  NBW * 64 * KIB);
+	fake_nic_stats(&n1);
+	CHECK_INT(n1.dup_dropped, 0);
+	CHECK_INT(n1.err_cqes - n0.err_cqes, 1);
+	fake_nic_retry_interval_us(2000);
+	printf("  A restarted first and posted %u WRITEs again towards B in ERR: %llu NIC "
+	       "retries, then B restarted on the ACK; all landed once, and B's %u too\n",
+	       NA, (unsigned long long)(n1.retries - n0.retries), NBW);
+}
+
+/*
  * The mlx5 rings' counters wrap: a connection of depth 16 (an SQ of 64 WQEBBs, a send CQ of
  * 128 CQEs) moves more than 2^16 one-WQEBB WRITEs, so the 16-bit WQE counter the CQEs carry
  * wraps, the SQ goes round a thousand times and the CQ's owner bit flips on every pass.
@@ -1669,6 +1754,7 @@ int main(void)
 	test_fail_all();
 #ifdef KVL_VERBS_MODEL
 	test_stale_at_reset();
+	test_replay_meets_err();
 	printf("ring counters (model)\n");
 	test_wrap();
 #endif
