@@ -573,6 +573,44 @@ static void test_bad_rkey(void)
 }
 
 /*
+ * Run both ends with the control path cut until each has asked for a resync (their REQs in
+ * @ra, @rb); stop early when only A asked and B has @b_done requests completed: it finished
+ * before A's error reached it, and will not ask.
+ */
+static void until_both_ask(struct kvl_resync *ra, bool *a_asked, struct kvl_resync *rb,
+			   bool *b_asked, uint64_t b_done, double deadline)
+{
+	while (now_s() < deadline && !(*a_asked && *b_asked)) {
+		pump(A.c, B.c);
+		if (!*a_asked && kvl_verbs_resync_out(A.c, ra))
+			*a_asked = true;
+		if (!*b_asked && kvl_verbs_resync_out(B.c, rb))
+			*b_asked = true;
+		if (*a_asked && !*b_asked && kvl_verbs_stats(B.c)->completed == b_done)
+			break; /* nothing reaps B here: its outstanding count never drops */
+		sched_yield();
+	}
+}
+
+#ifdef KVL_VERBS_MODEL
+/* Post @n WRs on A, the first of them to go wrong on the NIC, and wait for its error CQE: by
+ * then the responder's QP is in ERR too. */
+static void post_bad_and_wait(const struct kvl_wr *w, unsigned n, double deadline)
+{
+	struct fake_nic_stats n0, n1;
+
+	fake_nic_stats(&n0);
+	CHECK_INT(kvl_verbs_post(A.c, w, n), n);
+	provoked_errors++;
+	do {
+		fake_nic_stats(&n1);
+		sched_yield();
+	} while (n1.err_cqes == n0.err_cqes && now_s() < deadline);
+	CHECK_INT(n1.err_cqes - n0.err_cqes, 1);
+}
+#endif
+
+/*
  * Both ends in trouble at once: B streams writes to A while A's bad rkey takes B's QP down,
  * so B's own requests are flushed and both ends ask for a resync. Messages are held until
  * both have asked; the tie (lower GID, QPN answers) turns the crossed REQs into one restart.
@@ -600,35 +638,16 @@ static void test_crossed_resync(void)
 	/* The model's NIC runs B's writes in a fraction of a millisecond: there A's error goes
 	 * first (and has taken B's QP down), or B would always finish before it and the REQs
 	 * would never cross. */
-	{
-		struct fake_nic_stats n0, n1;
-
-		fake_nic_stats(&n0);
-		CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
-		do {
-			fake_nic_stats(&n1);
-			sched_yield();
-		} while (n1.err_cqes == n0.err_cqes && now_s() < deadline);
-		CHECK_INT(n1.err_cqes - n0.err_cqes, 1);
-	}
+	post_bad_and_wait(&bad, 1, deadline);
 #endif
 	posted = kvl_verbs_post(B.c, bw, NB);
 	CHECK_INT(posted, NB);
-	if (!MODEL)
+	if (!MODEL) {
 		CHECK_INT(kvl_verbs_post(A.c, &bad, 1), 1);
-	provoked_errors++;
-	/* run both ends with the control path cut until each has asked (or B finished
-	 * before A's error reached it: then only A asks) */
-	while (now_s() < deadline && !(a_asked && b_asked)) {
-		pump(A.c, B.c);
-		if (!a_asked && kvl_verbs_resync_out(A.c, &ra))
-			a_asked = true;
-		if (!b_asked && kvl_verbs_resync_out(B.c, &rb))
-			b_asked = true;
-		if (a_asked && !b_asked && kvl_verbs_stats(B.c)->completed - b0.completed == NB)
-			break; /* nothing reaps B here: its outstanding count never drops */
-		sched_yield();
+		provoked_errors++;
 	}
+	/* (or B finished before A's error reached it: then only A asks) */
+	until_both_ask(&ra, &a_asked, &rb, &b_asked, b0.completed + NB, deadline);
 	CHECK(a_asked);
 	carry_resync = true;
 	if (a_asked)
@@ -810,21 +829,9 @@ static void test_replay_meets_err(void)
 	fake_nic_retry_interval_us(50000);
 	carry_resync = false;
 	fake_nic_stats(&n0);
-	CHECK_INT(kvl_verbs_post(A.c, aw, 1 + NA), 1 + NA);
-	provoked_errors++;
-	do {
-		fake_nic_stats(&n1);
-		sched_yield();
-	} while (n1.err_cqes == n0.err_cqes && now_s() < deadline);
+	post_bad_and_wait(aw, 1 + NA, deadline);
 	CHECK_INT(kvl_verbs_post(B.c, bw, NBW), NBW); /* flushed: B's QP went down */
-	while (now_s() < deadline && !(a_asked && b_asked)) {
-		pump(A.c, B.c);
-		if (!a_asked && kvl_verbs_resync_out(A.c, &ra))
-			a_asked = true;
-		if (!b_asked && kvl_verbs_resync_out(B.c, &rb))
-			b_asked = true;
-		sched_yield();
-	}
+	until_both_ask(&ra, &a_asked, &rb, &b_asked, UINT64_MAX, deadline);
 	CHECK(a_asked && b_asked);
 	kvl_verbs_resync_in(B.c, &ra); /* B does not yield: ignored */
 	kvl_verbs_resync_in(A.c, &rb); /* A yields: restarts, posts its 8 again */
