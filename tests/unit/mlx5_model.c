@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "mlx5_model.h"
+#include "nic_bytes.h"
 
 /* Independent of the fast path's structs: byte offsets from the PRM. */
 #define OP_WRITE     0x08
@@ -23,28 +24,6 @@ __attribute__((format(printf, 2, 3))) static void bad(struct mlx5_model *m, cons
 	va_start(ap, fmt);
 	vsnprintf(m->fail, sizeof(m->fail), fmt, ap);
 	va_end(ap);
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return be32toh(v);
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return be64toh(v);
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, 4);
 }
 
 static void *zalloc64(size_t n)
@@ -215,11 +194,6 @@ static bool in_mr(const struct mlx5_model_mr *r, uint32_t key, uint64_t addr, ui
 	return key == r->key && addr >= base && len <= r->len && addr - base <= r->len - len;
 }
 
-struct sge {
-	uint64_t addr;
-	uint32_t lkey, len;
-};
-
 /* One WQE at hw_ci. Returns its WQEBBs, 0 when it cannot be parsed. */
 static unsigned exec_one(struct mlx5_model *m)
 {
@@ -293,19 +267,7 @@ static unsigned exec_one(struct mlx5_model *m)
 		m->in_error = true;
 		return nbb;
 	}
-	{
-		uint8_t *r = (uint8_t *)(uintptr_t)raddr;
-
-		for (unsigned i = 0; i < nsge; i++) {
-			uint8_t *l = (uint8_t *)(uintptr_t)sg[i].addr;
-
-			if (opcode == OP_READ)
-				memmove(l, r, sg[i].len);
-			else
-				memmove(r, l, sg[i].len);
-			r += sg[i].len;
-		}
-	}
+	nic_move(opcode == OP_READ, raddr, sg, nsge);
 	m->bytes += total;
 	if (sig) {
 		put_cqe(m, KVL_MLX5_CQE_REQ, m->hw_ci, opcode, (uint32_t)total, 0);
