@@ -113,6 +113,8 @@ struct fqp {
 	unsigned access;
 	uint32_t dest_qpn, rq_psn, sq_psn; /* rq_psn: expected PSN; sq_psn: next PSN sent */
 	uint8_t dgid[16], path_mtu, retry_cnt, rnr_retry, timeout, min_rnr_timer;
+	struct ibv_ah_attr ah; /* as given at RTR: read back by ibv_query_qp */
+	uint16_t pkey_index;
 	/* NIC */
 	uint16_t hw_ci;		   /* next WQEBB to execute */
 	unsigned tries, rnr_tries; /* of the WQE at hw_ci */
@@ -1594,6 +1596,10 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		rc = EINVAL;
 		goto out;
 	}
+	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index >= 1) { /* one P_Key (query_port) */
+		rc = EINVAL;
+		goto out;
+	}
 	if ((mask & IBV_QP_PORT) && a->port_num != 1) {
 		rc = EINVAL;
 		goto out;
@@ -1602,7 +1608,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		const struct ibv_ah_attr *ah = &a->ah_attr;
 
 		/* RoCE: a GRH to a non-zero GID from a valid source entry, on port 1 */
-		if (!ah->is_global || ah->port_num != 1 ||
+		if (!ah->is_global || ah->port_num != 1 || ah->sl > 15 ||
 		    q->dev->gid_type[ah->grh.sgid_index] < 0 ||
 		    memcmp(ah->grh.dgid.raw, (uint8_t[16]){ 0 }, 16) == 0) {
 			rc = EINVAL;
@@ -1626,8 +1632,12 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 
 	if (mask & IBV_QP_ACCESS_FLAGS)
 		q->access = a->qp_access_flags;
-	if (mask & IBV_QP_AV)
+	if (mask & IBV_QP_AV) {
 		memcpy(q->dgid, a->ah_attr.grh.dgid.raw, 16);
+		q->ah = a->ah_attr;
+	}
+	if (mask & IBV_QP_PKEY_INDEX)
+		q->pkey_index = a->pkey_index;
 	if (mask & IBV_QP_PATH_MTU)
 		q->path_mtu = (uint8_t)a->path_mtu;
 	if (mask & IBV_QP_DEST_QPN)
@@ -1688,7 +1698,9 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 	a->min_rnr_timer = q->min_rnr_timer;
 	a->port_num = 1;
 	a->cap = q->init.cap;
+	a->ah_attr = q->ah;
 	memcpy(a->ah_attr.grh.dgid.raw, q->dgid, 16);
+	a->pkey_index = q->pkey_index;
 	if (init != NULL)
 		*init = q->init;
 	pthread_mutex_unlock(&nic.lock);
