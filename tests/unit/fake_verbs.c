@@ -90,6 +90,12 @@ struct fcq {
 	uint32_t ci; /* ibv_poll_cq's consumer index (verbs-polled CQs) */
 	bool dv;     /* handed out by mlx5dv_init_obj: not cleaned on reset, not ibv_poll_cq'd */
 	bool armed;
+	/* DV CQs are armed through their UAR doorbell (kvlane's own arm, rdma-core's layout):
+	 * 8 bytes at +0x20, the arm word (sn 29:28, cmd 24, ci 23:0) then the CQ number, both
+	 * big-endian. The NIC takes a doorbell by swapping 0 in; the arm counts when its sn is
+	 * the number of events raised so far (mod 4), as the hardware's stale-arm check. */
+	uint64_t uar[8];
+	uint32_t arm_ci;
 	unsigned events, acked;
 	uint16_t mod_count, mod_period; /* ibv_modify_cq: kept, events are not coalesced */
 	struct ibv_wc cur;		/* the CQE ibv_start_poll/next_poll took (read_*) */
@@ -691,6 +697,44 @@ static unsigned qp_step(struct fqp *q, uint64_t now)
 	return work;
 }
 
+/* Arm doorbells rung on DV CQs since the last pass: check them, then arm. */
+static unsigned dv_arms(void)
+{
+	unsigned n = 0;
+
+	for (struct fcq *c = nic.cqs; c != NULL; c = c->next) {
+		uint64_t v = c->dv ? __atomic_exchange_n(&c->uar[4], 0, __ATOMIC_ACQ_REL) : 0;
+		uint8_t b[8];
+		uint32_t w, cqn, rec;
+
+		if (v == 0)
+			continue;
+		n++;
+		nic.st.arm_doorbells++;
+		memcpy(b, &v, 8);
+		w = rd32(b);
+		cqn = rd32(b + 4);
+		rec = be32toh(__atomic_load_n(&c->dbrec[1], __ATOMIC_ACQUIRE));
+		if (cqn != c->cqn || rec != w || (w >> 24 & 0xf) != 0) {
+			bad("CQ 0x%x arm doorbell %08x %08x: want the arm word (cmd 0) and CQ "
+			    "number "
+			    "0x%x, record %08x",
+			    c->cqn, w, cqn, c->cqn, rec);
+			continue;
+		}
+		if ((w >> 28) != (c->events & 3)) {
+			nic.st.stale_arms++; /* an arm from before the last event: ignored */
+			continue;
+		}
+		c->armed = true;
+		c->arm_ci = w & 0xffffff;
+		/* CQEs already past the armed index fire at once, as on the hardware */
+		if (((c->pi - c->arm_ci) & 0xffffff) != 0)
+			raise_event(c);
+	}
+	return n;
+}
+
 static void *nic_main(void *arg)
 {
 	unsigned idle = 0;
@@ -705,6 +749,7 @@ static void *nic_main(void *arg)
 			pthread_mutex_unlock(&nic.lock);
 			return NULL;
 		}
+		work += dv_arms();
 		for (struct fqp *q = nic.qps; q != NULL; q = q->next)
 			work += qp_step(q, now);
 		pthread_mutex_unlock(&nic.lock);
@@ -1178,6 +1223,10 @@ static int req_notify_op(struct ibv_cq *cq, int solicited)
 
 	(void)solicited;
 	pthread_mutex_lock(&nic.lock);
+	if (c->dv)
+		bad("ibv_req_notify_cq on CQ 0x%x, read through mlx5dv: rdma-core would arm it "
+		    "with a consumer index it no longer keeps",
+		    c->cqn);
 	c->armed = true;
 	/* A CQE already there past the consumer index fires at once, as on the hardware. */
 	ci = be32toh(c->dbrec[0]) & 0xffffff;
@@ -1739,6 +1788,7 @@ int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 		o->cqe_cnt = c->cnt;
 		o->cqe_size = 64;
 		o->cqn = c->cqn;
+		o->cq_uar = c->uar;
 		c->dv = true; /* rdma-core: MLX5_CQ_FLAGS_DV_OWNED */
 	}
 	pthread_mutex_unlock(&nic.lock);
