@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* mlx5 direct fast path: WQE encoders, doorbell, CQ polling and a request ring over them. */
+/* mlx5 direct fast path: WQE encoders, doorbell, CQ polling and setup. */
 #ifndef KVL_LCORES_MLX5_H
 #define KVL_LCORES_MLX5_H
 
@@ -17,8 +17,8 @@
  *    a pointer too, so a test can point it at a heap page.
  *  - setup (mlx5_setup.c): the only code calling ibv_create_* and mlx5dv_init_obj; it checks
  *    what the device gives before this layer trusts it.
- * On top, kvl_mlx5_qp: requests (struct kvl_wr) in, completions (struct kvl_wc) out, in the
- * shape struct kvl_xport_ops wants.
+ * lcores/verbs.c drives them as the verbs transport's direct backend: its request ring,
+ * signaling, error recovery (QP_RESYNC) and receives are the same for both backends.
  *
  * Layouts are the mlx5 PRM's (ConnectX programmer's reference manual, "Send WQE format",
  * "Completion Queue Entry format"), big-endian on the wire and in memory.
@@ -320,82 +320,6 @@ static inline void kvl_mlx5_cq_event(struct kvl_mlx5_cq *cq)
 {
 	cq->arm_sn++;
 }
-
-/* ---- requests over one SQ + CQ: what a struct kvl_xport_ops backs onto ---- */
-
-/*
- * Turns a request into its SGE and remote address: the transport's registered memory and
- * the peer's segments. Returns KVL_OK, or the status the request completes with at once
- * (KVL_ERR_LOCAL, KVL_ERR_NO_SEGMENT, ...); such a request never reaches the NIC.
- */
-typedef int (*kvl_mlx5_resolve_fn)(void *ctx, const struct kvl_wr *w, struct kvl_mlx5_sge *sge,
-				   uint64_t *raddr, uint32_t *rkey);
-
-struct kvl_mlx5_qp_stats {
-	uint64_t posted, completed, errors, cqes, recoveries, refused;
-	uint64_t bytes_written, bytes_read;
-	uint64_t failed[KVL_STATUS_COUNT];
-	uint64_t last_syndrome, last_vendor_synd;
-};
-
-struct kvl_mlx5_req; /* private to mlx5_qp.c */
-
-struct kvl_mlx5_qp {
-	struct kvl_mlx5_sq sq;
-	struct kvl_mlx5_cq cq;
-	kvl_mlx5_resolve_fn resolve;
-	void *resolve_ctx;
-	struct kvl_mlx5_req *ring;
-	uint64_t mask, depth;
-	/* reap <= done <= post; the WQE's wrid is its request's sequence number */
-	uint64_t post_seq, done_seq, reap_seq;
-	uint64_t nic_end; /* seq + 1 of the newest request given to the NIC (always signaled) */
-	int err_cause;	  /* the error that took the QP down: its flushes carry it */
-	bool recovering;  /* error seen: waiting for the flush of nic_end - 1 */
-	bool need_restart;
-	int broken;
-	struct kvl_mlx5_qp_stats stats;
-};
-
-/* SQ and CQ as setup found them, the signaling mode, and the resolver. 0 or -errno. */
-int kvl_mlx5_qp_init(struct kvl_mlx5_qp *qp, const struct kvl_mlx5_sq_attr *sq, void *cq_buf,
-		     uint32_t cqe_cnt, uint32_t cqe_size, volatile uint32_t *cq_dbrec,
-		     kvl_mlx5_resolve_fn resolve, void *resolve_ctx);
-void kvl_mlx5_qp_fini(struct kvl_mlx5_qp *qp);
-
-/*
- * Encode up to @n requests (the resolver refuses some: they complete at once with its
- * status), signal the last one, ring the doorbell once. Returns how many were taken: fewer
- * when the SQ is full, 0 while recovering from an error.
- */
-unsigned kvl_mlx5_qp_post(struct kvl_mlx5_qp *qp, const struct kvl_wr *wr, unsigned n);
-
-/* Encode without ringing: kvl_mlx5_qp_flush() signals the last and rings, once per batch. */
-unsigned kvl_mlx5_qp_enqueue(struct kvl_mlx5_qp *qp, const struct kvl_wr *wr, unsigned n);
-void kvl_mlx5_qp_flush(struct kvl_mlx5_qp *qp);
-
-/* Poll the CQ (up to @budget CQEs) and complete requests. Returns the CQEs handled. */
-unsigned kvl_mlx5_qp_progress(struct kvl_mlx5_qp *qp, unsigned budget);
-
-/* Take up to @max completions, in posting order. */
-unsigned kvl_mlx5_qp_reap(struct kvl_mlx5_qp *qp, struct kvl_wc *wc, unsigned max);
-
-unsigned kvl_mlx5_qp_outstanding(const struct kvl_mlx5_qp *qp);
-
-/*
- * After an error CQE and the flush of every WQE given to the NIC: the QP is in the error
- * state and must go RESET -> INIT -> RTR -> RTS (verbs calls, outside this layer); then
- * kvl_mlx5_qp_restarted() starts the SQ counters again at 0.
- */
-static inline bool kvl_mlx5_qp_needs_restart(const struct kvl_mlx5_qp *qp)
-{
-	return qp->need_restart;
-}
-void kvl_mlx5_qp_restarted(struct kvl_mlx5_qp *qp);
-
-/* Refuse new posts with @status. Requests the NIC holds complete when their CQEs come: the
- * owner moves the QP to error (ibv_modify_qp) so that they are flushed, with @status. */
-void kvl_mlx5_qp_fail_all(struct kvl_mlx5_qp *qp, int status);
 
 /* ---- setup (mlx5_setup.c): needs an mlx5 device ---- */
 
