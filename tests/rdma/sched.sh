@@ -50,10 +50,32 @@ else
 fi
 exec 3>&-
 wait $cli || { echo "sched: kvlane-req-client failed (exit $?)"; rc=1; }
+# PUSH over RDMA: the same requests WRITE their blocks from a local segment into the server's
+# (its verbs WRITE path through the scheduler), then PULL them back, every byte checked.
+mkfifo "$tmp/in2"
+"$build/kvlane-req-client" $eal --file-prefix clip -- -c "$tmp/a.ini" --peer "$RXE_IP1:18515" \
+	--mode push --requests 4 --steps 8 --blocks 4 \
+	< "$tmp/in2" > "$out/push.out" 2> "$out/push.log" &
+clp=$!
+exec 4> "$tmp/in2"
+for p in bad pushed end; do
+	if ! kvl_rdma_wait_line "$out/push.out" "^PAUSE $p" $clp 180; then
+		echo "sched: the PUSH client did not reach its pause \"$p\""; rc=1; break
+	fi
+	case $p in
+	bad) $tel -f clip /kvlane/stats > "$out/push_stats0.json" || rc=1 ;;
+	pushed)
+		$tel -f clip /kvlane/stats > "$out/push_stats1.json" || rc=1
+		$tel -f clip /kvlane/sched > "$out/push_sched.json" || rc=1 ;;
+	esac
+	echo go >&4
+done
+exec 4>&-
+wait $clp || { echo "sched: kvlane-req-client --mode push failed (exit $?)"; rc=1; }
 kill -TERM $srv
 wait $srv || { echo "sched: kvlaned exited with status $? after SIGTERM"; rc=1; }
-cat "$out/client.out"
-[ $rc = 0 ] || { cat "$out/client.log" "$out/qps_end.json"; echo "sched: FAILED"; exit 1; }
+cat "$out/client.out" "$out/push.out"
+[ $rc = 0 ] || { cat "$out/client.log" "$out/push.log" "$out/qps_end.json"; echo "sched: FAILED"; exit 1; }
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -70,6 +92,21 @@ assert e["posted_xfers"][0] < e["posted_blocks"][0], e  # remote-contiguous bloc
 # the scheduler's READs are the QPs' reads: every block's bytes, once
 assert st["verbs/bytes_read"] == res["unique_blocks"] * res["block_bytes"], (st, res)
 assert all(v == 0 for k, v in st.items() if k.startswith("verbs/failed/")), st
+pres = next(json.loads(l[7:]) for l in open(f"{out}/push.out") if l.startswith("RESULT "))
+checks = dict(l.split()[1:3] for l in open(f"{out}/push.out") if l.startswith("CHECK "))
+assert checks.pop("h_unchanged") == "0" and checks and all(int(v) < 0 for v in checks.values()), checks
+assert pres["requests_ok"] == 4 and pres["bad_bytes"] == 0 and pres["errors"] == 0, pres
+assert pres["order_errors"] == 0 and pres["push_addr_errors"] == 0, pres
+s0 = json.load(open(f"{out}/push_stats0.json"))["/kvlane/stats"]
+s1 = json.load(open(f"{out}/push_stats1.json"))["/kvlane/stats"]
+ps = json.load(open(f"{out}/push_sched.json"))["/kvlane/sched"]
+pushed = s1["verbs/bytes_written"] - s0.get("verbs/bytes_written", 0)
+assert pushed == pres["unique_blocks"] * pres["block_bytes"], (pushed, pres)
+assert ps["posted_blocks"][0] == pres["unique_blocks"] and ps["completed_err"][0] == 0, ps
+assert all(v == 0 for k, v in s1.items() if k.startswith("verbs/failed/")), s1
+print(f"PUSH over RDMA: {len(checks)} bad calls refused; {pres['unique_blocks']} blocks "
+      f"({pushed >> 10} KiB) WRITTEN by the scheduler, {pres['blocks_verified']} block reads "
+      f"back verified, 4 of 4 requests OK")
 print(f"requests over RDMA: {res['requests_ok']} of 4 OK, {res['blocks_verified']} block "
       f"reads verified ({res['bytes_verified'] >> 10} KiB); scheduler posted "
       f"{e['posted_blocks'][0]} blocks in {e['posted_xfers'][0]} READs "
