@@ -306,7 +306,7 @@ int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote
 /* ---- transfers ---- */
 
 /* Is [p, p + len) inside one live local segment? */
-bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
+uint32_t kvl_runtime_local_seg(const struct kvl_runtime *rt, const void *p, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	uint32_t hwm = __atomic_load_n(&rt->segs_hwm, __ATOMIC_ACQUIRE);
@@ -317,9 +317,14 @@ bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t 
 
 		if (s && a >= (uintptr_t)s->base && a - (uintptr_t)s->base <= s->len &&
 		    len <= s->len - (a - (uintptr_t)s->base))
-			return true;
+			return i + 1;
 	}
-	return false;
+	return 0;
+}
+
+bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
+{
+	return kvl_runtime_local_seg(rt, p, len) != 0;
 }
 
 /* The checks kvl_post() makes of one transfer before it takes any: 0 or a negative errno. */

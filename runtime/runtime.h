@@ -80,6 +80,8 @@ void kvl_runtime_stop(struct kvl_runtime *rt);
 
 /* Is [p, p + len) inside one live local segment? (kvl_post, kvl_req_open's PUSH blocks) */
 bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len);
+/* The id of the local segment holding [p, p + len) whole, or 0 when none does. */
+uint32_t kvl_runtime_local_seg(const struct kvl_runtime *rt, const void *p, uint64_t len);
 
 /* Register a segment; @owned is freed with it at stop. Returns 0 or a negative errno. */
 int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,

@@ -242,7 +242,8 @@ static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
 /* ---- the calls ---- */
 
 /* One allocation: the lcore's view, the copied tables, the API's own state. */
-static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
+static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kvl_req_desc *d,
+				   uint32_t nref)
 {
 	size_t sz = sizeof(struct kvl_nsreq) + sizeof(struct api_req) +
 		    (size_t)d->n_blocks * (sizeof(struct kvl_sched_block) + sizeof(uint64_t) +
@@ -273,13 +274,20 @@ static struct kvl_nsreq *req_alloc(const struct kvl_req_desc *d, uint32_t nref)
 	p += d->n_blocks;
 	a->step_state = p;
 	for (uint32_t i = 0; i < d->n_blocks; i++)
-		b[i] = (struct kvl_sched_block){ .remote_off = d->blocks[i].remote_off,
-						 /* PUSH: the address itself (the lcore
-						  * posts it as it is) */
-						 .local_off =
-							 (uint64_t)(uintptr_t)d->blocks[i].local,
-						 .remote_seg = d->blocks[i].remote_seg,
-						 .length = d->blocks[i].length };
+		b[i] = (struct kvl_sched_block){
+			.remote_off = d->blocks[i].remote_off,
+			/* PUSH: the address itself (the lcore
+			 * posts it as it is) */
+			.local_off = (uint64_t)(uintptr_t)d->blocks[i].local,
+			.remote_seg = d->blocks[i].remote_seg,
+			.length = d->blocks[i].length,
+			/* a WRITE never spans two segments that
+			 * happen to touch in memory */
+			.local_seg = d->dir == KVL_REQ_PUSH
+					     ? kvl_runtime_local_seg(rt, d->blocks[i].local,
+								     d->blocks[i].length)
+					     : 0
+		};
 	memcpy(first, d->step_first, ((size_t)d->n_steps + 1) * sizeof(uint32_t));
 	memcpy(refs, d->step_blocks, (size_t)nref * sizeof(uint32_t));
 	for (uint32_t j = 0; j < nref; j++)
@@ -421,7 +429,7 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		return -ENOTCONN;
 	if (t->free_head == UINT32_MAX)
 		return -ENOSPC;
-	r = req_alloc(d, nref);
+	r = req_alloc(rt, d, nref);
 	if (r == NULL)
 		return -ENOMEM;
 	idx = t->free_head;

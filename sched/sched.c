@@ -18,6 +18,7 @@ struct blk {
 	uint64_t local_off; /* PUSH: given; PULL: slot × slot_size once posted */
 	uint32_t remote_seg;
 	uint32_t length;
+	uint32_t local_seg; /* PUSH: the caller's region (ranges never cross regions) */
 	uint32_t first_use; /* the step whose READY waits for it */
 	uint32_t last_use;  /* open time only: for the peak residency */
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
@@ -439,6 +440,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 
 		b->remote_off = in->remote_off;
 		b->local_off = in->local_off;
+		b->local_seg = in->local_seg;
 		b->remote_seg = in->remote_seg;
 		b->length = in->length;
 		b->state = B_UNPOSTED;
@@ -728,7 +730,7 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 	    b->remote_off != p->remote_off + p->length || total + b->length > s->cfg.max_msg)
 		return J_NO;
 	if (r->dir == KVL_SCHED_PUSH) {
-		if (b->local_off == p->local_off + p->length)
+		if (b->local_seg == p->local_seg && b->local_off == p->local_off + p->length)
 			return J_EXTEND;
 	} else if (p->length == s->cfg.slot_size && kvl_slots_is_free(&s->slots, p->slot + 1)) {
 		return J_EXTEND;

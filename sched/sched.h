@@ -69,6 +69,10 @@ struct kvl_sched_block {
 	uint64_t local_off; /* PUSH: offset in the caller's local space; PULL: ignored */
 	uint32_t remote_seg;
 	uint32_t length; /* 1..slot_size for PULL, ≤ window_max, ≤ max_msg when merging */
+	/* PUSH: the caller's local region the bytes lie in. Blocks of two regions never merge
+	 * into one range, even where the regions happen to touch (they may still share a
+	 * descriptor as separate SGEs); PULL: ignored. */
+	uint32_t local_seg;
 };
 
 struct kvl_sched_req_desc {

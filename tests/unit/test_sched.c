@@ -617,6 +617,28 @@ static void test_multi_sge(void)
 	CHECK_INT(step(s, 64), 4);
 	kvl_sched_free(s);
 
+	/* Two local regions that touch (1000 + 3 blocks = the next region's start): blocks of
+	 * both are contiguous in memory but never one range; separate SGEs, each inside its own
+	 * region (a single WRITE across two registrations would fail at post). */
+	reset();
+	c.max_sge = 2;
+	s = kvl_sched_create(&c);
+	for (unsigned i = 0; i < 7; i++) {
+		q.b[i].local_off = 1000 + (uint64_t)i * SLOT;
+		q.b[i].local_seg = i < 3 ? 1 : 2;
+	}
+	kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 1);
+	CHECK_INT(posted[0].n_blocks, 7);
+	CHECK_INT(posted[0].n_sge, 2);
+	CHECK_INT(posted[0].sge[0].local_off, 1000);
+	CHECK_INT(posted[0].sge[0].length, 3 * SLOT);
+	CHECK_INT(posted[0].sge[1].local_off, 1000 + 3 * SLOT);
+	CHECK_INT(posted[0].sge[1].length, 4 * SLOT);
+	kvl_sched_free(s);
+	for (unsigned i = 0; i < 7; i++)
+		q.b[i].local_seg = 0;
+
 	/* PULL blocks shorter than a slot: remote contiguous, local not, so SGEs. */
 	reset();
 	c.max_sge = 4;
