@@ -72,7 +72,10 @@ struct kvl_verbs_dev {
 	 * found something the fast path does not handle and the backend is auto. */
 	bool direct;
 	int backend; /* enum kvl_verbs_backend as asked */
+	/* written once (at open, or when auto falls back), then published through @note: the
+	 * control thread may write it while telemetry reads it */
 	char backend_note[192];
+	const char *note;
 	uint8_t traffic_class, service_level;
 	uint16_t pkey_index;
 	uint8_t rd_atomic, init_rd_atomic;
@@ -446,6 +449,14 @@ static void no_such_device(const char *name, struct ibv_device **list, int n, ch
 		msg_add(&m, "%s%s", i ? ", " : "", ibv_get_device_name(list[i]));
 }
 
+/* Set the backend note once: @text (copied unless it is backend_note itself), then visible. */
+static void publish_note(struct kvl_verbs_dev *d, const char *text)
+{
+	if (text != d->backend_note)
+		snprintf(d->backend_note, sizeof(d->backend_note), "%s", text);
+	__atomic_store_n(&d->note, d->backend_note, __ATOMIC_RELEASE);
+}
+
 struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *err, size_t errlen)
 {
 	struct ibv_device **list;
@@ -550,8 +561,7 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 			goto fail;
 		}
 		if (!d->direct)
-			snprintf(d->backend_note, sizeof(d->backend_note),
-				 "not an mlx5 device (mlx5dv_is_supported): verbs");
+			publish_note(d, "not an mlx5 device (mlx5dv_is_supported): verbs");
 	}
 
 	rc = ibv_query_port(d->ctx, d->port, &pa);
@@ -642,12 +652,14 @@ void kvl_verbs_close(struct kvl_verbs_dev *d)
 
 const char *kvl_verbs_dev_backend(const struct kvl_verbs_dev *d)
 {
-	return d->direct ? "mlx5" : "verbs";
+	return __atomic_load_n(&d->direct, __ATOMIC_RELAXED) ? "mlx5" : "verbs";
 }
 
 const char *kvl_verbs_dev_backend_note(const struct kvl_verbs_dev *d)
 {
-	return d->backend_note;
+	const char *n = __atomic_load_n(&d->note, __ATOMIC_ACQUIRE);
+
+	return n != NULL ? n : "";
 }
 
 bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d)
@@ -1098,8 +1110,9 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 		if (d->backend == KVL_VERBS_BACKEND_MLX5)
 			goto fail;
 		/* auto: this device's QPs are not what the fast path handles; verbs from now on */
+		__atomic_store_n(&d->direct, false, __ATOMIC_RELAXED);
 		snprintf(d->backend_note, sizeof(d->backend_note), "%s: verbs", err);
-		d->direct = false;
+		publish_note(d, d->backend_note);
 		err_clear(err, errlen);
 		qa.send_cq = c->cq;
 	}
