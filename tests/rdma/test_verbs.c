@@ -1177,6 +1177,37 @@ static void test_backends_mlx5(struct kvl_verbs_dev_opts *o)
 		kvl_verbs_close(d);
 	}
 	printf("  auto and mlx5 on %s: mlx5, no note\n", A.name);
+#ifdef KVL_VERBS_MODEL
+	/* A CQ the fast path does not handle (128-byte CQEs): mlx5 refuses the connection
+	 * naming it; auto falls back to verbs and says why (the fake then refuses the verbs QP,
+	 * which it does not model). */
+	fake_nic_cqe_size(128);
+	o->backend = KVL_VERBS_BACKEND_MLX5;
+	d = kvl_verbs_open(o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		c = kvl_verbs_conn_new(d, 64, SIGNAL_EVERY, 0, 0, NULL, err, sizeof(err));
+		CHECK(c == NULL);
+		CHECK_HAS(err, "CQE size 128");
+		CHECK_STR(kvl_verbs_dev_backend(d), "mlx5");
+		printf("  mlx5, 128-byte CQEs: %s\n", err);
+		kvl_verbs_conn_free(c);
+		kvl_verbs_close(d);
+	}
+	o->backend = KVL_VERBS_BACKEND_AUTO;
+	d = kvl_verbs_open(o, err, sizeof(err));
+	CHECK(d != NULL);
+	if (d != NULL) {
+		c = kvl_verbs_conn_new(d, 64, SIGNAL_EVERY, 0, 0, NULL, err, sizeof(err));
+		CHECK_STR(kvl_verbs_dev_backend(d), "verbs");
+		CHECK_HAS(kvl_verbs_dev_backend_note(d), "CQE size 128");
+		CHECK_HAS(kvl_verbs_dev_backend_note(d), ": verbs");
+		printf("  auto, 128-byte CQEs: falls back: %s\n", kvl_verbs_dev_backend_note(d));
+		kvl_verbs_conn_free(c);
+		kvl_verbs_close(d);
+	}
+	fake_nic_cqe_size(0);
+#endif
 	o->backend = KVL_VERBS_BACKEND_VERBS;
 	d = kvl_verbs_open(o, err, sizeof(err));
 	CHECK(d != NULL);

@@ -67,6 +67,9 @@ void fake_nic_stats(struct fake_nic_stats *out);
  * the interval between retransmissions of a WQE the responder did not take. */
 void fake_nic_flush_signaled_only(bool on);
 void fake_nic_retry_interval_us(unsigned us);
+/* The CQE size mlx5dv_init_obj reports from now on (as rdma-core with MLX5_CQE_SIZE=128 set):
+ * the fast path must refuse it. 0: back to 64. No CQE is ever written at that size. */
+void fake_nic_cqe_size(unsigned bytes);
 
 /* Record @fmt as a failure (the first one is kept): for the test's own checks of the fake. */
 void fake_nic_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -139,6 +139,7 @@ static struct {
 	unsigned n_mr;
 	uint32_t next_qpn, next_cqn, next_key;
 	bool flush_signaled_only;
+	unsigned dv_cqe_size; /* what mlx5dv_init_obj says of CQs (0: 64) */
 	uint64_t retry_ns;
 	struct fake_nic_stats st;
 } nic = {
@@ -192,6 +193,13 @@ void fake_nic_flush_signaled_only(bool on)
 {
 	pthread_mutex_lock(&nic.lock);
 	nic.flush_signaled_only = on;
+	pthread_mutex_unlock(&nic.lock);
+}
+
+void fake_nic_cqe_size(unsigned bytes)
+{
+	pthread_mutex_lock(&nic.lock);
+	nic.dv_cqe_size = bytes;
 	pthread_mutex_unlock(&nic.lock);
 }
 
@@ -1786,7 +1794,7 @@ int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 		o->buf = c->buf;
 		o->dbrec = (__be32 *)c->dbrec;
 		o->cqe_cnt = c->cnt;
-		o->cqe_size = 64;
+		o->cqe_size = nic.dv_cqe_size ? nic.dv_cqe_size : 64;
 		o->cqn = c->cqn;
 		o->cq_uar = c->uar;
 		c->dv = true; /* rdma-core: MLX5_CQ_FLAGS_DV_OWNED */
