@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """EAL tests of the data path between processes: kvlane-perf against kvlaned on loopback TCP.
 
-Usage: test_dataplane.py {move_1gib|sigkill|perf_cli} PATH-TO-KVLANED PATH-TO-KVLANE-PERF,
+Usage: test_dataplane.py {move_1gib|sigkill|sigstop|perf_cli} PATH-TO-KVLANED PATH-TO-KVLANE-PERF,
 with KVL_SRC (repository root) in the environment. Exit 0 pass, 1 fail (with what was
 expected, what was seen, and every process's command line and output).
 """
@@ -10,31 +10,22 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
-import kvlane_telemetry as kt  # noqa: E402  (path set just above)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvl_harness as h  # noqa: E402  (its own folder)
+from kvl_harness import Fail, check, check_eq, cmd, log, wait_for  # noqa: E402
 
-CONFIG = os.path.join(KVL_SRC, "config", "default.ini")
+CONFIG = h.DEFAULT_INI
 LIMIT_S = {"move_1gib": 120, "sigkill": 60, "sigstop": 60, "perf_cli": 60}  # whole scenario
 READY_TIMEOUT_S = 15      # start until ready (EAL, telemetry, the segment filled)
-STOP_TIMEOUT_S = 10       # signal until exit
 RUN_TIMEOUT_S = 30        # a command that should exit by itself
 SETTLE_TIMEOUT_S = 5      # telemetry or /proc reaching the expected state
 
-EAL = ["-l", "0-1", "--no-huge", "--no-pci"]
-LISTEN_ANY = "control.listen=127.0.0.1:0"
-LISTEN_RE = r"control: listening on (\S+) "
+EAL = h.EAL
 PERF_SERVER_RE = r"^kvlane-perf server: listening on (\S+), segment (\d+) (\d+)$"
-READY_RE = r"^kvlaned: ready$"
 GIB = 1 << 30
 
 # kvlaned's [segment.kv] of default.ini, made writable: kvlane-perf --segment kv --seed 1.
@@ -42,179 +33,12 @@ KV_RW = ["--set", "segment.kv.access=readwrite"]
 KV_SEED = "1"  # default.ini leaves pattern_seed at its default
 
 
-# ---- failures ----
-
-class Fail(Exception):
-    """A failed expectation: what was expected, what was seen, and the processes involved."""
-
-
-def indent(text, prefix="    | "):
-    if not text:
-        return f"{prefix}(nothing)\n"
-    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
-
-
-def check(cond, what, expected, seen, *procs):
-    if not cond:
-        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n"
-                   + "".join(p.describe() for p in procs if p is not None))
-
-
-def check_eq(seen, expected, what, *procs):
-    check(seen == expected, what, repr(expected), repr(seen), *procs)
-
-
-def log(msg):
-    print(f"  {msg}", flush=True)
-
-
-# ---- processes ----
-
-class Proc:
-    """A process in the background (kvlaned, kvlane-perf), its output collected by line."""
-
-    def __init__(self, ctx, argv, rundir, prefix, tag):
-        self.argv, self.rundir, self.prefix, self.tag = argv, rundir, prefix, tag
-        self.out, self.err = [], []
-        self.cond = threading.Condition()
-        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, text=True,
-                                     errors="replace")
-        self.pid = self.proc.pid
-        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
-                        for f, buf in ((self.proc.stdout, self.out),
-                                       (self.proc.stderr, self.err))]
-        for t in self.readers:
-            t.start()
-        ctx.procs.append(self)
-
-    def _read(self, f, buf):
-        for line in f:
-            with self.cond:
-                buf.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    @property
-    def stdout(self):
-        with self.cond:
-            return "\n".join(self.out)
-
-    @property
-    def stderr(self):
-        with self.cond:
-            return "\n".join(self.err)
-
-    def running(self):
-        return self.proc.poll() is None
-
-    def describe(self):
-        rc = self.proc.poll()
-        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
-        return (f"  {self.tag}: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
-                f"  exit status: {state}\n"
-                f"  --- stdout ---\n{indent(self.stdout)}"
-                f"  --- stderr ---\n{indent(self.stderr)}")
-
-    def wait_line(self, pattern, timeout, stream="out", what=None):
-        """The first match of @pattern (re.search) in a line of @stream; fail on timeout."""
-        rx = re.compile(pattern)
-        buf = self.out if stream == "out" else self.err
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in buf:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                done = self.proc.poll() is not None and not any(t.is_alive()
-                                                                for t in self.readers)
-                if left <= 0 or done:
-                    break
-                self.cond.wait(min(left, 0.1))
-        why = "it exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
-        raise Fail(f"{what or 'a line on ' + stream}\n  expected: a line matching "
-                   f"{pattern!r}\n  seen:     {why}\n" + self.describe())
-
-    def wait_exit(self, timeout):
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise Fail(f"{self.tag}: exit\n  expected: it exits within {timeout} s\n"
-                       f"  seen:     still running; killed it\n" + self.describe()) from None
-        for t in self.readers:
-            t.join(2.0)
-        return rc
-
-    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
-        """Signal, wait, expect exit 0."""
-        if self.running():
-            self.proc.send_signal(sig)
-        rc = self.wait_exit(timeout)
-        check_eq(rc, 0, f"{self.tag}: exit status after {signal.Signals(sig).name}", self)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-
-    def fds(self):
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def telemetry(self, ctx, timeout=5.0):
-        path = kt.socket_path(self.prefix, self.rundir)
-        ok = kt.wait_for_socket(path, timeout, alive=self.running)
-        check(ok, f"{self.tag}: telemetry socket", f"{path} within {timeout} s",
-              "no socket" + ("" if self.running() else " (it exited)"), self)
-        c = kt.TelemetryClient(timeout=5.0)
-        try:
-            c.connect(path, wait=2.0)
-        except kt.TelemetryError as e:
-            raise Fail(f"{self.tag}: telemetry connect\n  expected: a connection\n"
-                       f"  seen:     {e}\n" + self.describe()) from e
-        ctx.clients.append(c)
-        return c
-
-
-class Ctx:
-    """One scenario: a temp dir, unique prefixes, and everything to clean up afterwards."""
+class Ctx(h.Ctx):
+    """A scenario with kvlaned and kvlane-perf."""
 
     def __init__(self, scenario, kvlaned, perf):
-        self.scenario, self.kvlaned_exe, self.perf = scenario, kvlaned, perf
-        self.tmp = tempfile.mkdtemp(prefix=f"kvl-dp-{scenario}-")
-        self.procs, self.clients = [], []
-        self.n = 0
-
-    def cleanup(self):
-        for c in self.clients:
-            c.close()
-        for p in self.procs:
-            p.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def unique(self, tag):
-        self.n += 1
-        return f"kvl{os.getpid()}_{tag}{self.n}"
-
-    def rundir(self):
-        return tempfile.mkdtemp(prefix="run-", dir=self.tmp)
-
-    def kvlaned(self, tag, mem_mb=256, sets=()):
-        """A kvlaned on a free control port; returns (proc, its control address)."""
-        prefix = self.unique(tag)
-        argv = [self.kvlaned_exe, *EAL, "-m", str(mem_mb), "--file-prefix", prefix, "--",
-                "-c", CONFIG, "--set", LISTEN_ANY, *sets]
-        p = Proc(self, argv, self.rundir(), prefix, f"kvlaned {tag}")
-        p.wait_line(READY_RE, READY_TIMEOUT_S, what=f"kvlaned {tag}: start-up")
-        addr = p.wait_line(LISTEN_RE, 1, what=f"kvlaned {tag}: control address")[1]
-        return p, addr
+        super().__init__(scenario, kvlaned, "dp")
+        self.perf = perf
 
     def perf_argv(self, prefix, args, mem_mb=256):
         return [self.perf, *EAL, "-m", str(mem_mb), "--file-prefix", prefix, "--",
@@ -222,20 +46,20 @@ class Ctx:
 
     def perf_start(self, tag, args, mem_mb=256):
         prefix = self.unique(tag)
-        return Proc(self, self.perf_argv(prefix, args, mem_mb), self.rundir(), prefix,
-                    f"kvlane-perf {tag}")
+        return h.Proc(self, self.perf_argv(prefix, args, mem_mb), self.rundir(), prefix,
+                      f"kvlane-perf {tag}")
 
     def perf_run(self, tag, args, mem_mb=256, timeout=RUN_TIMEOUT_S, rundir=None):
         """kvlane-perf until it exits by itself; returns (exit status, proc)."""
         prefix = self.unique(tag)
-        p = Proc(self, self.perf_argv(prefix, args, mem_mb), rundir or self.rundir(), prefix,
-                 f"kvlane-perf {tag}")
+        p = h.Proc(self, self.perf_argv(prefix, args, mem_mb), rundir or self.rundir(), prefix,
+                   f"kvlane-perf {tag}")
         return p.wait_exit(timeout), p
 
     def perf_raw(self, args, timeout=RUN_TIMEOUT_S):
         """kvlane-perf with @args exactly as given (no EAL or INI added)."""
         rundir = self.rundir()
-        p = Proc(self, [self.perf, *args], rundir, "none", "kvlane-perf")
+        p = h.Proc(self, [self.perf, *args], rundir, "none", "kvlane-perf")
         return p.wait_exit(timeout), p
 
 
@@ -251,33 +75,9 @@ def json_lines(p, what):
     return objs
 
 
-def cmd(c, command, *procs):
-    try:
-        v = c.command(command)
-    except kt.TelemetryError as e:
-        raise Fail(f"telemetry {command}\n  expected: a reply\n  seen:     {e}\n"
-                   + "".join(p.describe() for p in procs)) from e
-    check(v is not None, f"telemetry {command}", "a value", "null", *procs)
-    return v
-
-
 def peer_rows(c, *procs):
     """/kvlane/peers (column form) as a list of row dicts."""
-    v = cmd(c, "/kvlane/peers", *procs)
-    if not v:
-        return []
-    n = len(next(iter(v.values())))
-    return [{k: v[k][i] for k in v} for i in range(n)]
-
-
-def wait_for(cond, timeout, interval=0.05):
-    """Poll cond() until it returns a true value or @timeout s pass; returns the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
+    return h.table_rows(cmd(c, "/kvlane/peers", *procs), (), "/kvlane/peers", *procs)
 
 
 def check_counters_zero(stats, prefix, what, *procs):
@@ -339,11 +139,11 @@ def move_run(ctx, server, addr, op, tel):
 
 
 def scenario_move_1gib(ctx):
-    server, addr = ctx.kvlaned("srv", mem_mb=512,
-                               sets=[*KV_RW, "--set", "segment.kv.blocks=64"])
+    server = ctx.kvlaned("srv", mem_mb=512, args=[*KV_RW, "--set", "segment.kv.blocks=64"])
+    addr = server.addr
     server.wait_line(r'segment \d+ "kv": 128 MiB .*peers may read and write', 1,
                      what="the 128 MiB readwrite segment")
-    tel = server.telemetry(ctx)
+    tel = server.telemetry()
     stats = cmd(tel, "/kvlane/stats", server)
     check_eq(stats.get("tcp/served_bytes"), 0, "tcp/served_bytes before any client", server)
 
@@ -394,9 +194,10 @@ def scenario_sigstop(ctx):
 def server_loss(ctx, sig):
     """S1 dies (SIGKILL: its sockets close at once) or stops answering (SIGSTOP: nothing
     closes; only the missing heartbeats tell) in the middle of a run over S1 and S2."""
-    s1, a1 = ctx.kvlaned("s1", sets=[*KV_RW, *TIMERS])
-    s2, a2 = ctx.kvlaned("s2", sets=[*KV_RW, *TIMERS])
-    tel2 = s2.telemetry(ctx)
+    s1 = ctx.kvlaned("s1", args=[*KV_RW, *TIMERS])
+    s2 = ctx.kvlaned("s2", args=[*KV_RW, *TIMERS])
+    a1, a2 = s1.addr, s2.addr
+    tel2 = s2.telemetry()
     cmd(tel2, "/kvlane/info", s2)
     fds_before = s2.fds()
     log(f"S1 {a1} (pid {s1.pid}), S2 {a2} (pid {s2.pid}, {fds_before} fds)")
@@ -544,11 +345,11 @@ def scenario_perf_cli(ctx):
                        "client option in server mode")
 
     # A kvlane-perf server for the runs.
-    server = ctx.perf_start("server", ["--set", LISTEN_ANY])
+    server = ctx.perf_start("server", ["--set", h.LISTEN_ANY])
     m = server.wait_line(PERF_SERVER_RE, READY_TIMEOUT_S, what="kvlane-perf server start-up")
     addr, seg_bytes = m[1], int(m[3])
     check_eq(seg_bytes, 64 << 20, "kvlane-perf server: default segment size", server)
-    tel = server.telemetry(ctx)
+    tel = server.telemetry()
     log(f"kvlane-perf server on {addr}: segment {m[2]}, {seg_bytes} bytes")
 
     rc, p = ctx.perf_run("lat", ["--lat", "-n", "100", "-s", "4K", "-d", "lo", addr])
@@ -614,39 +415,8 @@ SCENARIOS = {
 }
 
 
-def on_signal(sig, frame):
-    raise Fail(f"interrupted: {signal.Signals(sig).name}"
-               + (" (the scenario ran over its time limit)" if sig == signal.SIGALRM else ""))
-
-
 def main(argv):
-    if len(argv) != 4 or argv[1] not in SCENARIOS:
-        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED PATH-TO-KVLANE-PERF",
-              file=sys.stderr)
-        return 1
-    scenario = argv[1]
-    exes = [os.path.abspath(a) for a in argv[2:4]]
-    for exe in exes:
-        if not os.access(exe, os.X_OK):
-            print(f"FAIL {scenario}: {exe} is not an executable", file=sys.stderr)
-            return 1
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, on_signal)
-    signal.alarm(LIMIT_S[scenario])
-    ctx = Ctx(scenario, *exes)
-    t0 = time.monotonic()
-    print(f"{scenario}: {exes[0]} {exes[1]}", flush=True)
-    try:
-        SCENARIOS[scenario](ctx)
-    except Fail as e:
-        signal.alarm(0)
-        print(f"FAIL {scenario} ({time.monotonic() - t0:.2f} s): {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        ctx.cleanup()
-    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
-    return 0
+    return h.main(argv, SCENARIOS, LIMIT_S, ["PATH-TO-KVLANED", "PATH-TO-KVLANE-PERF"], Ctx)
 
 
 if __name__ == "__main__":

@@ -12,22 +12,18 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvl_harness as h  # noqa: E402  (its own folder)
+from kvl_harness import KVL_SRC, Fail, check, check_eq, log, kt  # noqa: E402
+
 KVL_FIXTURES = os.environ.get("KVL_FIXTURES") or os.path.join(KVL_SRC, "tests", "fixtures")
-sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
-import kvlane_telemetry as kt  # noqa: E402  (path set just above)
 
 SCENARIO_LIMIT_S = 28     # the whole scenario, daemons included
 RUN_TIMEOUT_S = 10        # a command that should exit by itself
 READY_TIMEOUT_S = 10      # start until "kvlaned: ready"
-STOP_TIMEOUT_S = 10       # signal until exit
 STOCK_CLIENT_TIMEOUT_S = 15
 
 EAL_COMMON = ["--no-huge", "-m", "256", "--no-pci"]
@@ -62,165 +58,21 @@ def minimal_ini(name, runtime_extra="", nics=None, extra=""):
     return text + extra
 
 
-# ---- failures ----
-
-class Fail(Exception):
-    """A failed expectation; the message says what was expected and what was seen."""
-
-
-def describe(subjects):
-    return "".join(s.describe() for s in subjects if s is not None)
-
-
-def check(cond, what, expected, seen, *subjects):
-    if not cond:
-        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n" + describe(subjects))
-
-
-def check_eq(seen, expected, what, *subjects):
-    check(seen == expected, what, repr(expected), repr(seen), *subjects)
-
-
-def log(msg):
-    print(f"  {msg}", flush=True)
-
-
-def indent(text, prefix="    | "):
-    if not text:
-        return f"{prefix}(nothing)\n"
-    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
-
-
 # ---- processes ----
 
-class Run:
-    """A kvlaned run that exited by itself."""
-
-    def __init__(self, argv, env_rundir, rc, stdout, stderr, secs):
-        self.argv, self.rundir, self.rc = argv, env_rundir, rc
-        self.stdout, self.stderr, self.secs = stdout, stderr, secs
-
-    def describe(self):
-        return (f"  command: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
-                f"  exit status: {self.rc} (after {self.secs:.2f} s)\n"
-                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n{indent(self.stderr)}")
-
-    def kvl_lines(self):
-        """kvlaned's own messages on stderr ("kvlaned: ..." lines)."""
-        return [ln for ln in self.stderr.splitlines() if ln.startswith("kvlaned: ")]
-
-
-class Daemon:
+class Daemon(h.Proc):
     """A kvlaned running in the background, its stdout and stderr collected line by line."""
 
     def __init__(self, ctx, argv, rundir, prefix):
-        self.ctx, self.argv, self.rundir, self.prefix = ctx, argv, rundir, prefix
-        self.out, self.err = [], []
-        self.cond = threading.Condition()
-        self.rc = None
-        self.t0 = time.monotonic()
-        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, text=True,
-                                     errors="replace")
-        self.pid = self.proc.pid
-        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
-                        for f, buf in ((self.proc.stdout, self.out),
-                                       (self.proc.stderr, self.err))]
-        for t in self.readers:
-            t.start()
-
-    def _read(self, f, buf):
-        for line in f:
-            with self.cond:
-                buf.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    @property
-    def stdout(self):
-        with self.cond:
-            return "\n".join(self.out)
-
-    @property
-    def stderr(self):
-        with self.cond:
-            return "\n".join(self.err)
-
-    @property
-    def socket_path(self):
-        return kt.socket_path(self.prefix, self.rundir)
-
-    def running(self):
-        return self.proc.poll() is None
-
-    def describe(self):
-        rc = self.proc.poll()
-        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
-        return (f"  daemon: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
-                f"  exit status: {state}\n"
-                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n{indent(self.stderr)}")
-
-    def wait_line(self, pattern, timeout, stream="out", what=None):
-        """The first line of @stream matching @pattern (re.search); fail on timeout or exit."""
-        rx = re.compile(pattern)
-        buf = self.out if stream == "out" else self.err
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in buf:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                exited = self.proc.poll() is not None and not any(t.is_alive()
-                                                                  for t in self.readers)
-                if left <= 0 or exited:
-                    break
-                self.cond.wait(min(left, 0.1))
-        why = "exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
-        raise Fail(f"{what or 'a line on ' + stream}\n  expected: a line matching "
-                   f"{pattern!r}\n  seen:     {why}\n" + self.describe())
+        super().__init__(ctx, argv, rundir, prefix, "daemon")
 
     def wait_ready(self, timeout=READY_TIMEOUT_S):
         self.wait_line(r"^kvlaned: ready$", timeout, what="start-up")
 
-    def client(self, timeout=5.0):
-        """A telemetry connection, once the socket is there (polled, with a deadline)."""
-        ok = kt.wait_for_socket(self.socket_path, timeout, alive=self.running)
-        check(ok, "telemetry socket", f"{self.socket_path} within {timeout} s",
-              "no socket" + (" (daemon exited)" if not self.running() else ""), self)
-        c = kt.TelemetryClient(timeout=5.0)
-        try:
-            c.connect(self.socket_path, wait=2.0)
-        except kt.TelemetryError as e:
-            raise Fail(f"telemetry connect\n  expected: a connection\n  seen:     {e}\n"
-                       + self.describe()) from e
-        self.ctx.clients.append(c)
-        return c
-
-    def send(self, sig):
-        if self.running():
-            self.proc.send_signal(sig)
-
-    def wait_exit(self, timeout=STOP_TIMEOUT_S):
-        try:
-            self.rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise Fail(f"exit\n  expected: the daemon exits within {timeout} s\n"
-                       f"  seen:     still running; killed it\n" + self.describe()) from None
-        for t in self.readers:
-            t.join(2.0)
-        return self.rc
-
-    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
+    def stop(self, sig=signal.SIGTERM, timeout=h.STOP_TIMEOUT_S):
         """Signal, wait, expect exit 0 and the summary line; returns the summary match."""
         name = signal.Signals(sig).name
-        self.send(sig)
-        rc = self.wait_exit(timeout)
-        check_eq(rc, 0, f"exit status after {name}", self)
+        super().stop(sig, timeout)
         m = None
         for line in self.out:
             m = re.search(SUMMARY_RE, line) or m
@@ -229,38 +81,18 @@ class Daemon:
         check_eq(m["why"], name, "reason in the summary line", self)
         return m
 
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
+
+def kvl_lines(r):
+    """kvlaned's own messages on stderr ("kvlaned: ..." lines)."""
+    return [ln for ln in r.stderr.splitlines() if ln.startswith("kvlaned: ")]
 
 
-class Ctx:
-    """One scenario: a temp dir, unique prefixes, and everything to clean up afterwards."""
+class Ctx(h.Ctx):
+    """One scenario of kvlaned alone."""
 
     def __init__(self, scenario, exe):
-        self.scenario, self.exe = scenario, exe
-        self.tmp = tempfile.mkdtemp(prefix=f"kvl-eal-{scenario}-")
-        self.daemons, self.clients = [], []
-        self.n = 0
-
-    def cleanup(self):
-        for c in self.clients:
-            c.close()
-        for d in self.daemons:
-            d.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def unique(self, tag):
-        self.n += 1
-        return f"kvl{os.getpid()}_{tag}{self.n}"
-
-    def rundir(self):
-        """A fresh, empty RUNTIME_DIRECTORY."""
-        return tempfile.mkdtemp(prefix="run-", dir=self.tmp)
+        super().__init__(scenario, exe, "eal")
+        self.exe = exe
 
     def ini(self, name, text):
         path = os.path.join(self.tmp, name)
@@ -274,20 +106,11 @@ class Ctx:
 
     def run(self, args, rundir=None, timeout=RUN_TIMEOUT_S):
         """Run kvlaned with @args (after the program name) until it exits."""
-        rundir = rundir or self.rundir()
-        argv = [self.exe, *args]
-        t0 = time.monotonic()
-        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
-        try:
-            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                               errors="replace", env=env, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
-            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+        r = h.Run([self.exe, *args], rundir or self.rundir(), timeout)
+        if r.timed_out:
             raise Fail(f"exit\n  expected: kvlaned exits by itself within {timeout} s\n"
-                       f"  seen:     still running; killed it\n"
-                       + Run(argv, rundir, None, out, err, timeout).describe()) from None
-        return Run(argv, rundir, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+                       f"  seen:     still running; killed it\n" + r.describe())
+        return r
 
     def run_ini(self, ini, lcores=LCORES_1NIC, eal_extra=(), kvl_extra=(), rundir=None):
         return self.run(self.argv(ini, lcores, self.unique("r"), eal_extra, kvl_extra)[1:],
@@ -297,9 +120,7 @@ class Ctx:
               kvl_extra=()):
         prefix = prefix or self.unique("d")
         rundir = rundir or self.rundir()
-        d = Daemon(self, self.argv(ini, lcores, prefix, eal_extra, kvl_extra), rundir, prefix)
-        self.daemons.append(d)
-        return d
+        return Daemon(self, self.argv(ini, lcores, prefix, eal_extra, kvl_extra), rundir, prefix)
 
 
 def expect_rc(r, rc, what):
@@ -318,35 +139,9 @@ def expect_no_runtime_dir(r, what):
 
 def expect_kvl_message(r, pattern, what, flags=0):
     """A "kvlaned: ..." line on stderr matching @pattern."""
-    lines = r.kvl_lines()
+    lines = kvl_lines(r)
     check(any(re.search(pattern, ln, flags) for ln in lines), f"{what}: message",
           f'a "kvlaned: ..." line on stderr matching {pattern!r}', lines or "no such line", r)
-
-
-def table_rows(value, columns, what, d):
-    """Column form (dict of equal-length arrays) -> list of row dicts."""
-    check(isinstance(value, dict), what, "a dict of arrays", repr(value), d)
-    missing = [c for c in columns if c not in value]
-    check(not missing, f"{what}: columns", columns, f"missing {missing}; got {list(value)}", d)
-    lens = {k: len(v) if isinstance(v, list) else None for k, v in value.items()}
-    check(len(set(lens.values())) == 1 and None not in lens.values(), f"{what}: column lengths",
-          "every column an array of the same length", lens, d)
-    n = next(iter(lens.values()))
-    return [{k: value[k][i] for k in value} for i in range(n)]
-
-
-def cmd(c, command, d):
-    try:
-        return c.command(command)
-    except kt.TelemetryError as e:
-        raise Fail(f"telemetry {command}\n  expected: a reply\n  seen:     {e}\n"
-                   + d.describe()) from e
-
-
-def cmd_ok(c, command, d):
-    v = cmd(c, command, d)
-    check(v is not None, f"telemetry {command}", "a value", "null", d)
-    return v
 
 
 # ---- scenarios ----
@@ -548,7 +343,7 @@ def scenario_print_config(ctx):
 
 
 def check_info(c, d, name, ini, nic_count, sysfs_root="/sys"):
-    info = cmd_ok(c, "/kvlane/info", d)
+    info = h.cmd(c, "/kvlane/info", d)
     missing = [k for k in INFO_KEYS if k not in info]
     check(not missing, "/kvlane/info keys", INFO_KEYS, f"missing {missing}: {info}", d)
     check_eq(info["name"], name, "/kvlane/info name", d)
@@ -573,37 +368,37 @@ def scenario_telemetry(ctx):
     d.wait_ready()
     tl = d.wait_line(r"^\s*telemetry: (\S+)", 1, what="telemetry line")
     check_eq(tl[1], d.socket_path, "socket path on the telemetry line", d)
-    c = d.client()
+    c = d.telemetry()
     check(isinstance(c.greeting.get("max_output_len"), int), "greeting", "max_output_len",
           c.greeting, d)
 
     info = check_info(c, d, "tel1", ini, 1)
     check_eq(info["version"], m[1], "/kvlane/info version (as on the start line)", d)
     time.sleep(0.05)
-    info2 = cmd_ok(c, "/kvlane/info", d)
+    info2 = h.cmd(c, "/kvlane/info", d)
     check(info2["uptime_ms"] > info["uptime_ms"], "/kvlane/info uptime_ms grows",
           f"> {info['uptime_ms']}", info2["uptime_ms"], d)
     log(f"/kvlane/info: name, pid {d.pid}, nic_count 1, uptime {info['uptime_ms']} -> "
         f"{info2['uptime_ms']} ms")
 
-    conf = cmd_ok(c, "/kvlane/config", d)
+    conf = h.cmd(c, "/kvlane/config", d)
     for k, v in (("runtime/name", "tel1"), ("runtime/idle_policy", "yield"),
                  ("nic/lo/device", "lo"), ("nic/lo/transport", "tcp")):
         check_eq(conf.get(k), v, f"/kvlane/config {k}", d)
     check(all(isinstance(v, str) for v in conf.values()), "/kvlane/config values",
           "strings", conf, d)
-    sec = cmd_ok(c, "/kvlane/config,nic.lo", d)
+    sec = h.cmd(c, "/kvlane/config,nic.lo", d)
     check_eq(sec.get("device"), "lo", "/kvlane/config,nic.lo device", d)
     check_eq(sec.get("transport"), "tcp", "/kvlane/config,nic.lo transport", d)
     check(not any("/" in k for k in sec), "/kvlane/config,nic.lo keys", "bare key names",
           list(sec), d)
-    rt = cmd_ok(c, "/kvlane/config,runtime", d)
+    rt = h.cmd(c, "/kvlane/config,runtime", d)
     check_eq(rt.get("name"), "tel1", "/kvlane/config,runtime name", d)
     check("device" not in rt, "/kvlane/config,runtime", "only [runtime] keys", list(rt), d)
-    check_eq(cmd(c, "/kvlane/config,bogus", d), None, "/kvlane/config,bogus", d)
+    check_eq(h.query(c, "/kvlane/config,bogus", d), None, "/kvlane/config,bogus", d)
     log("/kvlane/config: flat dict, per-section form, unknown section -> null")
 
-    rows = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    rows = h.table_rows(h.cmd(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
     check_eq(len(rows), 2, "/kvlane/lcores: number of lcores", d)
     roles = sorted(r["role"] for r in rows)
     check_eq(roles, ["main", "nic"], "/kvlane/lcores roles", d)
@@ -619,7 +414,7 @@ def scenario_telemetry(ctx):
         check(pct is not None and 0.0 <= pct <= 100.0, f"lcore {r['lcore']} busy_pct",
               "a float string in [0, 100]", repr(r["busy_pct"]), d)
     time.sleep(0.2)
-    rows2 = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    rows2 = h.table_rows(h.cmd(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
     nic2 = next(r for r in rows2 if r["lcore"] == nic["lcore"])
     check(nic2["loop_iterations"] > nic["loop_iterations"],
           "nic lcore loop_iterations grows over 200 ms", f"> {nic['loop_iterations']}",
@@ -627,7 +422,7 @@ def scenario_telemetry(ctx):
     log(f"/kvlane/lcores: main 0, nic {nic['lcore']} (lo), iterations "
         f"{nic['loop_iterations']} -> {nic2['loop_iterations']}")
 
-    one = cmd_ok(c, f"/kvlane/lcore,{nic['lcore']}", d)
+    one = h.cmd(c, f"/kvlane/lcore,{nic['lcore']}", d)
     check_eq(sorted(one), sorted(nic2), f"/kvlane/lcore,{nic['lcore']} keys", d)
     check_eq({k: one[k] for k in LCORE_STATIC}, {k: nic2[k] for k in LCORE_STATIC},
              f"/kvlane/lcore,{nic['lcore']} equals its /kvlane/lcores row", d)
@@ -635,24 +430,24 @@ def scenario_telemetry(ctx):
         check(one[k] >= nic2[k], f"/kvlane/lcore,{nic['lcore']} {k} (read later)",
               f">= {nic2[k]}", one[k], d)
     for bad in ("99", "abc", ""):
-        check_eq(cmd(c, f"/kvlane/lcore,{bad}", d), None, f"/kvlane/lcore,{bad}", d)
+        check_eq(h.query(c, f"/kvlane/lcore,{bad}", d), None, f"/kvlane/lcore,{bad}", d)
     log(f"/kvlane/lcore,{nic['lcore']} matches its row; bad ids -> null")
 
-    segs = table_rows(cmd_ok(c, "/kvlane/segments", d), SEGMENT_COLUMNS, "/kvlane/segments", d)
+    segs = h.table_rows(h.cmd(c, "/kvlane/segments", d), SEGMENT_COLUMNS, "/kvlane/segments", d)
     check_eq([(s["id"], s["name"], s["length"], s["access"], s["rdma_nics"], s["reg_us"])
               for s in segs], [(1, "kvt", 2 * 2 * 4 * 4096, "read", 0, 0)],
              "/kvlane/segments rows (tcp only: nothing registered for RDMA)", d)
     log("/kvlane/segments: the INI's segment, its size and access, no RDMA registration")
 
-    nics = table_rows(cmd_ok(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
+    nics = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
     check_eq(len(nics), 1, "/kvlane/nics rows", d)
     n = nics[0]
     want = {"nic": "lo", "device": "lo", "kind": "netdev", "transport": "tcp",
             "transport_conf": "tcp", "lcore": nic["lcore"]}
     check_eq({k: n[k] for k in want}, want, "/kvlane/nics row of lo", d)
-    check_eq(cmd_ok(c, "/kvlane/nic,lo", d), n, "/kvlane/nic,lo equals its /kvlane/nics row",
+    check_eq(h.cmd(c, "/kvlane/nic,lo", d), n, "/kvlane/nic,lo equals its /kvlane/nics row",
              d)
-    check_eq(cmd(c, "/kvlane/nic,nope", d), None, "/kvlane/nic,nope", d)
+    check_eq(h.query(c, "/kvlane/nic,nope", d), None, "/kvlane/nic,nope", d)
     log("/kvlane/nics and /kvlane/nic,lo: lo, netdev, tcp, on the nic lcore; nope -> null")
 
     c.close()
@@ -668,19 +463,19 @@ def scenario_telemetry(ctx):
                                                         "r0": "device = rxe0\n"}))
     d = ctx.start(ini, lcores=LCORES_2NIC, kvl_extra=["--sysfs-root", root])
     d.wait_ready()
-    c = d.client()
+    c = d.telemetry()
     check_info(c, d, "tel2", ini, 2, sysfs_root=root)
-    nics = {r["nic"]: r for r in table_rows(cmd_ok(c, "/kvlane/nics", d), NIC_COLUMNS,
-                                            "/kvlane/nics", d)}
+    nics = {r["nic"]: r for r in h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS,
+                                              "/kvlane/nics", d)}
     check_eq(sorted(nics), ["m0", "r0"], "/kvlane/nics labels", d)
     for label, dev, tr in (("m0", "mlx5_0", "mlx5"), ("r0", "rxe0", "verbs")):
         row = nics[label]
         want = {"device": dev, "kind": "rdma", "transport": tr, "transport_conf": "auto"}
         check_eq({k: row[k] for k in want}, want, f"/kvlane/nics row of {label}", d)
-        check_eq(cmd_ok(c, f"/kvlane/nic,{label}", d), row, f"/kvlane/nic,{label}", d)
+        check_eq(h.cmd(c, f"/kvlane/nic,{label}", d), row, f"/kvlane/nic,{label}", d)
     check_eq((nics["m0"]["numa_node"], nics["m0"]["numa_source"]), (0, "sysfs"),
              "mlx5_0 NUMA node (fixture: node 0)", d)
-    lc = table_rows(cmd_ok(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
+    lc = h.table_rows(h.cmd(c, "/kvlane/lcores", d), LCORE_COLUMNS, "/kvlane/lcores", d)
     check_eq(len(lc), 3, "/kvlane/lcores: number of lcores", d)
     nic_lcores = {r["lcore"]: r["nic"] for r in lc if r["role"] == "nic"}
     check_eq(sorted(nic_lcores), [1, 2], "nic lcores", d)
@@ -710,19 +505,14 @@ def scenario_stock_client(ctx):
     d.wait_ready()
     check(kt.wait_for_socket(d.socket_path, 5, alive=d.running), "telemetry socket",
           d.socket_path, "missing", d)
-    env = dict(os.environ, RUNTIME_DIRECTORY=d.rundir)
-    argv = [sys.executable, tool, "-f", d.prefix]
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(argv, input="/kvlane/info\n", capture_output=True, text=True,
-                           env=env, timeout=STOCK_CLIENT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    r = h.Run([sys.executable, tool, "-f", d.prefix], d.rundir, STOCK_CLIENT_TIMEOUT_S,
+              input="/kvlane/info\n")
+    if r.timed_out:
         raise Fail(f"{tool}\n  expected: exits within {STOCK_CLIENT_TIMEOUT_S} s\n"
-                   f"  seen:     still running; killed it\n" + d.describe()) from None
-    r = Run(argv, d.rundir, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+                   f"  seen:     still running; killed it\n" + r.describe() + d.describe())
     expect_rc(r, 0, tool)
     info = None
-    for line in p.stdout.splitlines():
+    for line in r.stdout.splitlines():
         try:
             v = json.loads(line)
         except json.JSONDecodeError:
@@ -730,7 +520,7 @@ def scenario_stock_client(ctx):
         if isinstance(v, dict) and "/kvlane/info" in v:
             info = v["/kvlane/info"]
     check(isinstance(info, dict), f"{tool}: /kvlane/info reply", "a JSON line with a dict",
-          repr(p.stdout[-300:]), r, d)
+          repr(r.stdout[-300:]), r, d)
     check_eq(info.get("name"), "stock1", f"{tool}: /kvlane/info name", r, d)
     check_eq(info.get("pid"), d.pid, f"{tool}: /kvlane/info pid", r, d)
     d.stop(signal.SIGTERM)
@@ -770,9 +560,9 @@ def scenario_side_by_side(ctx):
     b = ctx.start(ctx.ini("b.ini", minimal_ini("side_b")), rundir=rundir)
     a.wait_ready()
     b.wait_ready()
-    ca, cb = a.client(), b.client()
+    ca, cb = a.telemetry(), b.telemetry()
     for d, c, name in ((a, ca, "side_a"), (b, cb, "side_b")):
-        info = cmd_ok(c, "/kvlane/info", d)
+        info = h.cmd(c, "/kvlane/info", d)
         check_eq((info["name"], info["pid"]), (name, d.pid),
                  f"{d.prefix}: /kvlane/info name and pid", a, b)
     log(f"two daemons: {a.prefix} -> side_a pid {a.pid}, {b.prefix} -> side_b pid {b.pid}")
@@ -786,19 +576,19 @@ def scenario_side_by_side(ctx):
     check("kvlaned: ready" not in r.stdout, "same --file-prefix: not started", "no ready",
           "ready", r)
     check(a.running(), "first daemon after the clash", "still running", "exited", a, r)
-    info = cmd_ok(ca, "/kvlane/info", a)
+    info = h.cmd(ca, "/kvlane/info", a)
     check_eq((info["name"], info["pid"]), ("side_a", a.pid),
              "first daemon answers on its open connection", a, r)
     ca.close()
-    ca = a.client()
-    info = cmd_ok(ca, "/kvlane/info", a)
+    ca = a.telemetry()
+    info = h.cmd(ca, "/kvlane/info", a)
     check_eq((info["name"], info["pid"]), ("side_a", a.pid),
              "first daemon answers a new connection", a, r)
     log(f"same prefix {a.prefix}: exit 5 (EAL), side_a still answers")
 
     ca.close()
     a.stop(signal.SIGTERM)
-    info = cmd_ok(cb, "/kvlane/info", b)
+    info = h.cmd(cb, "/kvlane/info", b)
     check_eq(info["name"], "side_b", "second daemon after the first stopped", b)
     cb.close()
     b.stop(signal.SIGTERM)
@@ -844,12 +634,12 @@ def scenario_numa_fixture(ctx):
                                             nics={"r1": "device = mlx5_1\n"}))
     d = ctx.start(ini, kvl_extra=sysfs)
     d.wait_ready()
-    c = d.client()
-    n = cmd_ok(c, "/kvlane/nic,r1", d)
+    c = d.telemetry()
+    n = h.cmd(c, "/kvlane/nic,r1", d)
     want = {"device": "mlx5_1", "numa_node": 1, "numa_source": "sysfs", "remote_numa": 1,
             "lcore": 1, "lcore_socket": 0}
     check_eq({k: n.get(k) for k in want}, want, "/kvlane/nic,r1 with allow_remote_numa", d)
-    lc = cmd_ok(c, "/kvlane/lcore,1", d)
+    lc = h.cmd(c, "/kvlane/lcore,1", d)
     check_eq((lc["nic"], lc["socket"], lc["remote_numa"]), ("r1", 0, 1),
              "/kvlane/lcore,1 (nic, socket, remote_numa)", d)
     c.close()
@@ -863,8 +653,8 @@ def scenario_numa_fixture(ctx):
                                                                  "numa_node = 0\n"}))
     d = ctx.start(ini, kvl_extra=sysfs)
     d.wait_ready()
-    c = d.client()
-    n = cmd_ok(c, "/kvlane/nic,r1", d)
+    c = d.telemetry()
+    n = h.cmd(c, "/kvlane/nic,r1", d)
     want = {"numa_node": 0, "numa_source": "config", "remote_numa": 0, "lcore_socket": 0}
     check_eq({k: n.get(k) for k in want}, want, "/kvlane/nic,r1 with numa_node = 0", d)
     c.close()
@@ -911,37 +701,8 @@ SCENARIOS = {
 }
 
 
-def on_signal(sig, frame):
-    raise Fail(f"interrupted: {signal.Signals(sig).name}"
-               + (f" (the scenario ran over {SCENARIO_LIMIT_S} s)"
-                  if sig == signal.SIGALRM else ""))
-
-
 def main(argv):
-    if len(argv) != 3 or argv[1] not in SCENARIOS:
-        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED", file=sys.stderr)
-        return 1
-    scenario, exe = argv[1], os.path.abspath(argv[2])
-    if not os.access(exe, os.X_OK):
-        print(f"FAIL {scenario}: {exe} is not an executable", file=sys.stderr)
-        return 1
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, on_signal)
-    signal.alarm(SCENARIO_LIMIT_S)
-    ctx = Ctx(scenario, exe)
-    t0 = time.monotonic()
-    print(f"{scenario}: {exe}", flush=True)
-    try:
-        SCENARIOS[scenario](ctx)
-    except Fail as e:
-        signal.alarm(0)
-        print(f"FAIL {scenario}: {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        ctx.cleanup()
-    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
-    return 0
+    return h.main(argv, SCENARIOS, SCENARIO_LIMIT_S, ["PATH-TO-KVLANED"], Ctx)
 
 
 if __name__ == "__main__":

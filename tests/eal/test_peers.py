@@ -23,30 +23,22 @@ import hmac
 import os
 import re
 import secrets
-import shlex
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-KVL_SRC = os.environ.get("KVL_SRC") or os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(KVL_SRC, "tools"))
-import kvlane_telemetry as kt  # noqa: E402  (path set just above)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvl_harness as h  # noqa: E402  (its own folder)
+from kvl_harness import KVL_SRC, Fail, check, check_eq, cmd, log, wait_for  # noqa: E402
 
 SCENARIO_LIMIT_S = 85  # the whole scenario, daemons included (meson's limit is higher)
-READY_TIMEOUT_S = 15
 RUN_TIMEOUT_S = 30     # one kvlane-kvdemo run
 DEMO_TIMEOUT_S = 75    # the whole demo (it takes < 60 s)
-STOP_TIMEOUT_S = 10
 SOCK_TIMEOUT_S = 5     # a raw client waiting for the server
 
-DEFAULT_INI = os.path.join(KVL_SRC, "config", "default.ini")
-EAL = ["-l", "0-1", "--no-huge", "-m", "256", "--no-pci", "--log-level", "lib.eal:warning"]
+LOG_LEVEL = ["--log-level", "lib.eal:warning"]
 GIB = 1 << 30
 KV_BYTES_DEFAULT = 32 * 2 * 16 * 32768  # [segment.kv] of default.ini: 32 MiB
 
@@ -151,216 +143,31 @@ def describe_frames(frames):
     return ", ".join(f"{TYPE_NAMES.get(t, t)}({p.hex() or '-'})" for t, _, p in frames) or "none"
 
 
-# ---- failures ----
+class Ctx(h.Ctx):
+    """A scenario with kvlaned and kvlane-kvdemo, and raw sockets to the kvlaned."""
 
-class Fail(Exception):
-    """A failed expectation; the message says what was expected and what was seen."""
+    def __init__(self, scenario, kvlaned, kvdemo):
+        super().__init__(scenario, kvlaned, "peers")
+        self.kvdemo = kvdemo
 
-
-def check(cond, what, expected, seen, *subjects):
-    if not cond:
-        raise Fail(f"{what}\n  expected: {expected}\n  seen:     {seen}\n"
-                   + "".join(s.describe() for s in subjects if s is not None))
-
-
-def check_eq(seen, expected, what, *subjects):
-    check(seen == expected, what, repr(expected), repr(seen), *subjects)
-
-
-def log(msg):
-    print(f"  {msg}", flush=True)
-
-
-def indent(text, prefix="    | "):
-    if not text:
-        return f"{prefix}(nothing)\n"
-    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
-
-
-# ---- processes ----
-
-class Run:
-    """A command that ran to its end (or was killed at its deadline)."""
-
-    def __init__(self, argv, env, timeout, cwd=None):
-        self.argv, self.rundir = argv, env.get("RUNTIME_DIRECTORY", "")
-        t0 = time.monotonic()
-        self.timed_out = False
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env, text=True, errors="replace",
-                             cwd=cwd, start_new_session=True)
-        try:
-            self.stdout, self.stderr = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.timed_out = True
-            os.killpg(p.pid, signal.SIGKILL)  # its own session: the demo's children too
-            self.stdout, self.stderr = p.communicate()
-        self.rc = p.returncode
-        self.secs = time.monotonic() - t0
-
-    def describe(self):
-        state = f"killed after {self.secs:.1f} s (deadline)" if self.timed_out else \
-            f"{self.rc} (after {self.secs:.2f} s)"
-        return (f"  command: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
-                f"  exit status: {state}\n"
-                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n"
-                f"{indent(self.stderr)}")
-
-
-class Daemon:
-    """A kvlaned in the background; its stdout and stderr collected line by line."""
-
-    def __init__(self, ctx, argv, rundir, prefix):
-        self.ctx, self.argv, self.rundir, self.prefix = ctx, argv, rundir, prefix
-        self.out, self.err = [], []
-        self.cond = threading.Condition()
-        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, text=True,
-                                     errors="replace", start_new_session=True)
-        self.pid = self.proc.pid
-        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
-                        for f, buf in ((self.proc.stdout, self.out),
-                                       (self.proc.stderr, self.err))]
-        for t in self.readers:
-            t.start()
-
-    def _read(self, f, buf):
-        for line in f:
-            with self.cond:
-                buf.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    @property
-    def stdout(self):
-        with self.cond:
-            return "\n".join(self.out)
-
-    @property
-    def stderr(self):
-        with self.cond:
-            return "\n".join(self.err)
-
-    def running(self):
-        return self.proc.poll() is None
-
-    def describe(self):
-        rc = self.proc.poll()
-        state = f"running (pid {self.pid})" if rc is None else f"{rc} (pid {self.pid})"
-        return (f"  daemon: RUNTIME_DIRECTORY={self.rundir} {shlex.join(self.argv)}\n"
-                f"  exit status: {state}\n"
-                f"  --- stdout ---\n{indent(self.stdout)}  --- stderr ---\n"
-                f"{indent(self.stderr)}")
-
-    def wait_line(self, pattern, timeout, what):
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.out:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                exited = self.proc.poll() is not None and not any(
-                    t.is_alive() for t in self.readers)
-                if left <= 0 or exited:
-                    break
-                self.cond.wait(min(left, 0.1))
-        why = "exited" if self.proc.poll() is not None else f"nothing within {timeout} s"
-        raise Fail(f"{what}\n  expected: a line matching {pattern!r}\n  seen:     {why}\n"
-                   + self.describe())
-
-    def telemetry(self):
-        path = kt.socket_path(self.prefix, self.rundir)
-        ok = kt.wait_for_socket(path, 5.0, alive=self.running)
-        check(ok, "telemetry socket", f"{path} within 5 s", "no socket", self)
-        c = kt.TelemetryClient(timeout=5.0)
-        try:
-            c.connect(path, wait=2.0)
-        except kt.TelemetryError as e:
-            raise Fail(f"telemetry connect\n  expected: a connection\n  seen:     {e}\n"
-                       + self.describe()) from e
-        self.ctx.clients.append(c)
-        return c
-
-    def stop(self, timeout=STOP_TIMEOUT_S):
-        """SIGTERM, bounded wait, SIGKILL if it hangs. The exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise Fail(f"kvlaned stop\n  expected: exit within {timeout} s of SIGTERM\n"
-                       f"  seen:     still running; killed\n" + self.describe())
-        for t in self.readers:
-            t.join(timeout=2)
-        return self.proc.returncode
-
-
-class Ctx:
-    """What a scenario started: killed and removed in finally, whatever happened."""
-
-    def __init__(self, kvlaned, kvdemo):
-        self.kvlaned, self.kvdemo = kvlaned, kvdemo
-        self.tmp = tempfile.mkdtemp(prefix="kvl-peers-")
-        self.daemons, self.clients, self.socks = [], [], []
-        self.n = 0
-
-    def unique(self, what):
-        self.n += 1
-        return f"kvlpeers-{os.getpid()}-{what}{self.n}"
-
-    def rundir(self, prefix):
-        d = os.path.join(self.tmp, prefix)
-        os.makedirs(d, mode=0o700)
-        return d
-
-    def kvlaned_start(self, sets=()):
-        prefix = self.unique("srv")
-        argv = [self.kvlaned, *EAL, "--file-prefix", prefix, "--", "-c", DEFAULT_INI,
-                "--set", "control.listen=127.0.0.1:0", *[a for s in sets for a in ("--set", s)]]
-        d = Daemon(self, argv, self.rundir(prefix), prefix)
-        self.daemons.append(d)
-        d.wait_line(r"^kvlaned: ready$", READY_TIMEOUT_S, "kvlaned start-up")
-        m = d.wait_line(r"^\s*control: listening on (\S+)", 1, "the control address")
-        d.addr = m.group(1)
-        return d
+    def kvlaned_start(self):
+        # In its own session, as the kvlane-kvdemo runs: a signal to this test's process
+        # group (a terminal's ^C) reaches the test, which stops what it started.
+        return self.kvlaned("srv", eal_extra=LOG_LEVEL, new_session=True)
 
     def kvdemo_run(self, addr, sets=(), args=(), name="decode"):
         prefix = self.unique(name)
-        argv = [self.kvdemo, *EAL, "--file-prefix", prefix, "--", "-c", DEFAULT_INI,
-                "--set", "control.listen=127.0.0.1:0", "--set", f"runtime.name={name}",
-                *[a for s in sets for a in ("--set", s)], *args, addr]
-        env = dict(os.environ, RUNTIME_DIRECTORY=self.rundir(prefix))
-        return Run(argv, env, RUN_TIMEOUT_S)
+        argv = [self.kvdemo, *h.EAL, "-m", "256", "--file-prefix", prefix, *LOG_LEVEL, "--",
+                "-c", h.DEFAULT_INI, *h.sets(h.LISTEN_ANY, f"runtime.name={name}", *sets),
+                *args, addr]
+        return h.Run(argv, self.rundir(prefix), RUN_TIMEOUT_S)
 
     def sock(self, addr):
         host, port = addr.rsplit(":", 1)
         s = socket.create_connection((host, int(port)), timeout=SOCK_TIMEOUT_S)
         s.settimeout(SOCK_TIMEOUT_S)
-        self.socks.append(s)
+        self.clients.append(s)
         return s
-
-    def kill_all(self):
-        for d in self.daemons:
-            if d.proc.poll() is None:
-                d.proc.kill()
-
-    def cleanup(self):
-        for s in self.socks:
-            s.close()
-        for c in self.clients:
-            c.close()
-        for d in self.daemons:
-            if d.proc.poll() is None:
-                d.proc.kill()
-                d.proc.wait()
-        subprocess.run(["rm", "-rf", self.tmp], check=False)
 
 
 def read_until_closed(s, what, *subjects):
@@ -372,8 +179,7 @@ def read_until_closed(s, what, *subjects):
         except socket.timeout:
             raise Fail(f"{what}\n  expected: the server closes the connection within "
                        f"{SOCK_TIMEOUT_S} s\n  seen:     still open; received "
-                       f"{len(data)} bytes: {data.hex()}\n"
-                       + "".join(x.describe() for x in subjects)) from None
+                       f"{len(data)} bytes: {data.hex()}\n" + h.describe(*subjects)) from None
         except ConnectionResetError:
             return data, "reset"
         if not chunk:
@@ -422,20 +228,9 @@ def listening_ports(pid):
     return sorted(ports)
 
 
-def peers_rows(tel):
-    p = tel.command("/kvlane/peers")
-    n = len(p.get("peer", []))
-    return [{k: v[i] for k, v in p.items()} for i in range(n)]
-
-
-def wait_for(cond, timeout, interval=0.05):
-    """Poll @cond until it returns something true, at most @timeout s; its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
+def peers_rows(tel, *procs):
+    """/kvlane/peers (column form) as a list of row dicts."""
+    return h.table_rows(cmd(tel, "/kvlane/peers", *procs), (), "/kvlane/peers", *procs)
 
 
 # ---- scenarios ----
@@ -450,7 +245,7 @@ def scenario_wrong_secret(ctx):
           f"the control port {ctl_port} and one data port (nic.lo)", ports, srv)
     data_port = data_ports[0]
     log(f"kvlaned up: control {srv.addr}, data port {data_port} (found in /proc/net/tcp)")
-    stats = tel.command("/kvlane/stats")
+    stats = cmd(tel, "/kvlane/stats", srv)
     check_eq(stats["control/auth_failures"], 0, "auth_failures at start", srv)
 
     # (a) kvlane-kvdemo with another secret: refused, learns nothing.
@@ -470,10 +265,10 @@ def scenario_wrong_secret(ctx):
           leaked, r)
     msg = next(ln for ln in both.splitlines() if re.search(r"cannot connect", ln))
     log(f"(a) another secret: exit {r.rc} in {r.secs:.1f} s: {msg.strip()}")
-    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 1,
+    check_eq(cmd(tel, "/kvlane/stats", srv)["control/auth_failures"], 1,
              "/kvlane/stats control/auth_failures after (a)", srv)
-    rows = wait_for(lambda: [x for x in peers_rows(tel) if x["state"] == "dead"], 5)
-    rows_all = peers_rows(tel)
+    rows = wait_for(lambda: [x for x in peers_rows(tel, srv) if x["state"] == "dead"], 5)
+    rows_all = peers_rows(tel, srv)
     check(len(rows_all) == 1 and rows, "/kvlane/peers after (a)",
           "one row, state dead", rows_all, srv)
     row = rows_all[0]
@@ -513,11 +308,11 @@ def scenario_wrong_secret(ctx):
           after.hex(), srv)
     log(f"(b) raw HELLO -> CHALLENGE from \"{name}\" (session {session:#x}); wrong AUTH -> "
         f"{', '.join(types)}; connection {how}")
-    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 2,
+    check_eq(cmd(tel, "/kvlane/stats", srv)["control/auth_failures"], 2,
              "control/auth_failures after (b)", srv)
-    rows = wait_for(lambda: [(x["state"], x["segments"]) for x in peers_rows(tel)
+    rows = wait_for(lambda: [(x["state"], x["segments"]) for x in peers_rows(tel, srv)
                              if (x["state"], x["segments"]) != ("dead", 0)] == [], 5)
-    check(rows, "/kvlane/peers after (b)", "every row dead, 0 segments", peers_rows(tel), srv)
+    check(rows, "/kvlane/peers after (b)", "every row dead, 0 segments", peers_rows(tel, srv), srv)
 
     # (b') The same probe with the right secret, as a control: the proofs computed here verify
     # both ways and the server then tells what (b) did not get. Its connection stays open so
@@ -561,7 +356,7 @@ def scenario_wrong_secret(ctx):
               sum(HDR.size + len(fp) for _, _, fp in frames), f"the answer to {what}",
               "at most BYE or ERROR frames, then closed", got.hex() or "nothing", srv)
         check(srv.running(), f"kvlaned after {what}", "still running", "exited", srv)
-        info = tel.command("/kvlane/info")
+        info = h.query(tel, "/kvlane/info", srv)
         check(isinstance(info, dict) and info.get("pid") == srv.pid,
               f"/kvlane/info after {what}", f"pid {srv.pid}", info, srv)
         log(f"(c) {what}: connection {how} after {describe_frames(frames)}; server answers "
@@ -599,7 +394,7 @@ def scenario_wrong_secret(ctx):
              "AUTH_FAIL reason (2 = bad-session)", srv)
     log(f"(d) DATA_BIND on data port {data_port} with a made-up session -> AUTH_FAIL "
         f"(bad-session); connection {how}")
-    check_eq(tel.command("/kvlane/stats")["control/auth_failures"], 3,
+    check_eq(cmd(tel, "/kvlane/stats", srv)["control/auth_failures"], 3,
              "control/auth_failures after (d)", srv)
 
     # (d') The session id is no secret (CHALLENGE carries it before any proof): with the id
@@ -617,7 +412,7 @@ def scenario_wrong_secret(ctx):
     log(f"(d') DATA_BIND with the live session id of (b') and a wrong proof -> AUTH_FAIL "
         f"(reason {struct.unpack('<H', frames[0][2])[0]}); connection {how}")
     good.close()
-    stats = tel.command("/kvlane/stats")
+    stats = cmd(tel, "/kvlane/stats", srv)
     check_eq(stats["control/auth_failures"], 4, "control/auth_failures after (d')", srv)
     check_eq(stats["tcp/served_bytes"], 0, "bytes served to the bad clients", srv)
 
@@ -629,7 +424,7 @@ def scenario_wrong_secret(ctx):
     m = re.search(r"^\s*request 2/2 (\d+) bytes in", r.stdout, re.M)
     check(m and int(m.group(1)) == KV_BYTES_DEFAULT, "bytes per request",
           KV_BYTES_DEFAULT, m and m.group(1), r)
-    stats = tel.command("/kvlane/stats")
+    stats = cmd(tel, "/kvlane/stats", srv)
     check_eq(stats["tcp/served_bytes"], 2 * KV_BYTES_DEFAULT,
              "tcp/served_bytes after the good run", srv)
     refused = {k: v for k, v in stats.items() if k.startswith("tcp/refused/") and v}
@@ -638,9 +433,8 @@ def scenario_wrong_secret(ctx):
     log(f"good kvlane-kvdemo: exit 0 in {r.secs:.1f} s, 2 x {KV_BYTES_DEFAULT} bytes served "
         f"and verified; auth_failures still 4")
 
-    rc = srv.stop()
-    check_eq(rc, 0, "kvlaned exit status after SIGTERM", srv)
-    srv.wait_line(r"^kvlaned: stopped \(SIGTERM\)", 2, "the stop summary")
+    srv.stop(signal.SIGTERM)  # and expects exit 0
+    srv.wait_line(r"^kvlaned: stopped \(SIGTERM\)", 2, what="the stop summary")
 
 
 def demo_leftovers(demo_pid):
@@ -651,10 +445,10 @@ def demo_leftovers(demo_pid):
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
+                words = f.read().split(b"\0")
         except OSError:
             continue
-        if any(re.fullmatch(rb"kvlane-demo-(prefill|decode)-%d" % demo_pid, a) for a in cmd):
+        if any(re.fullmatch(rb"kvlane-demo-(prefill|decode)-%d" % demo_pid, a) for a in words):
             left.append(int(pid))
     return left
 
@@ -663,34 +457,16 @@ def scenario_demo(ctx):
     build = os.environ.get("KVL_BUILD") or os.path.dirname(os.path.abspath(ctx.kvlaned))
     argv = [sys.executable, os.path.join(KVL_SRC, "tools", "demo.py"), build,
             "config/default.ini"]
-    env = dict(os.environ)
-    env.pop("RUNTIME_DIRECTORY", None)  # the demo makes its own, one per process
-    t0 = time.monotonic()
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
-                         cwd=KVL_SRC, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=DEMO_TIMEOUT_S)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-    secs = time.monotonic() - t0
-    left = demo_leftovers(p.pid)
+    # Without RUNTIME_DIRECTORY: the demo makes its own, one per process.
+    seen = h.Run(argv, None, DEMO_TIMEOUT_S, cwd=KVL_SRC, merge=True)
+    out, secs = seen.stdout, seen.secs
+    left = demo_leftovers(seen.pid)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-
-    class Seen:
-        def describe(self):
-            return (f"  command: (cd {KVL_SRC} && {shlex.join(argv)})\n  exit status: "
-                    f"{'killed at the deadline' if timed_out else p.returncode} after "
-                    f"{secs:.1f} s\n  --- output ---\n{indent(out)}")
-    seen = Seen()
-    check(not timed_out, "make demo's duration", f"< {DEMO_TIMEOUT_S} s",
+    check(not seen.timed_out, "make demo's duration", f"< {DEMO_TIMEOUT_S} s",
           f"still running after {secs:.0f} s", seen)
     check_eq(left, [], "processes the demo left running", seen)
-    check_eq(p.returncode, 0, "demo.py exit status", seen)
+    check_eq(seen.rc, 0, "demo.py exit status", seen)
     check(re.search(r"^\s*verified: every byte", out, re.M), "the decode report",
           "'verified: every byte'", "no such line", seen)
     reqs = re.findall(r"^\s*request (\d+)/(\d+) (\d+) bytes in", out, re.M)
@@ -727,7 +503,7 @@ def scenario_preauth_flood(ctx):
         check(all(closed_now(s) for s in idle[:24]) and not any(closed_now(s) for s in idle[24:]),
               "which connections were closed", "the 24 oldest",
               [i for i, s in enumerate(idle) if closed_now(s)], srv)
-        evicted = tel.command("/kvlane/stats")["control/preauth_evicted"]
+        evicted = cmd(tel, "/kvlane/stats", srv)["control/preauth_evicted"]
         check_eq(evicted, 24, "/kvlane/stats control/preauth_evicted", srv)
         r = ctx.kvdemo_run(srv.addr)
         check(r.rc == 0 and "verified: every byte" in r.stdout,
@@ -757,36 +533,10 @@ SCENARIOS = {"wrong_secret": scenario_wrong_secret, "demo": scenario_demo,
              "preauth_flood": scenario_preauth_flood}
 
 
-def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in SCENARIOS:
-        print(f"usage: {sys.argv[0]} {{{','.join(SCENARIOS)}}} KVLANED KVLANE-KVDEMO",
-              file=sys.stderr)
-        return 2
-    name, kvlaned, kvdemo = sys.argv[1:]
-    ctx = Ctx(os.path.abspath(kvlaned), os.path.abspath(kvdemo))
-    print(f"scenario {name}", flush=True)
-    t0 = time.monotonic()
-
-    def overtime():
-        # A hung step must not hang the suite: say so, kill what we started, leave.
-        print(f"FAIL {name}: over {SCENARIO_LIMIT_S} s; stopping", flush=True)
-        ctx.kill_all()
-        os._exit(1)
-
-    alarm = threading.Timer(SCENARIO_LIMIT_S, overtime)
-    alarm.daemon = True
-    alarm.start()
-    try:
-        SCENARIOS[name](ctx)
-    except Fail as e:
-        print(f"FAIL {name}: {e}", flush=True)
-        return 1
-    finally:
-        alarm.cancel()
-        ctx.cleanup()
-    print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
-    return 0
+def main(argv):
+    return h.main(argv, SCENARIOS, SCENARIO_LIMIT_S, ["PATH-TO-KVLANED", "PATH-TO-KVLANE-KVDEMO"],
+                  Ctx)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -3,7 +3,8 @@
 """EAL tests of the request API: kvlane-req-client pulls a kvlaned's pattern segment over TCP
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
-Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input} PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
+Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input}
+PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
 import errno
@@ -12,14 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_dataplane as dp  # noqa: E402  (its process and telemetry helpers)
+import kvl_harness as h  # noqa: E402  (its own folder)
+from kvl_harness import check, check_eq, cmd, log  # noqa: E402
 
-Fail, check, check_eq, log, cmd = dp.Fail, dp.check, dp.check_eq, dp.log, dp.cmd
-LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60, "req_bad_input": 60}
+LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60,
+           "req_bad_input": 60}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -43,24 +44,11 @@ secret_file = {secret}
 SERVER_SETS = ["--set", "segment.kv.blocks=64"]  # 32 layers x 2 x 64 x 32 KiB = 128 MiB
 
 
-class Client(dp.Proc):
+class Client(h.Proc):
     """kvlane-req-client, driven through its stdin at its PAUSE lines."""
 
     def __init__(self, ctx, argv, rundir, prefix):
-        self.argv, self.rundir, self.prefix, self.tag = argv, rundir, prefix, "kvlane-req-client"
-        self.out, self.err = [], []
-        self.cond = threading.Condition()
-        env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, text=True,
-                                     errors="replace")
-        self.pid = self.proc.pid
-        self.readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
-                        for f, buf in ((self.proc.stdout, self.out),
-                                       (self.proc.stderr, self.err))]
-        for t in self.readers:
-            t.start()
-        ctx.procs.append(self)
+        super().__init__(ctx, argv, rundir, prefix, "kvlane-req-client", stdin=subprocess.PIPE)
 
     def pause(self, tag, timeout=30):
         m = self.wait_line(rf"^PAUSE {tag} (.*)$", timeout, what=f"client pause '{tag}'")
@@ -83,15 +71,23 @@ class Client(dp.Proc):
         return json.loads(m[1])
 
 
+class Ctx(h.Ctx):
+    """A scenario with kvlaned and kvlane-req-client."""
+
+    def __init__(self, scenario, kvlaned, req_client):
+        super().__init__(scenario, kvlaned, "sched")
+        self.req_client = req_client
+
+
 def start(ctx, mode, extra=(), sched_extra="", server_sets=()):
-    server, addr = ctx.kvlaned("srv", mem_mb=512, sets=[*SERVER_SETS, *server_sets])
+    server = ctx.kvlaned("srv", mem_mb=512, args=[*SERVER_SETS, *server_sets])
     ini = os.path.join(ctx.tmp, "client.ini")
     with open(ini, "w") as f:
-        f.write(CLIENT_INI.format(secret=os.path.join(dp.KVL_SRC, "config", "demo.secret"),
+        f.write(CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
                                   sched_extra=sched_extra))
     prefix = ctx.unique("cli")
-    argv = [ctx.perf, *dp.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c", ini,
-            "--peer", addr, "--mode", mode, *extra]
+    argv = [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c", ini,
+            "--peer", server.addr, "--mode", mode, *extra]
     client = Client(ctx, argv, ctx.rundir(), prefix)
     return server, client
 
@@ -148,7 +144,7 @@ def scenario_req_verify(ctx):
     server, client = start(ctx, "verify", ["--requests", str(n_req), "--steps", str(steps),
                                            "--blocks", str(blocks), "--compute-us", "3000"])
     filled = client.pause("filled")
-    tel = client.telemetry(ctx)
+    tel = client.telemetry()
     s = sched_row(tel, client)
     check_eq(s["budget"], BUDGET, "/kvlane/sched budget ([sched] budget_mb = 1)", client)
     check(s["in_use"] <= s["budget"], "/kvlane/sched in_use <= budget", f"<= {s['budget']}",
@@ -218,7 +214,7 @@ def scenario_req_ready_ahead(ctx):
                                            "--blocks", str(blocks), "--compute-us", "3000"],
                            sched_extra="ready_ahead = 1")
     filled = client.pause("filled")
-    tel = client.telemetry(ctx)
+    tel = client.telemetry()
     check(max(filled["ready"]) <= 1, "READY events per request before any DONE",
           "<= 1 (ready_ahead = 1)", filled["ready"], client)
     req = rows(cmd(tel, "/kvlane/requests", client))
@@ -272,7 +268,7 @@ def scenario_req_push(ctx):
             "push_null": -errno.EFAULT, "push_read_only": -errno.EACCES,
             "pull_with_local": -errno.EINVAL, "bad_dir": -errno.EINVAL, "h_unchanged": 0}
     check_eq({k: got.get(k) for k in want}, want, "bad PUSH calls: their errno", client)
-    tel = client.telemetry(ctx)
+    tel = client.telemetry()
     s = sched_row(tel, client)
     check_eq((s["opened"], s["open_failed"], s["posted_blocks"], s["in_use"]), (0, 0, 0, 0),
              "after the bad calls: (opened, open_failed, posted_blocks, in_use)", client)
@@ -311,7 +307,7 @@ def scenario_req_push(ctx):
 def scenario_req_cancel(ctx):
     server, client = start(ctx, "cancel", ["--steps", "8", "--blocks", "8"])
     client.pause("filled")
-    tel = client.telemetry(ctx)
+    tel = client.telemetry()
     before = sched_row(tel, client)
     check(before["in_use"] > 0, "staging held before the cancel", "> 0", before["in_use"],
           client)
@@ -328,7 +324,7 @@ def scenario_req_cancel(ctx):
     s = sched_row(tel, client)
     check_eq(s["in_use"] - s["orphan_bytes"], 0, "in_use minus orphans right after the cancel",
              client)
-    s = dp.wait_for(lambda: (lambda r: r if r["in_use"] == 0 else None)(sched_row(tel, client)),
+    s = h.wait_for(lambda: (lambda r: r if r["in_use"] == 0 else None)(sched_row(tel, client)),
                     2.0)
     check(s, "in_use returns to 0 once in-flight READs complete", "0 within 2 s",
           sched_row(tel, client)["in_use"], client)
@@ -336,8 +332,8 @@ def scenario_req_cancel(ctx):
              "(cancels, cancel_cmds, active, windows)", client)
     check_eq(s["peer_cancels"], 1, "the cancel was handed to the control path for the peer",
              client)
-    stel = server.telemetry(ctx)
-    got = dp.wait_for(lambda: cmd(stel, "/kvlane/stats", server).get("control/req_cancels_rx"),
+    stel = server.telemetry()
+    got = h.wait_for(lambda: cmd(stel, "/kvlane/stats", server).get("control/req_cancels_rx"),
                       3.0)
     check_eq(got, 1, "the server counted the peer's cancel (control/req_cancels_rx)", client,
              server)
@@ -375,7 +371,7 @@ EXPECT = {
 def scenario_req_bad_input(ctx):
     server, client = start(ctx, "bad", ["--steps", "8", "--blocks", "4"])
     client.pause("end")
-    tel = client.telemetry(ctx)
+    tel = client.telemetry()
     c = client.checks()
     for name, rc in EXPECT.items():
         check_eq(c.get(name), rc, f"{name}: return value", client)
@@ -404,29 +400,8 @@ SCENARIOS = {
 
 
 def main(argv):
-    if len(argv) != 4 or argv[1] not in SCENARIOS:
-        print(f"usage: {argv[0]} {{{'|'.join(SCENARIOS)}}} PATH-TO-KVLANED "
-              "PATH-TO-KVLANE-REQ-CLIENT", file=sys.stderr)
-        return 1
-    scenario = argv[1]
-    exes = [os.path.abspath(a) for a in argv[2:4]]
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, dp.on_signal)
-    signal.alarm(LIMIT_S[scenario])
-    ctx = dp.Ctx(scenario, *exes)
-    t0 = time.monotonic()
-    print(f"{scenario}: {exes[0]} {exes[1]}", flush=True)
-    try:
-        SCENARIOS[scenario](ctx)
-    except Fail as e:
-        signal.alarm(0)
-        print(f"FAIL {scenario} ({time.monotonic() - t0:.2f} s): {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        ctx.cleanup()
-    print(f"PASS {scenario} ({time.monotonic() - t0:.2f} s)", flush=True)
-    return 0
+    return h.main(argv, SCENARIOS, LIMIT_S, ["PATH-TO-KVLANED", "PATH-TO-KVLANE-REQ-CLIENT"],
+                  Ctx)
 
 
 if __name__ == "__main__":
