@@ -118,6 +118,12 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		c->o.gather_ctas = 8;
 	if (c->o.gather_depth == 0)
 		c->o.gather_depth = 8;
+	if ((unsigned)c->o.small > KVL_CUDMA_EACH) {
+		/* else its small copies would never be launched: requests done, nothing moved */
+		snprintf(err, errlen, "cudma: unknown small-copy method %u", (unsigned)c->o.small);
+		errno = EINVAL;
+		goto fail;
+	}
 	if (c->o.gather_depth != 4 && c->o.gather_depth != 8 && c->o.gather_depth != 16) {
 		snprintf(err, errlen, "cudma: gather_depth %u is not 4, 8 or 16",
 			 c->o.gather_depth);

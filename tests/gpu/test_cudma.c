@@ -107,6 +107,30 @@ static void check_bytes(const uint8_t *got, const uint8_t *want, size_t len, con
 
 static const char *mode_name[] = { "gather kernel", "cudaMemcpyBatchAsync", "one copy each" };
 
+/* Options the transport cannot honour: refused at creation with a message naming them. */
+static void bad_options(void)
+{
+	static const struct {
+		struct kvl_cudma_opts o;
+		const char *says;
+	} bad[] = {
+		{ { .small = (enum kvl_cudma_small)7 }, "unknown small-copy method 7" },
+		{ { .gather_depth = 5 }, "gather_depth 5 is not 4, 8 or 16" },
+		{ { .ce_share = 101 }, "ce_share 101 is over 100 percent" },
+		{ { .depth = 1000 }, "depth 1000 is not a power of two" },
+	};
+	char err[256];
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvl_cudma_conn *c = kvl_cudma_new(&bad[i].o, err, sizeof(err));
+
+		EXPECT(c == NULL && strstr(err, bad[i].says) != NULL, "option %u: got %s", i,
+		       c ? "a transport" : err);
+	}
+	printf("  %u bad option sets refused, each named\n",
+	       (unsigned)(sizeof(bad) / sizeof(bad[0])));
+}
+
 static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_share, uint64_t ce_min,
 		     unsigned batch_max, uint8_t *host, uint8_t *back, uint8_t *gpu, uint8_t *check,
 		     uint8_t *expect)
@@ -311,6 +335,7 @@ int main(void)
 	}
 	/* the gather kernel alone at each depth it is built for, beside the copy engine (a share
 	 * of the bytes; the default: blocks of 32 KiB and more), then the copy engine alone */
+	bad_options();
 	one_mode(KVL_CUDMA_GATHER, 4, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
 	one_mode(KVL_CUDMA_GATHER, 8, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
 	one_mode(KVL_CUDMA_GATHER, 16, 0, UINT64_MAX, 0, host, back, gpu, check, expect);
