@@ -340,6 +340,23 @@ static int check_remote(struct kvl_peer_pub *pub, const struct kvl_req_desc *d, 
 	return rc;
 }
 
+/* Whether [p, p + len) touches a NIC's staging: the scheduler's own, whose slots it hands to
+ * other requests' READs at any time, so never a PUSH's source. */
+static bool in_staging(const struct kvl_runtime *rt, const void *p, uint64_t len)
+{
+	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
+	uint64_t size = (uint64_t)sc.slot_count * sc.slot_size;
+	uintptr_t a = (uintptr_t)p;
+
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		uintptr_t s = (uintptr_t)rt->staging[i];
+
+		if (s != 0 && a < s + size && s < a + len)
+			return true;
+	}
+	return false;
+}
+
 /* PUSH: each block's local bytes inside one registered segment (what kvl_post() checks);
  * PULL: no local address (the scheduler picks staging). */
 static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *d)
@@ -351,6 +368,8 @@ static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *
 			return -EINVAL;
 		if (d->dir == KVL_REQ_PUSH && !kvl_runtime_local_ok(rt, b->local, b->length))
 			return -EFAULT;
+		if (d->dir == KVL_REQ_PUSH && in_staging(rt, b->local, b->length))
+			return -EINVAL;
 	}
 	return 0;
 }

@@ -427,6 +427,47 @@ static int run_all(bool push, const uint8_t *local)
 	return 0;
 }
 
+/*
+ * A PUSH whose bytes are in the scheduler's own staging: a one-block PULL lands there first
+ * (kvl_req_block_addr gives the place), then @d (PUSH, one block) names that place; what
+ * kvl_req_open says is returned. The PULL is then finished (its step DONE). A staging address
+ * that cannot be had is reported as 1, which the caller's check takes for a failure.
+ */
+static int push_from_staging(struct kvl_req_desc *d, struct kvl_req_block *one)
+{
+	uint32_t first[2] = { 0, 1 }, ref[1] = { 0 };
+	struct kvl_req_block b = { .remote_off = 0, .remote_seg = seg.id, .length = 4096 };
+	struct kvl_req_desc pd = { .blocks = &b,
+				   .n_blocks = 1,
+				   .n_steps = 1,
+				   .step_first = first,
+				   .step_blocks = ref,
+				   .dir = KVL_REQ_PULL };
+	struct kvl_req_event ev;
+	kvl_req_t ph = 0, h = 0;
+	void *slot = NULL;
+	int rc = kvl_req_open(rt, peer, &pd, &ph), n = 0;
+
+	if (rc < 0)
+		return 1;
+	for (int i = 0; i < 200000 && n == 0; i++) {
+		n = (int)kvl_req_poll(rt, &ev, 1);
+		if (n == 0)
+			usleep(50);
+	}
+	if (n != 1 || ev.type != KVL_REQ_EV_STEP_READY || kvl_req_block_addr(rt, ph, 0, &slot) != 0)
+		return 1;
+	one->local = slot;
+	rc = kvl_req_open(rt, peer, d, &h);
+	kvl_req_step_done(rt, ph, 0);
+	for (int i = 0; i < 200000; i++) { /* its DONE event, so that nothing is left over */
+		if (kvl_req_poll(rt, &ev, 1) == 1)
+			break;
+		usleep(50);
+	}
+	return rc;
+}
+
 static int mode_push(const struct kvl_remote_seg *ro)
 {
 	struct kvl_segment src;
@@ -461,6 +502,8 @@ static int mode_push(const struct kvl_remote_seg *ro)
 		printf("CHECK push_read_only %d\n", kvl_req_open(rt, peer, &d, &h));
 		one.remote_seg = seg.id;
 	}
+	printf("CHECK push_from_staging %d\n", push_from_staging(&d, &one));
+	one.local = src.base;
 	d.dir = KVL_REQ_PULL;
 	printf("CHECK pull_with_local %d\n", kvl_req_open(rt, peer, &d, &h));
 	d.dir = 7;

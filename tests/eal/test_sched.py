@@ -266,11 +266,13 @@ def scenario_req_push(ctx):
     got = client.checks()
     want = {"push_unregistered": -errno.EFAULT, "push_past_segment": -errno.EFAULT,
             "push_null": -errno.EFAULT, "push_read_only": -errno.EACCES,
-            "pull_with_local": -errno.EINVAL, "bad_dir": -errno.EINVAL, "h_unchanged": 0}
+            "push_from_staging": -errno.EINVAL, "pull_with_local": -errno.EINVAL,
+            "bad_dir": -errno.EINVAL, "h_unchanged": 0}
     check_eq({k: got.get(k) for k in want}, want, "bad PUSH calls: their errno", client)
     tel = client.telemetry()
     s = sched_row(tel, client)
-    check_eq((s["opened"], s["open_failed"], s["posted_blocks"], s["in_use"]), (0, 0, 0, 0),
+    # one request did open: the one-block PULL whose staging slot the staging PUSH named
+    check_eq((s["opened"], s["open_failed"], s["posted_blocks"], s["in_use"]), (1, 0, 1, 0),
              "after the bad calls: (opened, open_failed, posted_blocks, in_use)", client)
     st0 = cmd(tel, "/kvlane/stats", client)
     client.go()
@@ -278,7 +280,8 @@ def scenario_req_push(ctx):
     s = sched_row(tel, client)
     st = cmd(tel, "/kvlane/stats", client)
     unique = n_req * steps * 2 * blocks
-    check_eq(s["posted_blocks"], unique, "posted_blocks after the PUSH: each block once", client)
+    check_eq(s["posted_blocks"], unique + 1,
+             "posted_blocks after the PUSH: each block once (+ the probe's)", client)
     check_eq(st["tcp/bytes_written"] - st0.get("tcp/bytes_written", 0), unique * SLOT,
              "tcp/bytes_written by the PUSH = unique blocks x 32 KiB", client)
     check_eq((s["in_use"], s["active"], s["completed_err"]), (0, 0, 0),
@@ -294,7 +297,8 @@ def scenario_req_push(ctx):
              "blocks read back and checked byte by byte", client)
     check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
     s = sched_row(tel, client)
-    check_eq(s["posted_blocks"], 2 * unique, "posted_blocks: PUSH then PULL, once each", client)
+    check_eq(s["posted_blocks"], 2 * unique + 1,
+             "posted_blocks: PUSH then PULL, once each (+ the probe's)", client)
     client.go()
     check_eq(client.wait_exit(20), 0, "client exit status", client)
     log(f"PUSH: bad calls {want}; {unique} blocks ({unique * SLOT} bytes) written through the "
