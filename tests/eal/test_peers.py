@@ -53,9 +53,8 @@ TYPE_NAMES = {1: "HELLO", 2: "CHALLENGE", 3: "AUTH", 4: "AUTH_OK", 5: "AUTH_FAIL
               10: "DATA_BIND", 11: "DATA_BIND_OK", 12: "ERROR", 13: "BYE"}
 BAD_MAC, BAD_SESSION = 1, 2
 NONCE_LEN = MAC_LEN = 32
-# After AUTH_FAIL the server also says BYE (empty: it tells nothing) as it closes. The brief
-# asked for nothing at all after AUTH_FAIL; an empty BYE is tolerated here, on purpose, and
-# anything else fails. Set to () to require silence.
+# Frame types tolerated (empty) after AUTH_FAIL. The server sends nothing after it, and the
+# test requires exactly that: () means silence. (BYE, ) would let an empty BYE through.
 TOLERATED_AFTER_FAIL = ()
 
 
