@@ -927,6 +927,9 @@ static void cq_moderate(struct kvl_verbs_conn *c, unsigned count, unsigned perio
 	ma.moderate.cq_period =
 		(uint16_t)(period_us < d->max_cq_period ? period_us : d->max_cq_period);
 	rc = ibv_modify_cq(c->cq, &ma);
+	/* mlx5 direct: the send CQ is a CQ of its own, and its events are the ones that count */
+	if (rc == 0 && c->scq != NULL)
+		rc = ibv_modify_cq(c->scq, &ma);
 	if (rc != 0)
 		msg_add(note, "%s: CQ moderation refused by the device: %s; running without it",
 			d->name, strerror(rc < 0 ? errno : rc));

@@ -1437,6 +1437,11 @@ static int open_side(struct side *s, const char *name, int want_gid)
 	printf("  %s: registered %u MiB in %.2f ms\n", s->name, BUF_LEN >> 20, ns / 1e6);
 	CHECK_INT(kvl_verbs_reg(s->d, s->buf, 0, 0, NULL, NULL, err, sizeof(err)), -EINVAL);
 
+#ifdef KVL_VERBS_MODEL
+	struct fake_nic_stats n0, n1;
+
+	fake_nic_stats(&n0);
+#endif
 	/* CQ moderation asked for, not there: said, not fatal */
 	s->c = kvl_verbs_conn_new(s->d, DEPTH, SIGNAL_EVERY, 16, 50, &s->addr, err, sizeof(err));
 	if (s->c == NULL) {
@@ -1449,6 +1454,11 @@ static int open_side(struct side *s, const char *name, int want_gid)
 		CHECK_STR(kvl_verbs_dev_backend(s->d), "mlx5");
 		CHECK_STR(kvl_verbs_dev_backend_note(s->d), "");
 		CHECK(!kvl_verbs_dev_sge_equal_only(s->d));
+#ifdef KVL_VERBS_MODEL
+		/* the send CQ the direct backend polls is moderated too, not only the receive CQ */
+		fake_nic_stats(&n1);
+		CHECK_INT(n1.dv_cqs_moderated - n0.dv_cqs_moderated, 1);
+#endif
 		printf("  %s: backend %s\n", s->name, kvl_verbs_dev_backend(s->d));
 	} else {
 		CHECK_HAS(err, "CQ moderation not supported");

@@ -56,6 +56,7 @@ struct fake_nic_stats {
 	uint64_t events;	      /* completion events raised */
 	uint64_t arm_doorbells;	      /* arms rung on DV CQs' UAR doorbells */
 	uint64_t stale_arms;	      /* of those, with an old sequence number: ignored */
+	uint64_t dv_cqs_moderated;    /* ibv_modify_cq on CQs read through mlx5dv */
 	uint64_t last_syndrome;	      /* of the newest error CQE that was not a flush */
 	char fail[FAKE_NIC_FAIL_LEN]; /* the first thing a real NIC would choke on; "" if none */
 };

@@ -1423,6 +1423,8 @@ static int modify_cq_op(struct ibv_cq *cq, struct ibv_modify_cq_attr *a)
 	pthread_mutex_lock(&nic.lock);
 	c->mod_count = a->moderate.cq_count;
 	c->mod_period = a->moderate.cq_period;
+	if (c->dv)
+		nic.st.dv_cqs_moderated++;
 	pthread_mutex_unlock(&nic.lock);
 	return 0;
 }
