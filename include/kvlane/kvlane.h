@@ -262,10 +262,11 @@ struct kvl_req_desc {
  * errno and nothing kept: -ENOTSUP (no scheduler: [sched] staging_mb = 0), -ENOTCONN (unknown
  * peer, or not ready), -EINVAL (malformed: counts, a step naming no block or a block twice,
  * a block no step names, a block index past n_blocks, a bad class or direction, a PULL block
- * with a local address, a PUSH block inside the scheduler's staging), -EMSGSIZE (a block longer than [sched] slot_kb), -ENOENT (a segment
- * the peer does not offer), -EACCES (one it does not let us READ, or WRITE for a PUSH),
- * -ERANGE (a block outside its segment), -EFAULT (PUSH: a block's local bytes not inside one
- * registered local segment), -ENOSPC ([sched] max_requests or max_blocks reached), -ENOMEM.
+ * with a local address, a PUSH block inside the scheduler's staging), -EMSGSIZE (a block longer
+ * than [sched] slot_kb), -ENOENT (a segment the peer does not offer), -EACCES (one it does not let
+ * us READ, or WRITE for a PUSH), -ERANGE (a block outside its segment), -EFAULT (PUSH: a block's
+ * local bytes not inside one registered local segment), -ENOSPC ([sched] max_requests or max_blocks
+ * reached), -ENOMEM.
  *
  * PUSH: the scheduler WRITEs the blocks in the order the steps name them, a window ahead
  * under the same budget (what is in flight or written and not DONE counts); a step is READY
