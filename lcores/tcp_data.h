@@ -74,7 +74,11 @@ struct kvl_tcp_stats {
 	uint64_t qp_sge_wrs;		     /* WRs with several SGEs */
 	uint64_t qp_last_wc_status, qp_last_vendor_err; /* the last error CQE, raw */
 	uint64_t qp_completed;				/* requests completed, refused included */
-	uint64_t qp_state; /* enum kvl_qp_state (verbs.h), as the lcore last saw it */
+	uint64_t qp_state;		/* enum kvl_qp_state (verbs.h), as the lcore last saw it */
+	uint64_t qp_arms, qp_cq_events; /* hybrid idle: CQs armed, completion events taken */
+	/* doorbells rung (a post: ibv_wr_complete, or the mlx5 doorbell); mlx5 direct only: lone
+	 * WQEs written whole through BlueFlame, CQEs matching no outstanding WQE */
+	uint64_t qp_doorbells, qp_bf_copies, qp_stray_cqes;
 };
 
 struct kvl_tcp_conn;

@@ -65,6 +65,11 @@ static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
 	out->qp_completed = v->completed;
 	out->qp_state = kvl_verbs_conn_state(c);
 	out->qp_last_vendor_err = v->last_vendor_err;
+	out->qp_arms = v->arms;
+	out->qp_cq_events = v->cq_events;
+	out->qp_doorbells = v->doorbells;
+	out->qp_bf_copies = v->bf_copies;
+	out->qp_stray_cqes = v->stray_cqes;
 }
 
 static void verbs_free(void *c)

@@ -613,6 +613,15 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 				last ? ibv_wc_status_str((enum ibv_wc_status)last) : "");
 			put_u64(&k, "last_vendor_err",
 				__atomic_load_n(&st->qp_last_vendor_err, __ATOMIC_RELAXED));
+			put_u64(&k, "arms", __atomic_load_n(&st->qp_arms, __ATOMIC_RELAXED));
+			put_u64(&k, "cq_events",
+				__atomic_load_n(&st->qp_cq_events, __ATOMIC_RELAXED));
+			put_u64(&k, "doorbells",
+				__atomic_load_n(&st->qp_doorbells, __ATOMIC_RELAXED));
+			put_u64(&k, "bf_copies",
+				__atomic_load_n(&st->qp_bf_copies, __ATOMIC_RELAXED));
+			put_u64(&k, "stray_cqes",
+				__atomic_load_n(&st->qp_stray_cqes, __ATOMIC_RELAXED));
 		}
 	}
 	return sink_finish(&k, d);

@@ -27,6 +27,7 @@ cli=$!
 kvl_rdma_wait_line "$out/perf.log" lingering $cli || true
 rc=0
 python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f cli /kvlane/lcores > "$out/lcores.json" || rc=1
+python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f cli /kvlane/qps > "$out/qps.json" || rc=1
 kill -TERM $cli 2> /dev/null || true
 wait $cli || { echo "hybrid: kvlane-perf failed:"; cat "$out/perf.log"; rc=1; }
 kill -TERM $srv
@@ -46,6 +47,16 @@ print(f"NIC lcore: {row['sleeps']} sleeps, woken by completion events {row['wake
       f"kicks {row['wake_kick']}, by the bound {row['wake_timeout']}; busy {row['busy_pct']} %")
 assert row["sleeps"] >= 20, row
 assert row["wake_cq"] >= 5 and row["wake_kick"] >= 5, row
+# the QPs' side of it (/kvlane/qps): events taken, every one after an arm (verbs: one CQ, one
+# event per arm); the verbs backend rings one doorbell per post and has no direct-path
+# counters
+qp = json.load(open(f"{out}/qps.json"))["/kvlane/qps"]
+arms, evs = sum(qp["arms"]), sum(qp["cq_events"])
+print(f"QPs: armed {arms} times, {evs} completion events taken; doorbells {sum(qp['doorbells'])} "
+      f"for {sum(qp['posts'])} posts")
+assert evs >= 1 and arms >= evs, (qp, row)
+assert qp["doorbells"] == qp["posts"], qp
+assert sum(qp["bf_copies"]) == 0 and sum(qp["stray_cqes"]) == 0, qp
 PY
 [ $rc = 0 ] || echo "hybrid: FAILED"
 exit $rc
