@@ -8,28 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_test.h"
 #include "xport.h"
 #include "xport_cudma.h"
-
-#define CK(x)                                                                  \
-	do {                                                                   \
-		cudaError_t ce_ = (x);                                         \
-		if (ce_ != cudaSuccess) {                                      \
-			printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #x, \
-			       cudaGetErrorString(ce_));                       \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
-
-#define EXPECT(c, ...)                                                      \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #c); \
-			printf(__VA_ARGS__);                                \
-			printf("\n");                                       \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
 
 #define HOST_LEN (96u << 20)
 #define GPU_LEN	 (96u << 20)
@@ -314,14 +295,9 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 int main(void)
 {
 	uint8_t *host, *back, *gpu, *check, *expect;
-	int n = 0;
-	cudaError_t ce = cudaGetDeviceCount(&n);
 
-	if (ce != cudaSuccess || n == 0) {
-		printf("skipped: no usable CUDA device (%s)\n",
-		       ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
-		return 77;
-	}
+	if (gpu_test_devices() == 0)
+		return GPU_TEST_SKIP;
 	CK(cudaHostAlloc((void **)&host, HOST_LEN, cudaHostAllocMapped));
 	CK(cudaHostAlloc((void **)&back, HOST_LEN, cudaHostAllocMapped));
 	CK(cudaMalloc((void **)&gpu, GPU_LEN));

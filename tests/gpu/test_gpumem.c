@@ -9,18 +9,9 @@
 #include <cuda_runtime_api.h>
 #include <infiniband/verbs.h>
 
+#include "gpu_test.h"
 #include "gpumem.h"
 #include "xfer.h"
-
-#define EXPECT(c, ...)                                                      \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #c); \
-			printf(__VA_ARGS__);                                \
-			printf("\n");                                       \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
 
 #define LEN  (64u << 20)
 #define WLEN (1u << 20) /* bytes the loopback RDMA WRITE puts into VRAM */
@@ -167,14 +158,10 @@ int main(void)
 	char err[512];
 	struct ibv_pd *pd;
 	void *g = NULL, *h = NULL;
-	int n = 0, rc;
-	cudaError_t ce = cudaGetDeviceCount(&n);
+	int rc;
 
-	if (ce != cudaSuccess || n == 0) {
-		printf("skipped: no usable CUDA device (%s)\n",
-		       ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
-		return 77;
-	}
+	if (gpu_test_devices() == 0)
+		return GPU_TEST_SKIP;
 	EXPECT(cudaMalloc(&g, LEN) == cudaSuccess && cudaMallocHost(&h, 1 << 20) == cudaSuccess,
 	       "allocations");
 

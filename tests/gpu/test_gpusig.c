@@ -7,27 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_test.h"
 #include "gpusig.h"
-
-#define CK(x)                                                                  \
-	do {                                                                   \
-		cudaError_t ce_ = (x);                                         \
-		if (ce_ != cudaSuccess) {                                      \
-			printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #x, \
-			       cudaGetErrorString(ce_));                       \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
-
-#define EXPECT(c, ...)                                                      \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #c); \
-			printf(__VA_ARGS__);                                \
-			printf("\n");                                       \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
 
 #define BUF (1u << 20)
 
@@ -93,13 +74,9 @@ int main(void)
 	struct kvl_gpusig *s;
 	cudaStream_t st, side;
 	uint8_t *dbuf[3], seen[3];
-	int n = 0;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-		printf("skipped: no usable CUDA device (%s)\n",
-		       cudaGetErrorString(cudaGetDeviceCount(&n)));
-		return 77;
-	}
+	if (gpu_test_devices() == 0)
+		return GPU_TEST_SKIP;
 	s = kvl_gpusig_new(3, err, sizeof(err));
 	EXPECT(s != NULL, "%s", err);
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));

@@ -6,18 +6,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_test.h"
+
 /* Exit 77 = "skip" for meson: there is no GPU to test on, and we say why. */
 static int probe(void)
 {
-	int n = 0;
-	cudaError_t ce = cudaGetDeviceCount(&n);
+	int n = gpu_test_devices();
 	struct cudaDeviceProp prop;
 
-	if (ce != cudaSuccess || n == 0) {
-		printf("skipped: no usable CUDA device (%s)\n",
-		       ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
-		return 77;
-	}
+	if (n == 0)
+		return GPU_TEST_SKIP;
 	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
 		return 1;
 	printf("devices=%d\nname=%s\n", n, prop.name);
