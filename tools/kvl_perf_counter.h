@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,23 @@ static inline int64_t kvl_perf_read(int fd)
 	if (fd < 0 || read(fd, &v, sizeof(v)) != sizeof(v))
 		return -1;
 	return (int64_t)v;
+}
+
+/* Count from 0 from here (nothing where @fd is -1). */
+static inline void kvl_perf_start(int fd)
+{
+	if (fd >= 0) {
+		ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+	}
+}
+
+/* Stop counting: the count since kvl_perf_start(), or -1. */
+static inline int64_t kvl_perf_stop(int fd)
+{
+	if (fd >= 0)
+		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+	return kvl_perf_read(fd);
 }
 
 /*

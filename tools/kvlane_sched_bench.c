@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -156,20 +155,14 @@ static void run_case(bool coalesce, uint64_t target, int reps, int pfd, double *
 			perror("kvl_sched_create");
 			exit(1);
 		}
-		if (pfd >= 0) {
-			ioctl(pfd, PERF_EVENT_IOC_RESET, 0);
-			ioctl(pfd, PERF_EVENT_IOC_ENABLE, 0);
-		}
+		kvl_perf_start(pfd);
 		double t0 = now_s();
 
 		r = run_loop(s, target);
 		double t = now_s() - t0;
+		int64_t ins = kvl_perf_stop(pfd);
 
-		if (pfd >= 0) {
-			ioctl(pfd, PERF_EVENT_IOC_DISABLE, 0);
-			if (read(pfd, &instr, sizeof(instr)) != sizeof(instr))
-				instr = 0;
-		}
+		instr = ins > 0 ? (uint64_t)ins : 0;
 		if (t < best)
 			best = t;
 		kvl_sched_free(s);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,19 +62,14 @@ static const struct bcase cases[] = {
 
 static void start(int fd, struct meas *m)
 {
-	if (fd >= 0) {
-		ioctl(fd, PERF_EVENT_IOC_RESET, 0);
-		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-	}
+	kvl_perf_start(fd);
 	m->ns = now_ns();
 }
 
 static void stop(int fd, struct meas *m)
 {
 	m->ns = now_ns() - m->ns;
-	if (fd >= 0)
-		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-	m->insns = kvl_perf_read(fd);
+	m->insns = kvl_perf_stop(fd);
 }
 
 static const char *case_name(const struct bcase *k, char *b, size_t cap)
