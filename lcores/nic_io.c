@@ -24,8 +24,8 @@ _Static_assert(sizeof(struct kvl_lcmd) % 4 == 0, "ring elements are multiples of
 _Static_assert(sizeof(struct kvl_levt) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_notice) % 4 == 0, "ring elements are multiples of 4 bytes");
 
-static struct rte_ring *ring(const char *what, unsigned nic, size_t esize, unsigned count,
-			     int socket, unsigned flags)
+struct rte_ring *kvl_nic_ring(const char *what, unsigned nic, size_t esize, unsigned count,
+			      int socket, unsigned flags)
 {
 	char name[RTE_RING_NAMESIZE];
 
@@ -62,15 +62,15 @@ int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned de
 			close(io->efd);
 		return rc ? rc : -EMFILE;
 	}
-	io->sub = ring("sub", nic, sizeof(struct kvl_sub), subs, socket, RING_F_SC_DEQ);
-	io->cpl = ring("cpl", nic, sizeof(struct kvl_wc), cpls, socket,
-		       RING_F_SP_ENQ | RING_F_SC_DEQ);
-	io->cmd = ring("cmd", nic, sizeof(struct kvl_lcmd), 1024, socket,
-		       RING_F_SP_ENQ | RING_F_SC_DEQ);
-	io->evt = ring("evt", nic, sizeof(struct kvl_levt), 1024, socket,
-		       RING_F_SP_ENQ | RING_F_SC_DEQ);
-	io->ntf = ring("ntf", nic, sizeof(struct kvl_notice), 4096, socket,
-		       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->sub = kvl_nic_ring("sub", nic, sizeof(struct kvl_sub), subs, socket, RING_F_SC_DEQ);
+	io->cpl = kvl_nic_ring("cpl", nic, sizeof(struct kvl_wc), cpls, socket,
+			       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->cmd = kvl_nic_ring("cmd", nic, sizeof(struct kvl_lcmd), 1024, socket,
+			       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->evt = kvl_nic_ring("evt", nic, sizeof(struct kvl_levt), 1024, socket,
+			       RING_F_SP_ENQ | RING_F_SC_DEQ);
+	io->ntf = kvl_nic_ring("ntf", nic, sizeof(struct kvl_notice), 4096, socket,
+			       RING_F_SP_ENQ | RING_F_SC_DEQ);
 	if (!io->sub || !io->cpl || !io->cmd || !io->evt || !io->ntf) {
 		int rc = -rte_errno;
 

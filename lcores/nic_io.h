@@ -135,6 +135,12 @@ unsigned kvl_nic_io_sleep(void *io, uint32_t max_us);
  */
 int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned depth);
 
+/* A ring of @count (rounded up to a power of two) @esize-byte elements on @socket, named
+ * "kvl_<what><nic>" (unique per NIC), with @flags (RING_F_*) and exactly that many slots.
+ * NULL with rte_errno set on failure. */
+struct rte_ring *kvl_nic_ring(const char *what, unsigned nic, size_t esize, unsigned count,
+			      int socket, unsigned flags);
+
 /* Free the rings and every connection still open (after the lcore stopped). */
 void kvl_nic_io_fini(struct kvl_nic_io *io);
 

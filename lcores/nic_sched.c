@@ -26,16 +26,6 @@ uint64_t kvl_nic_sched_now(const struct kvl_nic_sched *ns)
 	return (uint64_t)(((unsigned __int128)rte_rdtsc() * ns->tsc_mult) >> 32);
 }
 
-static struct rte_ring *ring(const char *what, unsigned nic, size_t esize, unsigned count,
-			     int socket, unsigned flags)
-{
-	char name[RTE_RING_NAMESIZE];
-
-	snprintf(name, sizeof(name), "kvl_%s%u", what, nic);
-	return rte_ring_create_elem(name, (unsigned)esize, rte_align32pow2(count), socket,
-				    flags | RING_F_EXACT_SZ);
-}
-
 struct kvl_nic_sched *kvl_nic_sched_create(struct kvl_nic_io *io,
 					   const struct kvl_nic_sched_cfg *cfg)
 {
@@ -64,11 +54,12 @@ struct kvl_nic_sched *kvl_nic_sched_create(struct kvl_nic_io *io,
 	ns->xid_mask = nx - 1;
 	ns->byid_mask = rte_align32pow2(cfg->sched->max_requests) - 1;
 	ns->byid = calloc(ns->byid_mask + 1, sizeof(*ns->byid));
-	ns->cmd = ring("scmd", cfg->nic, sizeof(struct kvl_nsched_cmd), CMD_RING, cfg->socket,
-		       RING_F_SC_DEQ);
+	ns->cmd = kvl_nic_ring("scmd", cfg->nic, sizeof(struct kvl_nsched_cmd), CMD_RING,
+			       cfg->socket, RING_F_SC_DEQ);
 	/* The scheduler keeps what the ring cannot take, so its size bounds nothing. */
-	ns->ev = ring("sev", cfg->nic, sizeof(struct kvl_sched_event), evs < 65536 ? evs : 65536,
-		      cfg->socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	ns->ev =
+		kvl_nic_ring("sev", cfg->nic, sizeof(struct kvl_sched_event),
+			     evs < 65536 ? evs : 65536, cfg->socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	if (cfg->null_xport) {
 		ns->null.c = kvl_null_conn_new(cfg->sched->max_xfers);
 		ns->null.ops = ns->null.c ? &kvl_xport_null : NULL;
