@@ -749,6 +749,19 @@ static struct kvl_cudma_conn *new_conn(struct world *w, const struct cfg *f)
 	return c;
 }
 
+/* The transport's defaults: what sets the staging slots up before a sweep. */
+static const struct cfg DEFAULT_CFG = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
+
+/* @w for @s with all its s->L staging slots allocated and registered. */
+static void world_with_slots(struct world *w, const struct scen *s)
+{
+	world_init(w, s, s->L);
+	struct kvl_cudma_conn *c0 = new_conn(w, &DEFAULT_CFG);
+
+	set_slots(w, s->L, c0);
+	kvl_cudma_free(c0);
+}
+
 static bool same_outputs(struct world *w)
 {
 	size_t n = (size_t)w->sc.L * w->sc.B * ATT_QH * ATT_HD * 2;
@@ -772,8 +785,7 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
 	void *hog1 = NULL;
 	int W;
 
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
-	struct kvl_cudma_conn *c = new_conn(w, &dflt);
+	struct kvl_cudma_conn *c = new_conn(w, &DEFAULT_CFG);
 	set_slots(w, 0, c);
 	CK(cudaDeviceSynchronize());
 	CK(cudaMemGetInfo(&fr, &tot));
@@ -927,15 +939,8 @@ static void xfer_sweep(const std::vector<struct cfg> &cf, int splits, struct cei
 {
 	struct scen s = { "B 8x4K tok, all remote", 8, 256, 256, 8, splits };
 	struct world w;
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 
-	world_init(&w, &s, s.L);
-	{
-		struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
-
-		set_slots(&w, s.L, c0);
-		kvl_cudma_free(c0);
-	}
+	world_with_slots(&w, &s);
 	printf("\ntransport alone: one step of scenario B (%d layers x %zu MiB = %.2f GiB), "
 	       "median of 7; ceiling = the 1 GiB pinned copy, %.1f GB/s\n",
 	       s.L, w.slot_bytes / MiB, s.L * w.slot_bytes / 1073741824.0, cl.h2d_big / GB);
@@ -983,15 +988,8 @@ static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct 
 {
 	struct scen s = { "A 8x32K tok, 16 blk/seq remote", 8, 2048, 16, 8, splits };
 	struct world w;
-	struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
 
-	world_init(&w, &s, s.L);
-	{
-		struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
-
-		set_slots(&w, s.L, c0);
-		kvl_cudma_free(c0);
-	}
+	world_with_slots(&w, &s);
 	printf("\noverlap: scenario A (%s, %zu MiB remote per step), window W=%d, %d steps\n",
 	       s.name, s.L * w.slot_bytes / MiB, s.L, steps);
 	printf("%-4s %-12s %8s %8s %8s %7s %8s %8s %7s %7s %6s\n", "unit", "method", "p50 ms",
@@ -1002,7 +1000,7 @@ static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct 
 
 		world_layout(&w, &un, UNIT[ui]);
 		w.cst = w.cst_lo;
-		struct kvl_cudma_conn *c = new_conn(&w, &dflt);
+		struct kvl_cudma_conn *c = new_conn(&w, &DEFAULT_CFG);
 		struct result res = run_mode(&w, M_RESIDENT, &un, c, steps, s.L, NULL);
 		kvl_cudma_free(c);
 		CK(cudaMemcpy(w.out_res, w.out_pipe, (size_t)s.L * s.B * ATT_QH * ATT_HD * 2,
@@ -1194,14 +1192,7 @@ int main(int argc, char **argv)
 		struct world w;
 		const struct scen *s = &scens[si];
 
-		world_init(&w, s, s->L);
-		{
-			struct cfg dflt = { "gather", KVL_CUDMA_GATHER, 0, 0, 0, 0, 0, false };
-			struct kvl_cudma_conn *c0 = new_conn(&w, &dflt);
-
-			set_slots(&w, s->L, c0);
-			kvl_cudma_free(c0);
-		}
+		world_with_slots(&w, s);
 		std::vector<struct units> uns(3);
 		for (int ui = 0; ui < 3; ui++) {
 			if (w.slot_bytes % UNIT[ui])
