@@ -22,6 +22,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "kvl_clock.h"
 #include "control.h"
 #include "runtime.h"
 #include "verbs.h"
@@ -135,14 +136,6 @@ static const char *const state_names[] = { "free",    "connecting", "handshake",
 const char *kvl_peer_state_name(int s)
 {
 	return s >= 0 && s <= KVL_PEER_DEAD ? state_names[s] : "?";
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void wake(struct kvl_control *c)
@@ -415,7 +408,7 @@ static void peer_reset(struct kvl_control *c, uint32_t p, const char *addr, bool
 		pub->n_segs = 0;
 		pub->fail_status = 0;
 		pub->fail_msg[0] = '\0';
-		pub->last_rx_ns = now_ns();
+		pub->last_rx_ns = kvl_now_ns();
 		pub->rtt_us = 0;
 		pub->heartbeats_rx = 0;
 		rte_spinlock_unlock(&pub->lock);
@@ -446,7 +439,7 @@ static int peer_alloc(struct kvl_control *c, const char *addr, bool initiator)
  */
 static bool warn_ok(struct kvl_control *c)
 {
-	uint64_t t = now_ns();
+	uint64_t t = kvl_now_ns();
 
 	if (t - c->warn_ns < 1000000000ull) {
 		c->warn_suppressed++;
@@ -515,7 +508,7 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 		close(pr->fd);
 		pr->fd = -1;
 	}
-	pr->retry_ns = now_ns() + RECONNECT_NS;
+	pr->retry_ns = kvl_now_ns() + RECONNECT_NS;
 	set_state(c, p, KVL_PEER_DEAD);
 }
 
@@ -560,7 +553,8 @@ static void peer_connect(struct kvl_control *c, uint32_t p)
 	int rc;
 
 	set_state(c, p, KVL_PEER_CONNECTING);
-	pr->deadline_ns = now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
+	pr->deadline_ns =
+		kvl_now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
 	if (pr->waiter && pr->waiter->deadline_ns < pr->deadline_ns)
 		pr->deadline_ns = pr->waiter->deadline_ns;
 	rc = start_connect(c->pub[p].addr, &pr->fd, err, sizeof(err), NULL);
@@ -1057,7 +1051,7 @@ static void maybe_exchanged(struct kvl_control *c, uint32_t p)
 static void authenticated(struct kvl_control *c, uint32_t p)
 {
 	struct peer *pr = &c->peer[p];
-	uint64_t t = now_ns();
+	uint64_t t = kvl_now_ns();
 
 	set_state(c, p, KVL_PEER_EXCHANGE);
 	pr->next_hb_ns = t;
@@ -1077,7 +1071,7 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 	int st = pub->state;
 
 	memset(&out, 0, sizeof(out));
-	pub->last_rx_ns = now_ns();
+	pub->last_rx_ns = kvl_now_ns();
 	/* Before authentication only the handshake's own messages are accepted. */
 	if (st == KVL_PEER_HANDSHAKE && pub->initiator) {
 		if (m->type == KVL_CTRL_CHALLENGE && pr->challenge.type == 0) {
@@ -1211,7 +1205,7 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 			kvl_status_name((int)m->u.req_cancel.status));
 		break;
 	case KVL_CTRL_HEARTBEAT_ACK:
-		pub->rtt_us = (now_ns() - m->u.heartbeat.sent_ns) / 1000;
+		pub->rtt_us = (kvl_now_ns() - m->u.heartbeat.sent_ns) / 1000;
 		pub->heartbeats_rx++;
 		break;
 	case KVL_CTRL_ERROR:
@@ -1555,7 +1549,7 @@ static void accept_control(struct kvl_control *c)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->peer[p].fd = fd;
 	c->peer[p].deadline_ns =
-		now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
+		kvl_now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
 	set_state(c, (uint32_t)p, KVL_PEER_HANDSHAKE);
 }
 
@@ -1576,7 +1570,7 @@ static void accept_data(struct kvl_control *c, unsigned nic)
 	pc->state = PC_WAIT_BIND;
 	pc->nic = nic;
 	pc->peer = UINT32_MAX;
-	pc->deadline_ns = now_ns() + BIND_TIMEOUT_NS;
+	pc->deadline_ns = kvl_now_ns() + BIND_TIMEOUT_NS;
 }
 
 enum { FD_EVENT, FD_LISTEN, FD_DATA, FD_PEER, FD_PENDING };
@@ -1676,7 +1670,7 @@ static void *control_main(void *arg)
 		}
 		take_api_requests(c);
 		take_lcore_events(c);
-		timers(c, now_ns());
+		timers(c, kvl_now_ns());
 		/* Flush what handling queued, without waiting for POLLOUT. */
 		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++)
 			if (c->peer[p].fd >= 0 && c->peer[p].tx_len &&
@@ -1881,7 +1875,7 @@ int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeo
 	}
 	memset(&r, 0, sizeof(r));
 	snprintf(r.addr, sizeof(r.addr), "%s", addr);
-	r.deadline_ns = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	r.deadline_ns = kvl_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	pthread_mutex_lock(&c->lock);
 	for (unsigned i = 0; i < MAX_API_REQS; i++)
 		if (c->req[i] == NULL) {

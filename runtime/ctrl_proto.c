@@ -19,7 +19,7 @@
 #include "kvlane/kvlane.h" /* enum kvl_status: REQ_CANCEL's status */
 
 /*
- * KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE (enum kvl_seg_flags, lcores/xfer.h). Spelled out
+ * KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE (enum kvl_seg_flags, lcores/xport/xfer.h). Spelled out
  * because runtime/ does not include lcores/; the unit test pins which bits pass.
  */
 #define SEG_FLAGS_KNOWN 0x3u

@@ -10,6 +10,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "kvl_clock.h"
 #include "control.h"
 #include "verbs.h"
 #include "kvlane/kvlane.h"
@@ -43,11 +44,6 @@ struct kvl_req_table {
 	uint32_t *gen;
 	struct kvl_nsreq **r;
 };
-
-static uint64_t now_ns(void)
-{
-	return rte_get_tsc_cycles() * 1000000000ull / rte_get_tsc_hz();
-}
 
 /* ---- start, stop, budget ---- */
 
@@ -396,12 +392,12 @@ static int pick_nic(struct kvl_runtime *rt, struct kvl_peer_pub *pub)
 
 static int send_cmd(struct kvl_runtime *rt, unsigned nic, struct kvl_nsched_cmd *c, bool wait)
 {
-	uint64_t until = wait ? now_ns() + LCORE_WAIT_NS : 0;
+	uint64_t until = wait ? kvl_now_ns() + LCORE_WAIT_NS : 0;
 
 	while (rte_ring_mp_enqueue_elem(rt->nsched[nic]->cmd, c, sizeof(*c)) != 0) {
 		if (!wait)
 			return -EAGAIN;
-		if (now_ns() > until)
+		if (kvl_now_ns() > until)
 			return -ETIMEDOUT;
 		sched_yield();
 	}
@@ -465,9 +461,9 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		return rc;
 	}
 	/* The scheduler's own checks and pools answer synchronously: errors keep nothing. */
-	until = now_ns() + LCORE_WAIT_NS;
+	until = kvl_now_ns() + LCORE_WAIT_NS;
 	while ((rc = __atomic_load_n(&r->open_rc, __ATOMIC_ACQUIRE)) == 1) {
-		if (now_ns() > until)
+		if (kvl_now_ns() > until)
 			return -ETIMEDOUT; /* the lcore may still read @r: it stays allocated */
 		sched_yield();
 	}

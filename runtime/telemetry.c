@@ -11,6 +11,7 @@
 #include <rte_telemetry.h>
 
 #include "kvl_build_config.h"
+#include "kvl_clock.h"
 #include "control.h"
 #include "nic_sched.h"
 #include "runtime.h"
@@ -364,7 +365,6 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 {
 	struct kvl_tcp_stats st = { 0 };
 	uint64_t now = 0, last;
-	struct timespec ts;
 	char addr[KVL_CTRL_ADDR_LEN], name[KVL_CTRL_NAME_LEN], why[KVL_CTRL_TEXT_LEN];
 	uint32_t conns, segs;
 	int state, fail;
@@ -383,8 +383,7 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	last = pub->last_rx_ns;
 	fail = pub->fail_status;
 	rte_spinlock_unlock(&pub->lock);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	now = kvl_now_ns();
 	put_int(k, "peer", (int)p);
 	put_str(k, "addr", addr);
 	put_str(k, "name", name);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_attn.cuh"
+#include "kvl_clock.h"
 #include "gpusig.h"
 #include "xport_cudma.h"
 
@@ -34,14 +35,6 @@
 
 static const double GB = 1e9;
 static const size_t MiB = 1u << 20;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static double cpu_s(void)
 {
@@ -505,16 +498,16 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 	r.w_first = r.w_last = W;
 	r.free_min_after_adjust = INFINITY;
 	CK(cudaDeviceSynchronize());
-	t0 = now_s();
+	t0 = kvl_now_s();
 	c0 = cpu_s();
-	double last_t = now_s();
+	double last_t = kvl_now_s();
 	size_t last_done = 0;
 
 	while (g_done < G) {
 		if (g_done != last_done) {
 			last_done = g_done;
-			last_t = now_s();
-		} else if (now_s() - last_t > 10) {
+			last_t = kvl_now_s();
+		} else if (kvl_now_s() - last_t > 10) {
 			DIE("stuck: mode %s, %zu of %zu layers done, %zu fetched, %d steps enqueued, "
 			    "draining %d, W %d",
 			    mode_name[m], g_done, G, g_fetch, enq, draining, W);
@@ -618,7 +611,7 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 			if (pr->hog2_ptr == NULL && g_done >= (size_t)pr->at_step * L) {
 				CK(cudaMalloc(&pr->hog2_ptr, pr->hog2));
 				CK(cudaMemset(pr->hog2_ptr, 1, pr->hog2));
-				pressure_t = now_s();
+				pressure_t = kvl_now_s();
 				CK(cudaMemGetInfo(&fr, &tot));
 				if (fr < pr->reserve)
 					draining = true; /* shrink at the next quiet point */
@@ -632,7 +625,7 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 				g_base = g_done;
 				r.w_last = W;
 				draining = false;
-				r.over_reserve_ms = (now_s() - pressure_t) * 1e3;
+				r.over_reserve_ms = (kvl_now_s() - pressure_t) * 1e3;
 			}
 			if (!draining && (g_done % L) == 0) {
 				CK(cudaMemGetInfo(&fr, &tot));
@@ -641,7 +634,7 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 		}
 	}
 	CK(cudaStreamSynchronize(w->cst));
-	r.wall = now_s() - t0;
+	r.wall = kvl_now_s() - t0;
 	r.cpu = cpu_s() - c0;
 	for (int st = 1; st < steps; st++) { /* step 0 includes the pipeline's fill */
 		float ms;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 
 #define MAX_SETS	   32
@@ -227,14 +228,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* "1.00 GiB", "32 KiB": sizes for people (exact byte counts are printed beside them). */
 static const char *human(uint64_t b, char *buf, size_t len)
 {
@@ -339,7 +332,7 @@ struct run {
 static int pull_request(struct run *r, unsigned req)
 {
 	size_t next = 0, done = 0, inflight = 0;
-	uint64_t last_progress = now_ns();
+	uint64_t last_progress = kvl_now_ns();
 	int failed = 0;
 
 	while (done < r->n_plan) {
@@ -381,7 +374,7 @@ static int pull_request(struct run *r, unsigned req)
 			break;
 		got = kvl_poll(r->rt, cpl, 64);
 		if (got == 0) {
-			if (now_ns() - last_progress > STALL_TIMEOUT_NS) {
+			if (kvl_now_ns() - last_progress > STALL_TIMEOUT_NS) {
 				fprintf(stderr,
 					"kvlane-kvdemo: request %u: %zu READs in flight and no "
 					"completion for %llu s; giving up\n",
@@ -392,7 +385,7 @@ static int pull_request(struct run *r, unsigned req)
 			sched_yield();
 			continue;
 		}
-		last_progress = now_ns();
+		last_progress = kvl_now_ns();
 		for (unsigned i = 0; i < got; i++) {
 			const struct xfer_plan *p = &r->plan[cpl[i].cookie];
 			uint64_t t0, bad;
@@ -411,10 +404,10 @@ static int pull_request(struct run *r, unsigned req)
 				failed = 1;
 				continue;
 			}
-			t0 = now_ns();
+			t0 = kvl_now_ns();
 			bad = kvl_pattern_check(r->local + p->local_off, p->length, r->seed,
 						p->remote_off);
-			r->verify_ns += now_ns() - t0;
+			r->verify_ns += kvl_now_ns() - t0;
 			if (bad != p->length) {
 				uint8_t want;
 
@@ -563,9 +556,9 @@ int main(int argc, char **argv)
 	       o.tokens, nb, req_bytes, human(req_bytes, h1, sizeof(h1)));
 	/* The pages' first touch is slow (page faults, more so in a VM): done here, once, and
 	 * said, so that it is not mistaken for transfer time. */
-	t_zero = now_ns();
+	t_zero = kvl_now_ns();
 	memset(loc.base, 0, loc.length);
-	t_zero = now_ns() - t_zero;
+	t_zero = kvl_now_ns() - t_zero;
 	printf("  local       segment \"kvdemo-decode\" of the same geometry, %s, first touched "
 	       "in %.2f s\n",
 	       human(loc.length, h1, sizeof(h1)), (double)t_zero / 1e9);
@@ -589,13 +582,13 @@ int main(int argc, char **argv)
 		/* Stale bytes of the previous request must not pass for this one's. */
 		for (size_t i = 0; i < n_plan; i++)
 			memset((uint8_t *)loc.base + plan[i].local_off, 0, plan[i].length);
-		t0 = now_ns();
+		t0 = kvl_now_ns();
 		if (pull_request(&r, q + 1) < 0) {
 			free(plan);
 			free(lat);
 			goto out;
 		}
-		lat[q] = now_ns() - t0;
+		lat[q] = kvl_now_ns() - t0;
 		total_ns += lat[q];
 		printf("  request %u/%u %" PRIu64 " bytes in %.1f ms, %.2f GB/s, verified\n", q + 1,
 		       o.requests, req_bytes, (double)lat[q] / 1e6,

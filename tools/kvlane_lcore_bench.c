@@ -14,6 +14,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "kvl_clock.h"
 #include "kvl_perf_counter.h"
 #include "nic_io.h"
 #include "nic_sched.h"
@@ -156,14 +157,6 @@ __attribute__((noinline)) static struct result run_loop(struct kvl_lcore *lc,
 	return r;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void lcore_for(struct kvl_lcore *lc, struct kvl_nic_io *io, struct kvl_nic_sched *ns)
 {
 	static const bool quit;
@@ -194,10 +187,10 @@ static void run_case(struct kvl_nic_io *io, bool coalesce, uint64_t target, int 
 		}
 		lcore_for(&lc, io, ns);
 		kvl_perf_start(pfd);
-		double t0 = now_s();
+		double t0 = kvl_now_s();
 
 		r = run_loop(&lc, ns, target);
-		double t = now_s() - t0;
+		double t = kvl_now_s() - t0;
 		int64_t ins = kvl_perf_stop(pfd);
 
 		instr = ins > 0 ? (uint64_t)ins : 0;

@@ -16,6 +16,7 @@
 
 #include <ini.h>
 
+#include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 
 enum {
@@ -600,14 +601,6 @@ static int pick_nic(const struct opts *o, struct nic_scan *s)
 
 /* ---- clock ---- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static double mono_s(uint64_t ns)
 {
 	return (double)ns / 1e9;
@@ -621,20 +614,20 @@ struct run_clock {
 
 static void clock_resume(struct run_clock *c)
 {
-	c->since = now_ns();
+	c->since = kvl_now_ns();
 	c->running = true;
 }
 
 static void clock_pause(struct run_clock *c)
 {
 	if (c->running)
-		c->acc += now_ns() - c->since;
+		c->acc += kvl_now_ns() - c->since;
 	c->running = false;
 }
 
 static uint64_t clock_read(const struct run_clock *c)
 {
-	return c->acc + (c->running ? now_ns() - c->since : 0);
+	return c->acc + (c->running ? kvl_now_ns() - c->since : 0);
 }
 
 /* ---- client state ---- */
@@ -848,7 +841,7 @@ static unsigned poll_once(struct client *c)
 
 	if (n == 0)
 		return 0;
-	t = now_ns();
+	t = kvl_now_ns();
 	run_ns = clock_read(&c->clk);
 	for (unsigned i = 0; i < n; i++)
 		on_completion(c, &k[i], t, run_ns);
@@ -868,7 +861,7 @@ static uint64_t outstanding(const struct client *c)
 static bool poll_or_stall(struct client *c)
 {
 	if (poll_once(c) == 0) {
-		if (outstanding(c) && now_ns() - c->last_progress > STALL_NS) {
+		if (outstanding(c) && kvl_now_ns() - c->last_progress > STALL_NS) {
 			fprintf(stderr,
 				"%s: %" PRIu64
 				" transfers outstanding and none completed for %llu s: "
@@ -898,7 +891,7 @@ static uint32_t write_seed(const struct client *c)
 static int move_range(struct client *c, struct server *s, int op, uint64_t len, uint64_t *bytes)
 {
 	uint32_t chunk = c->size > VERIFY_CHUNK ? c->size : VERIFY_CHUNK;
-	uint64_t off = 0, done = 0, out = 0, last = now_ns();
+	uint64_t off = 0, done = 0, out = 0, last = kvl_now_ns();
 	bool died = false, bad = false;
 
 	while ((off < len && !died && !bad) || out) {
@@ -954,8 +947,8 @@ static int move_range(struct client *c, struct server *s, int op, uint64_t len, 
 			}
 		}
 		if (n) {
-			last = now_ns();
-		} else if (now_ns() - last > STALL_NS) {
+			last = kvl_now_ns();
+		} else if (kvl_now_ns() - last > STALL_NS) {
 			fprintf(stderr, "%s: server %s: verification transfers did not complete\n",
 				prog, s->addr);
 			c->stalled = true;
@@ -966,7 +959,7 @@ static int move_range(struct client *c, struct server *s, int op, uint64_t len, 
 	}
 	*bytes += done;
 	if (died)
-		server_died(s, now_ns());
+		server_died(s, kvl_now_ns());
 	return bad ? -1 : died ? 1 : 0;
 }
 
@@ -1126,7 +1119,7 @@ static bool post_some(struct client *c, uint64_t budget)
 		c->inf[idx[n]] = (struct inflight){ .server = (uint32_t)i, .slot = (uint32_t)slot };
 		n++;
 	}
-	t = now_ns();
+	t = kvl_now_ns();
 	rc = kvl_post(c->rt, s->peer, x, n);
 	if (rc == -ENOTCONN) {
 		server_died(s, t);
@@ -1163,7 +1156,7 @@ static bool want_more(struct client *c)
 /* The engine of run_bw and run_lat: @depth transfers in flight until -n or --duration. */
 static void run_size(struct client *c)
 {
-	c->t0 = c->last_progress = now_ns();
+	c->t0 = c->last_progress = kvl_now_ns();
 	c->clk = (struct run_clock){ 0 };
 	if (c->o->verify)
 		pass_prepare(c);
@@ -1655,7 +1648,7 @@ static int run_server(struct opts *o, struct kvl_runtime *rt)
 {
 	struct kvl_seg_geom g = { .layers = 1, .planes = 1, .blocks = 1 };
 	struct kvl_segment seg;
-	uint64_t end = o->duration > 0 ? now_ns() + (uint64_t)(o->duration * 1e9) : 0;
+	uint64_t end = o->duration > 0 ? kvl_now_ns() + (uint64_t)(o->duration * 1e9) : 0;
 	int rc;
 
 	g.block_bytes = (uint32_t)o->seg_size;
@@ -1676,7 +1669,7 @@ static int run_server(struct opts *o, struct kvl_runtime *rt)
 	printf("kvlane-perf server: listening on %s, segment %" PRIu32 " %" PRIu64 "\n",
 	       kvl_listen_addr(rt), seg.id, seg.length);
 	fflush(stdout);
-	while (!stop_signal && (end == 0 || now_ns() < end)) {
+	while (!stop_signal && (end == 0 || kvl_now_ns() < end)) {
 		struct timespec ts = { 0, 20000000 };
 
 		nanosleep(&ts, NULL);
@@ -1788,12 +1781,12 @@ int main(int argc, char **argv)
 		c.conns = o.qps ? o.qps : nics.qp_count[nic];
 		status = run_client(&c);
 		if (o.linger > 0 && !stop_signal) {
-			uint64_t end = now_ns() + (uint64_t)(o.linger * 1e9);
+			uint64_t end = kvl_now_ns() + (uint64_t)(o.linger * 1e9);
 
 			fprintf(stderr,
 				"%s: lingering %.0f s (telemetry stays up; SIGTERM ends it)\n",
 				prog, o.linger);
-			while (!stop_signal && now_ns() < end)
+			while (!stop_signal && kvl_now_ns() < end)
 				usleep(20000);
 		}
 	}

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "kvl_perf_counter.h"
 #include "kvlane/kvlane.h"
 #include "sched.h"
@@ -133,14 +134,6 @@ __attribute__((noinline)) static struct result run_loop(struct kvl_sched *s, uin
 	return r;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One case: best of @reps runs (the VM is noisy), instructions from perf when allowed. */
 static void run_case(bool coalesce, uint64_t target, int reps, int pfd, double *dps, double *ipd)
 {
@@ -156,10 +149,10 @@ static void run_case(bool coalesce, uint64_t target, int reps, int pfd, double *
 			exit(1);
 		}
 		kvl_perf_start(pfd);
-		double t0 = now_s();
+		double t0 = kvl_now_s();
 
 		r = run_loop(s, target);
-		double t = now_s() - t0;
+		double t = kvl_now_s() - t0;
 		int64_t ins = kvl_perf_stop(pfd);
 
 		instr = ins > 0 ? (uint64_t)ins : 0;

@@ -15,6 +15,7 @@
 
 #include <rte_eal.h>
 
+#include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 
 /*
@@ -130,14 +131,6 @@ static volatile uint64_t last_budget;
 static uint64_t shrink_cap; /* vram: the budget while free VRAM is low */
 static char tel_path[512];
 static uint64_t errors, base_budget;
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static void usage(const char *p)
 {
@@ -439,7 +432,7 @@ static int addrs(uint32_t i, uint32_t l, const int16_t **kb, const int16_t **vb)
 /* Wait for the end events, so the requests' places are free for the next round. */
 static int drain(void)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvl_now_ns();
 
 	for (;;) {
 		uint32_t left = 0;
@@ -449,7 +442,7 @@ static int drain(void)
 			left += !rq[i].ended;
 		if (left == 0)
 			return 0;
-		if (now_ns() - t0 > 10000000000ull) {
+		if (kvl_now_ns() - t0 > 10000000000ull) {
 			fprintf(stderr, "requests did not end within 10 s\n");
 			errors++;
 			return -ETIMEDOUT;
@@ -460,10 +453,10 @@ static int drain(void)
 /* Cap (or lift, UINT64_MAX) the budget and wait until the scheduler runs under it. */
 static void set_budget(uint64_t cap, bool wait)
 {
-	uint64_t want = cap == UINT64_MAX ? base_budget : cap, t0 = now_ns();
+	uint64_t want = cap == UINT64_MAX ? base_budget : cap, t0 = kvl_now_ns();
 
 	kvl_req_budget_cap(rt, cap);
-	while (wait && last_budget != want && now_ns() - t0 < 2000000000ull)
+	while (wait && last_budget != want && kvl_now_ns() - t0 < 2000000000ull)
 		usleep(200);
 	if (wait && last_budget != want) {
 		fprintf(stderr, "the scheduler's budget is %" PRIu64 ", not %" PRIu64 "\n",
@@ -517,7 +510,7 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 	 * not given back when the others' admission shrinks it (see docs/sim-bench.md). */
 	set_budget(0, admit_together);
 	tag = mode * N_PHASES + (mode == M_VRAM ? 0 : 3);
-	t_start = now_ns();
+	t_start = kvl_now_ns();
 	if (!admit_together)
 		set_budget(mode_cap(mode), false);
 	if (open_all(mode) < 0) {
@@ -537,13 +530,13 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 		pump();
 		pick = pick_next(nl, all);
 		if (pick < 0) {
-			t0 = now_ns();
+			t0 = kvl_now_ns();
 			for (;;) {
 				pump();
 				pick = pick_next(nl, all);
 				if (pick >= 0 || errors)
 					break;
-				if (now_ns() - t0 > 10000000000ull) {
+				if (kvl_now_ns() - t0 > 10000000000ull) {
 					fprintf(stderr,
 						"%s: no READY step within 10 s (%u of %u steps "
 						"done)\n",
@@ -552,7 +545,7 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 					break;
 				}
 			}
-			exp_ns += now_ns() - t0;
+			exp_ns += kvl_now_ns() - t0;
 			if (pick < 0)
 				break;
 		}
@@ -561,16 +554,16 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 			for (uint32_t j = 0; j < n_req; j++)
 				n_ready_all += rq[j].ready > 0;
 			if (n_ready_all == n_req)
-				wait_all = now_ns() - t_start;
+				wait_all = kvl_now_ns() - t_start;
 		}
 		i = (uint32_t)pick;
 		st = all ? 0 : nl[i];
 		if (addrs(i, nl[i], kb, vb) < 0)
 			break;
-		t0 = now_ns();
+		t0 = kvl_now_ns();
 		sums[i * n_layers + nl[i]] =
 			attn(kb, vb, qv + qoff(i, nl[i]), out + qoff(i, nl[i]), g);
-		t_end = now_ns();
+		t_end = kvl_now_ns();
 		comp_ns += t_end - t0;
 		if (m) {
 			m->lat[m->n_lat] = t_end - t_prev[i];
@@ -583,13 +576,13 @@ static uint64_t round_run(int mode, struct mstat *m, uint32_t g)
 		n_done++;
 		if (!all || nl[i] == n_layers)
 			step_done(i, st);
-		t_prev[i] = now_ns();
+		t_prev[i] = kvl_now_ns();
 		if (mode == M_VRAM &&
 		    ((phase == 0 && n_done * 3 >= total) ||
 		     (phase == 1 && n_done * 3 >= 2 * total)) &&
 		    m) {
-			m->phase_ns[phase] += now_ns() - t_phase;
-			t_phase = now_ns();
+			m->phase_ns[phase] += kvl_now_ns() - t_phase;
+			t_phase = kvl_now_ns();
 		}
 		if (mode == M_VRAM && phase == 0 && n_done * 3 >= total) {
 			phase = 1;
@@ -628,7 +621,7 @@ static uint64_t link_probe(void)
 	uint32_t ready = 0;
 
 	set_budget(0, admit_together);
-	t0 = now_ns();
+	t0 = kvl_now_ns();
 	if (!admit_together)
 		set_budget(UINT64_MAX, false);
 	if (open_all(M_FETCH_ALL) < 0) {
@@ -642,12 +635,12 @@ static uint64_t link_probe(void)
 		ready = 0;
 		for (uint32_t i = 0; i < n_req; i++)
 			ready += rq[i].ready > 0;
-		if (now_ns() - t0 > 10000000000ull) {
+		if (kvl_now_ns() - t0 > 10000000000ull) {
 			fprintf(stderr, "link probe: not READY within 10 s\n");
 			errors++;
 		}
 	}
-	t = now_ns() - t0;
+	t = kvl_now_ns() - t0;
 	for (uint32_t i = 0; i < n_req && !errors; i++)
 		step_done(i, 0);
 	drain();
@@ -1031,12 +1024,12 @@ int main(int argc, char **argv)
 			uint64_t t0;
 
 			addrs(0, l, kb, vb);
-			t0 = now_ns();
+			t0 = kvl_now_ns();
 			attn(kb, vb, qv, out, 1);
-			c1 += now_ns() - t0;
-			t0 = now_ns();
+			c1 += kvl_now_ns() - t0;
+			t0 = kvl_now_ns();
 			attn(kb, vb, qv, out, 8);
-			c8 += now_ns() - t0;
+			c8 += kvl_now_ns() - t0;
 		}
 		for (uint32_t i = 0; i < n_req; i++)
 			step_done(i, 0);
@@ -1068,7 +1061,7 @@ int main(int argc, char **argv)
 		ms[m].first = calloc((size_t)rounds * n_req, sizeof(uint64_t));
 		ms[m].token = calloc(rounds, sizeof(uint64_t));
 	}
-	uint64_t t_all = now_ns(), link_ns = 0, link_bytes = 0;
+	uint64_t t_all = kvl_now_ns(), link_ns = 0, link_bytes = 0;
 
 	for (uint32_t r = 0; r < rounds && !errors; r++) {
 		link_ns += link_probe();
@@ -1080,7 +1073,7 @@ int main(int argc, char **argv)
 			check_round(&ms[m], qpk);
 		}
 	}
-	t_all = now_ns() - t_all;
+	t_all = kvl_now_ns() - t_all;
 	sampler_stop = true;
 	pthread_join(sth, NULL);
 	struct smpl fin = { 0 };

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "kvl_perf_counter.h"
 #include "mlx5.h"
 
@@ -22,14 +23,6 @@
 
 #define SQ_BBS 256
 #define CQES   4096
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Kept as functions of their own: callgrind collects inside them alone (--toggle-collect). */
 #if defined(__clang__)
@@ -63,12 +56,12 @@ static const struct bcase cases[] = {
 static void start(int fd, struct meas *m)
 {
 	kvl_perf_start(fd);
-	m->ns = now_ns();
+	m->ns = kvl_now_ns();
 }
 
 static void stop(int fd, struct meas *m)
 {
-	m->ns = now_ns() - m->ns;
+	m->ns = kvl_now_ns() - m->ns;
 	m->insns = kvl_perf_stop(fd);
 }
 

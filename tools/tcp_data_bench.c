@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "tcp_data.h"
 
 /*
@@ -53,14 +54,6 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 			counts[fd].recv_empty++;
 	}
 	return r;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int tcp_pair(int fds[2])
@@ -139,12 +132,12 @@ static int run(uint8_t op, uint32_t len, unsigned depth, double secs, struct res
 		return -1;
 	}
 	memset(counts, 0, sizeof(counts));
-	t0 = now_s();
+	t0 = kvl_now_s();
 	stop = t0 + secs;
 	for (uint64_t turn = 0;; turn++) {
 		unsigned n;
 
-		if (now_s() < stop) {
+		if (kvl_now_s() < stop) {
 			while (inflight < depth) {
 				unsigned s = (unsigned)(posted % slots);
 				struct kvl_wr wr = { .wr_id = posted,
@@ -176,7 +169,7 @@ static int run(uint8_t op, uint32_t len, unsigned depth, double secs, struct res
 			break;
 		}
 	}
-	res->secs = now_s() - t0;
+	res->secs = kvl_now_s() - t0;
 	res->ini = counts[fds[0]];
 	res->tgt = counts[fds[1]];
 	res->tx_bytes = kvl_tcp_stats(a)->tx_bytes;

@@ -13,12 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "kvl_perf_counter.h"
 #include "verbs.h"
 
 /*
  * The figures tools/mlx5_model_bench.c gives for the mlx5 fast path alone, for the whole
- * transport (lcores/verbs.c) through its public API, on whichever backend the device gets:
+ * transport (lcores/xport/verbs.c) through its public API, on whichever backend the device gets:
  *   post path: kvl_verbs_enqueue + kvl_verbs_flush (checks, the ring, WQEs, the doorbell)
  *   poll path: kvl_verbs_progress (CQ polling, completions) + kvl_verbs_reap
  * Each path runs inside its own never-inlined wrapper (cost_post, cost_poll), so that a
@@ -50,22 +51,6 @@
 #define NOT_INLINED __attribute__((noipa, used))
 #endif
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Where the two devices come from: RXE_DEV0/1 and RXE_GID0/1 (the rdma suite's VM exports
  * them), each overridden by the command line (--dev0 mlx5_0 ...). */
@@ -265,7 +250,7 @@ static int stream(struct pair *p, const struct bcase *k, unsigned n, uint64_t *n
 	static struct kvl_wr w[16];
 	static struct kvl_wc wc[WC_MAX];
 	uint64_t id0 = *next_id, posted = 0, done = 0;
-	double deadline = now_s() + CASE_TIMEOUT;
+	double deadline = kvl_now_s() + CASE_TIMEOUT;
 
 	*next_id += n;
 	while (done < n) {
@@ -289,9 +274,9 @@ static int stream(struct pair *p, const struct bcase *k, unsigned n, uint64_t *n
 							.op = k->op };
 			}
 			i0 = ins_now();
-			t0 = now_ns();
+			t0 = kvl_now_ns();
 			got = cost_post(c, w, b);
-			t1 = now_ns();
+			t1 = kvl_now_ns();
 			i1 = ins_now();
 			r->post_calls++;
 			r->post_ns += t1 - t0;
@@ -305,9 +290,9 @@ static int stream(struct pair *p, const struct bcase *k, unsigned n, uint64_t *n
 		}
 		cq0 = kvl_verbs_stats(c)->cqes;
 		i0 = ins_now();
-		t0 = now_ns();
+		t0 = kvl_now_ns();
 		got = cost_poll(c, wc, WC_MAX);
-		t1 = now_ns();
+		t1 = kvl_now_ns();
 		i1 = ins_now();
 		r->polls++;
 		r->poll_ns += t1 - t0;
@@ -328,7 +313,7 @@ static int stream(struct pair *p, const struct bcase *k, unsigned n, uint64_t *n
 				return -1;
 			}
 		if (got == 0) {
-			if (now_s() > deadline) {
+			if (kvl_now_s() > deadline) {
 				fprintf(stderr, "%s %u B: stuck at %" PRIu64 "/%u completions\n",
 					op_name(k->op), k->len, done, n);
 				return -1;
@@ -346,10 +331,10 @@ static void idle(struct pair *p, struct result *r)
 
 	for (unsigned i = 0; i < IDLE_POLLS; i++) {
 		int64_t i0 = ins_now();
-		uint64_t t0 = now_ns(), t1;
+		uint64_t t0 = kvl_now_ns(), t1;
 
 		cost_poll_idle(p->c[0], wc, 4);
-		t1 = now_ns();
+		t1 = kvl_now_ns();
 		r->idle_ins += ins_now() - i0;
 		r->idle_ns += t1 - t0;
 	}
@@ -527,7 +512,7 @@ static void calibrate(void)
 
 	for (int i = 0; i < 1000; i++) {
 		int64_t i0 = ins_now();
-		uint64_t t0 = now_ns(), t1 = now_ns();
+		uint64_t t0 = kvl_now_ns(), t1 = kvl_now_ns();
 		int64_t i1 = ins_now();
 
 		best = t1 - t0 < best ? t1 - t0 : best;
@@ -641,7 +626,8 @@ int main(int argc, char **argv)
 		perf_fd = -1;
 	}
 	calibrate();
-	printf("verbs transport (lcores/verbs.c) on %s -> %s: backend %s (asked: %s%s%s); queue "
+	printf("verbs transport (lcores/xport/verbs.c) on %s -> %s: backend %s (asked: %s%s%s); "
+	       "queue "
 	       "%u, "
 	       "signal_every %u\n",
 	       p.dev[0], p.dev[1], backend, o.backend_arg, note[0] ? "; " : "", note, DEPTH,

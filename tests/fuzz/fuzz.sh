@@ -14,7 +14,7 @@ if [ -z "$cc" ]; then
 fi
 mkdir -p "$out"
 flags="-g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror \
-	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/runtime -I$src/include"
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/runtime -I$src/config -I$src/lcores/xport -I$src/include"
 if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(void)d;(void)n;return 0;}' |
 	$cc -fsanitize=fuzzer -x c - -o "$out/probe" 2>/dev/null; then
 	echo "skipped: $cc cannot link libFuzzer (apt-get install libclang-rt-14-dev)"
@@ -22,7 +22,7 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(void)d;(void)n;ret
 fi
 $cc $flags "$src/tests/fuzz/fuzz_ctrl.c" "$src/runtime/ctrl_proto.c" -lcrypto \
 	-o "$out/fuzz_ctrl" || exit 1
-$cc $flags "$src/tests/fuzz/fuzz_ini.c" "$src/runtime/config.c" -linih \
+$cc $flags "$src/tests/fuzz/fuzz_ini.c" "$src/config/config.c" -linih \
 	-o "$out/fuzz_ini" || exit 1
 rc=0
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ctrl" "$src/tests/fuzz/corpus/ctrl" "$secs" || rc=1

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kvl_clock.h"
 #include "gpu_test.h"
 #include "xport.h"
 #include "xport_cudma.h"
@@ -28,14 +29,6 @@ static uint64_t next(void)
 	return rng;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 struct job {
 	struct kvl_wr wr;
 	int want; /* status */
@@ -46,7 +39,7 @@ static void run(const struct kvl_xport_ops *ops, void *c, const struct job *j, u
 {
 	static struct kvl_wc wc[64];
 	unsigned posted = 0, reaped = 0;
-	double end = now_s() + 20;
+	double end = kvl_now_s() + 20;
 
 	while (reaped < n) {
 		while (posted < n) {
@@ -72,7 +65,7 @@ static void run(const struct kvl_xport_ops *ops, void *c, const struct job *j, u
 				       "wr %llu: %u bytes", (unsigned long long)wc[k].wr_id,
 				       wc[k].bytes);
 			}
-		EXPECT(now_s() < end, "%u of %u completions after 20 s", reaped, n);
+		EXPECT(kvl_now_s() < end, "%u of %u completions after 20 s", reaped, n);
 	}
 	EXPECT(ops->outstanding(c) == 0, "%u outstanding after all reaped", ops->outstanding(c));
 }
@@ -199,9 +192,9 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 			       .want = KVL_ERR_ACCESS };
 	j[n++] = (struct job){ .wr = { 5, gpu + dst, 0, 0, SEG_RO, KVL_OP_READ }, .want = KVL_OK };
 
-	t0 = now_s();
+	t0 = kvl_now_s();
 	run(ops, c, j, n);
-	t1 = now_s();
+	t1 = kvl_now_s();
 	CK(cudaMemcpy(check, gpu, GPU_LEN, cudaMemcpyDeviceToHost));
 	check_bytes(check, expect, GPU_LEN, "GPU after the reads");
 	st = kvl_cudma_stats(c);

@@ -61,8 +61,8 @@ static int server(struct kvl_runtime *rt, unsigned n)
 	}
 	printf("api_notify: ready %s\n", kvl_listen_addr(rt));
 	fflush(stdout);
-	deadline = now_s() + TIMEOUT_S * 2;
-	while (got < n && !stop && now_s() < deadline) {
+	deadline = kvl_now_s() + TIMEOUT_S * 2;
+	while (got < n && !stop && kvl_now_s() < deadline) {
 		struct kvl_notice nt[32];
 		unsigned k = kvl_poll_notices(rt, nt, 32);
 
@@ -87,7 +87,7 @@ static int server(struct kvl_runtime *rt, unsigned n)
 	       got, right_value, right_len, landed, late_ok ? "true" : "false");
 	fflush(stdout);
 	/* stay up until the client is done with its reads */
-	while (!stop && now_s() < deadline)
+	while (!stop && kvl_now_s() < deadline)
 		usleep(10000);
 	return got == n && right_value == n && right_len == n && landed == n && late_ok ? 0 : 1;
 }
@@ -96,14 +96,14 @@ static int server(struct kvl_runtime *rt, unsigned n)
 static int one(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x)
 {
 	struct kvl_completion c;
-	double deadline = now_s() + TIMEOUT_S;
+	double deadline = kvl_now_s() + TIMEOUT_S;
 	int rc;
 
-	while ((rc = kvl_post(rt, peer, x, 1)) == 0 && now_s() < deadline)
+	while ((rc = kvl_post(rt, peer, x, 1)) == 0 && kvl_now_s() < deadline)
 		usleep(50);
 	if (rc != 1)
 		return -1;
-	while (now_s() < deadline)
+	while (kvl_now_s() < deadline)
 		if (kvl_poll(rt, &c, 1) == 1)
 			return c.cookie == x->cookie ? c.status : -1;
 	return -1;
@@ -200,12 +200,12 @@ static int client(struct kvl_runtime *rt, const char *addr, unsigned n)
 	/* the server's "late" segment: announced after we connected */
 	{
 		struct kvl_remote_seg late;
-		double deadline = now_s() + 10;
+		double deadline = kvl_now_s() + 10;
 		struct kvl_xfer x = {
 			.cookie = 77, .local = loc.base, .length = PIECE, .op = KVL_WRITE
 		};
 
-		while (find_seg(rt, peer, "late", &late) != 0 && now_s() < deadline)
+		while (find_seg(rt, peer, "late", &late) != 0 && kvl_now_s() < deadline)
 			usleep(1000);
 		if (find_seg(rt, peer, "late", &late) == 0) {
 			kvl_pattern_fill(loc.base, PIECE, 4242, 0);

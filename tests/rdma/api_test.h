@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <time.h>
 
+#include "kvl_clock.h"
+
 static volatile sig_atomic_t stop; /* set by SIGTERM / SIGINT: the harness ends a lingerer */
 
 static void on_term(int sig)
@@ -18,14 +20,6 @@ static inline void catch_term(void)
 {
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
-}
-
-static inline double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 #endif /* KVL_RDMA_API_TEST_H */

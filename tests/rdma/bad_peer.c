@@ -35,7 +35,7 @@ static int run(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x
 	       int *st, uint32_t *bytes)
 {
 	unsigned posted = 0, done = 0;
-	double deadline = now_s() + STALL_S;
+	double deadline = kvl_now_s() + STALL_S;
 
 	for (unsigned i = 0; i < n; i++)
 		st[i] = -1;
@@ -68,8 +68,8 @@ static int run(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x
 			done++;
 		}
 		if (got)
-			deadline = now_s() + STALL_S;
-		else if (now_s() > deadline) {
+			deadline = kvl_now_s() + STALL_S;
+		else if (kvl_now_s() > deadline) {
 			fprintf(stderr, "bad_peer: %u of %u completions, then nothing for %d s\n",
 				done, n, STALL_S);
 			return -1;

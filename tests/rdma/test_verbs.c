@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "kvl_test.h"
 #include "verbs.h"
 
@@ -82,18 +83,10 @@ static void account_freed(const struct kvl_verbs_conn *c)
 	freed_send_cqes += s->cqes + s->stray_cqes + s->reset_discards;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* now + @timeout, but never past the end of the whole run */
 static double deadline_in(double timeout)
 {
-	double d = now_s() + timeout;
+	double d = kvl_now_s() + timeout;
 
 	return d < test_deadline ? d : test_deadline;
 }
@@ -202,7 +195,7 @@ static bool collect(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer, struc
 
 		got += r;
 		if (w == 0 && r == 0) {
-			if (now_s() > deadline) {
+			if (kvl_now_s() > deadline) {
 				fprintf(stderr, "collect: %u of %u completions after %.0f s\n", got,
 					n, timeout);
 				return false;
@@ -226,7 +219,7 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 	struct kvl_wc wc[WC_MAX];
 	uint64_t id0 = next_id;
 	unsigned posted = 0, done = 0, bad = 0;
-	double t0 = now_s(), deadline = deadline_in(PHASE_TIMEOUT);
+	double t0 = kvl_now_s(), deadline = deadline_in(PHASE_TIMEOUT);
 
 	next_id += n;
 	while (done < n) {
@@ -263,7 +256,7 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 					wc[j].bytes);
 		}
 		if (work == 0 && got == 0) {
-			if (now_s() > deadline) {
+			if (kvl_now_s() > deadline) {
 				fprintf(stderr, "%s %u B: stuck at %u/%u completions\n",
 					op == KVL_OP_WRITE ? "write" : "read", len, done, n);
 				return -1;
@@ -272,7 +265,7 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 		}
 	}
 	CHECK_INT(bad, 0);
-	return bad ? -1 : now_s() - t0;
+	return bad ? -1 : kvl_now_s() - t0;
 }
 
 /*
@@ -581,7 +574,7 @@ static void test_bad_rkey(void)
 static void until_both_ask(struct kvl_resync *ra, bool *a_asked, struct kvl_resync *rb,
 			   bool *b_asked, uint64_t b_done, double deadline)
 {
-	while (now_s() < deadline && !(*a_asked && *b_asked)) {
+	while (kvl_now_s() < deadline && !(*a_asked && *b_asked)) {
 		pump(A.c, B.c);
 		if (!*a_asked && kvl_verbs_resync_out(A.c, ra))
 			*a_asked = true;
@@ -606,7 +599,7 @@ static void post_bad_and_wait(const struct kvl_wr *w, unsigned n, double deadlin
 	do {
 		fake_nic_stats(&n1);
 		sched_yield();
-	} while (n1.err_cqes == n0.err_cqes && now_s() < deadline);
+	} while (n1.err_cqes == n0.err_cqes && kvl_now_s() < deadline);
 	CHECK_INT(n1.err_cqes - n0.err_cqes, 1);
 }
 #endif
@@ -658,7 +651,7 @@ static void test_crossed_resync(void)
 	CHECK(collect(A.c, B.c, wc, 1, PHASE_TIMEOUT));
 	CHECK_INT(wc[0].wr_id, bad.wr_id);
 	CHECK_INT(wc[0].status, KVL_ERR_ACCESS);
-	while (got < NB && now_s() < deadline) {
+	while (got < NB && kvl_now_s() < deadline) {
 		unsigned r = kvl_verbs_reap(B.c, wc, NB - got);
 
 		for (unsigned i = 0; i < r; i++)
@@ -696,18 +689,18 @@ static void test_resync_timeout(void)
 
 	kvl_verbs_set_resync_timeout(A.c, 300);
 	carry_resync = false;
-	t0 = now_s();
+	t0 = kvl_now_s();
 	CHECK_INT(kvl_verbs_post(A.c, w, 2), 2);
 	provoked_errors++;
 	CHECK(collect(A.c, NULL, wc, 2, PHASE_TIMEOUT));
 	CHECK_INT(wc[0].status, KVL_ERR_ACCESS);
 	CHECK_INT(wc[1].status, KVL_ERR_CONN_LOST);
-	CHECK(now_s() - t0 >= 0.29);
+	CHECK(kvl_now_s() - t0 >= 0.29);
 	CHECK_INT(kvl_verbs_failed(A.c), KVL_ERR_CONN_LOST);
 	CHECK_INT(kvl_verbs_stats(A.c)->resync_timeouts, 1);
 	printf("  no answer: access + conn-lost after %.2f s (timeout 0.30 s), connection "
 	       "failed\n",
-	       now_s() - t0);
+	       kvl_now_s() - t0);
 	carry_resync = true;
 	kvl_verbs_set_resync_timeout(A.c, 5000);
 	CHECK_INT(reconnect(&A, &B), 0);
@@ -736,8 +729,8 @@ static void test_fail_all(void)
 	CHECK_INT(ok, 8);
 	CHECK_STR(kvl_verbs_qp_state(A.c), "ERR");
 	/* the QP's flushes that follow are stale: no second completion for anything */
-	t_end = now_s() + 0.3;
-	while (now_s() < t_end) {
+	t_end = kvl_now_s() + 0.3;
+	while (kvl_now_s() < t_end) {
 		kvl_verbs_progress(A.c);
 		kvl_verbs_progress(B.c);
 		got = kvl_verbs_reap(A.c, wc, 16);
@@ -783,7 +776,7 @@ static void test_stale_at_reset(void)
 	do { /* the NIC has executed or flushed all 8: their CQEs are written */
 		fake_nic_stats(&n1);
 		sched_yield();
-	} while (n1.wqes - n0.wqes < 8 && now_s() < deadline);
+	} while (n1.wqes - n0.wqes < 8 && kvl_now_s() < deadline);
 	CHECK_INT(n1.wqes - n0.wqes, 8);
 	CHECK(n1.req_cqes + n1.flush_cqes > n0.req_cqes + n0.flush_cqes);
 	CHECK_INT(reconnect(&A, &B), 0);
@@ -842,7 +835,7 @@ static void test_replay_meets_err(void)
 		kvl_verbs_progress(A.c);
 		fake_nic_stats(&n1);
 		sched_yield();
-	} while (n1.retries == n0.retries && now_s() < deadline);
+	} while (n1.retries == n0.retries && kvl_now_s() < deadline);
 	CHECK(n1.retries > n0.retries);
 	got_ack = kvl_verbs_resync_out(A.c, &ack) == 1 && ack.kind == KVL_RESYNC_ACK;
 	CHECK(got_ack);
@@ -889,7 +882,7 @@ static void test_wrap(void)
 				      .rkey = B.rkey };
 	uint64_t lbase = 56 * MIB, id0 = next_id;
 	unsigned posted = 0, done = 0, bad = 0;
-	double t0 = now_s(), deadline = deadline_in(PHASE_TIMEOUT);
+	double t0 = kvl_now_s(), deadline = deadline_in(PHASE_TIMEOUT);
 	char err[ERR_LEN];
 
 	c = kvl_verbs_conn_new(A.d, DEPTH_W, SIGNAL_EVERY, 0, 0, &c_addr, err, sizeof(err));
@@ -906,7 +899,7 @@ static void test_wrap(void)
 	kvl_test_fill_random(A.buf + lbase, MIB);
 	poison(B.buf + lbase, A.buf + lbase, MIB);
 	next_id += N;
-	while (done < N && now_s() < deadline) {
+	while (done < N && kvl_now_s() < deadline) {
 		struct kvl_wr w[DEPTH_W];
 		struct kvl_wc wc[DEPTH_W];
 		unsigned k = 0, got;
@@ -938,7 +931,7 @@ static void test_wrap(void)
 	CHECK_INT(kvl_verbs_stats(c)->stray_cqes, 0);
 	printf("  %u WRITEs on a depth-%u connection: WQE counter past 2^16, %llu CQEs through "
 	       "a 128-entry CQ, %u failed, every byte verified (%.2f s)\n",
-	       done, DEPTH_W, (unsigned long long)kvl_verbs_stats(c)->cqes, bad, now_s() - t0);
+	       done, DEPTH_W, (unsigned long long)kvl_verbs_stats(c)->cqes, bad, kvl_now_s() - t0);
 	account_freed(c);
 	account_freed(d);
 	kvl_verbs_conn_free(c);
@@ -1548,7 +1541,7 @@ static unsigned run_wrs(struct kvl_wr *w, unsigned n)
 	unsigned posted = 0, done = 0, bad = 0;
 	double deadline = deadline_in(PHASE_TIMEOUT);
 
-	while (done < n && now_s() < deadline) {
+	while (done < n && kvl_now_s() < deadline) {
 		unsigned k = n - posted < 16 ? n - posted : 16;
 
 		if (posted - done + k > 64)
@@ -1702,7 +1695,7 @@ static void test_notify(const char *when)
 	for (unsigned i = 0; i < N; i++)
 		ok += wc[i].status == KVL_OK;
 	CHECK_INT(ok, N);
-	while (got < N && now_s() < deadline) {
+	while (got < N && kvl_now_s() < deadline) {
 		unsigned k = kvl_verbs_notes(B.c, nt + got, N - got);
 
 		for (unsigned j = got; j < got + k; j++) {
@@ -1826,7 +1819,7 @@ static int env_int(const char *name)
 int main(void)
 {
 	char err[ERR_LEN];
-	double t0 = now_s();
+	double t0 = kvl_now_s();
 	struct kvl_wr w;
 	struct kvl_wc wc;
 	const struct kvl_verbs_stats *s;
@@ -1936,6 +1929,6 @@ int main(void)
 #ifdef KVL_VERBS_MODEL
 	fake_nic_rm_sysfs(model_root);
 #endif
-	printf("total %.1f s\n", now_s() - t0);
+	printf("total %.1f s\n", kvl_now_s() - t0);
 	return kvl_test_done(MODEL ? "verbs_model" : "verbs");
 }

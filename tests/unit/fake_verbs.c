@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "fake_nic.h"
 #include "nic_bytes.h"
 
@@ -25,7 +26,7 @@
 #undef ibv_reg_mr
 #undef ibv_query_port
 
-/* PRM values, written out here and not taken from lcores/mlx5.h: the fake is the NIC. */
+/* PRM values, written out here and not taken from lcores/xport/mlx5/mlx5.h: the fake is the NIC. */
 #define WQEBB	      64
 #define OP_WRITE      0x08
 #define OP_WRITE_IMM  0x09
@@ -208,14 +209,6 @@ void fake_nic_retry_interval_us(unsigned us)
 	pthread_mutex_lock(&nic.lock);
 	nic.retry_ns = (uint64_t)(us ? us : 1) * 1000;
 	pthread_mutex_unlock(&nic.lock);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void *zalloc(size_t n, size_t align)
@@ -750,7 +743,7 @@ static void *nic_main(void *arg)
 	(void)arg;
 	for (;;) {
 		unsigned work = 0;
-		uint64_t now = now_ns();
+		uint64_t now = kvl_now_ns();
 
 		pthread_mutex_lock(&nic.lock);
 		if (nic.stop) {

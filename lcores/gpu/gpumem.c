@@ -8,17 +8,10 @@
 
 #include <infiniband/verbs.h>
 
+#include "kvl_clock.h"
 #include "cudrv.h"
 #include "gpumem.h"
 #include "xfer.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 const char *kvl_gpumem_method_name(enum kvl_gpumem_method m)
 {
@@ -244,7 +237,7 @@ int kvl_gpumem_reg(struct ibv_pd *pd, void *gptr, uint64_t len, uint32_t flags,
 		access |= IBV_ACCESS_REMOTE_READ;
 	if (flags & KVL_SEG_REMOTE_WRITE)
 		access |= IBV_ACCESS_REMOTE_WRITE;
-	t0 = now_ns();
+	t0 = kvl_now_ns();
 	fd = dmabuf_export(d, start, size, dev, dwhy, sizeof(dwhy));
 	if (fd >= 0) {
 		/* The NIC addresses the range by its GPU virtual address (iova), so WRs and
@@ -282,7 +275,7 @@ int kvl_gpumem_reg(struct ibv_pd *pd, void *gptr, uint64_t len, uint32_t flags,
 		 pwhy);
 	return rc;
 ok:
-	out->ns = now_ns() - t0;
+	out->ns = kvl_now_ns() - t0;
 	out->mr = mr;
 	out->lkey = mr->lkey;
 	out->rkey = mr->rkey;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvl_clock.h"
 #include "mlx5.h"
 #include "verbs.h"
 
@@ -67,8 +68,8 @@ struct kvl_verbs_dev {
 	 * equal pieces so that the sum comes out right */
 	bool sge_equal_only;
 	/* mlx5 direct backend: connections write WQEs into the SQ and poll the send CQ
-	 * themselves (lcores/mlx5_*.c); verbs calls only set QPs up, change their state and
-	 * handle receives. Cleared, with the reason in backend_note, when a connection's setup
+	 * themselves (lcores/xport/mlx5/mlx5_*.c); verbs calls only set QPs up, change their state
+	 * and handle receives. Cleared, with the reason in backend_note, when a connection's setup
 	 * found something the fast path does not handle and the backend is auto. */
 	bool direct;
 	int backend; /* enum kvl_verbs_backend as asked */
@@ -254,14 +255,6 @@ static bool gid_v4mapped(const union ibv_gid *g)
 	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
 	return memcmp(g->raw, pfx, sizeof(pfx)) == 0;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- sysfs ---- */
@@ -716,9 +709,9 @@ int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t fl
 		access |= IBV_ACCESS_REMOTE_READ;
 	if (flags & KVL_SEG_REMOTE_WRITE)
 		access |= IBV_ACCESS_REMOTE_WRITE;
-	t0 = now_ns();
+	t0 = kvl_now_ns();
 	mr = ibv_reg_mr(d->pd, base, len, access);
-	t1 = now_ns();
+	t1 = kvl_now_ns();
 	if (ns != NULL)
 		*ns = t1 - t0;
 	if (mr == NULL) {
@@ -899,7 +892,7 @@ static uint32_t random_psn(void)
 	uint32_t v;
 
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = (uint32_t)now_ns() ^ ((uint32_t)getpid() << 8);
+		v = (uint32_t)kvl_now_ns() ^ ((uint32_t)getpid() << 8);
 	return v & 0xffffff;
 }
 
@@ -1756,11 +1749,11 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 			c->phase = PH_WAIT;
 			c->my_new_psn = random_psn();
 			c->next_req_ns = 0;
-			c->wait_deadline = now_ns() + c->resync_timeout_ns;
+			c->wait_deadline = kvl_now_ns() + c->resync_timeout_ns;
 			c->stats.resyncs++;
 		}
 		work++;
-	} else if (c->phase == PH_WAIT && now_ns() > c->wait_deadline) {
+	} else if (c->phase == PH_WAIT && kvl_now_ns() > c->wait_deadline) {
 		/* The peer never answered: bounded, like any other failure. */
 		c->stats.resync_timeouts++;
 		kvl_verbs_fail_all(c, KVL_ERR_CONN_LOST);
@@ -1780,7 +1773,7 @@ int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m)
 	}
 	if (c->phase != PH_WAIT || c->broken)
 		return 0;
-	t = now_ns();
+	t = kvl_now_ns();
 	if (t < c->next_req_ns)
 		return 0;
 	/* Again every RESYNC_RESEND_NS until answered: a message lost with a control

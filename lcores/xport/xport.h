@@ -47,7 +47,7 @@ struct kvl_xconn {
 extern const struct kvl_xport_ops kvl_xport_tcp;
 extern const struct kvl_xport_ops kvl_xport_verbs;
 
-/* The null transport (lcores/xport_null.c): every post completes at once with KVL_OK and
+/* The null transport (lcores/xport/xport_null.c): every post completes at once with KVL_OK and
  * moves nothing; up to @depth completions wait to be reaped. NULL with errno on failure. */
 struct kvl_null_conn;
 struct kvl_null_conn *kvl_null_conn_new(unsigned depth);

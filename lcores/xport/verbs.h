@@ -56,7 +56,7 @@ enum kvl_verbs_backend {
 	 * fast path's checks, verbs otherwise; the reason is kept (kvl_verbs_dev_backend_note) */
 	KVL_VERBS_BACKEND_AUTO = 0,
 	/* WQEs written into the SQ, one doorbell per batch, send CQ polled by owner bit
-	 * (lcores/mlx5_*.c). Refused with a message on a device where it cannot run. */
+	 * (lcores/xport/mlx5/mlx5_*.c). Refused with a message on a device where it cannot run. */
 	KVL_VERBS_BACKEND_MLX5 = 1,
 	KVL_VERBS_BACKEND_VERBS = 2, /* ibv_wr_* and ibv_start_poll: any provider */
 };

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "xfer.h"
+#include "kvlane/kvlane.h" /* enum kvl_status */
 
 /*
  * Three layers, each usable alone (see DESIGN.md, "the mlx5 fast path"):
@@ -17,7 +17,7 @@
  *    a pointer too, so a test can point it at a heap page.
  *  - setup (mlx5_setup.c): the only code calling ibv_create_* and mlx5dv_init_obj; it checks
  *    what the device gives before this layer trusts it.
- * lcores/verbs.c drives them as the verbs transport's direct backend: its request ring,
+ * lcores/xport/verbs.c drives them as the verbs transport's direct backend: its request ring,
  * signaling, error recovery (QP_RESYNC) and receives are the same for both backends.
  *
  * Layouts are the mlx5 PRM's (ConnectX programmer's reference manual, "Send WQE format",
