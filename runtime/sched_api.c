@@ -230,6 +230,7 @@ static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
 	struct api_req *a = r->priv;
 
 	t->r[a->idx] = NULL;
+	t->gen[a->idx]++; /* the ended request's handle names nothing from now on */
 	t->next[a->idx] = t->free_head;
 	t->free_head = a->idx;
 	free(r);
