@@ -232,7 +232,7 @@ static void seg_out(const struct kvl_seg_desc *d, uint32_t id, void *base, struc
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		  unsigned access, struct kvl_segment *out)
 {
-	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+	int socket = rt->nic[0].lcore ? rt->nic[0].lcore->socket : SOCKET_ID_ANY;
 	struct kvl_seg_desc d;
 	uint32_t id;
 	void *mem;
@@ -372,7 +372,7 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 	/* Scatter lists and notices need RDMA: every connection of the peer must have it,
 	 * since transfers are spread over all of them. */
 	for (i = 0; i < n_conns; i++)
-		if (rt->nic_info[conn[i].nic].transport == KVL_TRANSPORT_TCP)
+		if (rt->nic[conn[i].nic].info.transport == KVL_TRANSPORT_TCP)
 			rdma_only = false;
 	for (i = 0; i < n; i++) {
 		int rc = xfer_check(rt, &x[i], rdma_only);
@@ -402,13 +402,13 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 		for (uint32_t k = 0; k < x[i].n_iov; k++)
 			sub.wr.sge[k] = (struct kvl_sge){ x[i].iov[k].base, x[i].iov[k].len, 0 };
 
-		if (rte_ring_mp_enqueue_elem(rt->io[c->nic]->sub, &sub, sizeof(sub)) != 0)
+		if (rte_ring_mp_enqueue_elem(rt->nic[c->nic].io->sub, &sub, sizeof(sub)) != 0)
 			break; /* full: the caller posts the rest later */
 		kicked[c->nic] = true;
 	}
 	for (unsigned k = 0; k < rt->cfg.n_nics; k++)
 		if (kicked[k])
-			kvl_nic_io_kick(rt->io[k]); /* a sleeping lcore (hybrid idle) wakes */
+			kvl_nic_io_kick(rt->nic[k].io); /* a sleeping lcore (hybrid idle) wakes */
 	return (int)i;
 }
 
@@ -417,8 +417,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
 	unsigned got = 0;
 
 	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++)
-		if (rt->io[nic])
-			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->ntf, out + got,
+		if (rt->nic[nic].io)
+			got += rte_ring_sc_dequeue_burst_elem(rt->nic[nic].io->ntf, out + got,
 							      sizeof(*out), max - got, NULL);
 	return got;
 }
@@ -431,9 +431,9 @@ unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max
 	for (unsigned k = 0; k < n_nics && got < max; k++) {
 		unsigned nic = (rt->poll_rr + k) % n_nics;
 
-		if (rt->io[nic])
-			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->cpl, c + got, sizeof(*c),
-							      max - got, NULL);
+		if (rt->nic[nic].io)
+			got += rte_ring_sc_dequeue_burst_elem(rt->nic[nic].io->cpl, c + got,
+							      sizeof(*c), max - got, NULL);
 	}
 	rt->poll_rr++;
 	return got;

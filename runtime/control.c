@@ -398,8 +398,8 @@ static void peer_reset(struct kvl_control *c, uint32_t p, const char *addr, bool
 		rte_spinlock_lock(&pub->lock);
 		memset(&pub->base, 0, sizeof(pub->base));
 		for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
-			if (c->rt->io[n])
-				kvl_nic_io_peer_stats(c->rt->io[n], p, &pub->base);
+			if (c->rt->nic[n].io)
+				kvl_nic_io_peer_stats(c->rt->nic[n].io, p, &pub->base);
 		pub->gen++;
 		pub->initiator = initiator;
 		snprintf(pub->addr, sizeof(pub->addr), "%s", addr);
@@ -484,11 +484,11 @@ static void peer_fail(struct kvl_control *c, uint32_t p, int status, const char 
 		KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
 			pub->name, pub->fail_msg);
 	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++) {
-		if (c->rt->io[n] == NULL)
+		if (c->rt->nic[n].io == NULL)
 			continue;
-		while (rte_ring_enqueue_elem(c->rt->io[n]->cmd, &cmd, sizeof(cmd)) != 0)
+		while (rte_ring_enqueue_elem(c->rt->nic[n].io->cmd, &cmd, sizeof(cmd)) != 0)
 			sched_yield();
-		kvl_nic_io_kick(c->rt->io[n]);
+		kvl_nic_io_kick(c->rt->nic[n].io);
 	}
 	for (unsigned i = 0; i < MAX_PENDING; i++) {
 		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p) {
@@ -613,9 +613,9 @@ static int give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct
 				 .slot = slot,
 				 .gen = c->slot_gen[nic][slot],
 				 .x = x };
-	while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
+	while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
 		sched_yield();
-	kvl_nic_io_kick(c->rt->io[nic]);
+	kvl_nic_io_kick(c->rt->nic[nic].io);
 	rte_spinlock_lock(&pub->lock);
 	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)nic,
 							    .slot = (uint16_t)slot,
@@ -666,7 +666,7 @@ static struct pconn *pconn_alloc(struct kvl_control *c)
 
 static bool is_rdma(const struct kvl_runtime *rt, unsigned nic)
 {
-	return rt->vdev[nic] != NULL;
+	return rt->nic[nic].vdev != NULL;
 }
 
 /* RKEYS for each of our RDMA NICs: where every segment is, and its rkey there. */
@@ -733,9 +733,9 @@ static struct kvl_verbs_conn *verbs_conn_new(struct kvl_control *c, unsigned nic
 	const struct kvl_config *cfg = &c->rt->cfg;
 	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
 
-	return kvl_verbs_conn_new(c->rt->vdev[nic], cfg->nics[nic].queue_depth, cq->signal_every,
-				  cq->enable ? cq->count : 0, cq->enable ? cq->period_us : 0, local,
-				  err, errlen);
+	return kvl_verbs_conn_new(c->rt->nic[nic].vdev, cfg->nics[nic].queue_depth,
+				  cq->signal_every, cq->enable ? cq->count : 0,
+				  cq->enable ? cq->period_us : 0, local, err, errlen);
 }
 
 static void addr_to_msg(struct kvl_ctrl_msg *m, uint32_t idx, const char *nic,
@@ -836,9 +836,9 @@ static void refresh_remote(struct kvl_control *c, uint32_t p)
 				   */
 		cmd.status = (int32_t)remote_segs(c, p, c->slot_rnic[nic][conn[i].slot], rs);
 		cmd.ptr = rs;
-		while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
+		while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
 			sched_yield();
-		kvl_nic_io_kick(c->rt->io[nic]);
+		kvl_nic_io_kick(c->rt->nic[nic].io);
 	}
 }
 
@@ -897,9 +897,9 @@ static void on_qp_resync(struct kvl_control *c, uint32_t p, const struct kvl_ctr
 	}
 	cmd.rs =
 		(struct kvl_resync){ m->u.qp_resync.kind, m->u.qp_resync.psn, m->u.qp_resync.echo };
-	while (rte_ring_enqueue_elem(c->rt->io[nic]->cmd, &cmd, sizeof(cmd)) != 0)
+	while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
 		sched_yield();
-	kvl_nic_io_kick(c->rt->io[nic]);
+	kvl_nic_io_kick(c->rt->nic[nic].io);
 }
 
 /* Server: a client's RDMA connection. Use our RDMA NIC of the same label, else the first. */
@@ -989,7 +989,7 @@ static void open_data(struct kvl_control *c, uint32_t p)
 			}
 			continue;
 		}
-		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP || c->dfd[n] < 0)
+		if (rt->nic[n].info.transport != KVL_TRANSPORT_TCP || c->dfd[n] < 0)
 			continue;
 		if (netdev_ipv4(nc->device, &src) < 0)
 			continue;
@@ -1406,9 +1406,9 @@ static void take_lcore_events(struct kvl_control *c)
 	struct kvl_levt ev;
 
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->io[n] == NULL)
+		if (rt->nic[n].io == NULL)
 			continue;
-		while (rte_ring_dequeue_elem(rt->io[n]->evt, &ev, sizeof(ev)) == 0) {
+		while (rte_ring_dequeue_elem(rt->nic[n].io->evt, &ev, sizeof(ev)) == 0) {
 			struct kvl_peer_pub *pub;
 
 			if (ev.slot >= KVL_SLOTS_PER_LCORE)
@@ -1703,7 +1703,7 @@ static int open_data_listeners(struct kvl_control *c, char *err, size_t errlen)
 			e->transport = KVL_TRANSPORT_VERBS; /* its QPs are set up over QP_INFO */
 			continue;
 		}
-		if (rt->nic_info[n].transport != KVL_TRANSPORT_TCP)
+		if (rt->nic[n].info.transport != KVL_TRANSPORT_TCP)
 			continue;
 		if (netdev_ipv4(nc->device, &sa.sin_addr) < 0) {
 			snprintf(err, errlen,

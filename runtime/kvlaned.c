@@ -82,7 +82,7 @@ static void print_summary(const struct kvl_runtime *rt, double secs)
 						   : "run-seconds elapsed";
 
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		kvl_lcore_stats_read(rt->nic_lcore[i], &s);
+		kvl_lcore_stats_read(rt->nic[i].lcore, &s);
 		tot.iterations += s.iterations;
 		tot.busy_cycles += s.busy_cycles;
 		tot.idle_cycles += s.idle_cycles;

@@ -29,7 +29,7 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 	err[0] = '\0';
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		char msg[KVL_ERR_LEN];
-		int r = kvl_nic_discover(rt->sysfs_root, &rt->cfg.nics[i], &rt->nic_info[i], msg,
+		int r = kvl_nic_discover(rt->sysfs_root, &rt->cfg.nics[i], &rt->nic[i].info, msg,
 					 sizeof(msg));
 
 		if (r < 0) {
@@ -108,22 +108,22 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			nc->label, nc->device, rt->sysfs_root);
 		return 0;
 	}
-	rt->vdev[i] = kvl_verbs_open(&o, msg, sizeof(msg));
-	if (rt->vdev[i] == NULL) {
+	rt->nic[i].vdev = kvl_verbs_open(&o, msg, sizeof(msg));
+	if (rt->nic[i].vdev == NULL) {
 		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
 		return -ENODEV;
 	}
-	if (strcmp(kvl_verbs_dev_backend(rt->vdev[i]), "mlx5") == 0) {
-		rt->nic_info[i].transport = KVL_TRANSPORT_MLX5;
+	if (strcmp(kvl_verbs_dev_backend(rt->nic[i].vdev), "mlx5") == 0) {
+		rt->nic[i].info.transport = KVL_TRANSPORT_MLX5;
 		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
 			nc->label, nc->device);
 	} else {
-		rt->nic_info[i].transport = KVL_TRANSPORT_VERBS;
-		if (kvl_verbs_dev_backend_note(rt->vdev[i])[0] != '\0')
+		rt->nic[i].info.transport = KVL_TRANSPORT_VERBS;
+		if (kvl_verbs_dev_backend_note(rt->nic[i].vdev)[0] != '\0')
 			KVL_LOG(NOTICE, "nic.%s (%s): %s", nc->label, nc->device,
-				kvl_verbs_dev_backend_note(rt->vdev[i]));
+				kvl_verbs_dev_backend_note(rt->nic[i].vdev));
 	}
-	kvl_verbs_dev_info(rt->vdev[i], &gid_index, &gid_type, &mtu, &moderation);
+	kvl_verbs_dev_info(rt->nic[i].vdev, &gid_index, &gid_type, &mtu, &moderation);
 	KVL_LOG(INFO, "nic.%s (%s): port %u, GID index %d (%s), MTU %u%s", nc->label, nc->device,
 		nc->port, gid_index,
 		gid_type == 2	? "RoCE v2"
@@ -134,12 +134,12 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			? ""
 			: "; the device has no CQ moderation: [cq_moderation] count/period_us "
 			  "are not applied");
-	if (kvl_verbs_dev_sge_equal_only(rt->vdev[i]))
+	if (kvl_verbs_dev_sge_equal_only(rt->nic[i].vdev))
 		KVL_LOG(NOTICE,
 			"nic.%s (%s): soft-RoCE: SGE lists go as equal pieces (rdma-core's rxe "
 			"miscounts unequal ones); the scheduler plans one SGE per transfer here",
 			nc->label, nc->device);
-	kvl_lcore_add_stage(rt->nic_lcore[i], "verbs", kvl_nic_io_stage, rt->io[i]);
+	kvl_lcore_add_stage(rt->nic[i].lcore, "verbs", kvl_nic_io_stage, rt->nic[i].io);
 	return 0;
 }
 
@@ -164,12 +164,12 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 		rte_free(io);
 		return rc;
 	}
-	rt->io[i] = io;
+	rt->nic[i].io = io;
 	/* hybrid idle: sleep on the NIC's completion channels and kicks, not a blind nap */
-	rt->nic_lcore[i]->sleep = kvl_nic_io_sleep;
-	rt->nic_lcore[i]->sleep_arg = io;
-	if (rt->nic_info[i].transport == KVL_TRANSPORT_TCP)
-		kvl_lcore_add_stage(rt->nic_lcore[i], "tcp", kvl_nic_io_stage, io);
+	rt->nic[i].lcore->sleep = kvl_nic_io_sleep;
+	rt->nic[i].lcore->sleep_arg = io;
+	if (rt->nic[i].info.transport == KVL_TRANSPORT_TCP)
+		kvl_lcore_add_stage(rt->nic[i].lcore, "tcp", kvl_nic_io_stage, io);
 	else
 		return open_rdma(rt, i, err, errlen);
 	return 0;
@@ -194,9 +194,9 @@ int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, vo
 		uint64_t ns;
 		int rc;
 
-		if (rt->vdev[n] == NULL)
+		if (rt->nic[n].vdev == NULL)
 			continue;
-		rc = kvl_verbs_reg(rt->vdev[n], base, geom->length, geom->flags,
+		rc = kvl_verbs_reg(rt->nic[n].vdev, base, geom->length, geom->flags,
 				   &rt->segmeta[i].rkey[n], &ns, msg, sizeof(msg));
 		rt->segmeta[i].reg_ns[n] = ns;
 		if (rc < 0) {
@@ -229,7 +229,7 @@ int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, vo
 /* The INI's [segment.*]: allocated on the first NIC's socket, filled as asked. */
 static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 {
-	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+	int socket = rt->nic[0].lcore ? rt->nic[0].lcore->socket : SOCKET_ID_ANY;
 
 	for (uint32_t i = 0; i < rt->cfg.n_segments; i++) {
 		const struct kvl_segment_conf *g = &rt->cfg.segments[i];
@@ -303,7 +303,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		snprintf(name_buf[i], sizeof(name_buf[i]), "nic.%s (%s)", rt->cfg.nics[i].label,
 			 rt->cfg.nics[i].device);
 		names[i] = name_buf[i];
-		nodes[i] = rt->nic_info[i].numa_node;
+		nodes[i] = rt->nic[i].info.numa_node;
 	}
 	rc = kvl_pair_nics(rt->sysfs_root, nodes, names, rt->cfg.n_nics, lcores, n,
 			   rt->cfg.runtime.allow_remote_numa, pairs, err, errlen);
@@ -329,7 +329,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		kvl_lcore_init(lc, d->lcore_id, d->cpu, d->socket, (int)i, &rt->cfg.runtime,
 			       rt->tsc_hz, &rt->quit);
 		lc->remote = pairs[i].remote;
-		rt->nic_lcore[i] = lc;
+		rt->nic[i].lcore = lc;
 		rc = start_io(rt, i, d->socket, err, errlen);
 		if (rc < 0) {
 			kvl_runtime_stop(rt);
@@ -348,11 +348,11 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	}
 	rt->start_tsc = rte_get_tsc_cycles();
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic_lcore[i],
-					   rt->nic_lcore[i]->lcore_id);
+		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic[i].lcore,
+					   rt->nic[i].lcore->lcore_id);
 		if (rc < 0) {
 			snprintf(err, errlen, "cannot launch lcore %u: %s",
-				 rt->nic_lcore[i]->lcore_id, strerror(-rc));
+				 rt->nic[i].lcore->lcore_id, strerror(-rc));
 			kvl_runtime_stop(rt);
 			return rc;
 		}
@@ -378,17 +378,17 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	rt->started = false;
 	kvl_sched_rt_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
-		if (rt->io[i] == NULL)
+		if (rt->nic[i].io == NULL)
 			continue;
-		kvl_nic_io_fini(rt->io[i]);
-		rte_free(rt->io[i]);
-		rt->io[i] = NULL;
+		kvl_nic_io_fini(rt->nic[i].io);
+		rte_free(rt->nic[i].io);
+		rt->nic[i].io = NULL;
 	}
 	/* Memory registrations go with their device, before the memory goes. */
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
-		if (rt->vdev[i])
-			kvl_verbs_close(rt->vdev[i]);
-		rt->vdev[i] = NULL;
+		if (rt->nic[i].vdev)
+			kvl_verbs_close(rt->nic[i].vdev);
+		rt->nic[i].vdev = NULL;
 	}
 	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
 		__atomic_store_n(&rt->segs.live[i], false, __ATOMIC_RELEASE);
@@ -420,8 +420,8 @@ void kvl_runtime_print(const struct kvl_runtime *rt, FILE *out)
 		"transport", "numa", "lcore", "cpu", "socket", "state");
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
-		const struct kvl_nic_info *ni = &rt->nic_info[i];
-		const struct kvl_lcore *lc = rt->nic_lcore[i];
+		const struct kvl_nic_info *ni = &rt->nic[i].info;
+		const struct kvl_lcore *lc = rt->nic[i].lcore;
 		char port[8], numa[16];
 
 		if (ni->kind == KVL_NIC_RDMA)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <rte_common.h>
 #include <rte_log.h>
 
 #include "config.h"
@@ -32,25 +33,32 @@ struct kvl_local_seg {
 	uint64_t reg_ns[KVL_MAX_NICS]; /* what ibv_reg_mr took there (pinning every page) */
 };
 
+/*
+ * One NIC = one lcore: what the runtime keeps of each configured NIC, in one cache-aligned
+ * struct (written at start/stop; the lcore itself writes only what @io and @sched point to).
+ */
+struct kvl_rt_nic {
+	struct kvl_nic_info info;    /* discovered before EAL */
+	struct kvl_lcore *lcore;     /* its loop, on the NIC's socket; NULL until started */
+	struct kvl_nic_io *io;	     /* rings and connections of its lcore */
+	struct kvl_verbs_dev *vdev;  /* RDMA NICs: the opened device, else NULL */
+	struct kvl_nic_sched *sched; /* [sched] staging_mb > 0: its scheduler stage */
+	uint8_t *staging;	     /* that scheduler's staging memory */
+} __rte_cache_aligned;
+
 struct kvl_runtime {
 	struct kvl_config cfg;
 	char sysfs_root[KVL_PATH_LEN];
-	struct kvl_nic_info nic_info[KVL_MAX_NICS];
-	struct kvl_lcore *nic_lcore[KVL_MAX_NICS];  /* on the NIC's socket; NULL until started */
+	struct kvl_rt_nic nic[KVL_MAX_NICS];
 	struct kvl_gpu gpu;			    /* open when [gpu] enable = true */
-	struct kvl_nic_io *io[KVL_MAX_NICS];	    /* rings and connections of each NIC lcore */
-	struct kvl_verbs_dev *vdev[KVL_MAX_NICS];   /* RDMA NICs: the opened device, else NULL */
 	struct kvl_seg_table segs;		    /* read by the lcores without locks */
 	struct kvl_local_seg segmeta[KVL_MAX_SEGS]; /* guarded by seg_lock */
 	uint32_t segs_version;			    /* bumped at every registration */
 	uint32_t segs_hwm; /* slots ever used (ids 1..hwm): what lookups by address scan */
 	pthread_mutex_t seg_lock;
 	struct kvl_control *ctl; /* NULL when the control path is off */
-	/* the scheduler of each NIC lcore ([sched] staging_mb > 0; runtime/sched_api.c) */
-	struct kvl_nic_sched *nsched[KVL_MAX_NICS];
-	uint8_t *staging[KVL_MAX_NICS];
-	uint64_t sched_budget; /* per NIC lcore, read by its stage each pass (relaxed) */
-	uint64_t budget_cap;   /* kvl_req_budget_cap(); UINT64_MAX: none */
+	uint64_t sched_budget;	 /* per NIC lcore, read by its stage each pass (relaxed) */
+	uint64_t budget_cap;	 /* kvl_req_budget_cap(); UINT64_MAX: none */
 	struct kvl_req_table *reqs;
 	uint64_t next_sample_tsc;
 	unsigned poll_rr;

@@ -54,7 +54,7 @@ void kvl_sched_rt_publish_budget(struct kvl_runtime *rt)
 	unsigned n = 0;
 
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
-		n += rt->nsched[i] != NULL;
+		n += rt->nic[i].sched != NULL;
 	if (n == 0)
 		return;
 	if (cap < b)
@@ -96,41 +96,42 @@ int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	if (c->staging_mb == 0)
 		return 0;
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		int socket = rt->nic_lcore[i]->socket;
+		int socket = rt->nic[i].lcore->socket;
 		struct kvl_sched_cfg sci = sc;
 		struct kvl_nic_sched_cfg nc = { .sched = &sci,
 						.nic = i,
 						.socket = socket,
 						.budget = &rt->sched_budget,
 						.null_xport = c->null_transport,
-						.levt = rt->io[i]->evt };
+						.levt = rt->nic[i].io->evt };
 
-		rt->staging[i] = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
-		if (rt->staging[i] == NULL)
-			rt->staging[i] = rte_zmalloc("kvl_staging", staging, 4096);
-		if (rt->staging[i] == NULL) {
+		rt->nic[i].staging = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
+		if (rt->nic[i].staging == NULL)
+			rt->nic[i].staging = rte_zmalloc("kvl_staging", staging, 4096);
+		if (rt->nic[i].staging == NULL) {
 			snprintf(err, errlen,
 				 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
 				 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
 				 c->staging_mb, rt->cfg.nics[i].label);
 			return -ENOMEM;
 		}
-		nc.staging = rt->staging[i];
+		nc.staging = rt->nic[i].staging;
 		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
-		if (rt->nic_info[i].transport != KVL_TRANSPORT_TCP && !c->null_transport &&
-		    !(rt->vdev[i] && kvl_verbs_dev_sge_equal_only(rt->vdev[i])))
+		if (rt->nic[i].info.transport != KVL_TRANSPORT_TCP && !c->null_transport &&
+		    !(rt->nic[i].vdev && kvl_verbs_dev_sge_equal_only(rt->nic[i].vdev)))
 			sci.max_sge = KVL_WR_MAX_SGE < KVL_SCHED_MAX_SGE ? KVL_WR_MAX_SGE
 									 : KVL_SCHED_MAX_SGE;
-		rt->nsched[i] = kvl_nic_sched_create(rt->io[i], &nc);
-		if (rt->nsched[i] == NULL) {
+		rt->nic[i].sched = kvl_nic_sched_create(rt->nic[i].io, &nc);
+		if (rt->nic[i].sched == NULL) {
 			snprintf(err, errlen, "nic.%s: cannot create its scheduler: %s",
 				 rt->cfg.nics[i].label, strerror(errno));
 			return -ENOMEM;
 		}
-		rt->io[i]->take_wc_arg = rt->nsched[i];
-		rt->io[i]->watch = kvl_nic_sched_cmd_ring(rt->nsched[i]);
-		rt->io[i]->take_wc = kvl_nic_sched_take_wc;
-		kvl_lcore_add_stage(rt->nic_lcore[i], "sched", kvl_nic_sched_stage, rt->nsched[i]);
+		rt->nic[i].io->take_wc_arg = rt->nic[i].sched;
+		rt->nic[i].io->watch = kvl_nic_sched_cmd_ring(rt->nic[i].sched);
+		rt->nic[i].io->take_wc = kvl_nic_sched_take_wc;
+		kvl_lcore_add_stage(rt->nic[i].lcore, "sched", kvl_nic_sched_stage,
+				    rt->nic[i].sched);
 		total += c->max_requests;
 	}
 	if (c->null_transport)
@@ -164,7 +165,7 @@ int kvl_sched_rt_register(struct kvl_runtime *rt, char *err, size_t errlen)
 		uint32_t id;
 		int rc;
 
-		if (rt->staging[i] == NULL)
+		if (rt->nic[i].staging == NULL)
 			continue;
 		/* One layer of slots; no remote access: peers see it and can do nothing. */
 		d.n_layers = 1;
@@ -173,7 +174,7 @@ int kvl_sched_rt_register(struct kvl_runtime *rt, char *err, size_t errlen)
 		d.block_size = sc.slot_size;
 		d.plane_stride = d.layer_stride = d.length = (uint64_t)sc.slot_count * sc.slot_size;
 		snprintf(name, sizeof(name), "staging.%s", rt->cfg.nics[i].label);
-		rc = kvl_runtime_seg_add(rt, name, rt->staging[i], rt->staging[i], &d, &id);
+		rc = kvl_runtime_seg_add(rt, name, rt->nic[i].staging, rt->nic[i].staging, &d, &id);
 		if (rc < 0) {
 			snprintf(err, errlen, "nic.%s: cannot register its staging: %s",
 				 rt->cfg.nics[i].label, strerror(-rc));
@@ -188,17 +189,18 @@ void kvl_sched_rt_stop(struct kvl_runtime *rt)
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
 		bool registered = false;
 
-		if (rt->io[i] && rt->io[i]->take_wc_arg == rt->nsched[i]) {
-			rt->io[i]->take_wc = NULL;
-			rt->io[i]->take_wc_arg = NULL;
+		if (rt->nic[i].io && rt->nic[i].io->take_wc_arg == rt->nic[i].sched) {
+			rt->nic[i].io->take_wc = NULL;
+			rt->nic[i].io->take_wc_arg = NULL;
 		}
-		kvl_nic_sched_free(rt->nsched[i]);
-		rt->nsched[i] = NULL;
+		kvl_nic_sched_free(rt->nic[i].sched);
+		rt->nic[i].sched = NULL;
 		for (unsigned s = 0; s < KVL_MAX_SEGS; s++)
-			registered |= rt->staging[i] && rt->segmeta[s].owned == rt->staging[i];
+			registered |=
+				rt->nic[i].staging && rt->segmeta[s].owned == rt->nic[i].staging;
 		if (!registered)
-			rte_free(rt->staging[i]); /* else it goes with the segments */
-		rt->staging[i] = NULL;
+			rte_free(rt->nic[i].staging); /* else it goes with the segments */
+		rt->nic[i].staging = NULL;
 	}
 	if (rt->reqs) {
 		for (uint32_t i = 0; i < rt->reqs->n; i++)
@@ -346,7 +348,7 @@ static bool in_staging(const struct kvl_runtime *rt, const void *p, uint64_t len
 	uintptr_t a = (uintptr_t)p;
 
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		uintptr_t s = (uintptr_t)rt->staging[i];
+		uintptr_t s = (uintptr_t)rt->nic[i].staging;
 
 		if (s != 0 && a < s + size && s < a + len)
 			return true;
@@ -381,7 +383,7 @@ static int pick_nic(struct kvl_runtime *rt, struct kvl_peer_pub *pub)
 	for (uint32_t k = 0; k < pub->n_conns && nic < 0; k++) {
 		const struct kvl_peer_conn *c = &pub->conn[(rr + k) % pub->n_conns];
 
-		if (c->nic < KVL_MAX_NICS && rt->nsched[c->nic])
+		if (c->nic < KVL_MAX_NICS && rt->nic[c->nic].sched)
 			nic = c->nic;
 	}
 	rte_spinlock_unlock(&pub->lock);
@@ -395,14 +397,14 @@ static int send_cmd(struct kvl_runtime *rt, unsigned nic, struct kvl_nsched_cmd 
 {
 	uint64_t until = wait ? kvl_now_ns() + LCORE_WAIT_NS : 0;
 
-	while (rte_ring_mp_enqueue_elem(rt->nsched[nic]->cmd, c, sizeof(*c)) != 0) {
+	while (rte_ring_mp_enqueue_elem(rt->nic[nic].sched->cmd, c, sizeof(*c)) != 0) {
 		if (!wait)
 			return -EAGAIN;
 		if (kvl_now_ns() > until)
 			return -ETIMEDOUT;
 		sched_yield();
 	}
-	kvl_nic_io_kick(rt->io[nic]); /* a sleeping lcore (hybrid idle) wakes */
+	kvl_nic_io_kick(rt->nic[nic].io); /* a sleeping lcore (hybrid idle) wakes */
 	return 0;
 }
 
@@ -534,9 +536,9 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++) {
 		unsigned n;
 
-		if (rt->nsched[nic] == NULL)
+		if (rt->nic[nic].sched == NULL)
 			continue;
-		n = rte_ring_sc_dequeue_burst_elem(rt->nsched[nic]->ev, se, sizeof(se[0]),
+		n = rte_ring_sc_dequeue_burst_elem(rt->nic[nic].sched->ev, se, sizeof(se[0]),
 						   max - got < 64 ? max - got : 64, NULL);
 		for (unsigned i = 0; i < n; i++) {
 			struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)se[i].user;
@@ -585,7 +587,7 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
 		return -EAGAIN;
 	/* PUSH: the scheduler keeps the caller's address as the block's offset. */
 	*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)r->off[block]
-					   : rt->staging[r->nic] + r->off[block];
+					   : rt->nic[r->nic].staging + r->off[block];
 	return 0;
 }
 

@@ -175,8 +175,8 @@ static int tel_config(const char *cmd, const char *params, struct rte_tel_data *
 static const struct kvl_lcore *nic_lcore_of(const struct kvl_runtime *rt, unsigned lid)
 {
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
-		if (rt->nic_lcore[i] && rt->nic_lcore[i]->lcore_id == lid)
-			return rt->nic_lcore[i];
+		if (rt->nic[i].lcore && rt->nic[i].lcore->lcore_id == lid)
+			return rt->nic[i].lcore;
 	return NULL;
 }
 
@@ -206,7 +206,7 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	put_u64(k, "naps", s.naps);
 	/* hybrid idle: sleeps in epoll, and what ended them */
 	{
-		const struct kvl_nic_io *io = lc ? rt->io[lc->nic] : NULL;
+		const struct kvl_nic_io *io = lc ? rt->nic[lc->nic].io : NULL;
 		struct kvl_nic_io_sleep_stats z = { 0 };
 		const struct kvl_nic_io_sleep_stats *sl = io ? &io->sleep : &z;
 
@@ -257,8 +257,8 @@ static int tel_lcore(const char *cmd, const char *params, struct rte_tel_data *d
 static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 {
 	const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
-	const struct kvl_nic_info *ni = &rt->nic_info[i];
-	const struct kvl_lcore *lc = rt->nic_lcore[i];
+	const struct kvl_nic_info *ni = &rt->nic[i].info;
+	const struct kvl_lcore *lc = rt->nic[i].lcore;
 
 	put_str(k, "nic", nc->label);
 	put_str(k, "device", nc->device);
@@ -267,10 +267,11 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	/* What connections use now: auto may have fallen back from mlx5 to verbs (and says why
 	 * in transport_note) when the first QP was not what the fast path handles. */
 	put_str(k, "transport",
-		rt->vdev[i] ? kvl_verbs_dev_backend(rt->vdev[i])
-			    : kvl_transport_name(ni->transport));
+		rt->nic[i].vdev ? kvl_verbs_dev_backend(rt->nic[i].vdev)
+				: kvl_transport_name(ni->transport));
 	put_str(k, "transport_conf", kvl_transport_name(nc->transport));
-	put_str(k, "transport_note", rt->vdev[i] ? kvl_verbs_dev_backend_note(rt->vdev[i]) : "");
+	put_str(k, "transport_note",
+		rt->nic[i].vdev ? kvl_verbs_dev_backend_note(rt->nic[i].vdev) : "");
 	put_int(k, "numa_node", ni->numa_node);
 	put_str(k, "numa_source",
 		ni->numa_from_conf  ? "config"
@@ -370,8 +371,8 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	int state, fail;
 
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
-		if (rt->io[n])
-			kvl_nic_io_peer_stats(rt->io[n], p, &st);
+		if (rt->nic[n].io)
+			kvl_nic_io_peer_stats(rt->nic[n].io, p, &st);
 	rte_spinlock_lock(&pub->lock);
 	stats_sub(&st, &pub->base);
 	state = pub->state;
@@ -486,15 +487,15 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	if (rt == NULL)
 		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->io[n] == NULL)
+		if (rt->nic[n].io == NULL)
 			continue;
-		ntf_queued += rt->io[n]->ntf_queued;
-		ntf_dropped += rt->io[n]->ntf_dropped;
-		if (rt->vdev[n]) {
+		ntf_queued += rt->nic[n].io->ntf_queued;
+		ntf_dropped += rt->nic[n].io->ntf_dropped;
+		if (rt->nic[n].vdev) {
 			have_rdma = true;
-			kvl_nic_io_total(rt->io[n], &rdma);
+			kvl_nic_io_total(rt->nic[n].io, &rdma);
 		} else {
-			kvl_nic_io_total(rt->io[n], &tcp);
+			kvl_nic_io_total(rt->nic[n].io, &tcp);
 		}
 	}
 	rte_tel_data_start_dict(d);
@@ -535,7 +536,7 @@ static int tel_segments(const char *cmd, const char *params, struct rte_tel_data
 		if (!s->live)
 			continue;
 		for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-			if (rt->vdev[n] == NULL)
+			if (rt->nic[n].vdev == NULL)
 				continue;
 			rdma++;
 			reg_ns += s->reg_ns[n];
@@ -568,9 +569,9 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 	if (rt == NULL)
 		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		const struct kvl_nic_io *io = rt->io[n];
+		const struct kvl_nic_io *io = rt->nic[n].io;
 
-		if (io == NULL || rt->vdev[n] == NULL)
+		if (io == NULL || rt->nic[n].vdev == NULL)
 			continue;
 		for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
 			const struct kvl_tcp_stats *st = &io->stats[i].tcp;
@@ -692,9 +693,9 @@ static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d
 		return -EAGAIN;
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->nsched[n] == NULL)
+		if (rt->nic[n].sched == NULL)
 			continue;
-		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		kvl_nic_sched_read(rt->nic[n].sched, &tel_snap);
 		sched_row(rt, n, &tel_snap, &k);
 	}
 	pthread_mutex_unlock(&tel_snap_lock);
@@ -719,9 +720,9 @@ static int tel_requests(const char *cmd, const char *params, struct rte_tel_data
 		return -EAGAIN;
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->nsched[n] == NULL)
+		if (rt->nic[n].sched == NULL)
 			continue;
-		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		kvl_nic_sched_read(rt->nic[n].sched, &tel_snap);
 		for (uint32_t i = 0; i < tel_snap.n_req; i++) {
 			if (rows == TEL_REQ_ROWS) {
 				omitted += tel_snap.n_req - i;

@@ -56,7 +56,7 @@ uint32_t kvl_runtime_local_seg(const struct kvl_runtime *rt, const void *p, uint
 {
 	if (inside(p, len, local_seg, SEG_LEN))
 		return 1;
-	return inside(p, len, rt->staging[0], (uint64_t)STAGING_MB << 20) ? 2 : 0;
+	return inside(p, len, rt->nic[0].staging, (uint64_t)STAGING_MB << 20) ? 2 : 0;
 }
 
 bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
@@ -261,14 +261,14 @@ static void world_init(void)
 	rt.cfg.sched.window_max_mb = 1;
 	rt.cfg.sched.max_msg_kb = 64;
 	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
-	rt.nic_info[0].transport = KVL_TRANSPORT_TCP;
-	rt.nic_lcore[0] = &fake_lc;
-	rt.io[0] = &fake_io;
+	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
+	rt.nic[0].lcore = &fake_lc;
+	rt.nic[0].io = &fake_io;
 	sched_created = 0;
 	CHECK_INT(kvl_sched_rt_start(&rt, err, sizeof(err)), 0);
 	CHECK_INT(sched_created, 1);
 	CHECK(rt.reqs != NULL);
-	CHECK(rt.staging[0] != NULL);
+	CHECK(rt.nic[0].staging != NULL);
 
 	memset(&fake_pub, 0, sizeof(fake_pub));
 	rte_spinlock_init(&fake_pub.lock);
@@ -297,7 +297,7 @@ static void world_fini(void)
 		;
 	kvl_sched_rt_stop(&rt); /* frees what is still open: ASan's leak check sees the rest */
 	CHECK(rt.reqs == NULL);
-	CHECK(rt.staging[0] == NULL);
+	CHECK(rt.nic[0].staging == NULL);
 }
 
 /* Two steps over three blocks: step 0 = {0, 1}, step 1 = {1, 2}. */
@@ -487,7 +487,7 @@ static void test_open_checks(void)
 		 bad[2].local = local_seg + SEG_LEN - 100),
 		-EFAULT); /* past its end */
 	REFUSED((d.dir = KVL_REQ_PUSH, bad[0].local = local_seg, bad[1].local = local_seg,
-		 bad[2].local = rt.staging[0] + 8192),
+		 bad[2].local = rt.nic[0].staging + 8192),
 		-EINVAL); /* the scheduler's own staging */
 #undef REFUSED
 	/* Peers: unknown, not READY, READY but with no connection on a scheduler's NIC. */
@@ -524,8 +524,8 @@ static void test_no_scheduler(void)
 	memset(&rt, 0, sizeof(rt));
 	rt.cfg.n_nics = 1;
 	rt.cfg.sched.slot_kb = SLOT_KB; /* the INI's default; staging_mb 0 */
-	rt.nic_lcore[0] = &fake_lc;
-	rt.io[0] = &fake_io;
+	rt.nic[0].lcore = &fake_lc;
+	rt.nic[0].io = &fake_io;
 	sched_created = 0;
 	CHECK_INT(kvl_sched_rt_start(&rt, err, sizeof(err)), 0);
 	CHECK_INT(sched_created, 0);
@@ -670,9 +670,9 @@ static void test_steps(void)
 	CHECK_INT(ev[0].step, 0);
 	CHECK_INT(ev[0].req, h);
 	CHECK_INT(kvl_req_block_addr(&rt, h, 1, &addr), 0);
-	CHECK(addr == rt.staging[0] + 65536);
+	CHECK(addr == rt.nic[0].staging + 65536);
 	CHECK_INT(kvl_req_block_addr(&rt, h, 0, &addr), 0);
-	CHECK(addr == rt.staging[0]);
+	CHECK(addr == rt.nic[0].staging);
 	CHECK_INT(kvl_req_block_addr(&rt, h, 2, &addr), -EAGAIN); /* step 1's, not READY */
 	CHECK_INT(kvl_req_step_done(&rt, h, 1), -EINVAL);
 	/* a full ring: -EAGAIN, and the step stays READY */
@@ -699,7 +699,7 @@ static void test_steps(void)
 	emit(r, KVL_SCHED_EV_STEP_READY, 1, 0);
 	CHECK_INT(kvl_req_poll(&rt, ev, 8), 1);
 	CHECK_INT(kvl_req_block_addr(&rt, h, 2, &addr), 0);
-	CHECK(addr == rt.staging[0] + 131072);
+	CHECK(addr == rt.nic[0].staging + 131072);
 	CHECK_INT(kvl_req_step_done(&rt, h, 1), 0);
 	CHECK_INT(kvl_req_block_addr(&rt, h, 1, &addr), -EAGAIN);
 	emit(r, KVL_SCHED_EV_REQ_DONE, 0, 0);
