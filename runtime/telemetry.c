@@ -12,9 +12,15 @@
 
 #include "kvl_build_config.h"
 #include "kvl_clock.h"
-#include "control.h"
+#include "control/control.h"
+#include "kvlane/kvlane.h"
+#include "lifecycle.h"
 #include "nic_sched.h"
+#include "peers.h"
 #include "runtime.h"
+#include "segments.h"
+#include "staging.h"
+#include "telemetry.h"
 #include "verbs.h"
 
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
@@ -334,7 +340,7 @@ static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_start_dict(d);
 	rte_tel_data_add_dict_int(d, "enabled", g->open);
 	rte_tel_data_add_dict_string(d, "budget_source", g->open ? "vram" : "config");
-	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_runtime_budget(rt));
+	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_staging_budget(rt));
 	if (!g->open)
 		return 0;
 	rte_tel_data_add_dict_int(d, "device_id", g->device_id);
@@ -414,7 +420,7 @@ static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d
 	if (rt == NULL)
 		return -EAGAIN;
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
-		struct kvl_peer_pub *pub = kvl_control_peer(rt, p);
+		struct kvl_peer_pub *pub = kvl_peer_get(&rt->peers, p);
 
 		if (pub && __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_FREE)
 			peer_row(rt, p, pub, &k);
@@ -517,44 +523,50 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	return 0;
 }
 
+struct seg_walk {
+	const struct kvl_runtime *rt;
+	struct sink *k;
+};
+
+static void seg_row(void *arg, const struct kvl_local_seg *s)
+{
+	struct seg_walk *w = arg;
+	struct sink *k = w->k;
+	uint64_t reg_ns = 0, worst = 0;
+	int rdma = 0;
+
+	for (unsigned n = 0; n < w->rt->cfg.n_nics; n++) {
+		if (w->rt->nic[n].vdev == NULL)
+			continue;
+		rdma++;
+		reg_ns += s->reg_ns[n];
+		worst = s->reg_ns[n] > worst ? s->reg_ns[n] : worst;
+	}
+	put_int(k, "id", (int)s->desc.id);
+	put_str(k, "name", s->desc.name);
+	put_u64(k, "length", s->desc.length);
+	put_str(k, "access",
+		s->desc.flags == 3   ? "readwrite"
+		: s->desc.flags == 1 ? "read"
+		: s->desc.flags == 2 ? "write"
+				     : "none");
+	put_int(k, "rdma_nics", rdma);
+	put_u64(k, "reg_us", reg_ns / 1000);	/* over every RDMA NIC */
+	put_u64(k, "reg_us_max", worst / 1000); /* the slowest one */
+}
+
 /* Local segments in column form, with what registering each for RDMA cost. */
 static int tel_segments(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	struct kvl_runtime *rt = runtime_or_null();
 	struct sink k = { 0 };
+	struct seg_walk w = { .rt = rt, .k = &k };
 
 	(void)cmd;
 	(void)params;
 	if (rt == NULL)
 		return -EAGAIN;
-	pthread_mutex_lock(&rt->seg_lock);
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
-		const struct kvl_local_seg *s = &rt->segmeta[i];
-		uint64_t reg_ns = 0, worst = 0;
-		int rdma = 0;
-
-		if (!s->live)
-			continue;
-		for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-			if (rt->nic[n].vdev == NULL)
-				continue;
-			rdma++;
-			reg_ns += s->reg_ns[n];
-			worst = s->reg_ns[n] > worst ? s->reg_ns[n] : worst;
-		}
-		put_int(&k, "id", (int)s->desc.id);
-		put_str(&k, "name", s->desc.name);
-		put_u64(&k, "length", s->desc.length);
-		put_str(&k, "access",
-			s->desc.flags == 3   ? "readwrite"
-			: s->desc.flags == 1 ? "read"
-			: s->desc.flags == 2 ? "write"
-					     : "none");
-		put_int(&k, "rdma_nics", rdma);
-		put_u64(&k, "reg_us", reg_ns / 1000);	 /* over every RDMA NIC */
-		put_u64(&k, "reg_us_max", worst / 1000); /* the slowest one */
-	}
-	pthread_mutex_unlock(&rt->seg_lock);
+	kvl_segs_visit(&rt->segs, seg_row, &w);
 	return sink_finish(&k, d);
 }
 

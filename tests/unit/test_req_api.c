@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit test of the request API glue (kvl_req_*), with no EAL and a fake NIC lcore. */
 /*
- * SPDK's style: the file under test is included, so its static helpers are reachable, and
- * what it calls outside itself is stubbed below. The rings to the NIC lcore's scheduler are
+ * SPDK's style: the files under test are included (the request path and the services below
+ * it: peer table, segment registry, staging), so their static helpers are reachable, and what
+ * they call outside themselves is stubbed below. The rings to the NIC lcore's scheduler are
  * real rte_rings (rte_ring_init on heap memory); the lcore is a thread of this test that
  * answers OPEN the way lcores/nic_sched.c does (open_rc), or is not running at all: then the
  * API's 5 s "lcore not answering" guards must fire.
@@ -14,9 +15,12 @@
 
 #include "kvl_test.h"
 
-#include "sched_api.c"
+#include "peers.c"
+#include "req_api.c"
+#include "segments.c"
+#include "staging.c"
 
-/* ---- stubs: what sched_api.c calls in the rest of the runtime ---- */
+/* ---- stubs: what those call in the rest of the runtime ---- */
 
 int kvl_logtype_runtime;
 
@@ -27,61 +31,35 @@ int kvl_logtype_runtime;
 #define RING_SLOTS  8
 #define SEG_ID	    7
 #define SEG_LEN	    (1u << 20)
-#define BUDGET	    (64ull << 20)
+#define fake_pub    (rt.peers.pub[PEER])
+#define BUDGET_MB   64
+#define BUDGET	    ((uint64_t)BUDGET_MB << 20)
 #define OPEN_WAIT_S 12 /* the test's own bound on one kvl_req_open (the guard is 5 s) */
 
-static struct kvl_peer_pub fake_pub;
 static struct kvl_nic_sched fake_ns;
 static struct kvl_nic_io fake_io;
 static struct kvl_lcore fake_lc;
 static uint8_t *local_seg; /* a registered local segment of SEG_LEN bytes (id 1) */
-static unsigned kicks, sched_created, seg_added;
+static unsigned kicks, sched_created;
 static bool sge_equal_only;
-
-struct kvl_peer_pub *kvl_control_peer(struct kvl_runtime *rt, uint32_t peer)
-{
-	(void)rt;
-	return peer == PEER ? &fake_pub : NULL;
-}
-
-static bool inside(const void *p, uint64_t len, const void *base, uint64_t size)
-{
-	uintptr_t a = (uintptr_t)p, s = (uintptr_t)base;
-
-	return base && a >= s && a - s <= size && len <= size - (a - s);
-}
-
-/* Segment 1 is local_seg; segment 2 the NIC's staging (kvl_sched_rt_register's). */
-uint32_t kvl_runtime_local_seg(const struct kvl_runtime *rt, const void *p, uint64_t len)
-{
-	if (inside(p, len, local_seg, SEG_LEN))
-		return 1;
-	return inside(p, len, rt->nic[0].staging, (uint64_t)STAGING_MB << 20) ? 2 : 0;
-}
-
-bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
-{
-	return kvl_runtime_local_seg(rt, p, len) != 0;
-}
-
-uint64_t kvl_runtime_budget(const struct kvl_runtime *rt)
-{
-	(void)rt;
-	return BUDGET;
-}
-
-int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
-			const struct kvl_seg_desc *geom, uint32_t *id)
-{
-	(void)rt, (void)name, (void)base, (void)owned, (void)geom;
-	*id = ++seg_added;
-	return 0;
-}
 
 void kvl_nic_io_kick(struct kvl_nic_io *io)
 {
 	CHECK(io == &fake_io);
 	__atomic_fetch_add(&kicks, 1, __ATOMIC_RELAXED);
+}
+
+int kvl_gpu_sample(struct kvl_gpu *g)
+{
+	(void)g;
+	return -ENOTSUP; /* no GPU configured: never called */
+}
+
+int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
+		  uint64_t *ns, char *err, size_t errlen)
+{
+	(void)d, (void)base, (void)len, (void)flags, (void)rkey, (void)ns, (void)err, (void)errlen;
+	return -ENODEV; /* no RDMA device is attached: never called */
 }
 
 bool kvl_verbs_dev_sge_equal_only(const struct kvl_verbs_dev *d)
@@ -251,6 +229,9 @@ static char err[256];
 
 static void world_init(void)
 {
+	struct kvl_seg_desc seg_d;
+	uint32_t seg_id = 0;
+
 	memset(&rt, 0, sizeof(rt));
 	rt.cfg.n_nics = 1;
 	rt.cfg.sched.staging_mb = STAGING_MB;
@@ -260,15 +241,24 @@ static void world_init(void)
 	rt.cfg.sched.window_min_kb = 64;
 	rt.cfg.sched.window_max_mb = 1;
 	rt.cfg.sched.max_msg_kb = 64;
+	rt.cfg.sched.budget_mb = BUDGET_MB;
 	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
 	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
 	rt.nic[0].lcore = &fake_lc;
 	rt.nic[0].io = &fake_io;
+	kvl_segs_init(&rt.segs);
 	sched_created = 0;
-	CHECK_INT(kvl_sched_rt_start(&rt, err, sizeof(err)), 0);
+	/* as kvl_runtime_start() does: schedulers, the table, segments, then staging's */
+	CHECK_INT(kvl_staging_start(&rt, err, sizeof(err)), 0);
+	CHECK_INT(kvl_req_table_start(&rt, err, sizeof(err)), 0);
 	CHECK_INT(sched_created, 1);
 	CHECK(rt.reqs != NULL);
 	CHECK(rt.nic[0].staging != NULL);
+	kvl_seg_desc_make(1, 1, SEG_LEN / 4096, 4096, KVL_SEG_REMOTE_READ, &seg_d);
+	CHECK_INT(kvl_segs_add(&rt.segs, "local", local_seg, NULL, &seg_d, &seg_id), 0);
+	CHECK_INT(seg_id, 1);
+	CHECK_INT(kvl_staging_register(&rt, err, sizeof(err)), 0);
+	rt.peers.on = true;
 
 	memset(&fake_pub, 0, sizeof(fake_pub));
 	rte_spinlock_init(&fake_pub.lock);
@@ -295,9 +285,13 @@ static void world_fini(void)
 	lcore_stop();
 	while (rte_ring_sc_dequeue_elem(fake_ns.ev, &e, sizeof(e)) == 0)
 		;
-	kvl_sched_rt_stop(&rt); /* frees what is still open: ASan's leak check sees the rest */
+	/* as kvl_runtime_stop() does; what is still open is freed (ASan's leak check) */
+	kvl_staging_stop(&rt);
+	kvl_req_table_stop(&rt);
 	CHECK(rt.reqs == NULL);
 	CHECK(rt.nic[0].staging == NULL);
+	kvl_segs_release(&rt.segs); /* the staging is a segment's: freed here */
+	kvl_segs_fini(&rt.segs);
 }
 
 /* Two steps over three blocks: step 0 = {0, 1}, step 1 = {1, 2}. */
@@ -526,8 +520,10 @@ static void test_no_scheduler(void)
 	rt.cfg.sched.slot_kb = SLOT_KB; /* the INI's default; staging_mb 0 */
 	rt.nic[0].lcore = &fake_lc;
 	rt.nic[0].io = &fake_io;
+	rt.peers.on = true;
 	sched_created = 0;
-	CHECK_INT(kvl_sched_rt_start(&rt, err, sizeof(err)), 0);
+	CHECK_INT(kvl_staging_start(&rt, err, sizeof(err)), 0);
+	CHECK_INT(kvl_req_table_start(&rt, err, sizeof(err)), 0);
 	CHECK_INT(sched_created, 0);
 	CHECK(rt.reqs == NULL);
 	CHECK_INT(rt.budget_cap, UINT64_MAX);
@@ -537,7 +533,8 @@ static void test_no_scheduler(void)
 	CHECK_INT(kvl_req_block_addr(&rt, 1, 0, &addr), -ENOENT);
 	CHECK_INT(kvl_req_poll(&rt, ev, 4), 0);
 	CHECK_INT(kvl_req_budget_cap(&rt, 1 << 20), -ENOTSUP);
-	kvl_sched_rt_stop(&rt);
+	kvl_staging_stop(&rt);
+	kvl_req_table_stop(&rt);
 }
 
 /* What the lcore receives is a copy: the caller's descriptor may be reused at once. */
@@ -803,10 +800,13 @@ static void test_budget(void)
 	CHECK(fake_io.take_wc == kvl_nic_sched_take_wc);
 	CHECK(fake_io.take_wc_arg == &fake_ns);
 	CHECK(fake_io.watch == fake_ns.cmd);
-	/* its staging is registered like a segment, with no remote access */
-	seg_added = 0;
-	CHECK_INT(kvl_sched_rt_register(&rt, err, sizeof(err)), 0);
-	CHECK_INT(seg_added, 1);
+	/* its staging is registered like a segment (after the others), with no remote access */
+	CHECK_INT(kvl_segs_find(&rt.segs, rt.nic[0].staging, STAGING_MB << 20), 2);
+	CHECK_STR(rt.segs.meta[1].desc.name, "staging.n0");
+	CHECK_INT(rt.segs.meta[1].desc.flags, 0);
+	CHECK_INT(rt.segs.meta[1].desc.length, STAGING_MB << 20);
+	CHECK_INT(rt.segs.meta[1].desc.block_size, SLOT_KB << 10);
+	CHECK(kvl_segs_owns(&rt.segs, rt.nic[0].staging));
 	world_fini();
 }
 

@@ -24,15 +24,19 @@
 
 #include "kvl_clock.h"
 #include "control.h"
+#include "kvlane/kvlane.h"
+#include "peers.h"
 #include "runtime.h"
+#include "segments.h"
+#include "staging.h"
 #include "verbs.h"
 
-#define MAX_PENDING	128 /* data connections being bound */
-#define MAX_PREAUTH	16  /* control connections not authenticated yet */
-#define MAX_API_REQS	16
-#define RECONNECT_NS	1000000000ull
-#define FRAME_MAX	(KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
-#define BIND_TIMEOUT_NS 5000000000ull
+#define MAX_PENDING	  128 /* data connections being bound */
+#define MAX_PREAUTH	  16  /* control connections not authenticated yet */
+#define MAX_CONNECT_WAITS 16
+#define RECONNECT_NS	  1000000000ull
+#define FRAME_MAX	  (KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
+#define BIND_TIMEOUT_NS	  5000000000ull
 
 enum pconn_state {
 	PC_FREE = 0,
@@ -54,7 +58,8 @@ struct pconn {
 	size_t rx_len;
 };
 
-struct api_req {
+/* An API thread in kvl_control_connect(), waiting for its peer to be READY or to fail. */
+struct connect_wait {
 	char addr[KVL_CTRL_ADDR_LEN];
 	uint64_t deadline_ns;
 	bool taken, done;
@@ -80,7 +85,7 @@ struct peer {
 	uint32_t n_eps;
 	uint64_t next_hb_ns, hb_seq;
 	unsigned want_conns, bound_conns;
-	struct api_req *waiter;
+	struct connect_wait *waiter;
 	uint32_t segs_version_sent;
 	/* RDMA: the peer's RKEYS (one message per NIC of its), our QPs waiting for its QP_INFO */
 	struct kvl_ctrl_msg rkeys[KVL_CTRL_MAX_EPS];
@@ -106,7 +111,7 @@ struct kvl_control {
 	struct kvl_endpoint eps[KVL_CTRL_MAX_EPS];
 	uint32_t n_eps;
 	struct peer peer[KVL_MAX_PEERS_RT];
-	struct kvl_peer_pub pub[KVL_MAX_PEERS_RT];
+	struct kvl_peer_pub *pub; /* the runtime's peer table (rt->peers.pub): we write it */
 	struct pconn pc[MAX_PENDING];
 	bool slot_used[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
 	uint32_t slot_gen[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
@@ -127,16 +132,8 @@ struct kvl_control {
 	uint32_t segs_version;
 	pthread_mutex_t lock; /* API requests and waits */
 	pthread_cond_t cond;
-	struct api_req *req[MAX_API_REQS];
+	struct connect_wait *req[MAX_CONNECT_WAITS];
 };
-
-static const char *const state_names[] = { "free",    "connecting", "handshake", "exchange",
-					   "binding", "ready",	    "dead" };
-
-const char *kvl_peer_state_name(int s)
-{
-	return s >= 0 && s <= KVL_PEER_DEAD ? state_names[s] : "?";
-}
 
 static void wake(struct kvl_control *c)
 {
@@ -329,25 +326,34 @@ static bool listed(const char *list, const char *name)
 	return false;
 }
 
+struct segs_msg {
+	struct kvl_control *c;
+	struct kvl_ctrl_msg *m;
+	unsigned nic; /* RKEYS: their keys on this NIC's device */
+};
+
+static void add_seg_desc(void *arg, const struct kvl_local_seg *seg)
+{
+	struct segs_msg *w = arg;
+	struct kvl_seg_desc *d;
+
+	if (w->m->u.segments.n == KVL_CTRL_MAX_SEGS)
+		return;
+	d = &w->m->u.segments.seg[w->m->u.segments.n++];
+	*d = seg->desc;
+	if (listed(w->c->bad_len, d->name))
+		d->length *= 2; /* fault injection: past the end of its MR */
+}
+
 static void send_segments(struct kvl_control *c, uint32_t p)
 {
 	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
-	struct kvl_runtime *rt = c->rt;
+	struct segs_msg w = { .c = c, .m = m };
 
 	if (m == NULL)
 		return;
 	m->type = KVL_CTRL_SEGMENTS;
-	pthread_mutex_lock(&rt->seg_lock);
-	for (uint32_t i = 0; i < KVL_MAX_SEGS && m->u.segments.n < KVL_CTRL_MAX_SEGS; i++)
-		if (rt->segmeta[i].live) {
-			struct kvl_seg_desc *d = &m->u.segments.seg[m->u.segments.n++];
-
-			*d = rt->segmeta[i].desc;
-			if (listed(c->bad_len, d->name))
-				d->length *= 2; /* fault injection: past the end of its MR */
-		}
-	c->peer[p].segs_version_sent = rt->segs_version;
-	pthread_mutex_unlock(&rt->seg_lock);
+	c->peer[p].segs_version_sent = kvl_segs_visit(&c->rt->segs, add_seg_desc, &w);
 	send_msg(c, p, m);
 	free(m);
 }
@@ -371,7 +377,7 @@ static void set_state(struct kvl_control *c, uint32_t p, int state)
 {
 	__atomic_store_n(&c->pub[p].state, state, __ATOMIC_RELEASE);
 	if (state == KVL_PEER_READY || state == KVL_PEER_DEAD) {
-		struct api_req *w = c->peer[p].waiter;
+		struct connect_wait *w = c->peer[p].waiter;
 
 		if (w) {
 			pthread_mutex_lock(&c->lock);
@@ -640,7 +646,7 @@ static void hand_over(struct kvl_control *c, struct pconn *pc)
 		pc->state = PC_FREE;
 		return;
 	}
-	conn = kvl_tcp_conn_new(pc->fd, &rt->segs, rt->cfg.nics[pc->nic].queue_depth);
+	conn = kvl_tcp_conn_new(pc->fd, &rt->segs.tab, rt->cfg.nics[pc->nic].queue_depth);
 	if (conn == NULL) {
 		close(pc->fd);
 		pc->state = PC_FREE;
@@ -669,6 +675,21 @@ static bool is_rdma(const struct kvl_runtime *rt, unsigned nic)
 	return rt->nic[nic].vdev != NULL;
 }
 
+static void add_seg_rkey(void *arg, const struct kvl_local_seg *seg)
+{
+	struct segs_msg *w = arg;
+	struct kvl_ctrl_msg *m = w->m;
+
+	if (m->u.rkeys.n == KVL_CTRL_MAX_SEGS)
+		return;
+	m->u.rkeys.key[m->u.rkeys.n].seg_id = seg->desc.id;
+	m->u.rkeys.key[m->u.rkeys.n].rkey = seg->rkey[w->nic];
+	if (listed(w->c->bad_rkey, seg->desc.name))
+		m->u.rkeys.key[m->u.rkeys.n].rkey ^= 0x5a; /* the key byte */
+	m->u.rkeys.key[m->u.rkeys.n].addr = (uintptr_t)seg->base;
+	m->u.rkeys.n++;
+}
+
 /* RKEYS for each of our RDMA NICs: where every segment is, and its rkey there. */
 static void send_rkeys(struct kvl_control *c, uint32_t p)
 {
@@ -678,23 +699,14 @@ static void send_rkeys(struct kvl_control *c, uint32_t p)
 	if (m == NULL)
 		return;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		struct segs_msg w = { .c = c, .m = m, .nic = n };
+
 		if (!is_rdma(rt, n))
 			continue;
 		memset(m, 0, sizeof(*m));
 		m->type = KVL_CTRL_RKEYS;
 		snprintf(m->u.rkeys.nic, sizeof(m->u.rkeys.nic), "%s", rt->cfg.nics[n].label);
-		pthread_mutex_lock(&rt->seg_lock);
-		for (uint32_t i = 0; i < KVL_MAX_SEGS && m->u.rkeys.n < KVL_CTRL_MAX_SEGS; i++) {
-			if (!rt->segmeta[i].live)
-				continue;
-			m->u.rkeys.key[m->u.rkeys.n].seg_id = i + 1;
-			m->u.rkeys.key[m->u.rkeys.n].rkey = rt->segmeta[i].rkey[n];
-			if (listed(c->bad_rkey, rt->segmeta[i].desc.name))
-				m->u.rkeys.key[m->u.rkeys.n].rkey ^= 0x5a; /* the key byte */
-			m->u.rkeys.key[m->u.rkeys.n].addr = (uintptr_t)rt->segs.seg[i].base;
-			m->u.rkeys.n++;
-		}
-		pthread_mutex_unlock(&rt->seg_lock);
+		kvl_segs_visit(&rt->segs, add_seg_rkey, &w);
 		send_msg(c, p, m);
 	}
 	free(m);
@@ -1376,8 +1388,8 @@ static void pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 static void take_api_requests(struct kvl_control *c)
 {
 	pthread_mutex_lock(&c->lock);
-	for (unsigned i = 0; i < MAX_API_REQS; i++) {
-		struct api_req *r = c->req[i];
+	for (unsigned i = 0; i < MAX_CONNECT_WAITS; i++) {
+		struct connect_wait *r = c->req[i];
 		int p;
 
 		if (r == NULL || r->taken)
@@ -1491,7 +1503,7 @@ static void timers(struct kvl_control *c, uint64_t t)
 					t + (uint64_t)cc->heartbeat_interval_ms * 1000000ull;
 			}
 			if (pr->segs_version_sent !=
-			    __atomic_load_n(&c->rt->segs_version, __ATOMIC_ACQUIRE)) {
+			    __atomic_load_n(&c->rt->segs.version, __ATOMIC_ACQUIRE)) {
 				send_rkeys(c, p); /* first: the peer joins them on SEGMENTS */
 				send_segments(c, p);
 			}
@@ -1678,7 +1690,7 @@ static void *control_main(void *arg)
 				peer_fail(c, p, KVL_ERR_CONN_LOST,
 					  "control connection: send failed");
 		if (c->rt->gpu.open)
-			kvl_runtime_sample(c->rt);
+			kvl_staging_sample(c->rt);
 	}
 	return NULL;
 }
@@ -1783,6 +1795,7 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	c->lfd = -1;
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
 		c->dfd[n] = -1;
+	c->pub = rt->peers.pub;
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
 		c->peer[p].fd = -1;
 		rte_spinlock_init(&c->pub[p].lock);
@@ -1811,6 +1824,7 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		rc = open_data_listeners(c, err, errlen);
 	if (rc == 0) {
 		rt->ctl = c;
+		__atomic_store_n(&rt->peers.on, true, __ATOMIC_RELEASE);
 		for (uint32_t i = 0; i < cc->n_peers; i++) {
 			int p = peer_alloc(c, cc->peers[i], true);
 
@@ -1823,6 +1837,7 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		if (rc != 0) {
 			snprintf(err, errlen, "cannot start the control thread: %s", strerror(rc));
 			rc = -rc;
+			__atomic_store_n(&rt->peers.on, false, __ATOMIC_RELEASE);
 			rt->ctl = NULL;
 		}
 	}
@@ -1848,7 +1863,7 @@ void kvl_control_stop(struct kvl_runtime *rt)
 		peer_fail(c, p, KVL_ERR_CANCELED, "this runtime is stopping");
 	/* Wake API callers still waiting. */
 	pthread_mutex_lock(&c->lock);
-	for (unsigned i = 0; i < MAX_API_REQS; i++)
+	for (unsigned i = 0; i < MAX_CONNECT_WAITS; i++)
 		if (c->req[i] && !c->req[i]->done) {
 			c->req[i]->done = true;
 			c->req[i]->result = -ECANCELED;
@@ -1856,6 +1871,7 @@ void kvl_control_stop(struct kvl_runtime *rt)
 		}
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
+	__atomic_store_n(&rt->peers.on, false, __ATOMIC_RELEASE);
 	rt->ctl = NULL;
 	control_free(c);
 }
@@ -1864,9 +1880,9 @@ int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeo
 			uint32_t *peer, char *err, size_t errlen)
 {
 	struct kvl_control *c = rt->ctl;
-	struct api_req r;
+	struct connect_wait r;
 	struct timespec ts;
-	unsigned slot = MAX_API_REQS;
+	unsigned slot = MAX_CONNECT_WAITS;
 	int rc;
 
 	if (c == NULL) {
@@ -1877,13 +1893,13 @@ int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeo
 	snprintf(r.addr, sizeof(r.addr), "%s", addr);
 	r.deadline_ns = kvl_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	pthread_mutex_lock(&c->lock);
-	for (unsigned i = 0; i < MAX_API_REQS; i++)
+	for (unsigned i = 0; i < MAX_CONNECT_WAITS; i++)
 		if (c->req[i] == NULL) {
 			c->req[i] = &r;
 			slot = i;
 			break;
 		}
-	if (slot == MAX_API_REQS) {
+	if (slot == MAX_CONNECT_WAITS) {
 		pthread_mutex_unlock(&c->lock);
 		snprintf(err, errlen, "too many connects in progress");
 		return -EBUSY;
@@ -1916,13 +1932,6 @@ void kvl_control_segments_changed(struct kvl_runtime *rt)
 {
 	if (rt->ctl)
 		wake(rt->ctl);
-}
-
-struct kvl_peer_pub *kvl_control_peer(struct kvl_runtime *rt, uint32_t peer)
-{
-	if (rt->ctl == NULL || peer >= KVL_MAX_PEERS_RT)
-		return NULL;
-	return &rt->ctl->pub[peer];
 }
 
 bool kvl_control_enabled(const struct kvl_runtime *rt)

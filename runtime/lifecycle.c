@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Runtime lifecycle: NIC discovery before EAL, NUMA pairing and lcore launch after it. */
+/* The runtime's lifecycle: NIC discovery before EAL, NUMA pairing and launch after, stop. */
 #include <errno.h>
 #include <string.h>
 
@@ -10,11 +10,12 @@
 #include <rte_log.h>
 #include <rte_malloc.h>
 
-#include "control.h"
-#include "runtime.h"
+#include "control/control.h"
+#include "kvlane/kvlane.h"
+#include "lifecycle.h"
+#include "req_api.h"
+#include "staging.h"
 #include "verbs.h"
-
-RTE_LOG_REGISTER(kvl_logtype_runtime, kvlane.runtime, INFO);
 
 static bool custom_sysfs(const struct kvl_runtime *rt)
 {
@@ -49,13 +50,6 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 	}
 	return rc;
-}
-
-uint64_t kvl_runtime_budget(const struct kvl_runtime *rt)
-{
-	if (rt->gpu.open)
-		return kvl_gpu_budget(&rt->gpu);
-	return (uint64_t)rt->cfg.sched.budget_mb << 20;
 }
 
 int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, unsigned *cpu)
@@ -113,6 +107,7 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
 		return -ENODEV;
 	}
+	kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label); /* segments reach it */
 	if (strcmp(kvl_verbs_dev_backend(rt->nic[i].vdev), "mlx5") == 0) {
 		rt->nic[i].info.transport = KVL_TRANSPORT_MLX5;
 		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
@@ -175,57 +170,6 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 	return 0;
 }
 
-int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
-			const struct kvl_seg_desc *geom, uint32_t *id)
-{
-	uint32_t i;
-
-	pthread_mutex_lock(&rt->seg_lock);
-	for (i = 0; i < KVL_MAX_SEGS; i++)
-		if (!rt->segmeta[i].live && rt->segs.seg[i].base == NULL)
-			break; /* slots are never reused while running: lcores may hold ids */
-	if (i == KVL_MAX_SEGS) {
-		pthread_mutex_unlock(&rt->seg_lock);
-		return -ENOSPC;
-	}
-	/* Every RDMA NIC must be able to reach it: register it on each device first. */
-	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		char msg[KVL_VERBS_ERR_LEN];
-		uint64_t ns;
-		int rc;
-
-		if (rt->nic[n].vdev == NULL)
-			continue;
-		rc = kvl_verbs_reg(rt->nic[n].vdev, base, geom->length, geom->flags,
-				   &rt->segmeta[i].rkey[n], &ns, msg, sizeof(msg));
-		rt->segmeta[i].reg_ns[n] = ns;
-		if (rc < 0) {
-			pthread_mutex_unlock(&rt->seg_lock);
-			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, rt->cfg.nics[n].label,
-				msg);
-			return rc;
-		}
-		KVL_LOG(INFO, "segment \"%s\" (%llu MiB) registered on nic.%s in %.2f ms", name,
-			(unsigned long long)(geom->length >> 20), rt->cfg.nics[n].label, ns / 1e6);
-	}
-	rt->segmeta[i].desc = *geom;
-	rt->segmeta[i].desc.id = i + 1;
-	snprintf(rt->segmeta[i].desc.name, sizeof(rt->segmeta[i].desc.name), "%s", name);
-	rt->segmeta[i].owned = owned;
-	rt->segs.seg[i] = (struct kvl_seg){
-		.base = base, .len = geom->length, .id = i + 1, .flags = geom->flags
-	};
-	__atomic_store_n(&rt->segs.live[i], true, __ATOMIC_RELEASE);
-	rt->segmeta[i].live = true;
-	if (i + 1 > rt->segs_hwm)
-		__atomic_store_n(&rt->segs_hwm, i + 1, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&rt->segs_version, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&rt->seg_lock);
-	*id = i + 1;
-	kvl_control_segments_changed(rt);
-	return 0;
-}
-
 /* The INI's [segment.*]: allocated on the first NIC's socket, filled as asked. */
 static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 {
@@ -233,20 +177,15 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 
 	for (uint32_t i = 0; i < rt->cfg.n_segments; i++) {
 		const struct kvl_segment_conf *g = &rt->cfg.segments[i];
-		struct kvl_seg_desc d = { 0 };
+		struct kvl_seg_desc d;
 		uint32_t id;
 		void *mem;
 		int rc;
 
-		d.n_layers = g->layers;
-		d.n_planes = g->planes;
-		d.block_count = g->blocks;
-		d.block_size = g->block_bytes;
-		d.plane_stride = (uint64_t)g->blocks * g->block_bytes;
-		d.layer_stride = d.plane_stride * g->planes;
-		d.length = d.layer_stride * g->layers;
-		d.flags = (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
-			  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0);
+		kvl_seg_desc_make(g->layers, g->planes, g->blocks, g->block_bytes,
+				  (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
+					  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0),
+				  &d);
 		mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
 		if (mem == NULL)
 			mem = rte_zmalloc("kvl_segment", d.length, 4096);
@@ -260,7 +199,7 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 		if (g->fill == KVL_FILL_PATTERN)
 			kvl_pattern_fill(mem, d.length, g->pattern_seed, 0);
-		rc = kvl_runtime_seg_add(rt, g->label, mem, mem, &d, &id);
+		rc = kvl_segs_add(&rt->segs, g->label, mem, mem, &d, &id);
 		if (rc < 0) {
 			rte_free(mem);
 			snprintf(err, errlen, "segment.%s: no free segment slot", g->label);
@@ -268,17 +207,6 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 	}
 	return 0;
-}
-
-void kvl_runtime_sample(struct kvl_runtime *rt)
-{
-	uint64_t now = rte_get_tsc_cycles();
-
-	if (!rt->gpu.open || now < rt->next_sample_tsc)
-		return;
-	kvl_gpu_sample(&rt->gpu);
-	kvl_sched_rt_publish_budget(rt);
-	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
 }
 
 int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
@@ -341,7 +269,9 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				"allow_remote_numa is set; expect cross-node memory traffic",
 				names[i], nodes[i], d->lcore_id, d->socket);
 	}
-	rc = kvl_sched_rt_start(rt, err, errlen);
+	rc = kvl_staging_start(rt, err, errlen);
+	if (rc == 0)
+		rc = kvl_req_table_start(rt, err, errlen);
 	if (rc < 0) {
 		kvl_runtime_stop(rt);
 		return rc;
@@ -360,7 +290,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	rt->started = true;
 	rc = alloc_conf_segments(rt, err, errlen);
 	if (rc == 0)
-		rc = kvl_sched_rt_register(rt, err, errlen);
+		rc = kvl_staging_register(rt, err, errlen);
 	if (rc == 0)
 		rc = kvl_control_start(rt, err, errlen);
 	if (rc < 0) {
@@ -376,7 +306,8 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
-	kvl_sched_rt_stop(rt);
+	kvl_staging_stop(rt);
+	kvl_req_table_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
 		if (rt->nic[i].io == NULL)
 			continue;
@@ -390,12 +321,7 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 			kvl_verbs_close(rt->nic[i].vdev);
 		rt->nic[i].vdev = NULL;
 	}
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
-		__atomic_store_n(&rt->segs.live[i], false, __ATOMIC_RELEASE);
-		rt->segmeta[i].live = false;
-		rte_free(rt->segmeta[i].owned);
-		rt->segmeta[i].owned = NULL;
-	}
+	kvl_segs_release(&rt->segs);
 }
 
 uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt)
