@@ -431,6 +431,19 @@ static kvl_req_t open_ok(const struct kvl_req_desc *d, int *rc)
 	return *rc == 0 ? h : 0;
 }
 
+/* A running world with the lcore answering, and @d opened in it: its request, or NULL (the
+ * failed check says why). */
+static struct kvl_nsreq *world_with_req(const struct kvl_req_desc *d, kvl_req_t *h)
+{
+	int rc;
+
+	world_init();
+	lcore_start();
+	*h = open_ok(d, &rc);
+	CHECK_INT(rc, 0);
+	return *h ? req_of(*h) : NULL;
+}
+
 /* Every malformed descriptor is refused before anything reaches the lcore. */
 static void test_open_checks(void)
 {
@@ -644,13 +657,8 @@ static void test_steps(void)
 	kvl_req_t h;
 	void *addr = NULL;
 	unsigned filled = 0;
-	int rc;
 
-	world_init();
-	lcore_start();
-	h = open_ok(&d, &rc);
-	CHECK_INT(rc, 0);
-	r = req_of(h);
+	r = world_with_req(&d, &h);
 	if (r == NULL)
 		goto out;
 	lcore_drain();
@@ -718,13 +726,8 @@ static void test_cancel(void)
 	struct kvl_nsreq *r;
 	kvl_req_t h;
 	void *addr;
-	int rc;
 
-	world_init();
-	lcore_start();
-	h = open_ok(&d, &rc);
-	CHECK_INT(rc, 0);
-	r = req_of(h);
+	r = world_with_req(&d, &h);
 	if (r == NULL)
 		goto out;
 	r->off[0] = r->off[1] = 0;
