@@ -2,6 +2,7 @@
 /* Data connections: lcore slots, the TCP DATA_BIND each way, the hand-over to a NIC lcore. */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -23,7 +24,6 @@ static uint32_t slot_take(struct kvl_control *c, unsigned nic)
 	return UINT32_MAX;
 }
 
-/* A bound data connection goes to its NIC's lcore, and into the peer's routing list. */
 /* A ready connection (any transport) goes to its NIC's lcore and into the peer's routing
  * list; a client peer is READY once all it opened are there. On failure @x is freed. */
 int kvl_ctl_give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_xconn x)

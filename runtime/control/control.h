@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The control path: one thread that authenticates peers, exchanges metadata, binds data
- * connections, sends heartbeats and declares peers dead. */
+/* The control thread as the runtime calls it: start, stop, connect, its address and counters. */
+/* One thread authenticates peers, exchanges metadata, binds data connections, sends
+ * heartbeats and declares peers dead (runtime/control/). */
 #ifndef KVL_RUNTIME_CONTROL_H
 #define KVL_RUNTIME_CONTROL_H
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* A peer's state machine on the control thread: its slot, sending, failing, connecting. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -786,6 +786,64 @@ out:
 	world_fini();
 }
 
+struct visit_log {
+	uint32_t ids[KVL_MAX_SEGS];
+	unsigned n;
+};
+
+static void log_seg(void *arg, const struct kvl_local_seg *seg)
+{
+	struct visit_log *v = arg;
+
+	v->ids[v->n++] = seg->desc.id;
+}
+
+/* The segment registry the request path checks PUSH blocks against (runtime/segments.c). */
+static void test_segments(void)
+{
+	static uint8_t mem[KVL_MAX_SEGS + 1][256];
+	struct kvl_local_segs s;
+	struct kvl_seg_desc d;
+	struct visit_log v = { .n = 0 };
+	uint32_t id = 0, version;
+
+	/* the one descriptor builder: layer after layer, K plane before V */
+	kvl_seg_desc_make(3, 2, 10, 64, KVL_SEG_REMOTE_WRITE, &d);
+	CHECK_INT(d.plane_stride, 640);
+	CHECK_INT(d.layer_stride, 1280);
+	CHECK_INT(d.length, 3840);
+	CHECK_INT(d.flags, KVL_SEG_REMOTE_WRITE);
+	CHECK_INT(d.block_count, 10);
+	kvl_segs_init(&s);
+	kvl_seg_desc_make(1, 1, 4, 64, KVL_SEG_REMOTE_READ, &d);
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		CHECK_INT(kvl_segs_add(&s, "m", mem[i], NULL, &d, &id), 0);
+		CHECK_INT(id, i + 1);
+	}
+	CHECK_INT(kvl_segs_add(&s, "m", mem[KVL_MAX_SEGS], NULL, &d, &id), -ENOSPC);
+	CHECK_INT(s.version, KVL_MAX_SEGS);
+	/* lookups: inside one segment whole, or nothing */
+	CHECK_INT(kvl_segs_find(&s, mem[5], 256), 6);
+	CHECK_INT(kvl_segs_find(&s, mem[5] + 255, 1), 6);
+	CHECK_INT(kvl_segs_find(&s, mem[5] + 200, 57), 0); /* crosses its end */
+	CHECK_INT(kvl_segs_find(&s, mem[KVL_MAX_SEGS], 1), 0);
+	CHECK_STR(s.meta[5].desc.name, "m");
+	CHECK(s.meta[5].base == mem[5]);
+	version = kvl_segs_visit(&s, log_seg, &v);
+	CHECK_INT(version, KVL_MAX_SEGS);
+	CHECK_INT(v.n, KVL_MAX_SEGS);
+	CHECK_INT(v.ids[0], 1);
+	CHECK_INT(v.ids[KVL_MAX_SEGS - 1], KVL_MAX_SEGS);
+	CHECK(!kvl_segs_owns(&s, mem[0])); /* registered, not allocated by kvlane */
+	CHECK(!kvl_segs_owns(&s, NULL));
+	kvl_segs_release(&s);
+	CHECK_INT(kvl_segs_find(&s, mem[5], 256), 0);
+	v.n = 0;
+	kvl_segs_visit(&s, log_seg, &v);
+	CHECK_INT(v.n, 0);
+	kvl_segs_fini(&s);
+}
+
 /* The budget each NIC lcore's scheduler reads: min(budget, cap) / schedulers. */
 static void test_budget(void)
 {
@@ -831,6 +889,7 @@ int main(void)
 	test_cancel();
 	test_push();
 	test_budget();
+	test_segments();
 	test_guard_lcore_silent();
 	test_guard_ring_full();
 	free(fake_ns.cmd);
