@@ -10,9 +10,13 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
-#include "control.h"
+#include "control/control.h"
 #include "kvlane/kvlane.h"
+#include "lifecycle.h"
+#include "peers.h"
 #include "runtime.h"
+#include "segments.h"
+#include "telemetry.h"
 
 _Static_assert(sizeof(struct kvl_completion) == sizeof(struct kvl_wc) &&
 		       offsetof(struct kvl_completion, cookie) == offsetof(struct kvl_wc, wr_id) &&
@@ -24,75 +28,6 @@ _Static_assert((int)KVL_WRITE == (int)KVL_OP_WRITE && (int)KVL_READ == (int)KVL_
 _Static_assert((int)KVL_REMOTE_READ == (int)KVL_SEG_REMOTE_READ &&
 		       (int)KVL_REMOTE_WRITE == (int)KVL_SEG_REMOTE_WRITE,
 	       "public and internal access bits agree");
-
-static const char *const status_names[KVL_STATUS_COUNT] = {
-	[KVL_OK] = "ok",
-	[KVL_ERR_BOUNDS] = "bounds",
-	[KVL_ERR_NO_SEGMENT] = "no-segment",
-	[KVL_ERR_ACCESS] = "access",
-	[KVL_ERR_LOCAL] = "local",
-	[KVL_ERR_CONN_LOST] = "conn-lost",
-	[KVL_ERR_PEER_DEAD] = "peer-dead",
-	[KVL_ERR_PROTOCOL] = "protocol",
-	[KVL_ERR_CANCELED] = "canceled",
-	[KVL_ERR_TOO_LARGE] = "too-large",
-	[KVL_ERR_NO_PEER] = "no-peer",
-};
-
-const char *kvl_status_name(int status)
-{
-	return status >= 0 && status < KVL_STATUS_COUNT ? status_names[status] : "?";
-}
-
-/* ---- the test pattern: 64-bit words of a mixing function of (seed, word index) ---- */
-
-static uint64_t pattern_word(uint32_t seed, uint64_t idx)
-{
-	uint64_t z = idx + 0x9e3779b97f4a7c15ull * ((uint64_t)seed + 1);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-void kvl_pattern_fill(void *buf, uint64_t len, uint32_t seed, uint64_t offset)
-{
-	uint8_t *p = buf;
-	uint64_t i = 0;
-
-	for (; i < len && ((offset + i) & 7); i++)
-		p[i] = (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7)));
-	for (; i + 8 <= len; i += 8) {
-		uint64_t w = pattern_word(seed, (offset + i) >> 3);
-
-		memcpy(p + i, &w, 8); /* little-endian hosts: byte k of the word at offset+k */
-	}
-	for (; i < len; i++)
-		p[i] = (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7)));
-}
-
-uint64_t kvl_pattern_check(const void *buf, uint64_t len, uint32_t seed, uint64_t offset)
-{
-	const uint8_t *p = buf;
-	uint64_t i = 0;
-
-	for (; i < len && ((offset + i) & 7); i++)
-		if (p[i] !=
-		    (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7))))
-			return i;
-	for (; i + 8 <= len; i += 8) {
-		uint64_t w = pattern_word(seed, (offset + i) >> 3), got;
-
-		memcpy(&got, p + i, 8);
-		if (got != w)
-			break; /* find the byte below */
-	}
-	for (; i < len; i++)
-		if (p[i] !=
-		    (uint8_t)(pattern_word(seed, (offset + i) >> 3) >> (8 * ((offset + i) & 7))))
-			return i;
-	return len;
-}
 
 /* ---- start and stop ---- */
 
@@ -127,7 +62,7 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 		*stage = KVL_START_HOST;
 		return NULL;
 	}
-	pthread_mutex_init(&rt->seg_lock, NULL);
+	kvl_segs_init(&rt->segs);
 	/* Everything that can be wrong in the INI is found before anything starts. */
 	rc = kvl_config_load_sets(a->config, a->sets, a->n_sets, &rt->cfg, &errs);
 	if (rc < 0) {
@@ -173,7 +108,7 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 	kvl_telemetry_attach(rt);
 	return rt;
 fail:
-	pthread_mutex_destroy(&rt->seg_lock);
+	kvl_segs_fini(&rt->segs);
 	free(rt);
 	return NULL;
 }
@@ -187,7 +122,7 @@ void kvl_stop(struct kvl_runtime *rt)
 	/* The lcore states stay: a telemetry reply may still be reading them, and
 	 * rte_eal_cleanup() releases EAL memory as a whole. */
 	rte_eal_cleanup();
-	pthread_mutex_destroy(&rt->seg_lock);
+	kvl_segs_fini(&rt->segs);
 	free(rt);
 }
 
@@ -205,14 +140,7 @@ static int geom_desc(const struct kvl_seg_geom *g, unsigned access, struct kvl_s
 	    (g->planes != 1 && g->planes != 2) ||
 	    (access & ~(unsigned)(KVL_REMOTE_READ | KVL_REMOTE_WRITE)))
 		return -EINVAL;
-	d->n_layers = g->layers;
-	d->n_planes = g->planes;
-	d->block_count = g->blocks;
-	d->block_size = g->block_bytes;
-	d->plane_stride = (uint64_t)g->blocks * g->block_bytes;
-	d->layer_stride = d->plane_stride * g->planes;
-	d->length = d->layer_stride * g->layers;
-	d->flags = access;
+	kvl_seg_desc_make(g->layers, g->planes, g->blocks, g->block_bytes, access, d);
 	return d->length > (1ull << 40) ? -E2BIG : 0;
 }
 
@@ -232,7 +160,7 @@ static void seg_out(const struct kvl_seg_desc *d, uint32_t id, void *base, struc
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		  unsigned access, struct kvl_segment *out)
 {
-	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+	int socket = rt->nic[0].lcore ? rt->nic[0].lcore->socket : SOCKET_ID_ANY;
 	struct kvl_seg_desc d;
 	uint32_t id;
 	void *mem;
@@ -245,11 +173,12 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 		mem = rte_zmalloc("kvl_segment", d.length, 4096);
 	if (mem == NULL)
 		return -ENOMEM;
-	rc = kvl_runtime_seg_add(rt, name, mem, mem, &d, &id);
+	rc = kvl_segs_add(&rt->segs, name, mem, mem, &d, &id);
 	if (rc < 0) {
 		rte_free(mem);
 		return rc;
 	}
+	kvl_control_segments_changed(rt); /* peers hear of it now, not at the next tick */
 	seg_out(&d, id, mem, out);
 	return 0;
 }
@@ -263,9 +192,11 @@ int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
 
 	if (rc < 0 || base == NULL)
 		return rc < 0 ? rc : -EINVAL;
-	rc = kvl_runtime_seg_add(rt, name, base, NULL, &d, &id);
-	if (rc == 0)
+	rc = kvl_segs_add(&rt->segs, name, base, NULL, &d, &id);
+	if (rc == 0) {
+		kvl_control_segments_changed(rt);
 		seg_out(&d, id, base, out);
+	}
 	return rc;
 }
 
@@ -280,10 +211,10 @@ int kvl_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms, k
 int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_seg *out,
 		      unsigned max)
 {
-	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
+	struct kvl_peer_pub *pub = kvl_peer_ready(&rt->peers, peer);
 	int n;
 
-	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+	if (pub == NULL)
 		return -ENOTCONN;
 	rte_spinlock_lock(&pub->lock);
 	n = (int)pub->n_segs;
@@ -305,28 +236,6 @@ int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote
 
 /* ---- transfers ---- */
 
-/* Is [p, p + len) inside one live local segment? */
-uint32_t kvl_runtime_local_seg(const struct kvl_runtime *rt, const void *p, uint64_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint32_t hwm = __atomic_load_n(&rt->segs_hwm, __ATOMIC_ACQUIRE);
-
-	/* Per transfer: scan only the slots ever used, not all KVL_MAX_SEGS. */
-	for (unsigned i = 0; i < hwm; i++) {
-		const struct kvl_seg *s = kvl_seg_lookup(&rt->segs, i + 1);
-
-		if (s && a >= (uintptr_t)s->base && a - (uintptr_t)s->base <= s->len &&
-		    len <= s->len - (a - (uintptr_t)s->base))
-			return i + 1;
-	}
-	return 0;
-}
-
-bool kvl_runtime_local_ok(const struct kvl_runtime *rt, const void *p, uint64_t len)
-{
-	return kvl_runtime_local_seg(rt, p, len) != 0;
-}
-
 /* The checks kvl_post() makes of one transfer before it takes any: 0 or a negative errno. */
 static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bool rdma_only)
 {
@@ -341,11 +250,11 @@ static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bo
 	if ((x->n_iov || (x->flags & KVL_XFER_NOTIFY)) && !rdma_only)
 		return -EOPNOTSUPP;
 	if (x->n_iov == 0)
-		return kvl_runtime_local_ok(rt, x->local, x->length) ? 0 : -EFAULT;
+		return kvl_segs_find(&rt->segs, x->local, x->length) ? 0 : -EFAULT;
 	for (uint32_t k = 0; k < x->n_iov; k++) {
 		if (x->iov[k].len == 0)
 			return -EINVAL;
-		if (!kvl_runtime_local_ok(rt, x->iov[k].base, x->iov[k].len))
+		if (kvl_segs_find(&rt->segs, x->iov[k].base, x->iov[k].len) == 0)
 			return -EFAULT;
 		sum += x->iov[k].len;
 	}
@@ -354,13 +263,13 @@ static int xfer_check(const struct kvl_runtime *rt, const struct kvl_xfer *x, bo
 
 int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, unsigned n)
 {
-	struct kvl_peer_pub *pub = kvl_control_peer(rt, peer);
+	struct kvl_peer_pub *pub = kvl_peer_ready(&rt->peers, peer);
 	struct kvl_peer_conn conn[KVL_PEER_MAX_CONNS];
 	uint32_t n_conns, rr;
 	bool kicked[KVL_MAX_NICS] = { false }, rdma_only = true;
 	unsigned i;
 
-	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+	if (pub == NULL)
 		return -ENOTCONN;
 	rte_spinlock_lock(&pub->lock);
 	n_conns = pub->n_conns;
@@ -372,7 +281,7 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 	/* Scatter lists and notices need RDMA: every connection of the peer must have it,
 	 * since transfers are spread over all of them. */
 	for (i = 0; i < n_conns; i++)
-		if (rt->nic_info[conn[i].nic].transport == KVL_TRANSPORT_TCP)
+		if (rt->nic[conn[i].nic].info.transport == KVL_TRANSPORT_TCP)
 			rdma_only = false;
 	for (i = 0; i < n; i++) {
 		int rc = xfer_check(rt, &x[i], rdma_only);
@@ -402,13 +311,13 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 		for (uint32_t k = 0; k < x[i].n_iov; k++)
 			sub.wr.sge[k] = (struct kvl_sge){ x[i].iov[k].base, x[i].iov[k].len, 0 };
 
-		if (rte_ring_mp_enqueue_elem(rt->io[c->nic]->sub, &sub, sizeof(sub)) != 0)
+		if (rte_ring_mp_enqueue_elem(rt->nic[c->nic].io->sub, &sub, sizeof(sub)) != 0)
 			break; /* full: the caller posts the rest later */
 		kicked[c->nic] = true;
 	}
 	for (unsigned k = 0; k < rt->cfg.n_nics; k++)
 		if (kicked[k])
-			kvl_nic_io_kick(rt->io[k]); /* a sleeping lcore (hybrid idle) wakes */
+			kvl_nic_io_kick(rt->nic[k].io); /* a sleeping lcore (hybrid idle) wakes */
 	return (int)i;
 }
 
@@ -417,8 +326,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
 	unsigned got = 0;
 
 	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++)
-		if (rt->io[nic])
-			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->ntf, out + got,
+		if (rt->nic[nic].io)
+			got += rte_ring_sc_dequeue_burst_elem(rt->nic[nic].io->ntf, out + got,
 							      sizeof(*out), max - got, NULL);
 	return got;
 }
@@ -431,9 +340,9 @@ unsigned kvl_poll(struct kvl_runtime *rt, struct kvl_completion *c, unsigned max
 	for (unsigned k = 0; k < n_nics && got < max; k++) {
 		unsigned nic = (rt->poll_rr + k) % n_nics;
 
-		if (rt->io[nic])
-			got += rte_ring_sc_dequeue_burst_elem(rt->io[nic]->cpl, c + got, sizeof(*c),
-							      max - got, NULL);
+		if (rt->nic[nic].io)
+			got += rte_ring_sc_dequeue_burst_elem(rt->nic[nic].io->cpl, c + got,
+							      sizeof(*c), max - got, NULL);
 	}
 	rt->poll_rr++;
 	return got;

@@ -12,9 +12,13 @@
 #include <rte_lcore.h>
 
 #include "args.h"
-#include "control.h"
+#include "control/control.h"
 #include "kvlane/kvlane.h"
+#include "lifecycle.h"
 #include "runtime.h"
+#include "segments.h"
+#include "staging.h"
+#include "telemetry.h"
 
 enum {
 	EXIT_USAGE = 2,
@@ -51,27 +55,22 @@ static void main_loop(struct kvl_runtime *rt, unsigned run_seconds)
 		if (end && rte_get_tsc_cycles() >= end)
 			break;
 		if (!kvl_control_enabled(rt))
-			kvl_runtime_sample(rt);
+			kvl_staging_sample(rt);
 		rte_delay_us_sleep(1000);
 	}
 }
 
-static void print_segments(const struct kvl_runtime *rt)
+static void print_segment(void *arg, const struct kvl_local_seg *s)
 {
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
-		const struct kvl_local_seg *s = &rt->segmeta[i];
-
-		if (!s->live)
-			continue;
-		printf("  segment %u \"%s\": %llu MiB (%u layers x %u planes x %u blocks x %u B), "
-		       "peers may %s%s\n",
-		       s->desc.id, s->desc.name, (unsigned long long)(s->desc.length >> 20),
-		       s->desc.n_layers, s->desc.n_planes, s->desc.block_count, s->desc.block_size,
-		       s->desc.flags & KVL_SEG_REMOTE_READ ? "read" : "",
-		       s->desc.flags == (KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE) ? " and write"
-		       : s->desc.flags & KVL_SEG_REMOTE_WRITE			     ? "write"
-										     : "");
-	}
+	(void)arg;
+	printf("  segment %u \"%s\": %llu MiB (%u layers x %u planes x %u blocks x %u B), "
+	       "peers may %s%s\n",
+	       s->desc.id, s->desc.name, (unsigned long long)(s->desc.length >> 20),
+	       s->desc.n_layers, s->desc.n_planes, s->desc.block_count, s->desc.block_size,
+	       s->desc.flags & KVL_SEG_REMOTE_READ ? "read" : "",
+	       s->desc.flags == (KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE) ? " and write"
+	       : s->desc.flags & KVL_SEG_REMOTE_WRITE			     ? "write"
+									     : "");
 }
 
 static void print_summary(const struct kvl_runtime *rt, double secs)
@@ -82,7 +81,7 @@ static void print_summary(const struct kvl_runtime *rt, double secs)
 						   : "run-seconds elapsed";
 
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		kvl_lcore_stats_read(rt->nic_lcore[i], &s);
+		kvl_lcore_stats_read(rt->nic[i].lcore, &s);
 		tot.iterations += s.iterations;
 		tot.busy_cycles += s.busy_cycles;
 		tot.idle_cycles += s.idle_cycles;
@@ -183,7 +182,7 @@ int main(int argc, char **argv)
 		       rte_eal_get_runtime_dir());
 	else
 		printf("  telemetry: off ([telemetry] enable = false)\n");
-	print_segments(rtp);
+	kvl_segs_visit(&rtp->segs, print_segment, NULL);
 	if (kvl_control_enabled(rtp))
 		printf("  control: listening on %s (authenticated with %s)\n", kvl_listen_addr(rtp),
 		       rtp->cfg.control.secret_file);

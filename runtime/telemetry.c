@@ -12,9 +12,15 @@
 
 #include "kvl_build_config.h"
 #include "kvl_clock.h"
-#include "control.h"
+#include "control/control.h"
+#include "kvlane/kvlane.h"
+#include "lifecycle.h"
 #include "nic_sched.h"
+#include "peers.h"
 #include "runtime.h"
+#include "segments.h"
+#include "staging.h"
+#include "telemetry.h"
 #include "verbs.h"
 
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
@@ -175,8 +181,8 @@ static int tel_config(const char *cmd, const char *params, struct rte_tel_data *
 static const struct kvl_lcore *nic_lcore_of(const struct kvl_runtime *rt, unsigned lid)
 {
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
-		if (rt->nic_lcore[i] && rt->nic_lcore[i]->lcore_id == lid)
-			return rt->nic_lcore[i];
+		if (rt->nic[i].lcore && rt->nic[i].lcore->lcore_id == lid)
+			return rt->nic[i].lcore;
 	return NULL;
 }
 
@@ -206,7 +212,7 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	put_u64(k, "naps", s.naps);
 	/* hybrid idle: sleeps in epoll, and what ended them */
 	{
-		const struct kvl_nic_io *io = lc ? rt->io[lc->nic] : NULL;
+		const struct kvl_nic_io *io = lc ? rt->nic[lc->nic].io : NULL;
 		struct kvl_nic_io_sleep_stats z = { 0 };
 		const struct kvl_nic_io_sleep_stats *sl = io ? &io->sleep : &z;
 
@@ -257,8 +263,8 @@ static int tel_lcore(const char *cmd, const char *params, struct rte_tel_data *d
 static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 {
 	const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
-	const struct kvl_nic_info *ni = &rt->nic_info[i];
-	const struct kvl_lcore *lc = rt->nic_lcore[i];
+	const struct kvl_nic_info *ni = &rt->nic[i].info;
+	const struct kvl_lcore *lc = rt->nic[i].lcore;
 
 	put_str(k, "nic", nc->label);
 	put_str(k, "device", nc->device);
@@ -267,10 +273,11 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	/* What connections use now: auto may have fallen back from mlx5 to verbs (and says why
 	 * in transport_note) when the first QP was not what the fast path handles. */
 	put_str(k, "transport",
-		rt->vdev[i] ? kvl_verbs_dev_backend(rt->vdev[i])
-			    : kvl_transport_name(ni->transport));
+		rt->nic[i].vdev ? kvl_verbs_dev_backend(rt->nic[i].vdev)
+				: kvl_transport_name(ni->transport));
 	put_str(k, "transport_conf", kvl_transport_name(nc->transport));
-	put_str(k, "transport_note", rt->vdev[i] ? kvl_verbs_dev_backend_note(rt->vdev[i]) : "");
+	put_str(k, "transport_note",
+		rt->nic[i].vdev ? kvl_verbs_dev_backend_note(rt->nic[i].vdev) : "");
 	put_int(k, "numa_node", ni->numa_node);
 	put_str(k, "numa_source",
 		ni->numa_from_conf  ? "config"
@@ -333,7 +340,7 @@ static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_start_dict(d);
 	rte_tel_data_add_dict_int(d, "enabled", g->open);
 	rte_tel_data_add_dict_string(d, "budget_source", g->open ? "vram" : "config");
-	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_runtime_budget(rt));
+	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_staging_budget(rt));
 	if (!g->open)
 		return 0;
 	rte_tel_data_add_dict_int(d, "device_id", g->device_id);
@@ -370,8 +377,8 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	int state, fail;
 
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
-		if (rt->io[n])
-			kvl_nic_io_peer_stats(rt->io[n], p, &st);
+		if (rt->nic[n].io)
+			kvl_nic_io_peer_stats(rt->nic[n].io, p, &st);
 	rte_spinlock_lock(&pub->lock);
 	stats_sub(&st, &pub->base);
 	state = pub->state;
@@ -413,7 +420,7 @@ static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d
 	if (rt == NULL)
 		return -EAGAIN;
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
-		struct kvl_peer_pub *pub = kvl_control_peer(rt, p);
+		struct kvl_peer_pub *pub = kvl_peer_get(&rt->peers, p);
 
 		if (pub && __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_FREE)
 			peer_row(rt, p, pub, &k);
@@ -486,15 +493,15 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	if (rt == NULL)
 		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->io[n] == NULL)
+		if (rt->nic[n].io == NULL)
 			continue;
-		ntf_queued += rt->io[n]->ntf_queued;
-		ntf_dropped += rt->io[n]->ntf_dropped;
-		if (rt->vdev[n]) {
+		ntf_queued += rt->nic[n].io->ntf_queued;
+		ntf_dropped += rt->nic[n].io->ntf_dropped;
+		if (rt->nic[n].vdev) {
 			have_rdma = true;
-			kvl_nic_io_total(rt->io[n], &rdma);
+			kvl_nic_io_total(rt->nic[n].io, &rdma);
 		} else {
-			kvl_nic_io_total(rt->io[n], &tcp);
+			kvl_nic_io_total(rt->nic[n].io, &tcp);
 		}
 	}
 	rte_tel_data_start_dict(d);
@@ -516,44 +523,50 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	return 0;
 }
 
+struct seg_walk {
+	const struct kvl_runtime *rt;
+	struct sink *k;
+};
+
+static void seg_row(void *arg, const struct kvl_local_seg *s)
+{
+	struct seg_walk *w = arg;
+	struct sink *k = w->k;
+	uint64_t reg_ns = 0, worst = 0;
+	int rdma = 0;
+
+	for (unsigned n = 0; n < w->rt->cfg.n_nics; n++) {
+		if (w->rt->nic[n].vdev == NULL)
+			continue;
+		rdma++;
+		reg_ns += s->reg_ns[n];
+		worst = s->reg_ns[n] > worst ? s->reg_ns[n] : worst;
+	}
+	put_int(k, "id", (int)s->desc.id);
+	put_str(k, "name", s->desc.name);
+	put_u64(k, "length", s->desc.length);
+	put_str(k, "access",
+		s->desc.flags == 3   ? "readwrite"
+		: s->desc.flags == 1 ? "read"
+		: s->desc.flags == 2 ? "write"
+				     : "none");
+	put_int(k, "rdma_nics", rdma);
+	put_u64(k, "reg_us", reg_ns / 1000);	/* over every RDMA NIC */
+	put_u64(k, "reg_us_max", worst / 1000); /* the slowest one */
+}
+
 /* Local segments in column form, with what registering each for RDMA cost. */
 static int tel_segments(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	struct kvl_runtime *rt = runtime_or_null();
 	struct sink k = { 0 };
+	struct seg_walk w = { .rt = rt, .k = &k };
 
 	(void)cmd;
 	(void)params;
 	if (rt == NULL)
 		return -EAGAIN;
-	pthread_mutex_lock(&rt->seg_lock);
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
-		const struct kvl_local_seg *s = &rt->segmeta[i];
-		uint64_t reg_ns = 0, worst = 0;
-		int rdma = 0;
-
-		if (!s->live)
-			continue;
-		for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-			if (rt->vdev[n] == NULL)
-				continue;
-			rdma++;
-			reg_ns += s->reg_ns[n];
-			worst = s->reg_ns[n] > worst ? s->reg_ns[n] : worst;
-		}
-		put_int(&k, "id", (int)s->desc.id);
-		put_str(&k, "name", s->desc.name);
-		put_u64(&k, "length", s->desc.length);
-		put_str(&k, "access",
-			s->desc.flags == 3   ? "readwrite"
-			: s->desc.flags == 1 ? "read"
-			: s->desc.flags == 2 ? "write"
-					     : "none");
-		put_int(&k, "rdma_nics", rdma);
-		put_u64(&k, "reg_us", reg_ns / 1000);	 /* over every RDMA NIC */
-		put_u64(&k, "reg_us_max", worst / 1000); /* the slowest one */
-	}
-	pthread_mutex_unlock(&rt->seg_lock);
+	kvl_segs_visit(&rt->segs, seg_row, &w);
 	return sink_finish(&k, d);
 }
 
@@ -568,9 +581,9 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 	if (rt == NULL)
 		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		const struct kvl_nic_io *io = rt->io[n];
+		const struct kvl_nic_io *io = rt->nic[n].io;
 
-		if (io == NULL || rt->vdev[n] == NULL)
+		if (io == NULL || rt->nic[n].vdev == NULL)
 			continue;
 		for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
 			const struct kvl_tcp_stats *st = &io->stats[i].tcp;
@@ -692,9 +705,9 @@ static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d
 		return -EAGAIN;
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->nsched[n] == NULL)
+		if (rt->nic[n].sched == NULL)
 			continue;
-		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		kvl_nic_sched_read(rt->nic[n].sched, &tel_snap);
 		sched_row(rt, n, &tel_snap, &k);
 	}
 	pthread_mutex_unlock(&tel_snap_lock);
@@ -719,9 +732,9 @@ static int tel_requests(const char *cmd, const char *params, struct rte_tel_data
 		return -EAGAIN;
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		if (rt->nsched[n] == NULL)
+		if (rt->nic[n].sched == NULL)
 			continue;
-		kvl_nic_sched_read(rt->nsched[n], &tel_snap);
+		kvl_nic_sched_read(rt->nic[n].sched, &tel_snap);
 		for (uint32_t i = 0; i < tel_snap.n_req; i++) {
 			if (rows == TEL_REQ_ROWS) {
 				omitted += tel_snap.n_req - i;

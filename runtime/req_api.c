@@ -5,17 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <rte_cycles.h>
-#include <rte_malloc.h>
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
 #include "kvl_clock.h"
-#include "control.h"
-#include "verbs.h"
 #include "kvlane/kvlane.h"
 #include "nic_sched.h"
+#include "peers.h"
+#include "req_api.h"
 #include "runtime.h"
+#include "segments.h"
+#include "staging.h"
 
 _Static_assert((int)KVL_REQ_DECODE == (int)KVL_SCHED_DECODE &&
 		       (int)KVL_REQ_PREFILL == (int)KVL_SCHED_PREFILL,
@@ -26,8 +26,8 @@ _Static_assert((int)KVL_REQ_DECODE == (int)KVL_SCHED_DECODE &&
 
 enum { ST_PENDING = 0, ST_READY = 1, ST_DONE = 2 };
 
-/* What the API keeps of a request beside what the lcore reads (struct kvl_nsreq). */
-struct api_req {
+/* The API's bookkeeping of one request beside what the lcore reads (struct kvl_nsreq). */
+struct req_state {
 	uint64_t user;
 	uint32_t idx;
 	bool cancel_sent;
@@ -45,98 +45,14 @@ struct kvl_req_table {
 	struct kvl_nsreq **r;
 };
 
-/* ---- start, stop, budget ---- */
+/* ---- the handle table ---- */
 
-void kvl_sched_rt_publish_budget(struct kvl_runtime *rt)
+int kvl_req_table_start(struct kvl_runtime *rt, char *err, size_t errlen)
 {
-	uint64_t b = kvl_runtime_budget(rt),
-		 cap = __atomic_load_n(&rt->budget_cap, __ATOMIC_RELAXED);
-	unsigned n = 0;
+	uint32_t total = kvl_staging_count(rt) * rt->cfg.sched.max_requests;
 
-	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
-		n += rt->nsched[i] != NULL;
-	if (n == 0)
-		return;
-	if (cap < b)
-		b = cap;
-	/* Every NIC lcore runs its own scheduler: each gets an equal share. */
-	__atomic_store_n(&rt->sched_budget, b / n, __ATOMIC_RELAXED);
-}
-
-static struct kvl_sched_cfg sched_cfg(const struct kvl_config *cfg)
-{
-	const struct kvl_sched_conf *c = &cfg->sched;
-	uint64_t staging = (uint64_t)c->staging_mb << 20;
-	uint32_t slot = c->slot_kb << 10;
-
-	return (struct kvl_sched_cfg){
-		.max_requests = c->max_requests,
-		.max_blocks_total = c->max_blocks,
-		.max_xfers = 4096,
-		.slot_size = slot,
-		.slot_count = (uint32_t)(staging / slot),
-		.window_min = (uint64_t)c->window_min_kb << 10,
-		.window_max = (uint64_t)c->window_max_mb << 20,
-		.max_msg = c->max_msg_kb << 10,
-		.max_sge = 1, /* per NIC in kvl_sched_rt_start(): several where RDMA takes them */
-		.starvation_ns = (uint64_t)c->starvation_ms * 1000000,
-		.resize_ns = (uint64_t)c->resize_interval_ms * 1000000,
-		.ready_ahead = c->ready_ahead,
-	};
-}
-
-int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen)
-{
-	const struct kvl_sched_conf *c = &rt->cfg.sched;
-	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
-	uint64_t staging = (uint64_t)sc.slot_count * sc.slot_size;
-	uint32_t total = 0;
-
-	rt->budget_cap = UINT64_MAX;
-	if (c->staging_mb == 0)
-		return 0;
-	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		int socket = rt->nic_lcore[i]->socket;
-		struct kvl_sched_cfg sci = sc;
-		struct kvl_nic_sched_cfg nc = { .sched = &sci,
-						.nic = i,
-						.socket = socket,
-						.budget = &rt->sched_budget,
-						.null_xport = c->null_transport,
-						.levt = rt->io[i]->evt };
-
-		rt->staging[i] = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
-		if (rt->staging[i] == NULL)
-			rt->staging[i] = rte_zmalloc("kvl_staging", staging, 4096);
-		if (rt->staging[i] == NULL) {
-			snprintf(err, errlen,
-				 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
-				 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
-				 c->staging_mb, rt->cfg.nics[i].label);
-			return -ENOMEM;
-		}
-		nc.staging = rt->staging[i];
-		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
-		if (rt->nic_info[i].transport != KVL_TRANSPORT_TCP && !c->null_transport &&
-		    !(rt->vdev[i] && kvl_verbs_dev_sge_equal_only(rt->vdev[i])))
-			sci.max_sge = KVL_WR_MAX_SGE < KVL_SCHED_MAX_SGE ? KVL_WR_MAX_SGE
-									 : KVL_SCHED_MAX_SGE;
-		rt->nsched[i] = kvl_nic_sched_create(rt->io[i], &nc);
-		if (rt->nsched[i] == NULL) {
-			snprintf(err, errlen, "nic.%s: cannot create its scheduler: %s",
-				 rt->cfg.nics[i].label, strerror(errno));
-			return -ENOMEM;
-		}
-		rt->io[i]->take_wc_arg = rt->nsched[i];
-		rt->io[i]->watch = kvl_nic_sched_cmd_ring(rt->nsched[i]);
-		rt->io[i]->take_wc = kvl_nic_sched_take_wc;
-		kvl_lcore_add_stage(rt->nic_lcore[i], "sched", kvl_nic_sched_stage, rt->nsched[i]);
-		total += c->max_requests;
-	}
-	if (c->null_transport)
-		KVL_LOG(WARNING,
-			"sched.null_transport = true: scheduled READs complete at once and move "
-			"no data (benchmarks only)");
+	if (total == 0)
+		return 0; /* no scheduler: the calls answer -ENOTSUP */
 	rt->reqs = calloc(1, sizeof(*rt->reqs));
 	if (rt->reqs) {
 		rt->reqs->n = total;
@@ -150,65 +66,20 @@ int kvl_sched_rt_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	}
 	for (uint32_t i = 0; i < total; i++)
 		rt->reqs->next[i] = i + 1 < total ? i + 1 : UINT32_MAX;
-	kvl_sched_rt_publish_budget(rt);
 	return 0;
 }
 
-int kvl_sched_rt_register(struct kvl_runtime *rt, char *err, size_t errlen)
+void kvl_req_table_stop(struct kvl_runtime *rt)
 {
-	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
-
-	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		struct kvl_seg_desc d = { 0 };
-		char name[KVL_LABEL_LEN + 16];
-		uint32_t id;
-		int rc;
-
-		if (rt->staging[i] == NULL)
-			continue;
-		/* One layer of slots; no remote access: peers see it and can do nothing. */
-		d.n_layers = 1;
-		d.n_planes = 1;
-		d.block_count = sc.slot_count;
-		d.block_size = sc.slot_size;
-		d.plane_stride = d.layer_stride = d.length = (uint64_t)sc.slot_count * sc.slot_size;
-		snprintf(name, sizeof(name), "staging.%s", rt->cfg.nics[i].label);
-		rc = kvl_runtime_seg_add(rt, name, rt->staging[i], rt->staging[i], &d, &id);
-		if (rc < 0) {
-			snprintf(err, errlen, "nic.%s: cannot register its staging: %s",
-				 rt->cfg.nics[i].label, strerror(-rc));
-			return rc;
-		}
-	}
-	return 0;
-}
-
-void kvl_sched_rt_stop(struct kvl_runtime *rt)
-{
-	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
-		bool registered = false;
-
-		if (rt->io[i] && rt->io[i]->take_wc_arg == rt->nsched[i]) {
-			rt->io[i]->take_wc = NULL;
-			rt->io[i]->take_wc_arg = NULL;
-		}
-		kvl_nic_sched_free(rt->nsched[i]);
-		rt->nsched[i] = NULL;
-		for (unsigned s = 0; s < KVL_MAX_SEGS; s++)
-			registered |= rt->staging[i] && rt->segmeta[s].owned == rt->staging[i];
-		if (!registered)
-			rte_free(rt->staging[i]); /* else it goes with the segments */
-		rt->staging[i] = NULL;
-	}
-	if (rt->reqs) {
-		for (uint32_t i = 0; i < rt->reqs->n; i++)
-			free(rt->reqs->r[i]); /* requests still open when the runtime stops */
-		free(rt->reqs->next);
-		free(rt->reqs->gen);
-		free(rt->reqs->r);
-		free(rt->reqs);
-		rt->reqs = NULL;
-	}
+	if (rt->reqs == NULL)
+		return;
+	for (uint32_t i = 0; i < rt->reqs->n; i++)
+		free(rt->reqs->r[i]); /* requests still open when the runtime stops */
+	free(rt->reqs->next);
+	free(rt->reqs->gen);
+	free(rt->reqs->r);
+	free(rt->reqs);
+	rt->reqs = NULL;
 }
 
 /* ---- handles ---- */
@@ -227,9 +98,10 @@ static struct kvl_nsreq *lookup(struct kvl_runtime *rt, kvl_req_t h)
 static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
 {
 	struct kvl_req_table *t = rt->reqs;
-	struct api_req *a = r->priv;
+	struct req_state *a = r->priv;
 
 	t->r[a->idx] = NULL;
+	t->gen[a->idx]++; /* the ended request's handle names nothing from now on */
 	t->next[a->idx] = t->free_head;
 	t->free_head = a->idx;
 	free(r);
@@ -241,13 +113,13 @@ static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
 static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kvl_req_desc *d,
 				   uint32_t nref)
 {
-	size_t sz = sizeof(struct kvl_nsreq) + sizeof(struct api_req) +
+	size_t sz = sizeof(struct kvl_nsreq) + sizeof(struct req_state) +
 		    (size_t)d->n_blocks * (sizeof(struct kvl_sched_block) + sizeof(uint64_t) +
 					   sizeof(uint32_t) + 1) +
 		    ((size_t)d->n_steps + 1 + nref) * sizeof(uint32_t) + d->n_steps + 64;
 	struct kvl_nsreq *r = calloc(1, sz);
 	uint8_t *p;
-	struct api_req *a;
+	struct req_state *a;
 	struct kvl_sched_block *b;
 	uint32_t *first, *refs;
 
@@ -258,7 +130,7 @@ static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kv
 	p += (size_t)d->n_blocks * sizeof(uint64_t);
 	b = (struct kvl_sched_block *)p;
 	p += (size_t)d->n_blocks * sizeof(*b);
-	a = (struct api_req *)p;
+	a = (struct req_state *)p;
 	p += sizeof(*a);
 	first = (uint32_t *)p;
 	p += ((size_t)d->n_steps + 1) * sizeof(uint32_t);
@@ -280,8 +152,8 @@ static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kv
 			/* a WRITE never spans two segments that
 			 * happen to touch in memory */
 			.local_seg = d->dir == KVL_REQ_PUSH
-					     ? kvl_runtime_local_seg(rt, d->blocks[i].local,
-								     d->blocks[i].length)
+					     ? kvl_segs_find(&rt->segs, d->blocks[i].local,
+							     d->blocks[i].length)
 					     : 0
 		};
 	memcpy(first, d->step_first, ((size_t)d->n_steps + 1) * sizeof(uint32_t));
@@ -336,23 +208,6 @@ static int check_remote(struct kvl_peer_pub *pub, const struct kvl_req_desc *d, 
 	return rc;
 }
 
-/* Whether [p, p + len) touches a NIC's staging: the scheduler's own, whose slots it hands to
- * other requests' READs at any time, so never a PUSH's source. */
-static bool in_staging(const struct kvl_runtime *rt, const void *p, uint64_t len)
-{
-	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
-	uint64_t size = (uint64_t)sc.slot_count * sc.slot_size;
-	uintptr_t a = (uintptr_t)p;
-
-	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		uintptr_t s = (uintptr_t)rt->staging[i];
-
-		if (s != 0 && a < s + size && s < a + len)
-			return true;
-	}
-	return false;
-}
-
 /* PUSH: each block's local bytes inside one registered segment (what kvl_post() checks);
  * PULL: no local address (the scheduler picks staging). */
 static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *d)
@@ -362,9 +217,9 @@ static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *
 
 		if (d->dir == KVL_REQ_PULL && b->local != NULL)
 			return -EINVAL;
-		if (d->dir == KVL_REQ_PUSH && !kvl_runtime_local_ok(rt, b->local, b->length))
+		if (d->dir == KVL_REQ_PUSH && kvl_segs_find(&rt->segs, b->local, b->length) == 0)
 			return -EFAULT;
-		if (d->dir == KVL_REQ_PUSH && in_staging(rt, b->local, b->length))
+		if (d->dir == KVL_REQ_PUSH && kvl_staging_touches(rt, b->local, b->length))
 			return -EINVAL;
 	}
 	return 0;
@@ -380,7 +235,7 @@ static int pick_nic(struct kvl_runtime *rt, struct kvl_peer_pub *pub)
 	for (uint32_t k = 0; k < pub->n_conns && nic < 0; k++) {
 		const struct kvl_peer_conn *c = &pub->conn[(rr + k) % pub->n_conns];
 
-		if (c->nic < KVL_MAX_NICS && rt->nsched[c->nic])
+		if (c->nic < KVL_MAX_NICS && rt->nic[c->nic].sched)
 			nic = c->nic;
 	}
 	rte_spinlock_unlock(&pub->lock);
@@ -394,14 +249,14 @@ static int send_cmd(struct kvl_runtime *rt, unsigned nic, struct kvl_nsched_cmd 
 {
 	uint64_t until = wait ? kvl_now_ns() + LCORE_WAIT_NS : 0;
 
-	while (rte_ring_mp_enqueue_elem(rt->nsched[nic]->cmd, c, sizeof(*c)) != 0) {
+	while (rte_ring_mp_enqueue_elem(rt->nic[nic].sched->cmd, c, sizeof(*c)) != 0) {
 		if (!wait)
 			return -EAGAIN;
 		if (kvl_now_ns() > until)
 			return -ETIMEDOUT;
 		sched_yield();
 	}
-	kvl_nic_io_kick(rt->io[nic]); /* a sleeping lcore (hybrid idle) wakes */
+	kvl_nic_io_kick(rt->nic[nic].io); /* a sleeping lcore (hybrid idle) wakes */
 	return 0;
 }
 
@@ -422,8 +277,8 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	    d->step_blocks == NULL || d->n_blocks == 0 || d->n_steps == 0 ||
 	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0)
 		return -EINVAL;
-	pub = kvl_control_peer(rt, peer);
-	if (pub == NULL || __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_READY)
+	pub = kvl_peer_ready(&rt->peers, peer);
+	if (pub == NULL)
 		return -ENOTCONN;
 	/* Indices first: the copy below counts references through them. */
 	for (uint32_t k = 0; k < d->n_steps; k++)
@@ -448,8 +303,8 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	if (r == NULL)
 		return -ENOMEM;
 	idx = t->free_head;
-	((struct api_req *)r->priv)->idx = idx;
-	((struct api_req *)r->priv)->user = d->user;
+	((struct req_state *)r->priv)->idx = idx;
+	((struct req_state *)r->priv)->user = d->user;
 	r->nic = (uint32_t)nic;
 	r->d.peer = peer;
 	r->open_rc = 1;
@@ -480,7 +335,7 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step)
 {
 	struct kvl_nsreq *r = lookup(rt, req);
-	struct api_req *a;
+	struct req_state *a;
 	struct kvl_nsched_cmd c;
 	int rc;
 
@@ -508,7 +363,7 @@ int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step)
 int kvl_req_cancel(struct kvl_runtime *rt, kvl_req_t req)
 {
 	struct kvl_nsreq *r = lookup(rt, req);
-	struct api_req *a;
+	struct req_state *a;
 	struct kvl_nsched_cmd c;
 	int rc;
 
@@ -533,13 +388,13 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++) {
 		unsigned n;
 
-		if (rt->nsched[nic] == NULL)
+		if (rt->nic[nic].sched == NULL)
 			continue;
-		n = rte_ring_sc_dequeue_burst_elem(rt->nsched[nic]->ev, se, sizeof(se[0]),
+		n = rte_ring_sc_dequeue_burst_elem(rt->nic[nic].sched->ev, se, sizeof(se[0]),
 						   max - got < 64 ? max - got : 64, NULL);
 		for (unsigned i = 0; i < n; i++) {
 			struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)se[i].user;
-			struct api_req *a = r->priv;
+			struct req_state *a = r->priv;
 			struct kvl_req_event *e = &ev[got++];
 
 			*e = (struct kvl_req_event){ .req = r->handle,
@@ -571,7 +426,7 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr)
 {
 	struct kvl_nsreq *r = lookup(rt, req);
-	struct api_req *a;
+	struct req_state *a;
 
 	if (r == NULL)
 		return -ENOENT;
@@ -584,7 +439,7 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
 		return -EAGAIN;
 	/* PUSH: the scheduler keeps the caller's address as the block's offset. */
 	*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)r->off[block]
-					   : rt->staging[r->nic] + r->off[block];
+					   : rt->nic[r->nic].staging + r->off[block];
 	return 0;
 }
 
@@ -593,6 +448,6 @@ int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes)
 	if (rt->reqs == NULL)
 		return -ENOTSUP;
 	__atomic_store_n(&rt->budget_cap, bytes, __ATOMIC_RELAXED);
-	kvl_sched_rt_publish_budget(rt);
+	kvl_staging_publish_budget(rt);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Runtime lifecycle: NIC discovery before EAL, NUMA pairing and lcore launch after it. */
+/* The runtime's lifecycle: NIC discovery before EAL, NUMA pairing and launch after, stop. */
 #include <errno.h>
 #include <string.h>
 
@@ -10,11 +10,12 @@
 #include <rte_log.h>
 #include <rte_malloc.h>
 
-#include "control.h"
-#include "runtime.h"
+#include "control/control.h"
+#include "kvlane/kvlane.h"
+#include "lifecycle.h"
+#include "req_api.h"
+#include "staging.h"
 #include "verbs.h"
-
-RTE_LOG_REGISTER(kvl_logtype_runtime, kvlane.runtime, INFO);
 
 static bool custom_sysfs(const struct kvl_runtime *rt)
 {
@@ -29,7 +30,7 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 	err[0] = '\0';
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		char msg[KVL_ERR_LEN];
-		int r = kvl_nic_discover(rt->sysfs_root, &rt->cfg.nics[i], &rt->nic_info[i], msg,
+		int r = kvl_nic_discover(rt->sysfs_root, &rt->cfg.nics[i], &rt->nic[i].info, msg,
 					 sizeof(msg));
 
 		if (r < 0) {
@@ -49,13 +50,6 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 	}
 	return rc;
-}
-
-uint64_t kvl_runtime_budget(const struct kvl_runtime *rt)
-{
-	if (rt->gpu.open)
-		return kvl_gpu_budget(&rt->gpu);
-	return (uint64_t)rt->cfg.sched.budget_mb << 20;
 }
 
 int kvl_runtime_lcore_socket(const struct kvl_runtime *rt, unsigned lcore_id, unsigned *cpu)
@@ -108,22 +102,23 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			nc->label, nc->device, rt->sysfs_root);
 		return 0;
 	}
-	rt->vdev[i] = kvl_verbs_open(&o, msg, sizeof(msg));
-	if (rt->vdev[i] == NULL) {
+	rt->nic[i].vdev = kvl_verbs_open(&o, msg, sizeof(msg));
+	if (rt->nic[i].vdev == NULL) {
 		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
 		return -ENODEV;
 	}
-	if (strcmp(kvl_verbs_dev_backend(rt->vdev[i]), "mlx5") == 0) {
-		rt->nic_info[i].transport = KVL_TRANSPORT_MLX5;
+	kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label); /* segments reach it */
+	if (strcmp(kvl_verbs_dev_backend(rt->nic[i].vdev), "mlx5") == 0) {
+		rt->nic[i].info.transport = KVL_TRANSPORT_MLX5;
 		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
 			nc->label, nc->device);
 	} else {
-		rt->nic_info[i].transport = KVL_TRANSPORT_VERBS;
-		if (kvl_verbs_dev_backend_note(rt->vdev[i])[0] != '\0')
+		rt->nic[i].info.transport = KVL_TRANSPORT_VERBS;
+		if (kvl_verbs_dev_backend_note(rt->nic[i].vdev)[0] != '\0')
 			KVL_LOG(NOTICE, "nic.%s (%s): %s", nc->label, nc->device,
-				kvl_verbs_dev_backend_note(rt->vdev[i]));
+				kvl_verbs_dev_backend_note(rt->nic[i].vdev));
 	}
-	kvl_verbs_dev_info(rt->vdev[i], &gid_index, &gid_type, &mtu, &moderation);
+	kvl_verbs_dev_info(rt->nic[i].vdev, &gid_index, &gid_type, &mtu, &moderation);
 	KVL_LOG(INFO, "nic.%s (%s): port %u, GID index %d (%s), MTU %u%s", nc->label, nc->device,
 		nc->port, gid_index,
 		gid_type == 2	? "RoCE v2"
@@ -134,12 +129,12 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 			? ""
 			: "; the device has no CQ moderation: [cq_moderation] count/period_us "
 			  "are not applied");
-	if (kvl_verbs_dev_sge_equal_only(rt->vdev[i]))
+	if (kvl_verbs_dev_sge_equal_only(rt->nic[i].vdev))
 		KVL_LOG(NOTICE,
 			"nic.%s (%s): soft-RoCE: SGE lists go as equal pieces (rdma-core's rxe "
 			"miscounts unequal ones); the scheduler plans one SGE per transfer here",
 			nc->label, nc->device);
-	kvl_lcore_add_stage(rt->nic_lcore[i], "verbs", kvl_nic_io_stage, rt->io[i]);
+	kvl_lcore_add_stage(rt->nic[i].lcore, "verbs", kvl_nic_io_stage, rt->nic[i].io);
 	return 0;
 }
 
@@ -164,89 +159,33 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 		rte_free(io);
 		return rc;
 	}
-	rt->io[i] = io;
+	rt->nic[i].io = io;
 	/* hybrid idle: sleep on the NIC's completion channels and kicks, not a blind nap */
-	rt->nic_lcore[i]->sleep = kvl_nic_io_sleep;
-	rt->nic_lcore[i]->sleep_arg = io;
-	if (rt->nic_info[i].transport == KVL_TRANSPORT_TCP)
-		kvl_lcore_add_stage(rt->nic_lcore[i], "tcp", kvl_nic_io_stage, io);
+	rt->nic[i].lcore->sleep = kvl_nic_io_sleep;
+	rt->nic[i].lcore->sleep_arg = io;
+	if (rt->nic[i].info.transport == KVL_TRANSPORT_TCP)
+		kvl_lcore_add_stage(rt->nic[i].lcore, "tcp", kvl_nic_io_stage, io);
 	else
 		return open_rdma(rt, i, err, errlen);
-	return 0;
-}
-
-int kvl_runtime_seg_add(struct kvl_runtime *rt, const char *name, void *base, void *owned,
-			const struct kvl_seg_desc *geom, uint32_t *id)
-{
-	uint32_t i;
-
-	pthread_mutex_lock(&rt->seg_lock);
-	for (i = 0; i < KVL_MAX_SEGS; i++)
-		if (!rt->segmeta[i].live && rt->segs.seg[i].base == NULL)
-			break; /* slots are never reused while running: lcores may hold ids */
-	if (i == KVL_MAX_SEGS) {
-		pthread_mutex_unlock(&rt->seg_lock);
-		return -ENOSPC;
-	}
-	/* Every RDMA NIC must be able to reach it: register it on each device first. */
-	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
-		char msg[KVL_VERBS_ERR_LEN];
-		uint64_t ns;
-		int rc;
-
-		if (rt->vdev[n] == NULL)
-			continue;
-		rc = kvl_verbs_reg(rt->vdev[n], base, geom->length, geom->flags,
-				   &rt->segmeta[i].rkey[n], &ns, msg, sizeof(msg));
-		rt->segmeta[i].reg_ns[n] = ns;
-		if (rc < 0) {
-			pthread_mutex_unlock(&rt->seg_lock);
-			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, rt->cfg.nics[n].label,
-				msg);
-			return rc;
-		}
-		KVL_LOG(INFO, "segment \"%s\" (%llu MiB) registered on nic.%s in %.2f ms", name,
-			(unsigned long long)(geom->length >> 20), rt->cfg.nics[n].label, ns / 1e6);
-	}
-	rt->segmeta[i].desc = *geom;
-	rt->segmeta[i].desc.id = i + 1;
-	snprintf(rt->segmeta[i].desc.name, sizeof(rt->segmeta[i].desc.name), "%s", name);
-	rt->segmeta[i].owned = owned;
-	rt->segs.seg[i] = (struct kvl_seg){
-		.base = base, .len = geom->length, .id = i + 1, .flags = geom->flags
-	};
-	__atomic_store_n(&rt->segs.live[i], true, __ATOMIC_RELEASE);
-	rt->segmeta[i].live = true;
-	if (i + 1 > rt->segs_hwm)
-		__atomic_store_n(&rt->segs_hwm, i + 1, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&rt->segs_version, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&rt->seg_lock);
-	*id = i + 1;
-	kvl_control_segments_changed(rt);
 	return 0;
 }
 
 /* The INI's [segment.*]: allocated on the first NIC's socket, filled as asked. */
 static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 {
-	int socket = rt->nic_lcore[0] ? rt->nic_lcore[0]->socket : SOCKET_ID_ANY;
+	int socket = rt->nic[0].lcore ? rt->nic[0].lcore->socket : SOCKET_ID_ANY;
 
 	for (uint32_t i = 0; i < rt->cfg.n_segments; i++) {
 		const struct kvl_segment_conf *g = &rt->cfg.segments[i];
-		struct kvl_seg_desc d = { 0 };
+		struct kvl_seg_desc d;
 		uint32_t id;
 		void *mem;
 		int rc;
 
-		d.n_layers = g->layers;
-		d.n_planes = g->planes;
-		d.block_count = g->blocks;
-		d.block_size = g->block_bytes;
-		d.plane_stride = (uint64_t)g->blocks * g->block_bytes;
-		d.layer_stride = d.plane_stride * g->planes;
-		d.length = d.layer_stride * g->layers;
-		d.flags = (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
-			  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0);
+		kvl_seg_desc_make(g->layers, g->planes, g->blocks, g->block_bytes,
+				  (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
+					  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0),
+				  &d);
 		mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
 		if (mem == NULL)
 			mem = rte_zmalloc("kvl_segment", d.length, 4096);
@@ -260,7 +199,7 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 		if (g->fill == KVL_FILL_PATTERN)
 			kvl_pattern_fill(mem, d.length, g->pattern_seed, 0);
-		rc = kvl_runtime_seg_add(rt, g->label, mem, mem, &d, &id);
+		rc = kvl_segs_add(&rt->segs, g->label, mem, mem, &d, &id);
 		if (rc < 0) {
 			rte_free(mem);
 			snprintf(err, errlen, "segment.%s: no free segment slot", g->label);
@@ -268,17 +207,6 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 		}
 	}
 	return 0;
-}
-
-void kvl_runtime_sample(struct kvl_runtime *rt)
-{
-	uint64_t now = rte_get_tsc_cycles();
-
-	if (!rt->gpu.open || now < rt->next_sample_tsc)
-		return;
-	kvl_gpu_sample(&rt->gpu);
-	kvl_sched_rt_publish_budget(rt);
-	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
 }
 
 int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
@@ -303,7 +231,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		snprintf(name_buf[i], sizeof(name_buf[i]), "nic.%s (%s)", rt->cfg.nics[i].label,
 			 rt->cfg.nics[i].device);
 		names[i] = name_buf[i];
-		nodes[i] = rt->nic_info[i].numa_node;
+		nodes[i] = rt->nic[i].info.numa_node;
 	}
 	rc = kvl_pair_nics(rt->sysfs_root, nodes, names, rt->cfg.n_nics, lcores, n,
 			   rt->cfg.runtime.allow_remote_numa, pairs, err, errlen);
@@ -329,7 +257,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		kvl_lcore_init(lc, d->lcore_id, d->cpu, d->socket, (int)i, &rt->cfg.runtime,
 			       rt->tsc_hz, &rt->quit);
 		lc->remote = pairs[i].remote;
-		rt->nic_lcore[i] = lc;
+		rt->nic[i].lcore = lc;
 		rc = start_io(rt, i, d->socket, err, errlen);
 		if (rc < 0) {
 			kvl_runtime_stop(rt);
@@ -341,18 +269,20 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				"allow_remote_numa is set; expect cross-node memory traffic",
 				names[i], nodes[i], d->lcore_id, d->socket);
 	}
-	rc = kvl_sched_rt_start(rt, err, errlen);
+	rc = kvl_staging_start(rt, err, errlen);
+	if (rc == 0)
+		rc = kvl_req_table_start(rt, err, errlen);
 	if (rc < 0) {
 		kvl_runtime_stop(rt);
 		return rc;
 	}
 	rt->start_tsc = rte_get_tsc_cycles();
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
-		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic_lcore[i],
-					   rt->nic_lcore[i]->lcore_id);
+		rc = rte_eal_remote_launch(kvl_lcore_main, rt->nic[i].lcore,
+					   rt->nic[i].lcore->lcore_id);
 		if (rc < 0) {
 			snprintf(err, errlen, "cannot launch lcore %u: %s",
-				 rt->nic_lcore[i]->lcore_id, strerror(-rc));
+				 rt->nic[i].lcore->lcore_id, strerror(-rc));
 			kvl_runtime_stop(rt);
 			return rc;
 		}
@@ -360,7 +290,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	rt->started = true;
 	rc = alloc_conf_segments(rt, err, errlen);
 	if (rc == 0)
-		rc = kvl_sched_rt_register(rt, err, errlen);
+		rc = kvl_staging_register(rt, err, errlen);
 	if (rc == 0)
 		rc = kvl_control_start(rt, err, errlen);
 	if (rc < 0) {
@@ -376,26 +306,22 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
-	kvl_sched_rt_stop(rt);
+	kvl_staging_stop(rt);
+	kvl_req_table_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
-		if (rt->io[i] == NULL)
+		if (rt->nic[i].io == NULL)
 			continue;
-		kvl_nic_io_fini(rt->io[i]);
-		rte_free(rt->io[i]);
-		rt->io[i] = NULL;
+		kvl_nic_io_fini(rt->nic[i].io);
+		rte_free(rt->nic[i].io);
+		rt->nic[i].io = NULL;
 	}
 	/* Memory registrations go with their device, before the memory goes. */
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
-		if (rt->vdev[i])
-			kvl_verbs_close(rt->vdev[i]);
-		rt->vdev[i] = NULL;
+		if (rt->nic[i].vdev)
+			kvl_verbs_close(rt->nic[i].vdev);
+		rt->nic[i].vdev = NULL;
 	}
-	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
-		__atomic_store_n(&rt->segs.live[i], false, __ATOMIC_RELEASE);
-		rt->segmeta[i].live = false;
-		rte_free(rt->segmeta[i].owned);
-		rt->segmeta[i].owned = NULL;
-	}
+	kvl_segs_release(&rt->segs);
 }
 
 uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt)
@@ -420,8 +346,8 @@ void kvl_runtime_print(const struct kvl_runtime *rt, FILE *out)
 		"transport", "numa", "lcore", "cpu", "socket", "state");
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
-		const struct kvl_nic_info *ni = &rt->nic_info[i];
-		const struct kvl_lcore *lc = rt->nic_lcore[i];
+		const struct kvl_nic_info *ni = &rt->nic[i].info;
+		const struct kvl_lcore *lc = rt->nic[i].lcore;
 		char port[8], numa[16];
 
 		if (ni->kind == KVL_NIC_RDMA)

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The control thread as the runtime calls it: start, stop, connect, its address and counters. */
+/* One thread authenticates peers, exchanges metadata, binds data connections, sends
+ * heartbeats and declares peers dead (runtime/control/). */
+#ifndef KVL_RUNTIME_CONTROL_H
+#define KVL_RUNTIME_CONTROL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvl_runtime;
+
+/* Start the control thread (when [control] secret_file is set): listeners, data listeners,
+ * the configured peers. Returns 0, or a negative errno with a message in @err. */
+int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen);
+
+/* Stop the thread and close every control socket (data connections belong to lcores). */
+void kvl_control_stop(struct kvl_runtime *rt);
+
+/* Connect to @addr and wait until the peer is READY or failed, at most @timeout_ms.
+ * Returns 0 with *@peer set, or a negative errno with a message in @err. */
+int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms,
+			uint32_t *peer, char *err, size_t errlen);
+
+/* Tell peers that the local segment list changed. */
+void kvl_control_segments_changed(struct kvl_runtime *rt);
+
+/* Whether it runs, its listener address and counters, for the API and telemetry. */
+bool kvl_control_enabled(const struct kvl_runtime *rt);
+const char *kvl_control_listen_addr(const struct kvl_runtime *rt); /* "host:port" bound */
+uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt);
+uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt);
+/* REQ_CANCEL messages sent for this side's canceled requests, and received from peers. */
+void kvl_control_req_cancels(const struct kvl_runtime *rt, uint64_t *tx, uint64_t *rx);
+
+#endif /* KVL_RUNTIME_CONTROL_H */

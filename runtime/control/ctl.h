@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Inside the control thread: its state (peers, pending data connections, slots) and calls. */
+#ifndef KVL_RUNTIME_CONTROL_CTL_H
+#define KVL_RUNTIME_CONTROL_CTL_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "control.h"
+#include "ctrl_proto.h"
+#include "nic_io.h"
+#include "peers.h"
+#include "runtime.h"
+#include "verbs.h"
+
+#define MAX_PENDING	  128 /* data connections being bound */
+#define MAX_PREAUTH	  16  /* control connections not authenticated yet */
+#define MAX_CONNECT_WAITS 16
+#define RECONNECT_NS	  1000000000ull
+#define FRAME_MAX	  (KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
+#define BIND_TIMEOUT_NS	  5000000000ull
+
+enum pconn_state {
+	PC_FREE = 0,
+	PC_CONNECTING, /* client: connect() in progress */
+	PC_BIND_SENT,  /* client: DATA_BIND sent, waiting for DATA_BIND_OK */
+	PC_WAIT_BIND,  /* server: accepted, waiting for DATA_BIND */
+};
+
+/* A data connection between accept/connect and the hand-over to its lcore. */
+struct pconn {
+	int state;
+	int fd;
+	unsigned nic;
+	uint32_t peer;
+	uint32_t peer_gen;
+	uint32_t conn_index;
+	uint64_t deadline_ns;
+	uint8_t rx[256];
+	size_t rx_len;
+};
+
+/* An API thread in kvl_control_connect(), waiting for its peer to be READY or to fail. */
+struct connect_wait {
+	char addr[KVL_CTRL_ADDR_LEN];
+	uint64_t deadline_ns;
+	bool taken, done;
+	int result;
+	uint32_t peer;
+	char msg[KVL_CTRL_TEXT_LEN];
+};
+
+/* A data connection slot of a NIC lcore, as the control thread hands them out. */
+struct ctl_slot {
+	bool used;
+	uint32_t gen; /* bumped at every hand-out: the lcore drops what names an older one */
+	/* RDMA: the QPs at both ends, which name the connection in QP_RESYNC */
+	uint32_t lqpn, rqpn;
+	/* and the peer's NIC it reaches, as a label: its rkeys, when its segments change */
+	char rnic[KVL_CTRL_NAME_LEN];
+};
+
+/* The control thread's own view of a peer (the public part is in struct kvl_peer_pub). */
+struct peer {
+	int fd;
+	bool auto_reconnect; /* from [control] peers: retried after a failure */
+	uint64_t retry_ns;
+	uint64_t deadline_ns; /* of the handshake and binding */
+	uint8_t rx[FRAME_MAX];
+	size_t rx_len;
+	uint8_t *tx;
+	size_t tx_len, tx_cap;
+	struct kvl_ctrl_msg hello, challenge;
+	uint64_t session_id;
+	bool got_segs, got_eps;
+	struct kvl_endpoint eps[KVL_CTRL_MAX_EPS];
+	uint32_t n_eps;
+	uint64_t next_hb_ns, hb_seq;
+	unsigned want_conns, bound_conns;
+	struct connect_wait *waiter;
+	uint32_t segs_version_sent;
+	/* RDMA: the peer's RKEYS (one message per NIC of its), our QPs waiting for its QP_INFO */
+	struct kvl_ctrl_msg rkeys[KVL_CTRL_MAX_EPS];
+	uint32_t n_rkeys;
+	struct vpend {
+		struct kvl_verbs_conn *vc;
+		unsigned nic;
+		uint32_t conn_index;
+	} vpend[KVL_PEER_MAX_CONNS];
+	unsigned n_vpend;
+};
+
+struct kvl_control {
+	struct kvl_runtime *rt;
+	struct kvl_secret secret;
+	pthread_t thread;
+	bool running;
+	volatile bool stop;
+	int efd; /* wakes the thread: API requests, stop, segment changes */
+	int lfd; /* control listener */
+	char listen_addr[KVL_CTRL_ADDR_LEN];
+	int dfd[KVL_MAX_NICS]; /* data listeners of tcp NICs, -1 otherwise */
+	struct kvl_endpoint eps[KVL_CTRL_MAX_EPS];
+	uint32_t n_eps;
+	struct peer peer[KVL_MAX_PEERS_RT];
+	struct kvl_peer_pub *pub; /* the runtime's peer table (rt->peers.pub): we write it */
+	struct pconn pc[MAX_PENDING];
+	struct ctl_slot slot[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	uint64_t resync_unroutable; /* QP_RESYNC for no connection of that peer's */
+	/* Fault injection for tests (KVLANE_TEST_BAD_RKEY): segments advertised with a wrong
+	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
+	char bad_rkey[256];
+	char bad_len[256]; /* KVLANE_TEST_BAD_LEN: advertised twice as long as they are */
+	uint64_t auth_failures;
+	uint64_t req_cancels_tx, req_cancels_rx; /* REQ_CANCEL sent for our lcores, received */
+	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
+	uint64_t warn_ns, warn_suppressed;
+	uint32_t segs_version;
+	pthread_mutex_t lock; /* API requests and waits */
+	pthread_cond_t cond;
+	struct connect_wait *req[MAX_CONNECT_WAITS];
+};
+
+/* sockets.c */
+int kvl_ctl_resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *err,
+		    size_t errlen);
+void kvl_ctl_format_addr(const struct sockaddr_storage *ss, char *out, size_t len);
+int kvl_ctl_listen_on(const struct sockaddr_storage *ss, socklen_t len, char *bound,
+		      size_t boundlen);
+int kvl_ctl_netdev_ipv4(const char *dev, struct in_addr *out);
+int kvl_ctl_start_connect(const char *addr, int *fd_out, char *err, size_t errlen,
+			  const struct in_addr *src);
+int kvl_ctl_send_small(int fd, struct kvl_ctrl_msg *m);
+
+/* peer.c */
+void kvl_ctl_send_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
+int kvl_ctl_flush(struct peer *pr);
+void kvl_ctl_set_state(struct kvl_control *c, uint32_t p, int state);
+void kvl_ctl_peer_reset(struct kvl_control *c, uint32_t p, const char *addr, bool initiator);
+int kvl_ctl_peer_alloc(struct kvl_control *c, const char *addr, bool initiator);
+void kvl_ctl_peer_fail(struct kvl_control *c, uint32_t p, int status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void kvl_ctl_peer_connect(struct kvl_control *c, uint32_t p);
+
+/* bind.c */
+int kvl_ctl_give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_xconn x);
+struct pconn *kvl_ctl_pconn_alloc(struct kvl_control *c);
+void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents);
+
+/* rdma.c */
+bool kvl_ctl_is_rdma(const struct kvl_runtime *rt, unsigned nic);
+struct kvl_verbs_conn *kvl_ctl_verbs_conn_new(struct kvl_control *c, unsigned nic,
+					      struct kvl_verbs_addr *local, char *err,
+					      size_t errlen);
+void kvl_ctl_addr_to_msg(struct kvl_ctrl_msg *m, uint32_t idx, const char *nic,
+			 const struct kvl_verbs_addr *a);
+void kvl_ctl_refresh_remote(struct kvl_control *c, uint32_t p);
+void kvl_ctl_resync_send(struct kvl_control *c, unsigned nic, const struct kvl_levt *ev);
+void kvl_ctl_on_qp_resync(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+void kvl_ctl_on_qp_info_server(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+void kvl_ctl_on_qp_info_client(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+
+/* exchange.c */
+void kvl_ctl_send_segments(struct kvl_control *c, uint32_t p);
+void kvl_ctl_send_endpoints(struct kvl_control *c, uint32_t p);
+void kvl_ctl_send_rkeys(struct kvl_control *c, uint32_t p);
+void kvl_ctl_exchange_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
+
+/* handshake.c */
+void kvl_ctl_client_hello(struct kvl_control *c, uint32_t p);
+void kvl_ctl_handshake_client(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
+void kvl_ctl_handshake_server(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
+
+#endif /* KVL_RUNTIME_CONTROL_CTL_H */

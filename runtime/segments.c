@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The local segment registry: registration on every RDMA device, publication, lookups. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <rte_malloc.h>
+
+#include "log.h"
+#include "segments.h"
+#include "verbs.h"
+
+void kvl_segs_init(struct kvl_local_segs *s)
+{
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_init(&s->lock, NULL);
+}
+
+void kvl_segs_fini(struct kvl_local_segs *s)
+{
+	pthread_mutex_destroy(&s->lock);
+}
+
+void kvl_segs_attach(struct kvl_local_segs *s, unsigned nic, struct kvl_verbs_dev *dev,
+		     const char *label)
+{
+	pthread_mutex_lock(&s->lock);
+	s->dev[nic] = dev;
+	s->dev_label[nic] = label;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void kvl_seg_desc_make(uint32_t layers, uint32_t planes, uint32_t blocks, uint32_t block_bytes,
+		       uint32_t flags, struct kvl_seg_desc *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->n_layers = layers;
+	d->n_planes = planes;
+	d->block_count = blocks;
+	d->block_size = block_bytes;
+	d->plane_stride = (uint64_t)blocks * block_bytes;
+	d->layer_stride = d->plane_stride * planes;
+	d->length = d->layer_stride * layers;
+	d->flags = flags;
+}
+
+int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *owned,
+		 const struct kvl_seg_desc *desc, uint32_t *id)
+{
+	struct kvl_local_seg *m;
+	uint32_t i;
+
+	pthread_mutex_lock(&s->lock);
+	for (i = 0; i < KVL_MAX_SEGS; i++)
+		if (!s->meta[i].live && s->tab.seg[i].base == NULL)
+			break; /* slots are never reused while running: lcores may hold ids */
+	if (i == KVL_MAX_SEGS) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOSPC;
+	}
+	m = &s->meta[i];
+	/* Every RDMA NIC must be able to reach it: register it on each device first. */
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++) {
+		char msg[KVL_VERBS_ERR_LEN];
+		uint64_t ns = 0;
+		int rc;
+
+		if (s->dev[n] == NULL)
+			continue;
+		rc = kvl_verbs_reg(s->dev[n], base, desc->length, desc->flags, &m->rkey[n], &ns,
+				   msg, sizeof(msg));
+		m->reg_ns[n] = ns;
+		if (rc < 0) {
+			pthread_mutex_unlock(&s->lock);
+			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, s->dev_label[n], msg);
+			return rc;
+		}
+		KVL_LOG(INFO, "segment \"%s\" (%llu MiB) registered on nic.%s in %.2f ms", name,
+			(unsigned long long)(desc->length >> 20), s->dev_label[n], ns / 1e6);
+	}
+	m->desc = *desc;
+	m->desc.id = i + 1;
+	snprintf(m->desc.name, sizeof(m->desc.name), "%s", name);
+	m->base = base;
+	m->owned = owned;
+	s->tab.seg[i] = (struct kvl_seg){
+		.base = base, .len = desc->length, .id = i + 1, .flags = desc->flags
+	};
+	__atomic_store_n(&s->tab.live[i], true, __ATOMIC_RELEASE);
+	m->live = true;
+	if (i + 1 > s->hwm)
+		__atomic_store_n(&s->hwm, i + 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&s->lock);
+	*id = i + 1;
+	return 0;
+}
+
+uint32_t kvl_segs_find(const struct kvl_local_segs *s, const void *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint32_t hwm = __atomic_load_n(&s->hwm, __ATOMIC_ACQUIRE);
+
+	/* Per transfer: scan only the slots ever used, not all KVL_MAX_SEGS. */
+	for (unsigned i = 0; i < hwm; i++) {
+		const struct kvl_seg *g = kvl_seg_lookup(&s->tab, i + 1);
+
+		if (g && a >= (uintptr_t)g->base && a - (uintptr_t)g->base <= g->len &&
+		    len <= g->len - (a - (uintptr_t)g->base))
+			return i + 1;
+	}
+	return 0;
+}
+
+bool kvl_segs_owns(struct kvl_local_segs *s, const void *mem)
+{
+	bool owned = false;
+
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < KVL_MAX_SEGS && !owned; i++)
+		owned = mem != NULL && s->meta[i].owned == mem;
+	pthread_mutex_unlock(&s->lock);
+	return owned;
+}
+
+uint32_t kvl_segs_visit(struct kvl_local_segs *s,
+			void (*fn)(void *arg, const struct kvl_local_seg *seg), void *arg)
+{
+	uint32_t version;
+
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++)
+		if (s->meta[i].live)
+			fn(arg, &s->meta[i]);
+	version = s->version;
+	pthread_mutex_unlock(&s->lock);
+	return version;
+}
+
+void kvl_segs_release(struct kvl_local_segs *s)
+{
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		__atomic_store_n(&s->tab.live[i], false, __ATOMIC_RELEASE);
+		s->meta[i].live = false;
+		rte_free(s->meta[i].owned);
+		s->meta[i].owned = NULL;
+	}
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
+		s->dev[n] = NULL;
+	pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The local segment registry: what the lcores check addresses against, and what peers see. */
+#ifndef KVL_RUNTIME_SEGMENTS_H
+#define KVL_RUNTIME_SEGMENTS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "ctrl_proto.h"
+#include "xfer.h"
+
+struct kvl_verbs_dev;
+
+/* A local segment: what peers are told (desc) and what RDMA registration gave. */
+struct kvl_local_seg {
+	bool live;
+	struct kvl_seg_desc desc;
+	void *base;
+	void *owned; /* allocated by kvlane (rte_malloc), freed at the end; NULL if registered */
+	uint32_t rkey[KVL_MAX_NICS];   /* on each RDMA NIC's device */
+	uint64_t reg_ns[KVL_MAX_NICS]; /* what ibv_reg_mr took there (pinning every page) */
+};
+
+struct kvl_local_segs {
+	struct kvl_seg_table tab;		 /* read by the lcores without locks */
+	struct kvl_local_seg meta[KVL_MAX_SEGS]; /* guarded by @lock */
+	uint32_t version;			 /* bumped at every registration */
+	uint32_t hwm; /* slots ever used (ids 1..hwm): what lookups by address scan */
+	pthread_mutex_t lock;
+	/* the RDMA devices every segment is registered on, by NIC index (kvl_segs_attach) */
+	struct kvl_verbs_dev *dev[KVL_MAX_NICS];
+	const char *dev_label[KVL_MAX_NICS];
+};
+
+void kvl_segs_init(struct kvl_local_segs *s);
+void kvl_segs_fini(struct kvl_local_segs *s);
+
+/* Register every segment from now on on @dev too (NIC @nic, @label in logs). Call before the
+ * first kvl_segs_add(): segments registered earlier are not added to it. */
+void kvl_segs_attach(struct kvl_local_segs *s, unsigned nic, struct kvl_verbs_dev *dev,
+		     const char *label);
+
+/* The one descriptor builder: @layers x @planes x @blocks blocks of @block_bytes, laid out
+ * layer after layer, K plane before V plane, with @flags (enum kvl_seg_flags). */
+void kvl_seg_desc_make(uint32_t layers, uint32_t planes, uint32_t blocks, uint32_t block_bytes,
+		       uint32_t flags, struct kvl_seg_desc *d);
+
+/* Register [@base, @base + @desc->length) as segment @name on every attached device, then
+ * publish it to the lcores. @owned is freed with it at kvl_segs_release(). 0 with *@id set,
+ * -ENOSPC (KVL_MAX_SEGS used), or the registration's negative errno (logged). */
+int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *owned,
+		 const struct kvl_seg_desc *desc, uint32_t *id);
+
+/* The id of the live segment holding [p, p + len) whole, or 0 when none does (per transfer:
+ * scans only the slots ever used). */
+uint32_t kvl_segs_find(const struct kvl_local_segs *s, const void *p, uint64_t len);
+
+/* Whether a live segment owns (frees at the end) @mem. */
+bool kvl_segs_owns(struct kvl_local_segs *s, const void *mem);
+
+/* Call @fn for every live segment, in id order, under the registry's lock (@fn must not call
+ * back into the registry). Returns the version the walk saw. */
+uint32_t kvl_segs_visit(struct kvl_local_segs *s,
+			void (*fn)(void *arg, const struct kvl_local_seg *seg), void *arg);
+
+/* The end: every segment unpublished and what kvlane allocated freed. Their devices must be
+ * closed already (registrations go with their device, before the memory goes). */
+void kvl_segs_release(struct kvl_local_segs *s);
+
+#endif /* KVL_RUNTIME_SEGMENTS_H */
