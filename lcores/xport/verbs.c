@@ -24,6 +24,8 @@
  * check local ranges without a lock while the control thread registers more (see n_mr).
  */
 #define MAX_MRS 128
+/* Doorbell registers the direct backend's QPs of one device ring: at most one per QP. */
+#define MAX_BF_REGS 128
 /* CQEs handled per progress call: one busy connection cannot hold its lcore. */
 #define POLL_BUDGET 64
 /*
@@ -81,6 +83,13 @@ struct kvl_verbs_dev {
 	uint16_t pkey_index;
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
+	/* mlx5 direct: the doorbell registers (UAR BlueFlame pairs) the device's QPs were given,
+	 * each with the one toggle every SQ on it shares (struct kvl_mlx5_bf): rdma-core hands the
+	 * same register to several QPs once a context has more than 16. Entries are never
+	 * removed (the registers live as long as the context); the control thread adds them
+	 * while the lcore rings through those it has, which never move. */
+	unsigned n_bf;
+	struct kvl_mlx5_bf bf[MAX_BF_REGS];
 	/* Entries [0, n_mr) are complete: a registration fills its entry, then publishes it with
 	 * a release store of n_mr; lcores load n_mr with acquire. One registering thread. */
 	unsigned n_mr;
@@ -958,6 +967,19 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 	return -(errno ? errno : EIO);
 }
 
+/* The device's shared state of the doorbell register @reg (BlueFlame buffers of @size), made
+ * on first use; NULL when the table is full or @reg was seen with another size. */
+static struct kvl_mlx5_bf *bf_register(struct kvl_verbs_dev *d, void *reg, uint32_t size)
+{
+	for (unsigned i = 0; i < d->n_bf; i++)
+		if (d->bf[i].reg == reg)
+			return d->bf[i].size == size ? &d->bf[i] : NULL;
+	if (d->n_bf == MAX_BF_REGS)
+		return NULL;
+	d->bf[d->n_bf] = (struct kvl_mlx5_bf){ .reg = reg, .size = size };
+	return &d->bf[d->n_bf++];
+}
+
 /*
  * mlx5 direct backend: a send CQ of its own (the fast path reads it; rdma-core leaves a CQ
  * read through mlx5dv alone) and the QP created through verbs, then read through mlx5dv and
@@ -966,7 +988,7 @@ static int make_cq(struct kvl_verbs_conn *c, unsigned cqe, char *err, size_t err
 static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa, char *err,
 			size_t errlen)
 {
-	const struct kvl_verbs_dev *d = c->d;
+	struct kvl_verbs_dev *d = c->d;
 	unsigned bbs = kvl_mlx5_wqe_bbs(c->max_sge);
 	/* One CQE per WQE at most (flushes included), two windows' worth as for verbs */
 	unsigned cqe = 2 * c->depth * bbs;
@@ -999,6 +1021,16 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "mlx5: SQ of %u WQEBBs cannot hold %u WQEs of %u SGEs",
 			 hw.sq.wqe_cnt, c->depth, c->max_sge);
+	}
+	if (rc == 0) {
+		hw.sq.bf = bf_register(d, hw.sq.bf_reg, hw.sq.bf_size);
+		if (hw.sq.bf == NULL) {
+			rc = -ENOTSUP;
+			snprintf(why, sizeof(why),
+				 "mlx5: doorbell register %p: %u registers in use already, or seen "
+				 "with another BlueFlame size",
+				 hw.sq.bf_reg, d->n_bf);
+		}
 	}
 	if (rc == 0) {
 		rc = kvl_mlx5_sq_init(&c->sq, &hw.sq);

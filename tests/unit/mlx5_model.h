@@ -40,6 +40,9 @@ struct mlx5_model {
 	uint16_t hw_ci;	    /* next WQEBB to execute */
 	uint32_t cq_pi;	    /* CQEs written */
 	unsigned half;	    /* BlueFlame buffer the next doorbell must use */
+	/* The model whose doorbell register (uar, half) this one's SQ shares, as QPs of one
+	 * context share UAR registers past the first 16; NULL: its own. */
+	struct mlx5_model *reg_of;
 	bool in_error;
 
 	/* knobs */
@@ -57,6 +60,14 @@ struct mlx5_model {
 int mlx5_model_init(struct mlx5_model *m, unsigned sq_wqebbs, unsigned cqe_cnt, unsigned bf_size,
 		    uint32_t qpn);
 void mlx5_model_free(struct mlx5_model *m);
+
+/*
+ * Give @m's SQ the doorbell register of @owner's (same BlueFlame size): from then on a ring
+ * of either must use the buffer after the one the register's last ring used, whichever SQ
+ * rang it; two rings in one buffer in a row are recorded in fail[] ("torn"). @owner must
+ * outlive @m. 0, or -EINVAL when the sizes differ.
+ */
+int mlx5_model_share_register(struct mlx5_model *m, struct mlx5_model *owner);
 
 /* The SQ as setup would describe it. */
 struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m, uint8_t sig_mode,

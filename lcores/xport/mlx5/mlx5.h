@@ -163,6 +163,22 @@ struct kvl_mlx5_wqe {
 	uint8_t flags; /* KVL_MLX5_F_* */
 };
 
+/*
+ * One UAR doorbell register: its two BlueFlame buffers (bf_size each; 0: no BlueFlame, the
+ * register takes 8-byte doorbells) and the one the next doorbell uses. The toggle belongs to
+ * the register, not to a send queue: a context's QPs share registers once it has more than
+ * its low-latency ones (rdma-core's defaults: 16), and two SQs that each kept their own
+ * toggle could write the same buffer back to back, the second copy over a WQE the NIC is
+ * still reading (rdma-core keeps bf->offset per register, UCX a table keyed by the
+ * register's address). Every SQ on a register must point at the same one; those SQs are
+ * rung from one thread (the NIC's lcore), so the toggle needs no lock.
+ */
+struct kvl_mlx5_bf {
+	uint8_t *reg;
+	uint32_t size;
+	uint32_t offset; /* 0 or size */
+};
+
 /* What setup (or a test) hands the SQ: memory the NIC reads, and the doorbell. */
 struct kvl_mlx5_sq_attr {
 	void *buf;		  /* the SQ: wqe_cnt WQEBBs, 64-byte aligned */
@@ -171,8 +187,11 @@ struct kvl_mlx5_sq_attr {
 	volatile uint32_t *dbrec; /* the QP's doorbell record (2 words, big-endian) */
 	void *bf_reg;		  /* the UAR doorbell register / BlueFlame buffers */
 	uint32_t bf_size;	  /* one BlueFlame buffer; 0: no BlueFlame, 8-byte doorbells */
-	uint8_t sig_mode;	  /* enum kvl_mlx5_sig */
-	uint16_t sig_every;	  /* KVL_MLX5_SIG_EVERY_N: >= 1 */
+	/* The register's shared state when other SQs use bf_reg too (its reg and size must be
+	 * bf_reg and bf_size); NULL: this SQ has the register to itself. */
+	struct kvl_mlx5_bf *bf;
+	uint8_t sig_mode;   /* enum kvl_mlx5_sig */
+	uint16_t sig_every; /* KVL_MLX5_SIG_EVERY_N: >= 1 */
 };
 
 struct kvl_mlx5_sq_stats {
@@ -199,8 +218,8 @@ struct kvl_mlx5_sq {
 	uint16_t pending; /* WQEs written since the last doorbell */
 	/* doorbell */
 	volatile uint32_t *dbrec;
-	uint8_t *bf_reg;
-	uint32_t bf_size, bf_offset; /* offset alternates between the two BlueFlame buffers */
+	struct kvl_mlx5_bf *bf; /* the register; &bf_own unless shared (kvl_mlx5_sq_attr.bf) */
+	struct kvl_mlx5_bf bf_own;
 	/* by WQEBB index of a WQE's first block: its wrid, and sq_pi just past it */
 	uint64_t *wrid;
 	uint16_t *wqe_end;

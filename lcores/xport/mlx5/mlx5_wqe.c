@@ -15,7 +15,9 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	    a->wqe_cnt > 32768 || (a->wqe_cnt & (a->wqe_cnt - 1)) != 0 || a->qpn > 0xffffff ||
 	    ((uintptr_t)a->buf & (KVL_MLX5_WQEBB - 1)) != 0 || a->sig_mode > KVL_MLX5_SIG_ALWAYS ||
 	    (a->sig_mode == KVL_MLX5_SIG_EVERY_N && a->sig_every == 0) ||
-	    (a->bf_size != 0 && (a->bf_size < KVL_MLX5_WQEBB || (a->bf_size & (a->bf_size - 1)))))
+	    (a->bf_size != 0 && (a->bf_size < KVL_MLX5_WQEBB || (a->bf_size & (a->bf_size - 1)))) ||
+	    (a->bf != NULL && (a->bf->reg != a->bf_reg || a->bf->size != a->bf_size ||
+			       (a->bf->offset != 0 && a->bf->offset != a->bf_size))))
 		return -EINVAL;
 	sq->wrid = calloc(a->wqe_cnt, sizeof(*sq->wrid));
 	sq->wqe_end = calloc(a->wqe_cnt, sizeof(*sq->wqe_end));
@@ -30,8 +32,8 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	sq->sig_mode = a->sig_mode;
 	sq->sig_every = a->sig_every;
 	sq->dbrec = a->dbrec;
-	sq->bf_reg = a->bf_reg;
-	sq->bf_size = a->bf_size;
+	sq->bf_own = (struct kvl_mlx5_bf){ .reg = a->bf_reg, .size = a->bf_size };
+	sq->bf = a->bf != NULL ? a->bf : &sq->bf_own;
 	return 0;
 }
 
