@@ -1009,7 +1009,13 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 	qa->send_cq = c->scq;
 	qa->comp_mask = IBV_QP_INIT_ATTR_PD; /* no ibv_wr_* ops: WQEs are written here */
 	qa->send_ops_flags = 0;
-	c->qp = ibv_create_qp_ex(d->ctx, qa);
+	/* Scatter to CQE off: a small READ must land in its buffer, never inside a CQE that
+	 * this poller does not copy out (rdma-core's poll would). */
+	c->qp = mlx5dv_create_qp(d->ctx, qa,
+				 &(struct mlx5dv_qp_init_attr){
+					 .comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+					 .create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+				 });
 	if (c->qp == NULL) {
 		rc = -(errno ? errno : EIO);
 		errf(err, errlen, "%s: mlx5: cannot create an RC QP of depth %u: %s", d->name,
@@ -1372,6 +1378,8 @@ static void finish_refused(struct kvl_verbs_conn *c)
 static int wc_status(enum ibv_wc_status st)
 {
 	switch (st) {
+	case IBV_WC_SUCCESS:
+		return KVL_OK;
 	case IBV_WC_REM_ACCESS_ERR: /* bad rkey, range outside the MR, or access it lacks */
 	case IBV_WC_REM_INV_REQ_ERR:
 		return KVL_ERR_ACCESS;
@@ -1396,26 +1404,31 @@ static void start_drain(struct kvl_verbs_conn *c)
 	c->flush_end = c->done_seq;
 }
 
-static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, enum ibv_wc_status st,
+/*
+ * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
+ * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
+ * counters.
+ */
+static void on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		   uint32_t vendor_err)
 {
 	c->stats.cqes++;
 	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
 	if (seq < c->done_seq || seq >= c->post_seq)
 		return;
-	if (st == IBV_WC_SUCCESS) {
+	if (st == KVL_OK) {
 		finish_until(c, seq + 1, KVL_OK);
 		finish_refused(c);
 		return;
 	}
 	c->stats.errors++;
-	if (st != IBV_WC_WR_FLUSH_ERR) {
-		c->stats.last_wc_status = st;
+	if (!flush) {
+		c->stats.last_wc_status = wc;
 		c->stats.last_vendor_err = vendor_err;
 		/* RC reports an error on the oldest unfinished WR: all before it succeeded. This
 		 * one alone carries the error; those behind it are flushed and posted again. */
 		finish_until(c, seq, KVL_OK);
-		finish_until(c, seq + 1, wc_status(st));
+		finish_until(c, seq + 1, st);
 		finish_refused(c);
 	}
 	/* A flush with no error of ours before it: the QP went down for a reason outside this
@@ -1510,9 +1523,20 @@ static unsigned poll_direct(struct kvl_verbs_conn *c)
 				c->stats.stray_cqes++;
 				continue;
 			}
-			on_cqe(c, seq,
-			       e[i].opcode == KVL_MLX5_CQE_REQ ? IBV_WC_SUCCESS
-							       : synd_wc(e[i].syndrome),
+			if (e[i].opcode == KVL_MLX5_CQE_REQ && e[i].status != KVL_OK &&
+			    seq >= c->done_seq && seq < c->post_seq) {
+				/* A success CQE in a form not read here (data scattered into it,
+				 * a compressed block): the request fails rather than completing
+				 * with bytes that never arrived, and the QP goes to error so that
+				 * the rest come back flushed and the two ends resync. */
+				struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+				(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+			}
+			on_cqe(c, seq, e[i].status, e[i].flush,
+			       e[i].opcode == KVL_MLX5_CQE_REQ_ERR ? synd_wc(e[i].syndrome)
+			       : e[i].status != KVL_OK		   ? IBV_WC_GENERAL_ERR
+								   : IBV_WC_SUCCESS,
 			       e[i].vendor_synd);
 		}
 		n += got;
@@ -1554,7 +1578,7 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 				continue;
 			}
 			ibv_end_poll(c->cqx);
-			on_cqe(c, seq, st, vendor);
+			on_cqe(c, seq, wc_status(st), st == IBV_WC_WR_FLUSH_ERR, st, vendor);
 			n++;
 		}
 		return n;
@@ -1570,7 +1594,9 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 						wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM,
 					wc[i].imm_data, wc[i].byte_len);
 			else
-				on_cqe(c, wc[i].wr_id, wc[i].status, wc[i].vendor_err);
+				on_cqe(c, wc[i].wr_id, wc_status(wc[i].status),
+				       wc[i].status == IBV_WC_WR_FLUSH_ERR, wc[i].status,
+				       wc[i].vendor_err);
 		}
 		if (r > 0)
 			n += (unsigned)r;

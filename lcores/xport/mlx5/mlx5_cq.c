@@ -84,8 +84,10 @@ void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 		o->status = KVL_ERR_PROTOCOL;
 		break;
 	}
-	/* A compressed (mini-CQE) format is never enabled by setup: reading it as a full CQE
-	 * would invent a wqe_counter. */
+	/* Bits 3:2 of op_own: on a requester or responder CQE, data scattered into the CQE
+	 * (MLX5_INLINE_SCATTER_32/64: a small READ's bytes, which then never reach the buffer),
+	 * else a compressed (mini-CQE) block. Setup disables scatter to CQE and never enables
+	 * compression: reading either as a plain CQE would lose data or invent a wqe_counter. */
 	if (((c->op_own >> 2) & 0x3) != 0)
 		o->status = KVL_ERR_PROTOCOL;
 }
