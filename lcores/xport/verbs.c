@@ -74,10 +74,11 @@ struct kvl_verbs_dev {
 	 * and handle receives. Cleared, with the reason in backend_note, when a connection's setup
 	 * found something the fast path does not handle and the backend is auto. */
 	bool direct;
-	int backend; /* enum kvl_verbs_backend as asked */
+	bool shut_up_bf; /* MLX5_SHUT_UP_BF: 8-byte doorbells only (kvl_mlx5_env_check) */
+	int backend;	 /* enum kvl_verbs_backend as asked */
 	/* written once (at open, or when auto falls back), then published through @note: the
 	 * control thread may write it while telemetry reads it */
-	char backend_note[192];
+	char backend_note[KVL_VERBS_ERR_LEN + 16];
 	const char *note;
 	uint8_t traffic_class, service_level;
 	uint16_t pkey_index;
@@ -565,6 +566,20 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 		if (!d->direct)
 			publish_note(d, "not an mlx5 device (mlx5dv_is_supported): verbs");
 	}
+	if (d->direct) {
+		char why[KVL_VERBS_ERR_LEN];
+
+		if (kvl_mlx5_env_check(&d->shut_up_bf, why, sizeof(why)) != 0) {
+			if (o->backend == KVL_VERBS_BACKEND_MLX5) {
+				rc = ENOTSUP;
+				errf(err, errlen, "%s: %s", o->name, why);
+				goto fail;
+			}
+			d->direct = false;
+			snprintf(d->backend_note, sizeof(d->backend_note), "%s: verbs", why);
+			publish_note(d, d->backend_note);
+		}
+	}
 
 	rc = ibv_query_port(d->ctx, d->port, &pa);
 	if (rc != 0) {
@@ -1029,6 +1044,8 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 			 hw.sq.wqe_cnt, c->depth, c->max_sge);
 	}
 	if (rc == 0) {
+		if (d->shut_up_bf)
+			hw.sq.bf_size = 0; /* the provider said BlueFlame is off: doorbells only */
 		hw.sq.bf = bf_register(d, hw.sq.bf_reg, hw.sq.bf_size);
 		if (hw.sq.bf == NULL) {
 			rc = -ENOTSUP;

@@ -369,6 +369,18 @@ struct kvl_mlx5_hw {
 int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
 			   uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
 
+/*
+ * What rdma-core's mlx5 provider takes from the environment when it opens a device, and the
+ * fast path must follow (read it before or at ibv_open_device, as the provider does):
+ *  - MLX5_SHUT_UP_BF set and not "0": the provider stops using BlueFlame (the register
+ *    may be mapped uncached) yet mlx5dv still reports a BlueFlame size: *shut_up_bf is
+ *    true, and the fast path must ring 8-byte doorbells only (bf_size 0);
+ *  - MLX5_QP_SIGNATURE set (any value): QPs expect a signature in every WQE, which the fast
+ *    path does not write: -ENOTSUP and a message naming the variable.
+ * 0 otherwise.
+ */
+int kvl_mlx5_env_check(bool *shut_up_bf, char *err, size_t errlen);
+
 /* Create a CQ and an RC QP (send side only, @depth WQEs of one SGE) and read them as above. */
 int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned depth, uint8_t sig_mode,
 		       uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);

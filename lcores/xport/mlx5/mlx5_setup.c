@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mlx5.h"
@@ -33,6 +34,20 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
 static bool pow2(uint32_t v)
 {
 	return v != 0 && (v & (v - 1)) == 0;
+}
+
+int kvl_mlx5_env_check(bool *shut_up_bf, char *err, size_t errlen)
+{
+	const char *bf = getenv("MLX5_SHUT_UP_BF");
+
+	/* rdma-core's get_shut_up_bf() and qp_sig_enabled(): the same tests. */
+	*shut_up_bf = bf != NULL && strcmp(bf, "0") != 0;
+	if (getenv("MLX5_QP_SIGNATURE") != NULL)
+		return fail(err, errlen,
+			    "mlx5: MLX5_QP_SIGNATURE is set: rdma-core then makes QPs that expect "
+			    "a signature in every WQE, which the direct backend does not write "
+			    "(unset it for transport mlx5)");
+	return 0;
 }
 
 int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
