@@ -1037,7 +1037,7 @@ static int direct_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa
 		     c->depth, strerror(-rc));
 		goto undo;
 	}
-	rc = kvl_mlx5_hw_from_verbs(c->qp, c->scq, KVL_MLX5_SIG_NONE, 1, &hw, why, sizeof(why));
+	rc = kvl_mlx5_hw_from_verbs(c->qp, c->scq, &hw, why, sizeof(why));
 	if (rc == 0 && hw.sq.wqe_cnt < c->depth * bbs) {
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "mlx5: SQ of %u WQEBBs cannot hold %u WQEs of %u SGEs",
@@ -1392,26 +1392,6 @@ static void finish_refused(struct kvl_verbs_conn *c)
 	}
 }
 
-static int wc_status(enum ibv_wc_status st)
-{
-	switch (st) {
-	case IBV_WC_SUCCESS:
-		return KVL_OK;
-	case IBV_WC_REM_ACCESS_ERR: /* bad rkey, range outside the MR, or access it lacks */
-	case IBV_WC_REM_INV_REQ_ERR:
-		return KVL_ERR_ACCESS;
-	case IBV_WC_RETRY_EXC_ERR: /* no ACK: the peer or the path is gone */
-	case IBV_WC_RNR_RETRY_EXC_ERR:
-		return KVL_ERR_CONN_LOST;
-	case IBV_WC_LOC_PROT_ERR: /* lkey/PD mismatch: a local range we believed registered */
-	case IBV_WC_LOC_LEN_ERR:
-	case IBV_WC_LOC_ACCESS_ERR: /* a READ into memory without LOCAL_WRITE */
-		return KVL_ERR_LOCAL;
-	default:
-		return KVL_ERR_PROTOCOL;
-	}
-}
-
 /* Enter PH_DRAIN: the QP is (or is being put) in ERR; every WR it holds comes back flushed. */
 static void start_drain(struct kvl_verbs_conn *c)
 {
@@ -1487,41 +1467,6 @@ unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigne
 	return n;
 }
 
-/* An error CQE's syndrome as the status rdma-core's mlx5 provider would report. */
-static enum ibv_wc_status synd_wc(uint8_t syndrome)
-{
-	switch (syndrome) {
-	case KVL_MLX5_SYND_LOCAL_LENGTH:
-		return IBV_WC_LOC_LEN_ERR;
-	case KVL_MLX5_SYND_LOCAL_QP_OP:
-		return IBV_WC_LOC_QP_OP_ERR;
-	case KVL_MLX5_SYND_LOCAL_PROT:
-		return IBV_WC_LOC_PROT_ERR;
-	case KVL_MLX5_SYND_WR_FLUSH:
-		return IBV_WC_WR_FLUSH_ERR;
-	case KVL_MLX5_SYND_MW_BIND:
-		return IBV_WC_MW_BIND_ERR;
-	case KVL_MLX5_SYND_BAD_RESP:
-		return IBV_WC_BAD_RESP_ERR;
-	case KVL_MLX5_SYND_LOCAL_ACCESS:
-		return IBV_WC_LOC_ACCESS_ERR;
-	case KVL_MLX5_SYND_REMOTE_INVAL_REQ:
-		return IBV_WC_REM_INV_REQ_ERR;
-	case KVL_MLX5_SYND_REMOTE_ACCESS:
-		return IBV_WC_REM_ACCESS_ERR;
-	case KVL_MLX5_SYND_REMOTE_OP:
-		return IBV_WC_REM_OP_ERR;
-	case KVL_MLX5_SYND_TRANSPORT_RETRY:
-		return IBV_WC_RETRY_EXC_ERR;
-	case KVL_MLX5_SYND_RNR_RETRY:
-		return IBV_WC_RNR_RETRY_EXC_ERR;
-	case KVL_MLX5_SYND_REMOTE_ABORTED:
-		return IBV_WC_REM_ABORT_ERR;
-	default:
-		return IBV_WC_GENERAL_ERR;
-	}
-}
-
 /* mlx5 direct: send completions straight from the CQ, by owner bit. A CQE names the WQE it
  * completes by its SQ index; the SQ gives back the post sequence number stored there. */
 static unsigned poll_direct(struct kvl_verbs_conn *c)
@@ -1551,9 +1496,10 @@ static unsigned poll_direct(struct kvl_verbs_conn *c)
 				(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 			}
 			on_cqe(c, seq, e[i].status, e[i].flush,
-			       e[i].opcode == KVL_MLX5_CQE_REQ_ERR ? synd_wc(e[i].syndrome)
-			       : e[i].status != KVL_OK		   ? IBV_WC_GENERAL_ERR
-								   : IBV_WC_SUCCESS,
+			       e[i].opcode == KVL_MLX5_CQE_REQ_ERR
+				       ? (uint32_t)kvl_mlx5_syndrome_wc(e[i].syndrome)
+			       : e[i].status != KVL_OK ? IBV_WC_GENERAL_ERR
+						       : IBV_WC_SUCCESS,
 			       e[i].vendor_synd);
 		}
 		n += got;
@@ -1595,7 +1541,7 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 				continue;
 			}
 			ibv_end_poll(c->cqx);
-			on_cqe(c, seq, wc_status(st), st == IBV_WC_WR_FLUSH_ERR, st, vendor);
+			on_cqe(c, seq, kvl_wc_status(st), st == IBV_WC_WR_FLUSH_ERR, st, vendor);
 			n++;
 		}
 		return n;
@@ -1611,7 +1557,7 @@ static unsigned poll_cq(struct kvl_verbs_conn *c)
 						wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM,
 					wc[i].imm_data, wc[i].byte_len);
 			else
-				on_cqe(c, wc[i].wr_id, wc_status(wc[i].status),
+				on_cqe(c, wc[i].wr_id, kvl_wc_status(wc[i].status),
 				       wc[i].status == IBV_WC_WR_FLUSH_ERR, wc[i].status,
 				       wc[i].vendor_err);
 		}

@@ -82,17 +82,14 @@ int mlx5_model_share_register(struct mlx5_model *m, struct mlx5_model *owner)
 	return 0;
 }
 
-struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m, uint8_t sig_mode,
-					   uint16_t sig_every)
+struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m)
 {
 	return (struct kvl_mlx5_sq_attr){ .buf = m->sq,
 					  .wqe_cnt = m->sq_wqebbs,
 					  .qpn = m->qpn,
 					  .dbrec = m->qp_dbrec,
 					  .bf_reg = m->uar,
-					  .bf_size = m->bf_size,
-					  .sig_mode = sig_mode,
-					  .sig_every = sig_every };
+					  .bf_size = m->bf_size };
 }
 
 void mlx5_model_reset_qp(struct mlx5_model *m)

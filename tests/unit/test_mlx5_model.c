@@ -99,7 +99,9 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 
 	CHECK_INT(mlx5_model_init(&m, SQ_BBS, SQ_BBS, bf_size, 0x5a5a), 0);
 	CHECK_INT(regions(&m, &s), 0);
-	a = mlx5_model_sq_attr(&m, mode, every);
+	struct mlx5_sig_rule rule = { mode, every, 0 };
+
+	a = mlx5_model_sq_attr(&m);
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	CHECK_INT(kvl_mlx5_cq_init(&cq, m.cq, m.cqe_cnt, 64, m.cq_dbrec), 0);
 
@@ -137,13 +139,15 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 			w.raddr = p->raddr;
 			w.rkey = RKEY;
 			w.imm = (uint32_t)p->wrid;
-			w.flags = mode == KVL_MLX5_SIG_NONE && rnd(8) == 0 ? KVL_MLX5_F_SIGNAL : 0;
+			w.flags = mlx5_sig_rule_flags(&rule, mode == MLX5_SIG_NONE && rnd(8) == 0
+								     ? KVL_MLX5_F_SIGNAL
+								     : 0);
 			CHECK_INT(kvl_mlx5_sq_post(&sq, &w), 0);
 			head++;
 			got++;
 		}
 		if (got != 0) {
-			kvl_mlx5_sq_signal_last(&sq);
+			mlx5_sig_rule_reset(&rule, kvl_mlx5_sq_signal_last(&sq));
 			kvl_mlx5_sq_ring(&sq);
 			CHECK_INT(mlx5_model_doorbell(&m), 1);
 		}
@@ -200,7 +204,7 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 	CHECK_INT(m.bf_copies, sq.stats.bf_copies);
 	CHECK(sq.stats.wraps > 0);
 	CHECK(sq.stats.wqebbs / SQ_BBS >= 100);
-	if (mode == KVL_MLX5_SIG_ALWAYS)
+	if (mode == MLX5_SIG_ALWAYS)
 		CHECK_INT(implied, 0);
 	else
 		CHECK(implied > 0);
@@ -228,7 +232,10 @@ static void wrong_owner(void)
 	struct kvl_mlx5_cqe_info e[4];
 	uint8_t buf[64];
 	struct kvl_mlx5_sge sge;
-	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE, .rkey = RKEY, .sge = &sge };
+	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE,
+				  .rkey = RKEY,
+				  .sge = &sge,
+				  .flags = KVL_MLX5_F_SIGNAL };
 
 	CHECK_INT(mlx5_model_init(&m, 4, 4, 0, 1), 0);
 	m.local = (struct mlx5_model_mr){ buf, sizeof(buf), LKEY };
@@ -236,7 +243,7 @@ static void wrong_owner(void)
 	sge = (struct kvl_mlx5_sge){ (uintptr_t)buf, LKEY, 8 };
 	w.raddr = (uintptr_t)buf + 32;
 	w.nsge = 1;
-	a = mlx5_model_sq_attr(&m, KVL_MLX5_SIG_ALWAYS, 0);
+	a = mlx5_model_sq_attr(&m);
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	CHECK_INT(kvl_mlx5_cq_init(&cq, m.cq, m.cqe_cnt, 64, m.cq_dbrec), 0);
 	/* Six passes' worth of CQEs through a 4-entry CQ, then one with the wrong owner. */
@@ -291,7 +298,7 @@ static void shared_register(bool shared)
 		m[i].remote = (struct mlx5_model_mr){ buf[i] + 128, 128, RKEY };
 		if (i == 1)
 			CHECK_INT(mlx5_model_share_register(&m[1], &m[0]), 0);
-		a = mlx5_model_sq_attr(&m[i], KVL_MLX5_SIG_NONE, 0);
+		a = mlx5_model_sq_attr(&m[i]);
 		bf = (struct kvl_mlx5_bf){ .reg = m[0].uar, .size = 256 };
 		a.bf = shared ? &bf : NULL;
 		CHECK_INT(kvl_mlx5_sq_init(&sq[i], &a), 0);
@@ -346,10 +353,10 @@ int main(int argc, char **argv)
 	unsigned scale = argc > 1 ? (unsigned)atoi(argv[1]) : 1;
 
 	(void)scale;
-	sq_cq_random(KVL_MLX5_SIG_EVERY_N, 4, 0);
-	sq_cq_random(KVL_MLX5_SIG_NONE, 0, 256);
-	sq_cq_random(KVL_MLX5_SIG_ALWAYS, 0, 256);
-	sq_cq_random(KVL_MLX5_SIG_EVERY_N, 64, 0);
+	sq_cq_random(MLX5_SIG_EVERY_N, 4, 0);
+	sq_cq_random(MLX5_SIG_NONE, 0, 256);
+	sq_cq_random(MLX5_SIG_ALWAYS, 0, 256);
+	sq_cq_random(MLX5_SIG_EVERY_N, 64, 0);
 	wrong_owner();
 	shared_register(true);
 	shared_register(false);

@@ -136,14 +136,8 @@ _Static_assert(offsetof(struct kvl_mlx5_cqe64, op_own) == 63, "PRM CQE layout");
 
 /* ---- send queue ---- */
 
-enum kvl_mlx5_sig {
-	KVL_MLX5_SIG_NONE = 0,	  /* only WQEs the caller marks (and the batch's last, see below) */
-	KVL_MLX5_SIG_EVERY_N = 1, /* one WQE in every sig_every, plus the marked ones */
-	KVL_MLX5_SIG_ALWAYS = 2,  /* every WQE */
-};
-
 /* kvl_mlx5_wqe.flags */
-#define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE whatever the mode */
+#define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE; the others complete silently */
 
 struct kvl_mlx5_sge {
 	uint64_t addr;
@@ -190,8 +184,6 @@ struct kvl_mlx5_sq_attr {
 	/* The register's shared state when other SQs use bf_reg too (its reg and size must be
 	 * bf_reg and bf_size); NULL: this SQ has the register to itself. */
 	struct kvl_mlx5_bf *bf;
-	uint8_t sig_mode;   /* enum kvl_mlx5_sig */
-	uint16_t sig_every; /* KVL_MLX5_SIG_EVERY_N: >= 1 */
 };
 
 struct kvl_mlx5_sq_stats {
@@ -210,8 +202,6 @@ struct kvl_mlx5_sq {
 	uint32_t qpn;
 	uint16_t sq_pi;
 	uint16_t sq_ci;
-	uint8_t sig_mode;
-	uint16_t sig_every, since_sig;
 	/* The newest WQE: its first 8 bytes are what an 8-byte doorbell writes. */
 	struct kvl_mlx5_ctrl_seg *last_ctrl;
 	uint16_t last_nbb;
@@ -314,7 +304,16 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 /* Decode one 64-byte CQE (no ownership check). */
 void kvl_mlx5_cqe_decode(const void *cqe, struct kvl_mlx5_cqe_info *out);
 
-/* The typed status an error syndrome becomes. */
+/* ---- the status map (mlx5_status.c), both backends' ---- */
+
+/* An error syndrome as the ibv_wc_status rdma-core's mlx5 provider reports for it (an
+ * enum ibv_wc_status; int here so that this header needs no verbs.h). */
+int kvl_mlx5_syndrome_wc(uint8_t syndrome);
+
+/* The kvl_status a completion of provider status @wc_status (enum ibv_wc_status) becomes. */
+int kvl_wc_status(int wc_status);
+
+/* kvl_wc_status(kvl_mlx5_syndrome_wc(@syndrome)): what the decoder puts in status. */
 int kvl_mlx5_syndrome_status(uint8_t syndrome);
 
 /*
@@ -342,8 +341,6 @@ static inline void kvl_mlx5_cq_event(struct kvl_mlx5_cq *cq)
 
 /* ---- setup (mlx5_setup.c): needs an mlx5 device ---- */
 
-struct ibv_context;
-struct ibv_pd;
 struct ibv_qp;
 struct ibv_cq;
 
@@ -357,7 +354,6 @@ struct kvl_mlx5_hw {
 	uint32_t cqn;
 	struct ibv_cq *ibcq;
 	struct ibv_qp *ibqp;
-	bool owned; /* created by kvl_mlx5_hw_create: kvl_mlx5_hw_destroy destroys them */
 };
 
 /*
@@ -366,8 +362,8 @@ struct kvl_mlx5_hw {
  * two >= 64, non-NULL buffers. Anything unexpected: a negative errno and the reason in @err,
  * so the caller falls back to the verbs transport.
  */
-int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
-			   uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
+int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, struct kvl_mlx5_hw *hw, char *err,
+			   size_t errlen);
 
 /*
  * What rdma-core's mlx5 provider takes from the environment when it opens a device, and the
@@ -380,10 +376,5 @@ int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mod
  * 0 otherwise.
  */
 int kvl_mlx5_env_check(bool *shut_up_bf, char *err, size_t errlen);
-
-/* Create a CQ and an RC QP (send side only, @depth WQEs of one SGE) and read them as above. */
-int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned depth, uint8_t sig_mode,
-		       uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
-void kvl_mlx5_hw_destroy(struct kvl_mlx5_hw *hw);
 
 #endif /* KVL_LCORES_MLX5_H */

@@ -24,26 +24,6 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 	return 0;
 }
 
-int kvl_mlx5_syndrome_status(uint8_t syndrome)
-{
-	switch (syndrome) {
-	case KVL_MLX5_SYND_REMOTE_ACCESS: /* bad rkey, outside the MR, or an access it lacks */
-	case KVL_MLX5_SYND_REMOTE_INVAL_REQ:
-		return KVL_ERR_ACCESS;
-	case KVL_MLX5_SYND_TRANSPORT_RETRY: /* no ACK: the peer or the path is gone */
-	case KVL_MLX5_SYND_RNR_RETRY:
-	case KVL_MLX5_SYND_REMOTE_ABORTED:
-	case KVL_MLX5_SYND_WR_FLUSH: /* the QP was in error already: its cause is elsewhere */
-		return KVL_ERR_CONN_LOST;
-	case KVL_MLX5_SYND_LOCAL_LENGTH: /* our SGE, lkey or local memory */
-	case KVL_MLX5_SYND_LOCAL_PROT:
-	case KVL_MLX5_SYND_LOCAL_ACCESS:
-		return KVL_ERR_LOCAL;
-	default: /* LOCAL_QP_OP, BAD_RESP, REMOTE_OP, MW_BIND, unknown: a malformed exchange */
-		return KVL_ERR_PROTOCOL;
-	}
-}
-
 void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 {
 	const struct kvl_mlx5_cqe64 *c = p;

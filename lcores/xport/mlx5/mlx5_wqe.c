@@ -13,8 +13,7 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	/* 2^16 WQEBBs would make a full SQ indistinguishable from an empty one in 16 bits. */
 	if (a->buf == NULL || a->dbrec == NULL || a->bf_reg == NULL || a->wqe_cnt < 2 ||
 	    a->wqe_cnt > 32768 || (a->wqe_cnt & (a->wqe_cnt - 1)) != 0 || a->qpn > 0xffffff ||
-	    ((uintptr_t)a->buf & (KVL_MLX5_WQEBB - 1)) != 0 || a->sig_mode > KVL_MLX5_SIG_ALWAYS ||
-	    (a->sig_mode == KVL_MLX5_SIG_EVERY_N && a->sig_every == 0) ||
+	    ((uintptr_t)a->buf & (KVL_MLX5_WQEBB - 1)) != 0 ||
 	    (a->bf_size != 0 && (a->bf_size < KVL_MLX5_WQEBB || (a->bf_size & (a->bf_size - 1)))) ||
 	    (a->bf != NULL && (a->bf->reg != a->bf_reg || a->bf->size != a->bf_size ||
 			       (a->bf->offset != 0 && a->bf->offset != a->bf_size))))
@@ -29,8 +28,6 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	sq->sq_end = sq->sq_addr + (size_t)a->wqe_cnt * KVL_MLX5_WQEBB;
 	sq->wqe_cnt = a->wqe_cnt;
 	sq->qpn = a->qpn;
-	sq->sig_mode = a->sig_mode;
-	sq->sig_every = a->sig_every;
 	sq->dbrec = a->dbrec;
 	sq->bf_own = (struct kvl_mlx5_bf){ .reg = a->bf_reg, .size = a->bf_size };
 	sq->bf = a->bf != NULL ? a->bf : &sq->bf_own;
@@ -51,29 +48,8 @@ void kvl_mlx5_sq_reset(struct kvl_mlx5_sq *sq)
 	sq->sq_pi = 0;
 	sq->sq_ci = 0;
 	sq->pending = 0;
-	sq->since_sig = 0;
 	sq->last_ctrl = NULL;
 	sq->dbrec[KVL_MLX5_SND_DBR] = 0;
-}
-
-static bool want_signal(struct kvl_mlx5_sq *sq, unsigned flags)
-{
-	bool sig = (flags & KVL_MLX5_F_SIGNAL) != 0;
-
-	switch (sq->sig_mode) {
-	case KVL_MLX5_SIG_ALWAYS:
-		sig = true;
-		break;
-	case KVL_MLX5_SIG_EVERY_N:
-		if (++sq->since_sig >= sq->sig_every)
-			sig = true;
-		break;
-	default:
-		break;
-	}
-	if (sig)
-		sq->since_sig = 0;
-	return sig;
 }
 
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
@@ -94,7 +70,7 @@ int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 	if (nbb > kvl_mlx5_sq_room(sq))
 		return -EAGAIN;
 
-	fm_ce_se = want_signal(sq, w->flags) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
+	fm_ce_se = (w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
 	idx = sq->sq_pi & (sq->wqe_cnt - 1);
 	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
 	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
@@ -145,7 +121,6 @@ int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq)
 	if (sq->pending == 0 || c == NULL || (c->fm_ce_se & KVL_MLX5_CTRL_CE_MASK) != 0)
 		return 0;
 	c->fm_ce_se = (uint8_t)((c->fm_ce_se & ~KVL_MLX5_CTRL_CE_MASK) | KVL_MLX5_CTRL_CQ_UPDATE);
-	sq->since_sig = 0;
 	sq->stats.signaled++;
 	return 1;
 }
