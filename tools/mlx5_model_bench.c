@@ -88,7 +88,7 @@ static NOT_INLINED uint64_t post_rounds(struct kvl_mlx5_sq *sq, struct kvl_mlx5_
 		for (unsigned i = 0; i < batch; i++) {
 			w->wrid = ops++;
 			w->raddr += 4096;
-			/* one in 16 signaled, as verbs.c's signal_every does it */
+			/* one in 16 signaled, as verbs_ring.c's signal_every does it */
 			w->flags = (ops & 15) == 0 ? KVL_MLX5_F_SIGNAL : 0;
 			if (kvl_mlx5_sq_post(sq, w) != 0)
 				abort();

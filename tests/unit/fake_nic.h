@@ -31,7 +31,7 @@
  *    receives consumed by WRITE_WITH_IMM (RNR when none: rnr_retry, 7 = for ever);
  *  - ibv_modify_qp(RESET) cleans the QP's CQEs from its CQs except those that
  *    mlx5dv_init_obj handed out (DV-owned), as rdma-core does.
- * Verbs as a ConnectX offers them where verbs.c looks: ibv_query_device_ex with CQ moderation
+ * Verbs as a ConnectX offers them where verbs_*.c look: ibv_query_device_ex with CQ moderation
  * caps (ibv_modify_cq takes count and period, events are not coalesced), ibv_create_cq_ex
  * with start/next/end_poll and read_* for the receive CQ, ibv_create_qp for the PD-only
  * mask of the direct backend; registration under the kernel's RLIMIT_MEMLOCK rule (past the

@@ -59,7 +59,7 @@ struct mlx5_model {
 /*
  * The signaling rules the tests drive an SQ with (the fixtures' "sq" lines name one): the
  * SQ asks a CQE exactly for the WQEs marked KVL_MLX5_F_SIGNAL, and its caller decides which
- * (verbs.c: one in every signal_every and each batch's last). NONE: only those the test
+ * (verbs_ring.c: one in every signal_every and each batch's last). NONE: only those the test
  * marks; EVERY_N: also one in every @every; ALWAYS: every WQE. A signaled WQE starts the
  * count again, and so does a kvl_mlx5_sq_signal_last() that changed one (mlx5_sig_rule_reset).
  */

@@ -15,9 +15,9 @@
  *    are plain pointers and integers, so a test can hand them heap memory.
  *  - the doorbell (mlx5_db.c): the only code with barriers and MMIO stores. Its register is
  *    a pointer too, so a test can point it at a heap page.
- *  - setup (mlx5_setup.c): the only code calling ibv_create_* and mlx5dv_init_obj; it checks
+ *  - setup (mlx5_setup.c): the only code calling mlx5dv_init_obj; it checks
  *    what the device gives before this layer trusts it.
- * lcores/xport/verbs.c drives them as the verbs transport's direct backend: its request ring,
+ * lcores/xport/verbs_mlx5.c drives them as the verbs transport's direct backend: its request ring,
  * signaling, error recovery (QP_RESYNC) and receives are the same for both backends.
  *
  * Layouts are the mlx5 PRM's (ConnectX programmer's reference manual, "Send WQE format",
