@@ -135,7 +135,7 @@ static uint64_t bench_post(int fd, const struct bcase *k, unsigned rounds, struc
 		.bf_reg = page,
 		.bf_size = k->bf_size,
 	};
-	struct kvl_mlx5_sge sge = { 0x10000, 0x55, 4096 };
+	struct kvl_mlx5_sge sge = { .addr = 0x10000, .lkey = 0x55, .len = 4096 };
 	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE,
 				  .raddr = 0x7f0000000000,
 				  .rkey = 0x66,

@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Verbs transport, backend 2: mlx5 direct WQEs, doorbells and send-CQ polling (mlx5/). */
 #include <errno.h>
+#include <stddef.h>
 #include <infiniband/mlx5dv.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "verbs_priv.h"
+
+_Static_assert(sizeof(struct kvl_mlx5_sge) == sizeof(struct ibv_sge) &&
+		       offsetof(struct kvl_mlx5_sge, addr) == offsetof(struct ibv_sge, addr) &&
+		       offsetof(struct kvl_mlx5_sge, len) == offsetof(struct ibv_sge, length) &&
+		       offsetof(struct kvl_mlx5_sge, lkey) == offsetof(struct ibv_sge, lkey),
+	       "a slot's ibv_sge list is encoded as kvl_mlx5_sge");
 
 /* The device's shared state of the doorbell register @reg (BlueFlame buffers of @size), made
  * on first use; NULL when the table is full or @reg was seen with another size. */
@@ -175,7 +182,6 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 
 	for (uint64_t q = from; q <= last; q++) {
 		struct slot *s = &c->ring[q & c->mask];
-		struct kvl_mlx5_sge sg[KVL_WR_MAX_SGE];
 		struct kvl_mlx5_wqe w;
 		bool signaled;
 
@@ -187,21 +193,20 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 			.raddr = s->raddr,
 			.rkey = s->rkey,
 			.imm = s->imm,
-			.sge = sg,
+			.sge = (const struct kvl_mlx5_sge *)s->sg, /* same layout, checked above */
 			.nsge = s->n_sge,
 			.opcode = s->op == KVL_OP_READ	       ? KVL_MLX5_OP_RDMA_READ
 				  : (s->flags & KVL_WR_NOTIFY) ? KVL_MLX5_OP_RDMA_WRITE_IMM
 							       : KVL_MLX5_OP_RDMA_WRITE,
 			.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
 		};
-		for (unsigned i = 0; i < s->n_sge; i++)
-			sg[i] = (struct kvl_mlx5_sge){ s->sg[i].addr, s->sg[i].lkey,
-						       s->sg[i].length };
-		if (kvl_mlx5_sq_post(&c->sq, &w) != 0) {
+		/* check() made it a WQE the SQ takes (opcode, SGE count, no 0-byte SGE) */
+		if (kvl_mlx5_sq_write(&c->sq, &w) != 0) {
 			/* The SQ has no room or refused the WQE; the setup checks make this
 			 * unreachable, but a request must never be left waiting for a CQE. */
 			s->nic = false;
 			s->status = KVL_ERR_PROTOCOL;
+			c->n_refused++;
 			c->stats.errors++;
 			continue;
 		}

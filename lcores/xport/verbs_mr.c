@@ -77,18 +77,13 @@ int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t fl
 	return 0;
 }
 
-/* Local range inside memory registered on this device: its lkey, or KVL_ERR_LOCAL. */
-int kvl_verbs_local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len, uint32_t *lkey)
+/* kvl_verbs_local_check() past the hinted region: every region, in order. */
+int kvl_verbs_local_find(struct kvl_verbs_conn *c, uintptr_t a, uint32_t len, uint32_t *lkey)
 {
 	const struct kvl_verbs_dev *d = c->d;
 	unsigned n = __atomic_load_n(&d->n_mr, __ATOMIC_ACQUIRE);
-	uintptr_t a = (uintptr_t)p;
 
-	*lkey = 0;
-	if (len == 0)
-		return KVL_OK; /* touches no memory: no SGE is posted */
-	for (unsigned k = 0; k < n; k++) {
-		unsigned i = (c->mr_hint + k) % n;
+	for (unsigned i = 0; i < n; i++) {
 		const struct mr_ent *m = &d->mr[i];
 
 		if (a >= m->base && a - m->base <= m->len && len <= m->len - (a - m->base)) {
@@ -97,5 +92,6 @@ int kvl_verbs_local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len,
 			return KVL_OK;
 		}
 	}
+	*lkey = 0;
 	return KVL_ERR_LOCAL;
 }

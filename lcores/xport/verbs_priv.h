@@ -105,7 +105,7 @@ struct kvl_verbs_dev {
 
 /* One request, from post to reap: all it takes to post it again after a resync. */
 struct slot {
-	uint64_t wr_id;
+	uint64_t sum[2]; /* bytes written, read by the requests the QP took, up to this one */
 	uint64_t raddr;
 	uint32_t length, rkey, imm;
 	uint8_t op, flags, n_sge;
@@ -184,10 +184,13 @@ struct kvl_verbs_conn {
 	 * RC completes in order, so a CQE for seq s also completes every unsignaled WR before s.
 	 */
 	struct slot *ring;
+	struct kvl_wc *wcs; /* by slot: the completion reap hands out */
 	uint64_t mask;
 	uint64_t post_seq, done_seq, reap_seq;
-	uint64_t nic_end; /* seq + 1 of the newest WR given to the QP; it is always signaled */
-	int broken;	  /* fail_all or a failed restart: posts complete at once with this */
+	uint64_t nic_end;   /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	int broken;	    /* fail_all or a failed restart: posts complete at once with this */
+	unsigned n_refused; /* slots in [done_seq, post_seq) the QP did not take */
+	uint64_t sum_post[2], sum_done[2]; /* the slots' byte sums at post_seq, done_seq */
 
 	/* Resync (see enum phase). Requests the QP flushed stay in [done_seq, post_seq) and
 	 * are posted again once both ends run: RDMA WRITE and READ may run twice unharmed. */
@@ -219,7 +222,31 @@ bool kvl_verbs_gid_zero(const union ibv_gid *g);
 void kvl_verbs_publish_note(struct kvl_verbs_dev *d, const char *text);
 
 /* verbs_mr.c */
-int kvl_verbs_local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len, uint32_t *lkey);
+int kvl_verbs_local_find(struct kvl_verbs_conn *c, uintptr_t a, uint32_t len, uint32_t *lkey);
+
+/*
+ * A local range inside memory registered on this device: its lkey, or KVL_ERR_LOCAL. The
+ * region the connection's last range was in is tried first (a stream stays in one); regions
+ * are never removed, so a hint below n_mr stays valid.
+ */
+static inline int kvl_verbs_local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len,
+					uint32_t *lkey)
+{
+	const struct kvl_verbs_dev *d = c->d;
+	const struct mr_ent *m = &d->mr[c->mr_hint];
+	uintptr_t a = (uintptr_t)p;
+
+	if (len == 0) {
+		*lkey = 0;
+		return KVL_OK; /* touches no memory: no SGE is posted */
+	}
+	if (c->mr_hint < __atomic_load_n(&d->n_mr, __ATOMIC_ACQUIRE) && a >= m->base &&
+	    a - m->base <= m->len && len <= m->len - (a - m->base)) {
+		*lkey = m->lkey;
+		return KVL_OK;
+	}
+	return kvl_verbs_local_find(c, a, len, lkey);
+}
 
 /* verbs_qp.c */
 int kvl_verbs_qp_start(struct kvl_verbs_conn *c, char *err, size_t errlen);

@@ -252,7 +252,8 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 		goto nomem;
 	c->mask = pow2_at_least(depth) - 1;
 	c->ring = calloc(c->mask + 1, sizeof(*c->ring));
-	if (c->ring == NULL)
+	c->wcs = calloc(c->mask + 1, sizeof(*c->wcs));
+	if (c->ring == NULL || c->wcs == NULL)
 		goto nomem;
 
 	/*
@@ -361,6 +362,7 @@ void kvl_verbs_conn_free(struct kvl_verbs_conn *c)
 		ibv_destroy_comp_channel(c->ch);
 	free(c->rseg);
 	free(c->ring);
+	free(c->wcs);
 	free(c->notes);
 	free(c);
 }

@@ -125,6 +125,7 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 		if (s->nic) {
 			s->nic = false;
 			s->status = KVL_ERR_CONN_LOST;
+			c->n_refused++;
 		}
 	}
 	c->since_sig = 0;

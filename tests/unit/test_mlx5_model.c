@@ -124,9 +124,10 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 			for (unsigned k = 0; k < nsge; k++) {
 				uint32_t len = 1 + rnd(512);
 
-				p->sge[k] = (struct kvl_mlx5_sge){
-					(uintptr_t)m.local.base + rnd(REG - len), LKEY, len
-				};
+				p->sge[k] = (struct kvl_mlx5_sge){ .addr = (uintptr_t)m.local.base +
+									   rnd(REG - len),
+								   .lkey = LKEY,
+								   .len = len };
 				total += len;
 			}
 			p->op = ops[rnd(3)];
@@ -240,7 +241,7 @@ static void wrong_owner(void)
 	CHECK_INT(mlx5_model_init(&m, 4, 4, 0, 1), 0);
 	m.local = (struct mlx5_model_mr){ buf, sizeof(buf), LKEY };
 	m.remote = (struct mlx5_model_mr){ buf, sizeof(buf), RKEY };
-	sge = (struct kvl_mlx5_sge){ (uintptr_t)buf, LKEY, 8 };
+	sge = (struct kvl_mlx5_sge){ .addr = (uintptr_t)buf, .lkey = LKEY, .len = 8 };
 	w.raddr = (uintptr_t)buf + 32;
 	w.nsge = 1;
 	a = mlx5_model_sq_attr(&m);
@@ -307,7 +308,9 @@ static void shared_register(bool shared)
 	CHECK(m[1].uar == m[0].uar);
 	for (unsigned r = 0; r < 40; r++) {
 		unsigned q = rnd(3) == 0 ? r & 1 : (r >> 1) & 1, n = 1 + (rnd(2) ? 0 : rnd(3));
-		struct kvl_mlx5_sge sge = { (uintptr_t)buf[q] + 8 * rnd(8), LKEY, 8 };
+		struct kvl_mlx5_sge sge = { .addr = (uintptr_t)buf[q] + 8 * rnd(8),
+					    .lkey = LKEY,
+					    .len = 8 };
 		struct kvl_mlx5_cqe_info e[4];
 		uint64_t wrid;
 

@@ -136,7 +136,8 @@ static void run_wqe_fixture(const char *name)
 
 				if (sscanf(p, " %llx:%x:%x%n", &a, &k, &len, &u) != 3)
 					break;
-				sge[nsge++] = (struct kvl_mlx5_sge){ a, k, len };
+				sge[nsge++] =
+					(struct kvl_mlx5_sge){ .addr = a, .lkey = k, .len = len };
 				p += u;
 			}
 			w.opcode = (uint8_t)op;
@@ -368,7 +369,7 @@ static void sq_rules(void)
 	struct kvl_mlx5_cq cq;
 
 	for (unsigned i = 0; i <= KVL_MLX5_MAX_SGE; i++)
-		sge[i] = (struct kvl_mlx5_sge){ 0x1000 * i, 1, 8 };
+		sge[i] = (struct kvl_mlx5_sge){ .addr = 0x1000 * i, .lkey = 1, .len = 8 };
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	memset(buf, 0xee, sizeof(buf));
 

@@ -3,6 +3,8 @@
 #ifndef KVL_LCORES_MLX5_H
 #define KVL_LCORES_MLX5_H
 
+#include <endian.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -139,10 +141,12 @@ _Static_assert(offsetof(struct kvl_mlx5_cqe64, op_own) == 63, "PRM CQE layout");
 /* kvl_mlx5_wqe.flags */
 #define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE; the others complete silently */
 
+/* Laid out as struct ibv_sge (addr, length, lkey), so that a caller's verbs SGE list can be
+ * encoded where it lies (verbs_mlx5.c checks it). */
 struct kvl_mlx5_sge {
 	uint64_t addr;
-	uint32_t lkey;
 	uint32_t len; /* > 0: a 0-byte transfer has no SGE at all */
+	uint32_t lkey;
 };
 
 /* One RDMA WQE to encode. */
@@ -238,6 +242,66 @@ static inline unsigned kvl_mlx5_wqe_bbs(unsigned nsge)
  * opcode, too many SGEs or a 0-byte SGE (the NIC would read 2 GiB).
  */
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w);
+
+/*
+ * kvl_mlx5_sq_post() for a caller that has checked the WQE already (opcode one of the three,
+ * nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE): only the room is checked. Inline, so that a
+ * caller building @w on the stack pays for no copy of it. 0 or -EAGAIN.
+ */
+static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
+{
+	struct kvl_mlx5_ctrl_seg *ctrl;
+	struct kvl_mlx5_raddr_seg *rseg;
+	struct kvl_mlx5_data_seg *dseg;
+	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx;
+	uint8_t fm_ce_se;
+
+	if (nbb > kvl_mlx5_sq_room(sq))
+		return -EAGAIN;
+	fm_ce_se = (w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
+	idx = sq->sq_pi & (sq->wqe_cnt - 1);
+	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
+	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
+	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
+	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
+	/* signature, reserved, fm_ce_se as one word: signature and reserved are 0 */
+	ctrl->signature = 0;
+	ctrl->rsvd[0] = 0;
+	ctrl->rsvd[1] = 0;
+	ctrl->fm_ce_se = fm_ce_se;
+	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
+
+	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
+	rseg = (struct kvl_mlx5_raddr_seg *)(ctrl + 1);
+	rseg->raddr = htobe64(w->raddr);
+	rseg->rkey = htobe32(w->rkey);
+	rseg->rsvd = 0;
+
+	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
+	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
+	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
+	for (unsigned i = 0; i < w->nsge; i++) {
+		if ((uint8_t *)dseg == sq->sq_end) {
+			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
+			sq->stats.wraps++;
+		}
+		dseg->byte_count = htobe32(w->sge[i].len);
+		dseg->lkey = htobe32(w->sge[i].lkey);
+		dseg->addr = htobe64(w->sge[i].addr);
+		dseg++;
+	}
+
+	sq->wrid[idx] = w->wrid;
+	sq->wqe_end[idx] = (uint16_t)(sq->sq_pi + nbb);
+	sq->last_ctrl = ctrl;
+	sq->last_nbb = (uint16_t)nbb;
+	sq->pending++;
+	sq->sq_pi = (uint16_t)(sq->sq_pi + nbb);
+	sq->stats.wqes++;
+	sq->stats.wqebbs += nbb;
+	sq->stats.signaled += fm_ce_se != 0;
+	return 0;
+}
 
 /*
  * Make the newest unrung WQE signaled if it is not: the batch's last WQE must produce a CQE,

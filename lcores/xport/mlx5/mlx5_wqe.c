@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* mlx5 send queue: RDMA WRITE / READ / WRITE_WITH_IMM WQEs encoded into plain memory. */
-#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +53,6 @@ void kvl_mlx5_sq_reset(struct kvl_mlx5_sq *sq)
 
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 {
-	struct kvl_mlx5_ctrl_seg *ctrl;
-	struct kvl_mlx5_raddr_seg *rseg;
-	struct kvl_mlx5_data_seg *dseg;
-	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx;
-	uint8_t fm_ce_se;
-
 	if (w->nsge > KVL_MLX5_MAX_SGE ||
 	    (w->opcode != KVL_MLX5_OP_RDMA_WRITE && w->opcode != KVL_MLX5_OP_RDMA_READ &&
 	     w->opcode != KVL_MLX5_OP_RDMA_WRITE_IMM))
@@ -67,51 +60,7 @@ int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 	for (unsigned i = 0; i < w->nsge; i++)
 		if (w->sge[i].len == 0)
 			return -EINVAL;
-	if (nbb > kvl_mlx5_sq_room(sq))
-		return -EAGAIN;
-
-	fm_ce_se = (w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
-	idx = sq->sq_pi & (sq->wqe_cnt - 1);
-	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
-	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
-	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
-	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
-	ctrl->signature = 0;
-	ctrl->rsvd[0] = 0;
-	ctrl->rsvd[1] = 0;
-	ctrl->fm_ce_se = fm_ce_se;
-	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
-
-	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
-	rseg = (struct kvl_mlx5_raddr_seg *)(ctrl + 1);
-	rseg->raddr = htobe64(w->raddr);
-	rseg->rkey = htobe32(w->rkey);
-	rseg->rsvd = 0;
-
-	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
-	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
-	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
-	for (unsigned i = 0; i < w->nsge; i++) {
-		if ((uint8_t *)dseg == sq->sq_end) {
-			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
-			sq->stats.wraps++;
-		}
-		dseg->byte_count = htobe32(w->sge[i].len);
-		dseg->lkey = htobe32(w->sge[i].lkey);
-		dseg->addr = htobe64(w->sge[i].addr);
-		dseg++;
-	}
-
-	sq->wrid[idx] = w->wrid;
-	sq->wqe_end[idx] = (uint16_t)(sq->sq_pi + nbb);
-	sq->last_ctrl = ctrl;
-	sq->last_nbb = (uint16_t)nbb;
-	sq->pending++;
-	sq->sq_pi = (uint16_t)(sq->sq_pi + nbb);
-	sq->stats.wqes++;
-	sq->stats.wqebbs += nbb;
-	sq->stats.signaled += fm_ce_se != 0;
-	return 0;
+	return kvl_mlx5_sq_write(sq, w);
 }
 
 int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq)
