@@ -233,29 +233,36 @@ int kvl_verbs_failed(const struct kvl_verbs_conn *c)
 	return c->broken;
 }
 
-static int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
-			uint32_t *rkey)
+/* The peer's segment @id: its index, or n_rseg when it advertised none such. */
+static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
 {
-	/* The segment of the last request first (ids are unique: set_remote refuses twins). */
-	unsigned i = c->rseg_hint < c->n_rseg && c->rseg[c->rseg_hint].id == w->remote_seg
-			     ? c->rseg_hint
-			     : 0;
+	unsigned i = 0;
 
-	for (; i < c->n_rseg; i++) {
-		const struct kvl_verbs_rseg *r = &c->rseg[i];
-		struct kvl_seg s;
-		int st;
+	while (i < c->n_rseg && c->rseg[i].id != id)
+		i++;
+	return i;
+}
 
-		if (r->id != w->remote_seg)
-			continue;
+/* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
+ * of the last request is tried first (ids are unique: set_remote refuses twins). */
+static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
+			       uint32_t *rkey)
+{
+	unsigned i = c->rseg_hint;
+	const struct kvl_verbs_rseg *r;
+	struct kvl_seg seg;
+
+	if (i >= c->n_rseg || c->rseg[i].id != w->remote_seg) {
+		i = find_rseg(c, w->remote_seg);
+		if (i == c->n_rseg)
+			return KVL_ERR_NO_SEGMENT;
 		c->rseg_hint = i;
-		s = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
-		st = kvl_seg_check(&s, w->remote_off, w->length, w->op);
-		*raddr = r->addr + w->remote_off;
-		*rkey = r->rkey;
-		return st;
 	}
-	return KVL_ERR_NO_SEGMENT;
+	r = &c->rseg[i];
+	seg = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
+	*raddr = r->addr + w->remote_off;
+	*rkey = r->rkey;
+	return kvl_seg_check(&seg, w->remote_off, w->length, w->op);
 }
 
 static uint32_t gcd32(uint32_t a, uint32_t b)
@@ -310,8 +317,12 @@ static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *
 	if (w->length > c->d->max_msg_sz || w->n_sge > c->max_sge)
 		return KVL_ERR_TOO_LARGE;
 	if (w->n_sge <= 1) {
+		/* the common case, one local range: checked without the list walk below */
 		s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
-		s->sg[0] = (struct ibv_sge){ (uintptr_t)w->local, w->length, 0 };
+		s->sg[0].addr = (uintptr_t)w->local;
+		s->sg[0].length = w->length;
+		st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
+		return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
 	} else {
 		s->n_sge = w->n_sge;
 		for (unsigned i = 0; i < w->n_sge; i++) {

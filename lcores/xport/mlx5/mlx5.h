@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvlane/kvlane.h" /* enum kvl_status */
 
@@ -264,11 +265,12 @@ static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx
 	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
 	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
 	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
-	/* signature, reserved, fm_ce_se as one word: signature and reserved are 0 */
-	ctrl->signature = 0;
-	ctrl->rsvd[0] = 0;
-	ctrl->rsvd[1] = 0;
-	ctrl->fm_ce_se = fm_ce_se;
+	/* signature, reserved and fm_ce_se as one store: byte 11 is fm_ce_se, the rest 0 */
+	{
+		uint32_t sig_fm = htobe32(fm_ce_se);
+
+		memcpy(&ctrl->signature, &sig_fm, sizeof(sig_fm));
+	}
 	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
 
 	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
