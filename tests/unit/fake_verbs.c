@@ -1353,8 +1353,18 @@ static int poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 static int next_poll_op(struct ibv_cq_ex *cqx)
 {
 	struct fcq *c = (struct fcq *)cqx;
+	const uint8_t *e = c->buf + (size_t)(c->ci & (c->cnt - 1)) * 64;
+	uint8_t op_own;
 	bool got;
 
+	if (c->dv)
+		bad("ibv_start_poll on CQ 0x%x, which mlx5dv_init_obj handed to direct polling",
+		    c->cqn);
+	/* As rdma-core polls a single-threaded CQ: the owner byte first, without a lock (the
+	 * consumer index is the polling thread's; the NIC writes the owner byte last). */
+	op_own = __atomic_load_n(&e[63], __ATOMIC_ACQUIRE);
+	if ((op_own >> 4) == CQE_INVALID || (op_own & 1) != ((c->ci & c->cnt) != 0))
+		return ENOENT;
 	pthread_mutex_lock(&nic.lock);
 	got = poll_one(c, &c->cur);
 	pthread_mutex_unlock(&nic.lock);
