@@ -177,8 +177,7 @@ static unsigned mlx5_poll(struct kvl_verbs_conn *c)
 /* The WRs [from, last] the QP takes as WQEs in the SQ, then one doorbell. */
 static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
-	uint64_t written = 0, old_end = c->nic_end;
-	unsigned nic = 0, sig = 0;
+	struct kvl_verbs_batch b = { .old_end = c->nic_end };
 
 	for (uint64_t q = from; q <= last; q++) {
 		struct slot *s = &c->ring[q & c->mask];
@@ -210,29 +209,21 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 			c->stats.errors++;
 			continue;
 		}
-		if (signaled) {
-			c->since_sig = 0;
-			sig++;
-		}
-		nic++;
-		written = q;
-		if (q < old_end)
-			c->stats.replayed++;
-		c->stats.sge_wrs += s->n_sge > 1;
+		kvl_verbs_batch_took(c, &b, s, q, signaled);
 	}
-	if (nic == 0)
+	if (b.nic == 0)
 		return;
 	/* The newest WQE must make a CQE, or those before it would wait for ever (it may be
 	 * unsignaled when the signaled @last was refused above). */
 	if (kvl_mlx5_sq_signal_last(&c->sq) == 1)
-		sig++;
+		b.sig++;
 	c->stats.posts++;
 	kvl_mlx5_sq_ring(&c->sq);
 	c->stats.doorbells = c->sq.stats.doorbells;
 	c->stats.bf_copies = c->sq.stats.bf_copies;
-	c->nic_end = written + 1;
-	c->stats.posted += nic;
-	c->stats.signaled += sig;
+	c->nic_end = b.written + 1;
+	c->stats.posted += b.nic;
+	c->stats.signaled += b.sig;
 }
 
 /* The receive CQ through the provider, the send CQ with its own arm doorbell (the provider's

@@ -211,6 +211,28 @@ struct kvl_verbs_conn {
 	struct kvl_verbs_stats stats;
 };
 
+/* What a backend's post counts over its batch. */
+struct kvl_verbs_batch {
+	uint64_t old_end; /* nic_end before the batch: slots below it are replays */
+	uint64_t written; /* the newest slot taken */
+	unsigned nic, sig;
+};
+
+/* The QP took slot @q (@signaled or not): the batch's and the connection's counters. */
+static inline void kvl_verbs_batch_took(struct kvl_verbs_conn *c, struct kvl_verbs_batch *b,
+					const struct slot *s, uint64_t q, bool signaled)
+{
+	if (signaled) {
+		c->since_sig = 0;
+		b->sig++;
+	}
+	b->nic++;
+	b->written = q;
+	if (q < b->old_end)
+		c->stats.replayed++;
+	c->stats.sge_wrs += s->n_sge > 1;
+}
+
 /* verbs_dev.c: messages and names */
 __attribute__((format(printf, 3, 4))) void kvl_verbs_errf(char *err, size_t errlen, const char *fmt,
 							  ...);

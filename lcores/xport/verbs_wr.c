@@ -76,8 +76,8 @@ static unsigned wr_poll(struct kvl_verbs_conn *c)
  * failure none of them reached the NIC. */
 static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
-	uint64_t first = 0, written = 0, old_end = c->nic_end;
-	unsigned nic = 0, sig = 0;
+	struct kvl_verbs_batch b = { .old_end = c->nic_end };
+	uint64_t first = 0;
 	int rc;
 
 	ibv_wr_start(c->qpx);
@@ -87,7 +87,7 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 
 		if (!s->nic)
 			continue;
-		if (nic == 0)
+		if (b.nic == 0)
 			first = q;
 		signaled = ++c->since_sig >= every || q == last;
 		c->qpx->wr_id = q;
@@ -99,27 +99,19 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 		else
 			ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
 		ibv_wr_set_sge_list(c->qpx, s->n_sge, s->sg);
-		if (signaled) {
-			c->since_sig = 0;
-			sig++;
-		}
-		nic++;
-		written = q;
-		if (q < old_end)
-			c->stats.replayed++;
-		c->stats.sge_wrs += s->n_sge > 1;
+		kvl_verbs_batch_took(c, &b, s, q, signaled);
 	}
 	c->stats.posts++;
 	rc = ibv_wr_complete(c->qpx);
 	if (rc == 0) {
-		c->nic_end = written + 1;
-		c->stats.posted += nic;
-		c->stats.signaled += sig;
+		c->nic_end = b.written + 1;
+		c->stats.posted += b.nic;
+		c->stats.signaled += b.sig;
 		c->stats.doorbells++;
 		return;
 	}
 	/* The whole posting was dropped (QP not in RTS, a WR the provider refused). */
-	for (uint64_t q = first; q <= written; q++) {
+	for (uint64_t q = first; q <= b.written; q++) {
 		struct slot *s = &c->ring[q & c->mask];
 
 		if (s->nic) {
