@@ -88,6 +88,8 @@ static NOT_INLINED uint64_t post_rounds(struct kvl_mlx5_sq *sq, struct kvl_mlx5_
 		for (unsigned i = 0; i < batch; i++) {
 			w->wrid = ops++;
 			w->raddr += 4096;
+			/* one in 16 signaled, as verbs_ring.c's signal_every does it */
+			w->flags = (ops & 15) == 0 ? KVL_MLX5_F_SIGNAL : 0;
 			if (kvl_mlx5_sq_post(sq, w) != 0)
 				abort();
 		}
@@ -125,15 +127,15 @@ static uint64_t bench_post(int fd, const struct bcase *k, unsigned rounds, struc
 	static uint8_t page[1024] __attribute__((aligned(64)));
 	static uint32_t dbrec[2];
 	struct kvl_mlx5_sq sq;
-	struct kvl_mlx5_sq_attr a = { .buf = sqbuf,
-				      .wqe_cnt = SQ_BBS,
-				      .qpn = 0x123,
-				      .dbrec = dbrec,
-				      .bf_reg = page,
-				      .bf_size = k->bf_size,
-				      .sig_mode = KVL_MLX5_SIG_EVERY_N,
-				      .sig_every = 16 };
-	struct kvl_mlx5_sge sge = { 0x10000, 0x55, 4096 };
+	struct kvl_mlx5_sq_attr a = {
+		.buf = sqbuf,
+		.wqe_cnt = SQ_BBS,
+		.qpn = 0x123,
+		.dbrec = dbrec,
+		.bf_reg = page,
+		.bf_size = k->bf_size,
+	};
+	struct kvl_mlx5_sge sge = { .addr = 0x10000, .lkey = 0x55, .len = 4096 };
 	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE,
 				  .raddr = 0x7f0000000000,
 				  .rkey = 0x66,

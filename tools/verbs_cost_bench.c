@@ -19,7 +19,7 @@
 
 /*
  * The figures tools/mlx5_model_bench.c gives for the mlx5 fast path alone, for the whole
- * transport (lcores/xport/verbs.c) through its public API, on whichever backend the device gets:
+ * transport (lcores/xport/verbs_*.c) through its public API, on whichever backend the device gets:
  *   post path: kvl_verbs_enqueue + kvl_verbs_flush (checks, the ring, WQEs, the doorbell)
  *   poll path: kvl_verbs_progress (CQ polling, completions) + kvl_verbs_reap
  * Each path runs inside its own never-inlined wrapper (cost_post, cost_poll), so that a
@@ -626,7 +626,7 @@ int main(int argc, char **argv)
 		perf_fd = -1;
 	}
 	calibrate();
-	printf("verbs transport (lcores/xport/verbs.c) on %s -> %s: backend %s (asked: %s%s%s); "
+	printf("verbs transport (lcores/xport/verbs_*.c) on %s -> %s: backend %s (asked: %s%s%s); "
 	       "queue "
 	       "%u, "
 	       "signal_every %u\n",
@@ -679,7 +679,7 @@ int main(int argc, char **argv)
 	       "requester and responder, CQE writing) is not counted\n");
 	printf("  poll = progress + reap on polls that found CQEs; the stream's empty polls are "
 	       "charged at the cost of one idle poll each and shown apart; req/CQE: requests "
-	       "one CQE completed in the counted run (verbs.c signals a quarter of what is in "
+	       "one CQE completed in the counted run (verbs_ring.c signals a quarter of what is in "
 	       "flight, at most signal_every, and a post's last WR)\n");
 	printf("ns: wall clock of the same calls in the timed run, with whatever the kernel did "
 	       "on this CPU meanwhile (on rxe the post's system call moves the data); for the "

@@ -31,7 +31,7 @@
  *    receives consumed by WRITE_WITH_IMM (RNR when none: rnr_retry, 7 = for ever);
  *  - ibv_modify_qp(RESET) cleans the QP's CQEs from its CQs except those that
  *    mlx5dv_init_obj handed out (DV-owned), as rdma-core does.
- * Verbs as a ConnectX offers them where verbs.c looks: ibv_query_device_ex with CQ moderation
+ * Verbs as a ConnectX offers them where verbs_*.c look: ibv_query_device_ex with CQ moderation
  * caps (ibv_modify_cq takes count and period, events are not coalesced), ibv_create_cq_ex
  * with start/next/end_poll and read_* for the receive CQ, ibv_create_qp for the PD-only
  * mask of the direct backend; registration under the kernel's RLIMIT_MEMLOCK rule (past the
@@ -58,6 +58,7 @@ struct fake_nic_stats {
 	uint64_t stale_arms;	      /* of those, with an old sequence number: ignored */
 	uint64_t dv_cqs_moderated;    /* ibv_modify_cq on CQs read through mlx5dv */
 	uint64_t last_syndrome;	      /* of the newest error CQE that was not a flush */
+	uint64_t scattered_cqes;      /* READs completed with their data in the CQE */
 	char fail[FAKE_NIC_FAIL_LEN]; /* the first thing a real NIC would choke on; "" if none */
 };
 
@@ -71,6 +72,17 @@ void fake_nic_retry_interval_us(unsigned us);
 /* The CQE size mlx5dv_init_obj reports from now on (as rdma-core with MLX5_CQE_SIZE=128 set):
  * the fast path must refuse it. 0: back to 64. No CQE is ever written at that size. */
 void fake_nic_cqe_size(unsigned bytes);
+
+/*
+ * Requester scatter to CQE (a signaled READ of <= 32 bytes completes with its data inside the
+ * CQE, op_own bit 2, and the local buffer is not written) on QPs created from now on:
+ * 0 as the kernel configures it (only QPs with sq_sig_all, or created through
+ * mlx5dv_create_qp with MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE); 1 on every QP that does not
+ * disable it (MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE); 2 on every QP, the flag ignored (a
+ * CQE the direct poller must refuse to read as a plain success). mlx5dv_init_obj records a
+ * failure for a QP not created with the flag.
+ */
+void fake_nic_scatter_to_cqe(int mode);
 
 /* Record @fmt as a failure (the first one is kept): for the test's own checks of the fake. */
 void fake_nic_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -126,6 +126,11 @@ struct fqp {
 	uint16_t hw_ci;		   /* next WQEBB to execute */
 	unsigned tries, rnr_tries; /* of the WQE at hw_ci */
 	uint64_t next_try_ns;	   /* 0: not waiting */
+	/* requester scatter to CQE: a signaled READ of <= 32 bytes completes with its data in
+	 * the CQE (op_own bit 2, MLX5_INLINE_SCATTER_32) and never reaches the local buffer;
+	 * rdma-core copies it out when it polls, a direct poller must */
+	bool scat_cqe;
+	bool scat_disabled; /* mlx5dv_create_qp with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE */
 	struct fqp *next;
 };
 
@@ -141,6 +146,7 @@ static struct {
 	uint32_t next_qpn, next_cqn, next_key;
 	bool flush_signaled_only;
 	unsigned dv_cqe_size; /* what mlx5dv_init_obj says of CQs (0: 64) */
+	int scatter_mode;     /* fake_nic_scatter_to_cqe() */
 	uint64_t retry_ns;
 	struct fake_nic_stats st;
 } nic = {
@@ -201,6 +207,13 @@ void fake_nic_cqe_size(unsigned bytes)
 {
 	pthread_mutex_lock(&nic.lock);
 	nic.dv_cqe_size = bytes;
+	pthread_mutex_unlock(&nic.lock);
+}
+
+void fake_nic_scatter_to_cqe(int mode)
+{
+	pthread_mutex_lock(&nic.lock);
+	nic.scatter_mode = mode;
 	pthread_mutex_unlock(&nic.lock);
 }
 
@@ -399,8 +412,9 @@ static void raise_event(struct fcq *c)
 }
 
 /* Write one CQE. Never into a slot the consumer index has not given back. */
-static void put_cqe(struct fcq *c, uint8_t opcode, uint16_t counter, uint8_t sq_opcode,
-		    uint32_t qpn, uint32_t byte_cnt, uint8_t syndrome, const uint8_t *imm_wire)
+static void put_cqe_scat(struct fcq *c, uint8_t opcode, uint16_t counter, uint8_t sq_opcode,
+			 uint32_t qpn, uint32_t byte_cnt, uint8_t syndrome, const uint8_t *imm_wire,
+			 const void *scat, unsigned scat_len)
 {
 	uint32_t ci = be32toh(__atomic_load_n(&c->dbrec[0], __ATOMIC_ACQUIRE)) & 0xffffff;
 	uint8_t *e = c->buf + (size_t)(c->pi & (c->cnt - 1)) * 64;
@@ -413,6 +427,8 @@ static void put_cqe(struct fcq *c, uint8_t opcode, uint16_t counter, uint8_t sq_
 		return;
 	}
 	memset(e, 0, 63);
+	if (scat != NULL)
+		memcpy(e, scat, scat_len); /* bytes 0..31 of the CQE */
 	if (imm_wire != NULL)
 		memcpy(e + 36, imm_wire, 4);
 	wr32(e + 44, byte_cnt);
@@ -424,10 +440,17 @@ static void put_cqe(struct fcq *c, uint8_t opcode, uint16_t counter, uint8_t sq_
 	e[60] = (uint8_t)(counter >> 8);
 	e[61] = (uint8_t)counter;
 	/* The owner byte last: from then on the CQE is the consumer's. */
-	__atomic_store_n(&e[63], (uint8_t)(opcode << 4 | owner), __ATOMIC_RELEASE);
+	__atomic_store_n(&e[63], (uint8_t)(opcode << 4 | (scat != NULL ? 0x4 : 0) | owner),
+			 __ATOMIC_RELEASE);
 	c->pi++;
 	nic.st.cqes++;
 	raise_event(c);
+}
+
+static void put_cqe(struct fcq *c, uint8_t opcode, uint16_t counter, uint8_t sq_opcode,
+		    uint32_t qpn, uint32_t byte_cnt, uint8_t syndrome, const uint8_t *imm_wire)
+{
+	put_cqe_scat(c, opcode, counter, sq_opcode, qpn, byte_cnt, syndrome, imm_wire, NULL, 0);
 }
 
 static void req_error(struct fqp *q, uint16_t counter, uint8_t opcode, uint8_t syndrome)
@@ -641,7 +664,16 @@ static unsigned exec_wqe(struct fqp *q, uint16_t pending, uint64_t now)
 		return nbb;
 	}
 
-	nic_move(opcode == OP_READ, raddr, sg, nsge);
+	if (sig && opcode == OP_READ && total <= 32 && total != 0 && q->scat_cqe) {
+		/* the READ's data goes into its CQE, not to the SGEs */
+		put_cqe_scat(q->scq, CQE_REQ, q->hw_ci, opcode, q->qp.qp_num, (uint32_t)total, 0,
+			     NULL, (const void *)(uintptr_t)raddr, (unsigned)total);
+		nic.st.req_cqes++;
+		nic.st.scattered_cqes++;
+		sig = false;
+	} else {
+		nic_move(opcode == OP_READ, raddr, sg, nsge);
+	}
 	nic.st.wqes++;
 	nic.st.bytes += total;
 	q->sq_psn = (q->sq_psn + 1) & 0xffffff;
@@ -1321,8 +1353,18 @@ static int poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 static int next_poll_op(struct ibv_cq_ex *cqx)
 {
 	struct fcq *c = (struct fcq *)cqx;
+	const uint8_t *e = c->buf + (size_t)(c->ci & (c->cnt - 1)) * 64;
+	uint8_t op_own;
 	bool got;
 
+	if (c->dv)
+		bad("ibv_start_poll on CQ 0x%x, which mlx5dv_init_obj handed to direct polling",
+		    c->cqn);
+	/* As rdma-core polls a single-threaded CQ: the owner byte first, without a lock (the
+	 * consumer index is the polling thread's; the NIC writes the owner byte last). */
+	op_own = __atomic_load_n(&e[63], __ATOMIC_ACQUIRE);
+	if ((op_own >> 4) == CQE_INVALID || (op_own & 1) != ((c->ci & c->cnt) != 0))
+		return ENOENT;
 	pthread_mutex_lock(&nic.lock);
 	got = poll_one(c, &c->cur);
 	pthread_mutex_unlock(&nic.lock);
@@ -1510,6 +1552,10 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 		return NULL;
 	}
 	q->dev = dev_of(pd->context);
+	/* the kernel configures requester scatter to CQE only for QPs that signal every WR
+	 * (configure_requester_scat_cqe); mode 1 and 2 for every QP (2: even those that
+	 * disabled it, as a firmware that ignored the flag) */
+	q->scat_cqe = a->sq_sig_all || nic.scatter_mode != 0;
 	q->scq = s;
 	q->rcq = r;
 	q->state = IBV_QPS_RESET;
@@ -1761,6 +1807,37 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 
 /* ---- mlx5dv ---- */
 
+struct ibv_qp *mlx5dv_create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a,
+				struct mlx5dv_qp_init_attr *dv)
+{
+	const uint32_t known =
+		MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE | MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE;
+	struct ibv_qp *qp;
+	struct fqp *q;
+
+	/* a PD-only mask: the direct backend writes its own WQEs (no ibv_wr_* send ops) */
+	if (ctx == NULL || a == NULL || a->comp_mask != IBV_QP_INIT_ATTR_PD || a->pd == NULL ||
+	    a->pd->context != ctx ||
+	    (dv != NULL && ((dv->comp_mask & ~(uint64_t)MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) ||
+			    (dv->create_flags & ~known) || (dv->create_flags & known) == known))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = ibv_create_qp(a->pd, (struct ibv_qp_init_attr *)a);
+	if (qp == NULL || dv == NULL || !(dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS))
+		return qp;
+	q = (struct fqp *)qp;
+	pthread_mutex_lock(&nic.lock);
+	if (dv->create_flags & MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE)
+		q->scat_cqe = true;
+	if (dv->create_flags & MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE) {
+		q->scat_disabled = true;
+		q->scat_cqe = nic.scatter_mode == 2;
+	}
+	pthread_mutex_unlock(&nic.lock);
+	return qp;
+}
+
 int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 {
 	if (type & ~(uint64_t)(MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ))
@@ -1770,6 +1847,13 @@ int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 		struct fqp *q = (struct fqp *)obj->qp.in;
 		struct mlx5dv_qp *o = obj->qp.out;
 
+		/* The direct poller reads only what it asked for: a QP whose small READs may land
+		 * in a CQE must not get here. */
+		if (!q->scat_disabled)
+			bad("QP 0x%x read through mlx5dv was created without "
+			    "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: a READ of <= 32 bytes may "
+			    "complete inside its CQE",
+			    q->qp.qp_num);
 		memset(o, 0, sizeof(*o));
 		o->dbrec = (__be32 *)q->dbrec;
 		o->sq.buf = q->sq;

@@ -63,24 +63,33 @@ void mlx5_model_free(struct mlx5_model *m)
 {
 	free(m->sq);
 	free(m->cq);
-	free(m->uar);
+	if (m->reg_of == NULL)
+		free(m->uar);
 	free(m->qp_dbrec);
 	free(m->cq_dbrec);
 	m->sq = m->cq = m->uar = NULL;
 	m->qp_dbrec = m->cq_dbrec = NULL;
 }
 
-struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m, uint8_t sig_mode,
-					   uint16_t sig_every)
+int mlx5_model_share_register(struct mlx5_model *m, struct mlx5_model *owner)
+{
+	if (owner == m || owner->reg_of != NULL || owner->bf_size != m->bf_size)
+		return -EINVAL;
+	if (m->reg_of == NULL)
+		free(m->uar);
+	m->uar = owner->uar;
+	m->reg_of = owner;
+	return 0;
+}
+
+struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m)
 {
 	return (struct kvl_mlx5_sq_attr){ .buf = m->sq,
 					  .wqe_cnt = m->sq_wqebbs,
 					  .qpn = m->qpn,
 					  .dbrec = m->qp_dbrec,
 					  .bf_reg = m->uar,
-					  .bf_size = m->bf_size,
-					  .sig_mode = sig_mode,
-					  .sig_every = sig_every };
+					  .bf_size = m->bf_size };
 }
 
 void mlx5_model_reset_qp(struct mlx5_model *m)
@@ -106,14 +115,19 @@ static bool all_zero(const uint8_t *p, size_t n)
 unsigned mlx5_model_doorbell(struct mlx5_model *m)
 {
 	uint16_t dbr = (uint16_t)be32toh(m->qp_dbrec[1]);
-	unsigned off = m->bf_size ? m->half * m->bf_size : 0;
-	unsigned other = m->bf_size ? (m->half ^ 1) * m->bf_size : 0;
+	/* The register's state, shared by every SQ on it. */
+	unsigned *half = m->reg_of != NULL ? &m->reg_of->half : &m->half;
+	unsigned off = m->bf_size ? *half * m->bf_size : 0;
+	unsigned other = m->bf_size ? (*half ^ 1) * m->bf_size : 0;
 	uint8_t *db = m->uar + off;
 	uint16_t pi = m->announced, last = 0;
 	unsigned nbb = 0, n = 0, written;
 
 	if (m->bf_size && !all_zero(m->uar + other, m->bf_size))
-		bad(m, "doorbell written to the BlueFlame buffer of the previous ring");
+		bad(m,
+		    "doorbell written to the BlueFlame buffer of the register's previous ring%s "
+		    "(torn: the NIC may still be reading it)",
+		    m->reg_of != NULL ? ", rung by another SQ" : "");
 	if (dbr == m->announced) {
 		if (!all_zero(m->uar, m->uar_len))
 			bad(m, "doorbell rung with no new WQE in the record");
@@ -140,7 +154,7 @@ unsigned mlx5_model_doorbell(struct mlx5_model *m)
 		if (db[i] != 0)
 			written = i + 1;
 	if (all_zero(db, 8)) {
-		bad(m, "record moved to %u but no doorbell in buffer %u", dbr, m->half);
+		bad(m, "record moved to %u but no doorbell in buffer %u", dbr, *half);
 	} else if (memcmp(db, bb_at(m, last), 8) != 0) {
 		bad(m, "doorbell is not the last WQE's ctrl (counter %u)", last);
 	} else if (written != 0) {
@@ -154,7 +168,7 @@ unsigned mlx5_model_doorbell(struct mlx5_model *m)
 	}
 	memset(db, 0, m->bf_size ? m->bf_size : 8);
 	if (m->bf_size)
-		m->half ^= 1;
+		*half ^= 1;
 	m->announced = dbr;
 	m->doorbells++;
 	return 1;

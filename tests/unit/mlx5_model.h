@@ -40,6 +40,9 @@ struct mlx5_model {
 	uint16_t hw_ci;	    /* next WQEBB to execute */
 	uint32_t cq_pi;	    /* CQEs written */
 	unsigned half;	    /* BlueFlame buffer the next doorbell must use */
+	/* The model whose doorbell register (uar, half) this one's SQ shares, as QPs of one
+	 * context share UAR registers past the first 16; NULL: its own. */
+	struct mlx5_model *reg_of;
 	bool in_error;
 
 	/* knobs */
@@ -53,14 +56,53 @@ struct mlx5_model {
 	char fail[256];
 };
 
+/*
+ * The signaling rules the tests drive an SQ with (the fixtures' "sq" lines name one): the
+ * SQ asks a CQE exactly for the WQEs marked KVL_MLX5_F_SIGNAL, and its caller decides which
+ * (verbs_ring.c: one in every signal_every and each batch's last). NONE: only those the test
+ * marks; EVERY_N: also one in every @every; ALWAYS: every WQE. A signaled WQE starts the
+ * count again, and so does a kvl_mlx5_sq_signal_last() that changed one (mlx5_sig_rule_reset).
+ */
+enum { MLX5_SIG_NONE = 0, MLX5_SIG_EVERY_N = 1, MLX5_SIG_ALWAYS = 2 };
+
+struct mlx5_sig_rule {
+	unsigned mode, every, since;
+};
+
+static inline uint8_t mlx5_sig_rule_flags(struct mlx5_sig_rule *r, uint8_t flags)
+{
+	bool sig = (flags & KVL_MLX5_F_SIGNAL) != 0;
+
+	if (r->mode == MLX5_SIG_ALWAYS)
+		sig = true;
+	else if (r->mode == MLX5_SIG_EVERY_N && ++r->since >= r->every)
+		sig = true;
+	if (sig)
+		r->since = 0;
+	return sig ? (uint8_t)(flags | KVL_MLX5_F_SIGNAL) : flags;
+}
+
+static inline void mlx5_sig_rule_reset(struct mlx5_sig_rule *r, int changed)
+{
+	if (changed)
+		r->since = 0;
+}
+
 /* SQ of @sq_wqebbs, CQ of @cqe_cnt (all INVALID), BlueFlame @bf_size (0: 8-byte only). */
 int mlx5_model_init(struct mlx5_model *m, unsigned sq_wqebbs, unsigned cqe_cnt, unsigned bf_size,
 		    uint32_t qpn);
 void mlx5_model_free(struct mlx5_model *m);
 
+/*
+ * Give @m's SQ the doorbell register of @owner's (same BlueFlame size): from then on a ring
+ * of either must use the buffer after the one the register's last ring used, whichever SQ
+ * rang it; two rings in one buffer in a row are recorded in fail[] ("torn"). @owner must
+ * outlive @m. 0, or -EINVAL when the sizes differ.
+ */
+int mlx5_model_share_register(struct mlx5_model *m, struct mlx5_model *owner);
+
 /* The SQ as setup would describe it. */
-struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m, uint8_t sig_mode,
-					   uint16_t sig_every);
+struct kvl_mlx5_sq_attr mlx5_model_sq_attr(struct mlx5_model *m);
 
 /* Look at the doorbell register page: call after each ring (a post or flush). Returns the
  * doorbells seen (0 or 1). */

@@ -99,7 +99,9 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 
 	CHECK_INT(mlx5_model_init(&m, SQ_BBS, SQ_BBS, bf_size, 0x5a5a), 0);
 	CHECK_INT(regions(&m, &s), 0);
-	a = mlx5_model_sq_attr(&m, mode, every);
+	struct mlx5_sig_rule rule = { mode, every, 0 };
+
+	a = mlx5_model_sq_attr(&m);
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	CHECK_INT(kvl_mlx5_cq_init(&cq, m.cq, m.cqe_cnt, 64, m.cq_dbrec), 0);
 
@@ -122,9 +124,10 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 			for (unsigned k = 0; k < nsge; k++) {
 				uint32_t len = 1 + rnd(512);
 
-				p->sge[k] = (struct kvl_mlx5_sge){
-					(uintptr_t)m.local.base + rnd(REG - len), LKEY, len
-				};
+				p->sge[k] = (struct kvl_mlx5_sge){ .addr = (uintptr_t)m.local.base +
+									   rnd(REG - len),
+								   .lkey = LKEY,
+								   .len = len };
 				total += len;
 			}
 			p->op = ops[rnd(3)];
@@ -137,13 +140,15 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 			w.raddr = p->raddr;
 			w.rkey = RKEY;
 			w.imm = (uint32_t)p->wrid;
-			w.flags = mode == KVL_MLX5_SIG_NONE && rnd(8) == 0 ? KVL_MLX5_F_SIGNAL : 0;
+			w.flags = mlx5_sig_rule_flags(&rule, mode == MLX5_SIG_NONE && rnd(8) == 0
+								     ? KVL_MLX5_F_SIGNAL
+								     : 0);
 			CHECK_INT(kvl_mlx5_sq_post(&sq, &w), 0);
 			head++;
 			got++;
 		}
 		if (got != 0) {
-			kvl_mlx5_sq_signal_last(&sq);
+			mlx5_sig_rule_reset(&rule, kvl_mlx5_sq_signal_last(&sq));
 			kvl_mlx5_sq_ring(&sq);
 			CHECK_INT(mlx5_model_doorbell(&m), 1);
 		}
@@ -200,7 +205,7 @@ static void sq_cq_random(uint8_t mode, uint16_t every, unsigned bf_size)
 	CHECK_INT(m.bf_copies, sq.stats.bf_copies);
 	CHECK(sq.stats.wraps > 0);
 	CHECK(sq.stats.wqebbs / SQ_BBS >= 100);
-	if (mode == KVL_MLX5_SIG_ALWAYS)
+	if (mode == MLX5_SIG_ALWAYS)
 		CHECK_INT(implied, 0);
 	else
 		CHECK(implied > 0);
@@ -228,15 +233,18 @@ static void wrong_owner(void)
 	struct kvl_mlx5_cqe_info e[4];
 	uint8_t buf[64];
 	struct kvl_mlx5_sge sge;
-	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE, .rkey = RKEY, .sge = &sge };
+	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE,
+				  .rkey = RKEY,
+				  .sge = &sge,
+				  .flags = KVL_MLX5_F_SIGNAL };
 
 	CHECK_INT(mlx5_model_init(&m, 4, 4, 0, 1), 0);
 	m.local = (struct mlx5_model_mr){ buf, sizeof(buf), LKEY };
 	m.remote = (struct mlx5_model_mr){ buf, sizeof(buf), RKEY };
-	sge = (struct kvl_mlx5_sge){ (uintptr_t)buf, LKEY, 8 };
+	sge = (struct kvl_mlx5_sge){ .addr = (uintptr_t)buf, .lkey = LKEY, .len = 8 };
 	w.raddr = (uintptr_t)buf + 32;
 	w.nsge = 1;
-	a = mlx5_model_sq_attr(&m, KVL_MLX5_SIG_ALWAYS, 0);
+	a = mlx5_model_sq_attr(&m);
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	CHECK_INT(kvl_mlx5_cq_init(&cq, m.cq, m.cqe_cnt, 64, m.cq_dbrec), 0);
 	/* Six passes' worth of CQEs through a 4-entry CQ, then one with the wrong owner. */
@@ -265,15 +273,95 @@ static void wrong_owner(void)
 	mlx5_model_free(&m);
 }
 
+/* ---- C: two SQs on one doorbell register (a context past 16 QPs) ---- */
+
+/*
+ * Rings alternate between the SQs, lone WQEs (BlueFlame copies) and batches (8-byte
+ * doorbells) mixed. With the toggle shared through kvl_mlx5_bf the register's buffers are used
+ * in turn whichever SQ rings; with one toggle per SQ (@shared false, what the fast path did
+ * before) the second SQ's first ring lands in the buffer the first one just used: the model
+ * must see it.
+ */
+static void shared_register(bool shared)
+{
+	struct mlx5_model m[2];
+	struct kvl_mlx5_sq sq[2];
+	struct kvl_mlx5_cq cq[2];
+	struct kvl_mlx5_bf bf;
+	uint8_t buf[2][256];
+	unsigned rings = 0;
+
+	for (unsigned i = 0; i < 2; i++) {
+		struct kvl_mlx5_sq_attr a;
+
+		CHECK_INT(mlx5_model_init(&m[i], 16, 16, 256, 0x100 + i), 0);
+		m[i].local = (struct mlx5_model_mr){ buf[i], 128, LKEY };
+		m[i].remote = (struct mlx5_model_mr){ buf[i] + 128, 128, RKEY };
+		if (i == 1)
+			CHECK_INT(mlx5_model_share_register(&m[1], &m[0]), 0);
+		a = mlx5_model_sq_attr(&m[i]);
+		bf = (struct kvl_mlx5_bf){ .reg = m[0].uar, .size = 256 };
+		a.bf = shared ? &bf : NULL;
+		CHECK_INT(kvl_mlx5_sq_init(&sq[i], &a), 0);
+		CHECK_INT(kvl_mlx5_cq_init(&cq[i], m[i].cq, m[i].cqe_cnt, 64, m[i].cq_dbrec), 0);
+	}
+	CHECK(m[1].uar == m[0].uar);
+	for (unsigned r = 0; r < 40; r++) {
+		unsigned q = rnd(3) == 0 ? r & 1 : (r >> 1) & 1, n = 1 + (rnd(2) ? 0 : rnd(3));
+		struct kvl_mlx5_sge sge = { .addr = (uintptr_t)buf[q] + 8 * rnd(8),
+					    .lkey = LKEY,
+					    .len = 8 };
+		struct kvl_mlx5_cqe_info e[4];
+		uint64_t wrid;
+
+		for (unsigned k = 0; k < n; k++) {
+			struct kvl_mlx5_wqe w = { .wrid = r * 4 + k,
+						  .raddr = (uintptr_t)buf[q] + 128 + 8 * k,
+						  .rkey = RKEY,
+						  .sge = &sge,
+						  .nsge = 1,
+						  .opcode = KVL_MLX5_OP_RDMA_WRITE,
+						  .flags = k == n - 1 ? KVL_MLX5_F_SIGNAL : 0 };
+
+			CHECK_INT(kvl_mlx5_sq_post(&sq[q], &w), 0);
+		}
+		kvl_mlx5_sq_ring(&sq[q]);
+		rings += mlx5_model_doorbell(&m[q]);
+		CHECK_INT(mlx5_model_run(&m[q], 8), n);
+		CHECK_INT(kvl_mlx5_cq_poll(&cq[q], e, 4), 1);
+		CHECK_INT(kvl_mlx5_sq_complete(&sq[q], e[0].wqe_counter, &wrid), 0);
+		CHECK_INT(wrid, r * 4 + n - 1);
+	}
+	CHECK_INT(rings, 40);
+	if (shared) {
+		CHECK_STR(m[0].fail, "");
+		CHECK_STR(m[1].fail, "");
+		CHECK(m[0].bf_copies + m[1].bf_copies > 0); /* lone WQEs went whole */
+		CHECK(m[0].doorbells > m[0].bf_copies || m[1].doorbells > m[1].bf_copies);
+	} else {
+		/* the model sees the old per-SQ toggle tear the register's buffers */
+		CHECK(strstr(m[0].fail, "torn") != NULL || strstr(m[1].fail, "torn") != NULL);
+	}
+	printf("two SQs on one register, toggle %s: %s%s\n", shared ? "per register" : "per SQ",
+	       m[0].fail[0] || m[1].fail[0] ? "model says: " : "clean",
+	       m[0].fail[0] ? m[0].fail : m[1].fail);
+	for (unsigned i = 2; i-- > 0;) {
+		kvl_mlx5_sq_fini(&sq[i]);
+		mlx5_model_free(&m[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	unsigned scale = argc > 1 ? (unsigned)atoi(argv[1]) : 1;
 
 	(void)scale;
-	sq_cq_random(KVL_MLX5_SIG_EVERY_N, 4, 0);
-	sq_cq_random(KVL_MLX5_SIG_NONE, 0, 256);
-	sq_cq_random(KVL_MLX5_SIG_ALWAYS, 0, 256);
-	sq_cq_random(KVL_MLX5_SIG_EVERY_N, 64, 0);
+	sq_cq_random(MLX5_SIG_EVERY_N, 4, 0);
+	sq_cq_random(MLX5_SIG_NONE, 0, 256);
+	sq_cq_random(MLX5_SIG_ALWAYS, 0, 256);
+	sq_cq_random(MLX5_SIG_EVERY_N, 64, 0);
 	wrong_owner();
+	shared_register(true);
+	shared_register(false);
 	return kvl_test_done("mlx5_model");
 }

@@ -9,6 +9,7 @@
 
 #include "kvl_test.h"
 #include "mlx5.h"
+#include "mlx5_model.h"
 
 #define MAX_SQ_BB 64
 
@@ -86,6 +87,7 @@ static void run_wqe_fixture(const char *name)
 	static uint8_t dbpage[4096] __attribute__((aligned(64)));
 	uint32_t dbrec[2] = { 0xffffffff, 0xffffffff };
 	struct kvl_mlx5_sq sq;
+	struct mlx5_sig_rule rule = { MLX5_SIG_NONE, 0, 0 };
 	bool have_sq = false;
 	unsigned wqes = 0, bbs = 0, dbs = 0;
 
@@ -108,10 +110,9 @@ static void run_wqe_fixture(const char *name)
 						       .qpn = qpn,
 						       .dbrec = dbrec,
 						       .bf_reg = dbpage,
-						       .bf_size = bf,
-						       .sig_mode = (uint8_t)mode,
-						       .sig_every = (uint16_t)every };
+						       .bf_size = bf };
 			CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
+			rule = (struct mlx5_sig_rule){ mode, every, 0 };
 			/* Start mid-way through the 16-bit counter, as a long-running QP is. */
 			sq.sq_pi = sq.sq_ci = (uint16_t)pi;
 			have_sq = true;
@@ -135,11 +136,12 @@ static void run_wqe_fixture(const char *name)
 
 				if (sscanf(p, " %llx:%x:%x%n", &a, &k, &len, &u) != 3)
 					break;
-				sge[nsge++] = (struct kvl_mlx5_sge){ a, k, len };
+				sge[nsge++] =
+					(struct kvl_mlx5_sge){ .addr = a, .lkey = k, .len = len };
 				p += u;
 			}
 			w.opcode = (uint8_t)op;
-			w.flags = (uint8_t)flags;
+			w.flags = mlx5_sig_rule_flags(&rule, (uint8_t)flags);
 			w.raddr = raddr;
 			w.rkey = rkey;
 			w.imm = imm;
@@ -150,7 +152,7 @@ static void run_wqe_fixture(const char *name)
 			cross_check_rdma_core(&sq, pi, &w);
 			wqes++;
 		} else if (strncmp(line, "siglast", 7) == 0 && have_sq) {
-			kvl_mlx5_sq_signal_last(&sq);
+			mlx5_sig_rule_reset(&rule, kvl_mlx5_sq_signal_last(&sq));
 		} else if (strncmp(line, "ring", 4) == 0 && have_sq) {
 			kvl_mlx5_sq_ring(&sq);
 		} else if (strncmp(line, "bb ", 3) == 0 && have_sq) {
@@ -201,7 +203,7 @@ static void run_wqe_fixture(const char *name)
 	kvl_mlx5_sq_fini(&sq);
 }
 
-static void parse_expect(const char *s, struct kvl_mlx5_cqe_info *e, unsigned *owner)
+static void parse_expect(const char *s, struct kvl_mlx5_cqe_info *e, unsigned *owner, unsigned *wc)
 {
 	char key[32];
 	unsigned v;
@@ -232,6 +234,8 @@ static void parse_expect(const char *s, struct kvl_mlx5_cqe_info *e, unsigned *o
 			e->flush = (uint8_t)v;
 		else if (strcmp(key, "owner") == 0)
 			*owner = v;
+		else if (strcmp(key, "wc") == 0)
+			*wc = v;
 		else
 			CHECK_STR(key, "a known key");
 	}
@@ -252,9 +256,9 @@ static void cqe_decode_fixture(void)
 		} else if (strncmp(line, "expect ", 7) == 0) {
 			struct kvl_mlx5_cqe_info got, want;
 			struct mlx5_cqe64 *ref = (struct mlx5_cqe64 *)raw;
-			unsigned owner = 2;
+			unsigned owner = 2, wc = ~0u;
 
-			parse_expect(line + 7, &want, &owner);
+			parse_expect(line + 7, &want, &owner, &wc);
 			kvl_mlx5_cqe_decode(raw, &got);
 			CHECK_INT(got.opcode, want.opcode);
 			CHECK_INT(got.wqe_counter, want.wqe_counter);
@@ -274,6 +278,13 @@ static void cqe_decode_fixture(void)
 			CHECK_INT(be32toh(ref->sop_drop_qpn) & 0xffffff, got.qpn);
 			if (got.opcode == MLX5_CQE_REQ_ERR || got.opcode == MLX5_CQE_RESP_ERR)
 				CHECK_INT(((struct mlx5_err_cqe *)raw)->syndrome, got.syndrome);
+			/* One status map for both backends: the syndrome is the ibv_wc_status the
+			 * provider reports for it, and the verbs backend's reading of that status
+			 * is the status the direct decoder gave. */
+			CHECK(wc != ~0u);
+			if (got.opcode == MLX5_CQE_REQ_ERR || got.opcode == MLX5_CQE_RESP_ERR)
+				CHECK_INT(kvl_mlx5_syndrome_wc(got.syndrome), wc);
+			CHECK_INT(kvl_wc_status((int)wc), got.status);
 			n++;
 		}
 	}
@@ -344,12 +355,13 @@ static void sq_rules(void)
 	uint8_t page[64];
 	uint32_t dbrec[2];
 	struct kvl_mlx5_sq sq;
-	struct kvl_mlx5_sq_attr a = { .buf = buf,
-				      .wqe_cnt = 8,
-				      .qpn = 7,
-				      .dbrec = dbrec,
-				      .bf_reg = page,
-				      .sig_mode = KVL_MLX5_SIG_NONE };
+	struct kvl_mlx5_sq_attr a = {
+		.buf = buf,
+		.wqe_cnt = 8,
+		.qpn = 7,
+		.dbrec = dbrec,
+		.bf_reg = page,
+	};
 	struct kvl_mlx5_sge sge[KVL_MLX5_MAX_SGE + 1];
 	struct kvl_mlx5_wqe w = { .opcode = KVL_MLX5_OP_RDMA_WRITE, .sge = sge, .nsge = 1 };
 	uint64_t wrid = 0;
@@ -357,7 +369,7 @@ static void sq_rules(void)
 	struct kvl_mlx5_cq cq;
 
 	for (unsigned i = 0; i <= KVL_MLX5_MAX_SGE; i++)
-		sge[i] = (struct kvl_mlx5_sge){ 0x1000 * i, 1, 8 };
+		sge[i] = (struct kvl_mlx5_sge){ .addr = 0x1000 * i, .lkey = 1, .len = 8 };
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), 0);
 	memset(buf, 0xee, sizeof(buf));
 
@@ -421,10 +433,7 @@ static void sq_rules(void)
 	a.bf_size = 96;
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), -EINVAL);
 	a.bf_size = 0;
-	a.sig_mode = KVL_MLX5_SIG_EVERY_N;
-	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), -EINVAL); /* every 0 */
 	a.buf = buf + 16;
-	a.sig_mode = KVL_MLX5_SIG_NONE;
 	CHECK_INT(kvl_mlx5_sq_init(&sq, &a), -EINVAL); /* misaligned */
 
 	/* 128-byte CQEs are refused at setup, not misread. */

@@ -3,9 +3,12 @@
 #ifndef KVL_LCORES_MLX5_H
 #define KVL_LCORES_MLX5_H
 
+#include <endian.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvlane/kvlane.h" /* enum kvl_status */
 
@@ -15,9 +18,9 @@
  *    are plain pointers and integers, so a test can hand them heap memory.
  *  - the doorbell (mlx5_db.c): the only code with barriers and MMIO stores. Its register is
  *    a pointer too, so a test can point it at a heap page.
- *  - setup (mlx5_setup.c): the only code calling ibv_create_* and mlx5dv_init_obj; it checks
+ *  - setup (mlx5_setup.c): the only code calling mlx5dv_init_obj; it checks
  *    what the device gives before this layer trusts it.
- * lcores/xport/verbs.c drives them as the verbs transport's direct backend: its request ring,
+ * lcores/xport/verbs_mlx5.c drives them as the verbs transport's direct backend: its request ring,
  * signaling, error recovery (QP_RESYNC) and receives are the same for both backends.
  *
  * Layouts are the mlx5 PRM's (ConnectX programmer's reference manual, "Send WQE format",
@@ -136,19 +139,15 @@ _Static_assert(offsetof(struct kvl_mlx5_cqe64, op_own) == 63, "PRM CQE layout");
 
 /* ---- send queue ---- */
 
-enum kvl_mlx5_sig {
-	KVL_MLX5_SIG_NONE = 0,	  /* only WQEs the caller marks (and the batch's last, see below) */
-	KVL_MLX5_SIG_EVERY_N = 1, /* one WQE in every sig_every, plus the marked ones */
-	KVL_MLX5_SIG_ALWAYS = 2,  /* every WQE */
-};
-
 /* kvl_mlx5_wqe.flags */
-#define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE whatever the mode */
+#define KVL_MLX5_F_SIGNAL 0x1 /* a CQE for this WQE; the others complete silently */
 
+/* Laid out as struct ibv_sge (addr, length, lkey), so that a caller's verbs SGE list can be
+ * encoded where it lies (verbs_mlx5.c checks it). */
 struct kvl_mlx5_sge {
 	uint64_t addr;
-	uint32_t lkey;
 	uint32_t len; /* > 0: a 0-byte transfer has no SGE at all */
+	uint32_t lkey;
 };
 
 /* One RDMA WQE to encode. */
@@ -163,6 +162,22 @@ struct kvl_mlx5_wqe {
 	uint8_t flags; /* KVL_MLX5_F_* */
 };
 
+/*
+ * One UAR doorbell register: its two BlueFlame buffers (bf_size each; 0: no BlueFlame, the
+ * register takes 8-byte doorbells) and the one the next doorbell uses. The toggle belongs to
+ * the register, not to a send queue: a context's QPs share registers once it has more than
+ * its low-latency ones (rdma-core's defaults: 16), and two SQs that each kept their own
+ * toggle could write the same buffer back to back, the second copy over a WQE the NIC is
+ * still reading (rdma-core keeps bf->offset per register, UCX a table keyed by the
+ * register's address). Every SQ on a register must point at the same one; those SQs are
+ * rung from one thread (the NIC's lcore), so the toggle needs no lock.
+ */
+struct kvl_mlx5_bf {
+	uint8_t *reg;
+	uint32_t size;
+	uint32_t offset; /* 0 or size */
+};
+
 /* What setup (or a test) hands the SQ: memory the NIC reads, and the doorbell. */
 struct kvl_mlx5_sq_attr {
 	void *buf;		  /* the SQ: wqe_cnt WQEBBs, 64-byte aligned */
@@ -171,8 +186,9 @@ struct kvl_mlx5_sq_attr {
 	volatile uint32_t *dbrec; /* the QP's doorbell record (2 words, big-endian) */
 	void *bf_reg;		  /* the UAR doorbell register / BlueFlame buffers */
 	uint32_t bf_size;	  /* one BlueFlame buffer; 0: no BlueFlame, 8-byte doorbells */
-	uint8_t sig_mode;	  /* enum kvl_mlx5_sig */
-	uint16_t sig_every;	  /* KVL_MLX5_SIG_EVERY_N: >= 1 */
+	/* The register's shared state when other SQs use bf_reg too (its reg and size must be
+	 * bf_reg and bf_size); NULL: this SQ has the register to itself. */
+	struct kvl_mlx5_bf *bf;
 };
 
 struct kvl_mlx5_sq_stats {
@@ -191,16 +207,14 @@ struct kvl_mlx5_sq {
 	uint32_t qpn;
 	uint16_t sq_pi;
 	uint16_t sq_ci;
-	uint8_t sig_mode;
-	uint16_t sig_every, since_sig;
 	/* The newest WQE: its first 8 bytes are what an 8-byte doorbell writes. */
 	struct kvl_mlx5_ctrl_seg *last_ctrl;
 	uint16_t last_nbb;
 	uint16_t pending; /* WQEs written since the last doorbell */
 	/* doorbell */
 	volatile uint32_t *dbrec;
-	uint8_t *bf_reg;
-	uint32_t bf_size, bf_offset; /* offset alternates between the two BlueFlame buffers */
+	struct kvl_mlx5_bf *bf; /* the register; &bf_own unless shared (kvl_mlx5_sq_attr.bf) */
+	struct kvl_mlx5_bf bf_own;
 	/* by WQEBB index of a WQE's first block: its wrid, and sq_pi just past it */
 	uint64_t *wrid;
 	uint16_t *wqe_end;
@@ -229,6 +243,67 @@ static inline unsigned kvl_mlx5_wqe_bbs(unsigned nsge)
  * opcode, too many SGEs or a 0-byte SGE (the NIC would read 2 GiB).
  */
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w);
+
+/*
+ * kvl_mlx5_sq_post() for a caller that has checked the WQE already (opcode one of the three,
+ * nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE): only the room is checked. Inline, so that a
+ * caller building @w on the stack pays for no copy of it. 0 or -EAGAIN.
+ */
+static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
+{
+	struct kvl_mlx5_ctrl_seg *ctrl;
+	struct kvl_mlx5_raddr_seg *rseg;
+	struct kvl_mlx5_data_seg *dseg;
+	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx;
+	uint8_t fm_ce_se;
+
+	if (nbb > kvl_mlx5_sq_room(sq))
+		return -EAGAIN;
+	fm_ce_se = (w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
+	idx = sq->sq_pi & (sq->wqe_cnt - 1);
+	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
+	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
+	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
+	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
+	/* signature, reserved and fm_ce_se as one store: byte 11 is fm_ce_se, the rest 0 */
+	{
+		uint32_t sig_fm = htobe32(fm_ce_se);
+
+		memcpy(&ctrl->signature, &sig_fm, sizeof(sig_fm));
+	}
+	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
+
+	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
+	rseg = (struct kvl_mlx5_raddr_seg *)(ctrl + 1);
+	rseg->raddr = htobe64(w->raddr);
+	rseg->rkey = htobe32(w->rkey);
+	rseg->rsvd = 0;
+
+	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
+	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
+	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
+	for (unsigned i = 0; i < w->nsge; i++) {
+		if ((uint8_t *)dseg == sq->sq_end) {
+			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
+			sq->stats.wraps++;
+		}
+		dseg->byte_count = htobe32(w->sge[i].len);
+		dseg->lkey = htobe32(w->sge[i].lkey);
+		dseg->addr = htobe64(w->sge[i].addr);
+		dseg++;
+	}
+
+	sq->wrid[idx] = w->wrid;
+	sq->wqe_end[idx] = (uint16_t)(sq->sq_pi + nbb);
+	sq->last_ctrl = ctrl;
+	sq->last_nbb = (uint16_t)nbb;
+	sq->pending++;
+	sq->sq_pi = (uint16_t)(sq->sq_pi + nbb);
+	sq->stats.wqes++;
+	sq->stats.wqebbs += nbb;
+	sq->stats.signaled += fm_ce_se != 0;
+	return 0;
+}
 
 /*
  * Make the newest unrung WQE signaled if it is not: the batch's last WQE must produce a CQE,
@@ -295,7 +370,16 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 /* Decode one 64-byte CQE (no ownership check). */
 void kvl_mlx5_cqe_decode(const void *cqe, struct kvl_mlx5_cqe_info *out);
 
-/* The typed status an error syndrome becomes. */
+/* ---- the status map (mlx5_status.c), both backends' ---- */
+
+/* An error syndrome as the ibv_wc_status rdma-core's mlx5 provider reports for it (an
+ * enum ibv_wc_status; int here so that this header needs no verbs.h). */
+int kvl_mlx5_syndrome_wc(uint8_t syndrome);
+
+/* The kvl_status a completion of provider status @wc_status (enum ibv_wc_status) becomes. */
+int kvl_wc_status(int wc_status);
+
+/* kvl_wc_status(kvl_mlx5_syndrome_wc(@syndrome)): what the decoder puts in status. */
 int kvl_mlx5_syndrome_status(uint8_t syndrome);
 
 /*
@@ -323,8 +407,6 @@ static inline void kvl_mlx5_cq_event(struct kvl_mlx5_cq *cq)
 
 /* ---- setup (mlx5_setup.c): needs an mlx5 device ---- */
 
-struct ibv_context;
-struct ibv_pd;
 struct ibv_qp;
 struct ibv_cq;
 
@@ -338,7 +420,6 @@ struct kvl_mlx5_hw {
 	uint32_t cqn;
 	struct ibv_cq *ibcq;
 	struct ibv_qp *ibqp;
-	bool owned; /* created by kvl_mlx5_hw_create: kvl_mlx5_hw_destroy destroys them */
 };
 
 /*
@@ -347,12 +428,19 @@ struct kvl_mlx5_hw {
  * two >= 64, non-NULL buffers. Anything unexpected: a negative errno and the reason in @err,
  * so the caller falls back to the verbs transport.
  */
-int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
-			   uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
+int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, struct kvl_mlx5_hw *hw, char *err,
+			   size_t errlen);
 
-/* Create a CQ and an RC QP (send side only, @depth WQEs of one SGE) and read them as above. */
-int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned depth, uint8_t sig_mode,
-		       uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen);
-void kvl_mlx5_hw_destroy(struct kvl_mlx5_hw *hw);
+/*
+ * What rdma-core's mlx5 provider takes from the environment when it opens a device, and the
+ * fast path must follow (read it before or at ibv_open_device, as the provider does):
+ *  - MLX5_SHUT_UP_BF set and not "0": the provider stops using BlueFlame (the register
+ *    may be mapped uncached) yet mlx5dv still reports a BlueFlame size: *shut_up_bf is
+ *    true, and the fast path must ring 8-byte doorbells only (bf_size 0);
+ *  - MLX5_QP_SIGNATURE set (any value): QPs expect a signature in every WQE, which the fast
+ *    path does not write: -ENOTSUP and a message naming the variable.
+ * 0 otherwise.
+ */
+int kvl_mlx5_env_check(bool *shut_up_bf, char *err, size_t errlen);
 
 #endif /* KVL_LCORES_MLX5_H */

@@ -24,26 +24,6 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 	return 0;
 }
 
-int kvl_mlx5_syndrome_status(uint8_t syndrome)
-{
-	switch (syndrome) {
-	case KVL_MLX5_SYND_REMOTE_ACCESS: /* bad rkey, outside the MR, or an access it lacks */
-	case KVL_MLX5_SYND_REMOTE_INVAL_REQ:
-		return KVL_ERR_ACCESS;
-	case KVL_MLX5_SYND_TRANSPORT_RETRY: /* no ACK: the peer or the path is gone */
-	case KVL_MLX5_SYND_RNR_RETRY:
-	case KVL_MLX5_SYND_REMOTE_ABORTED:
-	case KVL_MLX5_SYND_WR_FLUSH: /* the QP was in error already: its cause is elsewhere */
-		return KVL_ERR_CONN_LOST;
-	case KVL_MLX5_SYND_LOCAL_LENGTH: /* our SGE, lkey or local memory */
-	case KVL_MLX5_SYND_LOCAL_PROT:
-	case KVL_MLX5_SYND_LOCAL_ACCESS:
-		return KVL_ERR_LOCAL;
-	default: /* LOCAL_QP_OP, BAD_RESP, REMOTE_OP, MW_BIND, unknown: a malformed exchange */
-		return KVL_ERR_PROTOCOL;
-	}
-}
-
 void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 {
 	const struct kvl_mlx5_cqe64 *c = p;
@@ -84,8 +64,10 @@ void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 		o->status = KVL_ERR_PROTOCOL;
 		break;
 	}
-	/* A compressed (mini-CQE) format is never enabled by setup: reading it as a full CQE
-	 * would invent a wqe_counter. */
+	/* Bits 3:2 of op_own: on a requester or responder CQE, data scattered into the CQE
+	 * (MLX5_INLINE_SCATTER_32/64: a small READ's bytes, which then never reach the buffer),
+	 * else a compressed (mini-CQE) block. Setup disables scatter to CQE and never enables
+	 * compression: reading either as a plain CQE would lose data or invent a wqe_counter. */
 	if (((c->op_own >> 2) & 0x3) != 0)
 		o->status = KVL_ERR_PROTOCOL;
 }

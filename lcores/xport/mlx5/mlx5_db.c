@@ -32,6 +32,7 @@ static void bf_copy(struct kvl_mlx5_sq *sq, uint8_t *dst, const uint8_t *src, un
 
 void kvl_mlx5_sq_ring(struct kvl_mlx5_sq *sq)
 {
+	struct kvl_mlx5_bf *bf = sq->bf;
 	uint8_t *db;
 
 	if (sq->pending == 0)
@@ -53,9 +54,9 @@ void kvl_mlx5_sq_ring(struct kvl_mlx5_sq *sq)
 	 *    how far it goes. A lone WQE that fits a BlueFlame buffer is written whole instead,
 	 *    so the NIC need not fetch it from host memory.
 	 */
-	db = sq->bf_reg + sq->bf_offset;
-	if (sq->pending == 1 && sq->bf_size != 0 &&
-	    (unsigned)sq->last_nbb * KVL_MLX5_WQEBB <= sq->bf_size) {
+	db = bf->reg + bf->offset;
+	if (sq->pending == 1 && bf->size != 0 &&
+	    (unsigned)sq->last_nbb * KVL_MLX5_WQEBB <= bf->size) {
 		bf_copy(sq, db, (const uint8_t *)sq->last_ctrl, sq->last_nbb);
 		sq->stats.bf_copies++;
 	} else {
@@ -66,9 +67,10 @@ void kvl_mlx5_sq_ring(struct kvl_mlx5_sq *sq)
 	}
 	/* Out of this core's WC buffer before the next doorbell can be issued after it. */
 	kvl_mlx5_wc_flush();
-	/* Two BlueFlame buffers per register, used in turn (rdma-core: bf->offset ^= buf_size),
-	 * so a doorbell never lands in a buffer the NIC may still be reading. */
-	sq->bf_offset ^= sq->bf_size;
+	/* Two BlueFlame buffers per register, used in turn by every SQ on it (rdma-core:
+	 * bf->offset ^= buf_size), so a doorbell never lands in a buffer the NIC may still be
+	 * reading, whichever QP rang last. */
+	bf->offset ^= bf->size;
 	sq->pending = 0;
 	sq->stats.doorbells++;
 }

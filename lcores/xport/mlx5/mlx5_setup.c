@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mlx5.h"
@@ -35,8 +36,22 @@ static bool pow2(uint32_t v)
 	return v != 0 && (v & (v - 1)) == 0;
 }
 
-int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mode,
-			   uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen)
+int kvl_mlx5_env_check(bool *shut_up_bf, char *err, size_t errlen)
+{
+	const char *bf = getenv("MLX5_SHUT_UP_BF");
+
+	/* rdma-core's get_shut_up_bf() and qp_sig_enabled(): the same tests. */
+	*shut_up_bf = bf != NULL && strcmp(bf, "0") != 0;
+	if (getenv("MLX5_QP_SIGNATURE") != NULL)
+		return fail(err, errlen,
+			    "mlx5: MLX5_QP_SIGNATURE is set: rdma-core then makes QPs that expect "
+			    "a signature in every WQE, which the direct backend does not write "
+			    "(unset it for transport mlx5)");
+	return 0;
+}
+
+int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, struct kvl_mlx5_hw *hw, char *err,
+			   size_t errlen)
 {
 	struct mlx5dv_qp dq;
 	struct mlx5dv_cq dc;
@@ -91,8 +106,6 @@ int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mod
 	hw->sq.dbrec = (volatile uint32_t *)dq.dbrec;
 	hw->sq.bf_reg = dq.bf.reg;
 	hw->sq.bf_size = dq.bf.size;
-	hw->sq.sig_mode = sig_mode;
-	hw->sq.sig_every = sig_every;
 	hw->cq_buf = dc.buf;
 	hw->cqe_cnt = dc.cqe_cnt;
 	hw->cqe_size = dc.cqe_size;
@@ -102,62 +115,4 @@ int kvl_mlx5_hw_from_verbs(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t sig_mod
 	hw->ibqp = qp;
 	hw->ibcq = cq;
 	return 0;
-}
-
-int kvl_mlx5_hw_create(struct ibv_context *ctx, struct ibv_pd *pd, unsigned depth, uint8_t sig_mode,
-		       uint16_t sig_every, struct kvl_mlx5_hw *hw, char *err, size_t errlen)
-{
-	struct ibv_qp_init_attr qa;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	int rc;
-
-	memset(hw, 0, sizeof(*hw));
-	if (ctx == NULL || pd == NULL || depth == 0)
-		return fail(err, errlen, "mlx5: no device, PD or depth");
-	if (!mlx5dv_is_supported(ctx->device))
-		return fail(err, errlen, "mlx5: %s is not an mlx5 device: use the verbs transport",
-			    ibv_get_device_name(ctx->device));
-	/* A CQE per SQ WQEBB at most (flushes included): room for twice @depth, in case the
-	 * provider sizes WQEs above one WQEBB; kvl_mlx5_hw_from_verbs checks it. */
-	cq = ibv_create_cq(ctx, (int)(2 * depth), NULL, NULL, 0);
-	if (cq == NULL) {
-		rc = errno;
-		fail(err, errlen, "mlx5: ibv_create_cq(%u): %s", depth, strerror(rc));
-		return -rc;
-	}
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = cq;
-	qa.recv_cq = cq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.sq_sig_all = 0; /* signaling is per WQE (fm_ce_se), decided here */
-	qa.cap.max_send_wr = depth;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_wr = 1; /* rdma-core wants an RQ; no receive is ever posted */
-	qa.cap.max_recv_sge = 1;
-	qp = ibv_create_qp(pd, &qa);
-	if (qp == NULL) {
-		rc = errno;
-		ibv_destroy_cq(cq);
-		fail(err, errlen, "mlx5: ibv_create_qp(depth %u): %s", depth, strerror(rc));
-		return -rc;
-	}
-	rc = kvl_mlx5_hw_from_verbs(qp, cq, sig_mode, sig_every, hw, err, errlen);
-	if (rc != 0) {
-		ibv_destroy_qp(qp);
-		ibv_destroy_cq(cq);
-		memset(hw, 0, sizeof(*hw));
-		return rc;
-	}
-	hw->owned = true;
-	return 0;
-}
-
-void kvl_mlx5_hw_destroy(struct kvl_mlx5_hw *hw)
-{
-	if (hw->owned && hw->ibqp != NULL)
-		ibv_destroy_qp(hw->ibqp);
-	if (hw->owned && hw->ibcq != NULL)
-		ibv_destroy_cq(hw->ibcq);
-	memset(hw, 0, sizeof(*hw));
 }

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* mlx5 send queue: RDMA WRITE / READ / WRITE_WITH_IMM WQEs encoded into plain memory. */
-#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +12,10 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	/* 2^16 WQEBBs would make a full SQ indistinguishable from an empty one in 16 bits. */
 	if (a->buf == NULL || a->dbrec == NULL || a->bf_reg == NULL || a->wqe_cnt < 2 ||
 	    a->wqe_cnt > 32768 || (a->wqe_cnt & (a->wqe_cnt - 1)) != 0 || a->qpn > 0xffffff ||
-	    ((uintptr_t)a->buf & (KVL_MLX5_WQEBB - 1)) != 0 || a->sig_mode > KVL_MLX5_SIG_ALWAYS ||
-	    (a->sig_mode == KVL_MLX5_SIG_EVERY_N && a->sig_every == 0) ||
-	    (a->bf_size != 0 && (a->bf_size < KVL_MLX5_WQEBB || (a->bf_size & (a->bf_size - 1)))))
+	    ((uintptr_t)a->buf & (KVL_MLX5_WQEBB - 1)) != 0 ||
+	    (a->bf_size != 0 && (a->bf_size < KVL_MLX5_WQEBB || (a->bf_size & (a->bf_size - 1)))) ||
+	    (a->bf != NULL && (a->bf->reg != a->bf_reg || a->bf->size != a->bf_size ||
+			       (a->bf->offset != 0 && a->bf->offset != a->bf_size))))
 		return -EINVAL;
 	sq->wrid = calloc(a->wqe_cnt, sizeof(*sq->wrid));
 	sq->wqe_end = calloc(a->wqe_cnt, sizeof(*sq->wqe_end));
@@ -27,11 +27,9 @@ int kvl_mlx5_sq_init(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_attr *a)
 	sq->sq_end = sq->sq_addr + (size_t)a->wqe_cnt * KVL_MLX5_WQEBB;
 	sq->wqe_cnt = a->wqe_cnt;
 	sq->qpn = a->qpn;
-	sq->sig_mode = a->sig_mode;
-	sq->sig_every = a->sig_every;
 	sq->dbrec = a->dbrec;
-	sq->bf_reg = a->bf_reg;
-	sq->bf_size = a->bf_size;
+	sq->bf_own = (struct kvl_mlx5_bf){ .reg = a->bf_reg, .size = a->bf_size };
+	sq->bf = a->bf != NULL ? a->bf : &sq->bf_own;
 	return 0;
 }
 
@@ -49,39 +47,12 @@ void kvl_mlx5_sq_reset(struct kvl_mlx5_sq *sq)
 	sq->sq_pi = 0;
 	sq->sq_ci = 0;
 	sq->pending = 0;
-	sq->since_sig = 0;
 	sq->last_ctrl = NULL;
 	sq->dbrec[KVL_MLX5_SND_DBR] = 0;
 }
 
-static bool want_signal(struct kvl_mlx5_sq *sq, unsigned flags)
-{
-	bool sig = (flags & KVL_MLX5_F_SIGNAL) != 0;
-
-	switch (sq->sig_mode) {
-	case KVL_MLX5_SIG_ALWAYS:
-		sig = true;
-		break;
-	case KVL_MLX5_SIG_EVERY_N:
-		if (++sq->since_sig >= sq->sig_every)
-			sig = true;
-		break;
-	default:
-		break;
-	}
-	if (sig)
-		sq->since_sig = 0;
-	return sig;
-}
-
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 {
-	struct kvl_mlx5_ctrl_seg *ctrl;
-	struct kvl_mlx5_raddr_seg *rseg;
-	struct kvl_mlx5_data_seg *dseg;
-	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx;
-	uint8_t fm_ce_se;
-
 	if (w->nsge > KVL_MLX5_MAX_SGE ||
 	    (w->opcode != KVL_MLX5_OP_RDMA_WRITE && w->opcode != KVL_MLX5_OP_RDMA_READ &&
 	     w->opcode != KVL_MLX5_OP_RDMA_WRITE_IMM))
@@ -89,51 +60,7 @@ int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 	for (unsigned i = 0; i < w->nsge; i++)
 		if (w->sge[i].len == 0)
 			return -EINVAL;
-	if (nbb > kvl_mlx5_sq_room(sq))
-		return -EAGAIN;
-
-	fm_ce_se = want_signal(sq, w->flags) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
-	idx = sq->sq_pi & (sq->wqe_cnt - 1);
-	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
-	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
-	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
-	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
-	ctrl->signature = 0;
-	ctrl->rsvd[0] = 0;
-	ctrl->rsvd[1] = 0;
-	ctrl->fm_ce_se = fm_ce_se;
-	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
-
-	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
-	rseg = (struct kvl_mlx5_raddr_seg *)(ctrl + 1);
-	rseg->raddr = htobe64(w->raddr);
-	rseg->rkey = htobe32(w->rkey);
-	rseg->rsvd = 0;
-
-	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
-	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
-	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
-	for (unsigned i = 0; i < w->nsge; i++) {
-		if ((uint8_t *)dseg == sq->sq_end) {
-			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
-			sq->stats.wraps++;
-		}
-		dseg->byte_count = htobe32(w->sge[i].len);
-		dseg->lkey = htobe32(w->sge[i].lkey);
-		dseg->addr = htobe64(w->sge[i].addr);
-		dseg++;
-	}
-
-	sq->wrid[idx] = w->wrid;
-	sq->wqe_end[idx] = (uint16_t)(sq->sq_pi + nbb);
-	sq->last_ctrl = ctrl;
-	sq->last_nbb = (uint16_t)nbb;
-	sq->pending++;
-	sq->sq_pi = (uint16_t)(sq->sq_pi + nbb);
-	sq->stats.wqes++;
-	sq->stats.wqebbs += nbb;
-	sq->stats.signaled += fm_ce_se != 0;
-	return 0;
+	return kvl_mlx5_sq_write(sq, w);
 }
 
 int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq)
@@ -143,7 +70,6 @@ int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq)
 	if (sq->pending == 0 || c == NULL || (c->fm_ce_se & KVL_MLX5_CTRL_CE_MASK) != 0)
 		return 0;
 	c->fm_ce_se = (uint8_t)((c->fm_ce_se & ~KVL_MLX5_CTRL_CE_MASK) | KVL_MLX5_CTRL_CQ_UPDATE);
-	sq->since_sig = 0;
 	sq->stats.signaled++;
 	return 1;
 }

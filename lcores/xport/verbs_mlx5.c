@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Verbs transport, backend 2: mlx5 direct WQEs, doorbells and send-CQ polling (mlx5/). */
+#include <errno.h>
+#include <stddef.h>
+#include <infiniband/mlx5dv.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "verbs_priv.h"
+
+_Static_assert(sizeof(struct kvl_mlx5_sge) == sizeof(struct ibv_sge) &&
+		       offsetof(struct kvl_mlx5_sge, addr) == offsetof(struct ibv_sge, addr) &&
+		       offsetof(struct kvl_mlx5_sge, len) == offsetof(struct ibv_sge, length) &&
+		       offsetof(struct kvl_mlx5_sge, lkey) == offsetof(struct ibv_sge, lkey),
+	       "a slot's ibv_sge list is encoded as kvl_mlx5_sge");
+
+/* The device's shared state of the doorbell register @reg (BlueFlame buffers of @size), made
+ * on first use; NULL when the table is full or @reg was seen with another size. */
+static struct kvl_mlx5_bf *bf_register(struct kvl_verbs_dev *d, void *reg, uint32_t size)
+{
+	for (unsigned i = 0; i < d->n_bf; i++)
+		if (d->bf[i].reg == reg)
+			return d->bf[i].size == size ? &d->bf[i] : NULL;
+	if (d->n_bf == MAX_BF_REGS)
+		return NULL;
+	d->bf[d->n_bf] = (struct kvl_mlx5_bf){ .reg = reg, .size = size };
+	return &d->bf[d->n_bf++];
+}
+
+/*
+ * mlx5 direct backend: a send CQ of its own (the fast path reads it; rdma-core leaves a CQ
+ * read through mlx5dv alone) and the QP created through verbs, then read through mlx5dv and
+ * checked (kvl_mlx5_hw_from_verbs). Receives stay on c->cq. 0, or -errno with the reason.
+ */
+int kvl_verbs_mlx5_setup(struct kvl_verbs_conn *c, struct ibv_qp_init_attr_ex *qa, char *err,
+			 size_t errlen)
+{
+	struct kvl_verbs_dev *d = c->d;
+	unsigned bbs = kvl_mlx5_wqe_bbs(c->max_sge);
+	/* One CQE per WQE at most (flushes included), two windows' worth as for verbs */
+	unsigned cqe = 2 * c->depth * bbs;
+	char why[KVL_VERBS_ERR_LEN] = "";
+	struct kvl_mlx5_hw hw;
+	int rc;
+
+	if (cqe > (unsigned)d->max_cqe)
+		cqe = (unsigned)d->max_cqe;
+	/* On the connection's completion channel too: the lcore arms it itself (kvl_verbs_arm) */
+	c->scq = ibv_create_cq(d->ctx, (int)cqe, NULL, c->ch, 0);
+	if (c->scq == NULL) {
+		rc = -(errno ? errno : EIO);
+		kvl_verbs_errf(err, errlen, "%s: mlx5: cannot create a send CQ of %u entries: %s",
+			       d->name, cqe, strerror(-rc));
+		return rc;
+	}
+	qa->send_cq = c->scq;
+	qa->comp_mask = IBV_QP_INIT_ATTR_PD; /* no ibv_wr_* ops: WQEs are written here */
+	qa->send_ops_flags = 0;
+	/* Scatter to CQE off: a small READ must land in its buffer, never inside a CQE that
+	 * this poller does not copy out (rdma-core's poll would). */
+	c->qp = mlx5dv_create_qp(d->ctx, qa,
+				 &(struct mlx5dv_qp_init_attr){
+					 .comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+					 .create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+				 });
+	if (c->qp == NULL) {
+		rc = -(errno ? errno : EIO);
+		kvl_verbs_errf(err, errlen, "%s: mlx5: cannot create an RC QP of depth %u: %s",
+			       d->name, c->depth, strerror(-rc));
+		goto undo;
+	}
+	rc = kvl_mlx5_hw_from_verbs(c->qp, c->scq, &hw, why, sizeof(why));
+	if (rc == 0 && hw.sq.wqe_cnt < c->depth * bbs) {
+		rc = -ENOTSUP;
+		snprintf(why, sizeof(why), "mlx5: SQ of %u WQEBBs cannot hold %u WQEs of %u SGEs",
+			 hw.sq.wqe_cnt, c->depth, c->max_sge);
+	}
+	if (rc == 0) {
+		if (d->shut_up_bf)
+			hw.sq.bf_size = 0; /* the provider said BlueFlame is off: doorbells only */
+		hw.sq.bf = bf_register(d, hw.sq.bf_reg, hw.sq.bf_size);
+		if (hw.sq.bf == NULL) {
+			rc = -ENOTSUP;
+			snprintf(why, sizeof(why),
+				 "mlx5: doorbell register %p: %u registers in use already, or seen "
+				 "with another BlueFlame size",
+				 hw.sq.bf_reg, d->n_bf);
+		}
+	}
+	if (rc == 0) {
+		rc = kvl_mlx5_sq_init(&c->sq, &hw.sq);
+		if (rc == 0)
+			rc = kvl_mlx5_cq_init(&c->dcq, hw.cq_buf, hw.cqe_cnt, hw.cqe_size,
+					      hw.cq_dbrec);
+		c->dcq.uar = hw.cq_uar;
+		c->dcq.cqn = hw.cqn;
+		if (rc != 0) {
+			kvl_mlx5_sq_fini(&c->sq);
+			snprintf(why, sizeof(why), "mlx5: SQ/CQ refused by the fast path: %s",
+				 strerror(-rc));
+		}
+	}
+	if (rc != 0) {
+		kvl_verbs_errf(err, errlen, "%s: %s", d->name, why);
+		goto undo;
+	}
+	c->be = &kvl_verbs_ops_mlx5;
+	return 0;
+undo:
+	if (c->qp != NULL)
+		ibv_destroy_qp(c->qp);
+	c->qp = NULL;
+	ibv_destroy_cq(c->scq);
+	c->scq = NULL;
+	return rc;
+}
+
+/* After the QP went to RESET: what the CQ still holds belongs to the last incarnation
+ * (rdma-core cleans a CQ of a reset QP's entries, but not one read through mlx5dv). */
+static void mlx5_reset(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_cqe_info e[32];
+	unsigned got;
+
+	kvl_mlx5_sq_reset(&c->sq);
+	while ((got = kvl_mlx5_cq_poll(&c->dcq, e, 32)) != 0)
+		c->stats.reset_discards += got;
+}
+
+/* mlx5 direct: send completions straight from the CQ, by owner bit. A CQE names the WQE it
+ * completes by its SQ index; the SQ gives back the post sequence number stored there. */
+static unsigned poll_direct(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_cqe_info e[32];
+	unsigned n = 0, got;
+
+	do {
+		got = kvl_mlx5_cq_poll(&c->dcq, e, 32);
+		for (unsigned i = 0; i < got; i++) {
+			uint64_t seq;
+
+			if ((e[i].opcode != KVL_MLX5_CQE_REQ &&
+			     e[i].opcode != KVL_MLX5_CQE_REQ_ERR) ||
+			    kvl_mlx5_sq_complete(&c->sq, e[i].wqe_counter, &seq) != 0) {
+				c->stats.stray_cqes++;
+				continue;
+			}
+			if (e[i].opcode == KVL_MLX5_CQE_REQ && e[i].status != KVL_OK &&
+			    seq >= c->done_seq && seq < c->post_seq) {
+				/* A success CQE in a form not read here (data scattered into it,
+				 * a compressed block): the request fails rather than completing
+				 * with bytes that never arrived, and the QP goes to error so that
+				 * the rest come back flushed and the two ends resync. */
+				struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+				(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+			}
+			kvl_verbs_on_cqe(c, seq, e[i].status, e[i].flush,
+					 e[i].opcode == KVL_MLX5_CQE_REQ_ERR
+						 ? (uint32_t)kvl_mlx5_syndrome_wc(e[i].syndrome)
+					 : e[i].status != KVL_OK ? IBV_WC_GENERAL_ERR
+								 : IBV_WC_SUCCESS,
+					 e[i].vendor_synd);
+		}
+		n += got;
+	} while (got == 32 && n < POLL_BUDGET);
+	return n;
+}
+
+/* Send completions by owner bit, then the receives through the provider. */
+static unsigned mlx5_poll(struct kvl_verbs_conn *c)
+{
+	c->stats.cq_polls++;
+	return kvl_verbs_poll_provider(c, poll_direct(c));
+}
+
+/* The WRs [from, last] the QP takes as WQEs in the SQ, then one doorbell. */
+static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
+{
+	struct kvl_verbs_batch b = { .old_end = c->nic_end };
+
+	for (uint64_t q = from; q <= last; q++) {
+		struct slot *s = &c->ring[q & c->mask];
+		struct kvl_mlx5_wqe w;
+		bool signaled;
+
+		if (!s->nic)
+			continue;
+		signaled = ++c->since_sig >= every || q == last;
+		w = (struct kvl_mlx5_wqe){
+			.wrid = q,
+			.raddr = s->raddr,
+			.rkey = s->rkey,
+			.imm = s->imm,
+			.sge = (const struct kvl_mlx5_sge *)s->sg, /* same layout, checked above */
+			.nsge = s->n_sge,
+			.opcode = s->op == KVL_OP_READ	       ? KVL_MLX5_OP_RDMA_READ
+				  : (s->flags & KVL_WR_NOTIFY) ? KVL_MLX5_OP_RDMA_WRITE_IMM
+							       : KVL_MLX5_OP_RDMA_WRITE,
+			.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
+		};
+		/* check() made it a WQE the SQ takes (opcode, SGE count, no 0-byte SGE) */
+		if (kvl_mlx5_sq_write(&c->sq, &w) != 0) {
+			/* The SQ has no room or refused the WQE; the setup checks make this
+			 * unreachable, but a request must never be left waiting for a CQE. */
+			s->nic = false;
+			s->status = KVL_ERR_PROTOCOL;
+			c->n_refused++;
+			c->stats.errors++;
+			continue;
+		}
+		kvl_verbs_batch_took(c, &b, s, q, signaled);
+	}
+	if (b.nic == 0)
+		return;
+	/* The newest WQE must make a CQE, or those before it would wait for ever (it may be
+	 * unsignaled when the signaled @last was refused above). */
+	if (kvl_mlx5_sq_signal_last(&c->sq) == 1)
+		b.sig++;
+	c->stats.posts++;
+	kvl_mlx5_sq_ring(&c->sq);
+	c->stats.doorbells = c->sq.stats.doorbells;
+	c->stats.bf_copies = c->sq.stats.bf_copies;
+	c->nic_end = b.written + 1;
+	c->stats.posted += b.nic;
+	c->stats.signaled += b.sig;
+}
+
+/* The receive CQ through the provider, the send CQ with its own arm doorbell (the provider's
+ * ibv_req_notify_cq would use a consumer index it no longer keeps). */
+static int mlx5_arm(struct kvl_verbs_conn *c)
+{
+	int rc = ibv_req_notify_cq(c->cq, 0);
+
+	if (rc != 0)
+		return -(rc > 0 ? rc : EIO);
+	kvl_mlx5_cq_arm(&c->dcq);
+	return 0;
+}
+
+const struct kvl_verbs_ops kvl_verbs_ops_mlx5 = {
+	.name = "mlx5",
+	.post = mlx5_post,
+	.poll = mlx5_poll,
+	.arm = mlx5_arm,
+	.reset = mlx5_reset,
+};

@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Verbs transport, the request ring: checks, batches in posting order, completions, reap. */
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+
+#include "verbs_priv.h"
+
+/*
+ * Completion, one request at a time (errors, refused requests, fail_all): its kvl_wc, the
+ * counters, and where the running byte sums stand (see kvl_verbs_finish_until).
+ */
+static void finish(struct kvl_verbs_conn *c, uint64_t q, int status)
+{
+	const struct slot *s = &c->ring[q & c->mask];
+	struct kvl_wc *w = &c->wcs[q & c->mask];
+
+	w->status = status;
+	w->bytes = status == KVL_OK ? s->length : 0;
+	c->n_refused -= !s->nic;
+	c->stats.completed++;
+	if (status != KVL_OK)
+		c->stats.failed[status]++;
+	else if (s->op == KVL_OP_WRITE)
+		c->stats.bytes_written += s->length;
+	else
+		c->stats.bytes_read += s->length;
+	c->sum_done[0] = s->sum[0];
+	c->sum_done[1] = s->sum[1];
+}
+
+/*
+ * Complete every request before @end; those that went to the NIC get @st. The common case,
+ * all of them fine and none refused among them, takes no loop: their kvl_wcs were written
+ * OK at enqueue, and the bytes they moved are the difference of the running sums the ring
+ * keeps per request (bytes written, read, of the requests the QP took, up to and including
+ * it).
+ */
+void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
+{
+	if (st == KVL_OK && c->n_refused == 0 && end > c->done_seq) {
+		const struct slot *l = &c->ring[(end - 1) & c->mask];
+
+		c->stats.completed += end - c->done_seq;
+		c->stats.bytes_written += l->sum[0] - c->sum_done[0];
+		c->stats.bytes_read += l->sum[1] - c->sum_done[1];
+		c->sum_done[0] = l->sum[0];
+		c->sum_done[1] = l->sum[1];
+		c->done_seq = end;
+		return;
+	}
+	for (; c->done_seq < end; c->done_seq++) {
+		const struct slot *s = &c->ring[c->done_seq & c->mask];
+
+		finish(c, c->done_seq, s->nic ? st : s->status);
+	}
+}
+
+/* Refused requests at the head have nothing to wait for. */
+void kvl_verbs_finish_refused(struct kvl_verbs_conn *c)
+{
+	while (c->n_refused != 0 && c->done_seq != c->post_seq) {
+		const struct slot *s = &c->ring[c->done_seq & c->mask];
+
+		if (s->nic)
+			break;
+		finish(c, c->done_seq, s->status);
+		c->done_seq++;
+	}
+}
+
+/* Enter PH_DRAIN: the QP is (or is being put) in ERR; every WR it holds comes back flushed. */
+void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
+{
+	if (c->phase == PH_DRAIN)
+		return;
+	c->phase = PH_DRAIN;
+	c->flush_end = c->done_seq;
+}
+
+/*
+ * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
+ * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
+ * counters.
+ */
+void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
+		      uint32_t vendor_err)
+{
+	c->stats.cqes++;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	if (st == KVL_OK) {
+		kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+		kvl_verbs_finish_refused(c);
+		return;
+	}
+	c->stats.errors++;
+	if (!flush) {
+		c->stats.last_wc_status = wc;
+		c->stats.last_vendor_err = vendor_err;
+		/* RC reports an error on the oldest unfinished WR: all before it succeeded. This
+		 * one alone carries the error; those behind it are flushed and posted again. */
+		kvl_verbs_finish_until(c, seq, KVL_OK);
+		kvl_verbs_finish_until(c, seq + 1, st);
+		kvl_verbs_finish_refused(c);
+	}
+	/* A flush with no error of ours before it: the QP went down for a reason outside this
+	 * side's requests (the peer's responder saw an error, the port died): resync too. */
+	kvl_verbs_start_drain(c);
+	c->flush_end = seq + 1;
+}
+
+/* A receive completed: an immediate (WRITE_WITH_IMM landed), or a flush of the queue. */
+void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
+		       bool with_imm, uint32_t imm_be, uint32_t len)
+{
+	if ((uint32_t)wr_id != c->rq_epoch)
+		return; /* flushed before the reset that emptied its queue */
+	c->rq_posted--;
+	if (st != IBV_WC_SUCCESS) {
+		if (st != IBV_WC_WR_FLUSH_ERR)
+			c->stats.recv_errors++;
+		return; /* a restart refills the queue */
+	}
+	if (with_imm) {
+		if (c->notes_tail - c->notes_head > c->notes_mask) {
+			c->stats.notes_dropped++; /* nobody takes them: count, keep the QP going */
+		} else {
+			c->notes[c->notes_tail++ & c->notes_mask] =
+				(struct kvl_note){ be32toh(imm_be), len };
+			c->stats.notes++;
+		}
+	}
+	kvl_verbs_post_recvs(c);
+}
+
+unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (; n < max && c->notes_head != c->notes_tail; n++)
+		out[n] = c->notes[c->notes_head++ & c->notes_mask];
+	return n;
+}
+
+/*
+ * Hand the taken requests [from, post_seq) to the QP in one batch: one doorbell, one
+ * signaled WR every signal_every and always the newest. Those below nic_end went to the NIC
+ * before (a resync's replay): counted as replayed.
+ */
+void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from)
+{
+	/*
+	 * Completions are only learnt at signaled WRs: with few requests in flight a fixed
+	 * interval would make the caller wait for a whole window before it may post again (a
+	 * window of 16 and signal_every 16 drains the pipe every time). A quarter of what is in
+	 * flight keeps it flowing; signal_every caps it for deep queues.
+	 */
+	uint64_t inflight = c->post_seq - c->done_seq, last = c->post_seq;
+	unsigned every =
+		inflight / 4 < c->signal_every ? (unsigned)(inflight / 4) : c->signal_every;
+
+	if (every == 0)
+		every = 1;
+	/* The newest request the QP takes: the batch ends there, signaled. */
+	while (last != from && !c->ring[(last - 1) & c->mask].nic)
+		last--;
+	if (last != from)
+		c->be->post(c, from, last - 1, every);
+	kvl_verbs_finish_refused(c);
+}
+
+unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
+{
+	unsigned work;
+
+	if (c == NULL)
+		return 0;
+	kvl_verbs_flush(c);
+	work = c->be->poll(c);
+	/* After the poll: a reset cleans the CQ, which must not happen inside one. */
+	if (c->phase != PH_RUN)
+		work += kvl_verbs_resync_step(c);
+	return work;
+}
+
+unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	uint64_t ready = c->done_seq - c->reap_seq;
+	unsigned n = ready < max ? (unsigned)ready : max;
+	unsigned at = (unsigned)(c->reap_seq & c->mask), first = (unsigned)(c->mask + 1) - at;
+
+	/* The completions are kvl_wcs in the ring already: one or two copies. */
+	if (n == 0)
+		return 0;
+	if (first > n)
+		first = n;
+	memcpy(wc, &c->wcs[at], first * sizeof(*wc));
+	if (n != first)
+		memcpy(wc + first, c->wcs, (n - first) * sizeof(*wc));
+	c->reap_seq += n;
+	return n;
+}
+
+unsigned kvl_verbs_outstanding(const struct kvl_verbs_conn *c)
+{
+	return (unsigned)(c->post_seq - c->reap_seq);
+}
+
+void kvl_verbs_fail_all(struct kvl_verbs_conn *c, int status)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	/* A failed connection must read as failed: KVL_OK or a foreign value cannot be it. */
+	if (status <= KVL_OK || status >= KVL_STATUS_COUNT)
+		status = KVL_ERR_CANCELED;
+	/* The NIC stops touching our buffers once the QP is in error; the flushes it then
+	 * writes are stale by sequence number and dropped by progress. */
+	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+	c->broken = status;
+	c->phase = PH_RUN;
+	c->resp_pending = false;
+	c->ack_due = false;
+	kvl_verbs_finish_until(c, c->post_seq, status);
+	c->nic_end = c->post_seq;
+}
+
+/* Also KVL_ERR_CONN_LOST when a recovery could not bring the QP back: that connection is as
+ * good as failed on purpose, and the lcore should close it the same way. */
+int kvl_verbs_failed(const struct kvl_verbs_conn *c)
+{
+	return c->broken;
+}
+
+/* The peer's segment @id: its index, or n_rseg when it advertised none such. */
+static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
+{
+	unsigned i = 0;
+
+	while (i < c->n_rseg && c->rseg[i].id != id)
+		i++;
+	return i;
+}
+
+/* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
+ * of the last request is tried first (ids are unique: set_remote refuses twins). */
+static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
+			       uint32_t *rkey)
+{
+	unsigned i = c->rseg_hint;
+	const struct kvl_verbs_rseg *r;
+	struct kvl_seg seg;
+
+	if (i >= c->n_rseg || c->rseg[i].id != w->remote_seg) {
+		i = find_rseg(c, w->remote_seg);
+		if (i == c->n_rseg)
+			return KVL_ERR_NO_SEGMENT;
+		c->rseg_hint = i;
+	}
+	r = &c->rseg[i];
+	seg = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
+	*raddr = r->addr + w->remote_off;
+	*rkey = r->rkey;
+	return kvl_seg_check(&seg, w->remote_off, w->length, w->op);
+}
+
+static uint32_t gcd32(uint32_t a, uint32_t b)
+{
+	while (b != 0) {
+		uint32_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/*
+ * Rewrite @s's SGE list as pieces of one length (the lengths' greatest common divisor), in
+ * order, so that a provider that sums num_sge times the first length gets the true total.
+ * -E2BIG when that takes more pieces than the QP has SGEs.
+ */
+static int equal_pieces(const struct kvl_verbs_conn *c, struct slot *s)
+{
+	struct ibv_sge in[KVL_WR_MAX_SGE];
+	uint32_t g = 0, n = 0;
+
+	for (unsigned i = 0; i < s->n_sge; i++)
+		g = gcd32(g, s->sg[i].length);
+	for (unsigned i = 0; i < s->n_sge; i++)
+		n += s->sg[i].length / g;
+	if (n > c->max_sge)
+		return -E2BIG;
+	memcpy(in, s->sg, sizeof(in[0]) * s->n_sge);
+	n = 0;
+	for (unsigned i = 0; i < s->n_sge; i++)
+		for (uint32_t off = 0; off < in[i].length; off += g)
+			s->sg[n++] = (struct ibv_sge){ in[i].addr + off, g, in[i].lkey };
+	s->n_sge = (uint8_t)n;
+	return 0;
+}
+
+/* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
+static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
+{
+	uint64_t sum = 0;
+	int st = KVL_OK;
+
+	if (c->broken)
+		return c->broken;
+	if (!c->connected)
+		return KVL_ERR_NO_PEER;
+	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
+	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
+		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
+	if (w->length > c->d->max_msg_sz || w->n_sge > c->max_sge)
+		return KVL_ERR_TOO_LARGE;
+	if (w->n_sge <= 1) {
+		/* the common case, one local range: checked without the list walk below */
+		s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
+		s->sg[0].addr = (uintptr_t)w->local;
+		s->sg[0].length = w->length;
+		st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
+		return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
+	} else {
+		s->n_sge = w->n_sge;
+		for (unsigned i = 0; i < w->n_sge; i++) {
+			s->sg[i] =
+				(struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
+			sum += w->sge[i].length;
+			if (w->sge[i].length == 0)
+				return KVL_ERR_PROTOCOL;
+		}
+		if (sum != w->length)
+			return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
+		if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
+			return KVL_ERR_TOO_LARGE;
+	}
+	for (unsigned i = 0; i < s->n_sge && st == KVL_OK; i++)
+		st = kvl_verbs_local_check(c, (const void *)(uintptr_t)s->sg[i].addr,
+					   s->sg[i].length, &s->sg[i].lkey);
+	if (st == KVL_OK)
+		st = remote_check(c, w, &s->raddr, &s->rkey);
+	return st;
+}
+
+unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	uint64_t room;
+
+	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
+	if (c->phase != PH_RUN)
+		return 0;
+	room = c->depth - (c->post_seq - c->reap_seq);
+	if (n > room)
+		n = (unsigned)room;
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvl_wr *w = &wr[i];
+		unsigned at = (unsigned)(c->post_seq++ & c->mask);
+		struct slot *s = &c->ring[at];
+		int st;
+
+		s->length = w->length;
+		s->op = w->op;
+		s->flags = w->flags;
+		s->imm = w->imm;
+		st = check(c, w, s);
+		s->nic = st == KVL_OK;
+		s->status = st;
+		/* Its completion as it will read unless the NIC says otherwise (finish). */
+		c->wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
+		if (st == KVL_OK)
+			c->sum_post[w->op == KVL_OP_READ] += w->length;
+		else
+			c->n_refused++;
+		s->sum[0] = c->sum_post[0];
+		s->sum[1] = c->sum_post[1];
+	}
+	kvl_verbs_finish_refused(c);
+	return n;
+}
+
+void kvl_verbs_flush(struct kvl_verbs_conn *c)
+{
+	if (c->phase == PH_RUN && !c->broken && c->post_seq != c->nic_end)
+		kvl_verbs_post_range(c, c->nic_end > c->done_seq ? c->nic_end : c->done_seq);
+}
+
+unsigned kvl_verbs_post(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	n = kvl_verbs_enqueue(c, wr, n);
+	kvl_verbs_flush(c);
+	return n;
+}
+
+const struct kvl_verbs_stats *kvl_verbs_stats(const struct kvl_verbs_conn *c)
+{
+	return &c->stats;
+}
+
+enum kvl_qp_state kvl_verbs_conn_state(const struct kvl_verbs_conn *c)
+{
+	if (c->broken)
+		return KVL_QP_FAILED;
+	if (!c->connected)
+		return KVL_QP_INIT;
+	return c->phase == PH_DRAIN  ? KVL_QP_DRAIN
+	       : c->phase == PH_WAIT ? KVL_QP_RESYNC
+				     : KVL_QP_RTS;
+}
+
+const char *kvl_qp_state_name(uint64_t state)
+{
+	static const char *const names[] = { "INIT", "RTS", "DRAIN", "RESYNC", "FAILED" };
+
+	return state < sizeof(names) / sizeof(names[0]) ? names[state] : "?";
+}
