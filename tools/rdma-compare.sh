@@ -26,10 +26,13 @@
 #   * the ACK timeout: kvlane's 15 (134 ms), so ib_*_bw -u 15 and UCX_RC_VERBS_TIMEOUT=134ms;
 #     perftest's default 14 retransmits READs that a loaded TCG guest answers late;
 #   * the servers idle: perftest's and UCX's servers wait in a socket (ucx_perftest -o: the
-#     responder is not progressed in one-sided tests), kvlaned with `hybrid`. The clients poll:
-#     ib_*_bw and ucx_perftest one thread each; kvlane-perf its main thread and its NIC lcore
-#     (-l 0-1) with idle policy KVL_COMPARE_IDLE (default yield). A list there (e.g.
-#     "yield hybrid") gives one kvlane column per policy; the ratios use the first.
+#     responder is not progressed in one-sided tests), kvlaned with `hybrid`. The clients poll
+#     with one thread: ib_*_bw and ucx_perftest their one; kvlane-perf its main thread
+#     (kvl_poll, sched_yield when empty) while its NIC lcore (-l 0-1) idles with `hybrid`
+#     (spins 100 us, then sleeps on the CQ's channel): `yield` would keep a second vCPU of two
+#     polling and take it from rxe's kernel work (the READ responder and completer copy every
+#     byte). KVL_COMPARE_IDLE (default "hybrid yield") lists the NIC lcore's policies: one
+#     kvlane column each, the ratios use the first.
 #   * the load: the host is shared and TCG makes every byte CPU work, so one run of each is
 #     noise. KVL_COMPARE_ROUNDS (default 3) rounds run the tools in turn per (op, size), in one
 #     boot (KVL_COMPARE_OPS: "write read"); the table shows each tool's median and the ratios are of medians. Every sample,
@@ -42,7 +45,7 @@ build=${1:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 out=${2:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 mib=${3:-${KVL_COMPARE_MIB:-32}}
 depth=${KVL_COMPARE_TX_DEPTH:-16}
-idles=${KVL_COMPARE_IDLE:-yield}
+idles=${KVL_COMPARE_IDLE:-hybrid yield}
 rounds=${KVL_COMPARE_ROUNDS:-3}
 rd=${KVL_COMPARE_RD_ATOMIC:-16}
 ops=${KVL_COMPARE_OPS:-write read}
