@@ -29,9 +29,10 @@
 #     responder is not progressed in one-sided tests), kvlaned with `hybrid`. The clients poll
 #     with one thread: ib_*_bw and ucx_perftest their one; kvlane-perf its main thread
 #     (kvl_poll, sched_yield when empty) while its NIC lcore (-l 0-1) idles with `hybrid`
-#     (spins 100 us, then sleeps on the CQ's channel): `yield` would keep a second vCPU of two
-#     polling and take it from rxe's kernel work (the READ responder and completer copy every
-#     byte). KVL_COMPARE_IDLE (default "hybrid yield") lists the NIC lcore's policies: one
+#     (spins 100 us, then sleeps on the CQ's channel; hybrid_sleep_us 10000 on both sides:
+#     the bound only serves TCP, and waking every 50 us costs a TCG guest dearly): `yield`
+#     would keep a second vCPU of two polling and take it from rxe's kernel work (the READ
+#     responder and completer copy every byte). KVL_COMPARE_IDLE (default "hybrid yield") lists the NIC lcore's policies: one
 #     kvlane column each, the ratios use the first.
 #   * the load: the host is shared and TCG makes every byte CPU work, so one run of each is
 #     noise. KVL_COMPARE_ROUNDS (default 3) rounds run the tools in turn per (op, size), in one
@@ -60,8 +61,15 @@ el() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 # kvlaned on rxe1: a 64 MiB pattern-filled readwrite segment "kv", as e2e.sh; one client INI
 # per idle policy compared
 kvl_rdma_inis "$tmp" cmp 64 hybrid yield
+# hybrid_sleep_us 10000 on both sides: on verbs a completion, a submission or a command wakes a
+# sleeping lcore at once, the bound only serves TCP (config/README.md). At its default 50 us a
+# TCG guest spends the vCPU on wake-ups that find nothing (64 KiB READ, kvlane-perf's lcore,
+# 3 rounds in one boot: 7.0, 10.6, 6.2 MB/s at 50 us against 12.0, 16.2, 31.4 at 10 ms)
+kvl_sleep() { sed -i "/^idle_policy/a hybrid_sleep_us = 10000" "$1"; }
+kvl_sleep "$tmp/b.ini"
 for pol in $idles; do
 	sed "s/^idle_policy = .*/idle_policy = $pol/" "$tmp/a.ini" > "$tmp/a-$pol.ini"
+	kvl_sleep "$tmp/a-$pol.ini"
 done
 eal="-l 0-1 --no-huge -m 500 --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
