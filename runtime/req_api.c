@@ -23,6 +23,8 @@ _Static_assert((int)KVL_REQ_DECODE == (int)KVL_SCHED_DECODE &&
 
 /* How long an API call waits for its lcore (a stopped or wedged loop): then -ETIMEDOUT. */
 #define LCORE_WAIT_NS 5000000000ull
+/* OPENs an unanswering lcore may still take, tracked until they end. */
+#define KVL_REQ_ORPHANS 64
 
 enum { ST_PENDING = 0, ST_READY = 1, ST_DONE = 2 };
 
@@ -31,6 +33,7 @@ struct req_state {
 	uint64_t user;
 	uint32_t idx;
 	bool cancel_sent;
+	bool orphan; /* kvl_req_open gave up on the lcore: no handle names it (see orphans) */
 	uint8_t *step_state; /* ST_* */
 	uint32_t *refs;	     /* per block: steps naming it not DONE yet */
 	uint8_t *known;	     /* per block: a READY step names it (off[] is valid) */
@@ -43,6 +46,11 @@ struct kvl_req_table {
 	uint32_t *next;
 	uint32_t *gen;
 	struct kvl_nsreq **r;
+	/* Requests whose OPEN kvl_req_open stopped waiting for (-ETIMEDOUT). The lcore may
+	 * still take it: kvl_req_poll then cancels it, frees it at its end and shows none of
+	 * its events, so a late open can neither hold staging nor touch the handle table. */
+	struct kvl_nsreq *orphan[KVL_REQ_ORPHANS];
+	unsigned n_orphans;
 };
 
 /* ---- the handle table ---- */
@@ -75,6 +83,8 @@ void kvl_req_table_stop(struct kvl_runtime *rt)
 		return;
 	for (uint32_t i = 0; i < rt->reqs->n; i++)
 		free(rt->reqs->r[i]); /* requests still open when the runtime stops */
+	for (unsigned i = 0; i < rt->reqs->n_orphans; i++)
+		free(rt->reqs->orphan[i]); /* the lcores are stopped: nothing reads them now */
 	free(rt->reqs->next);
 	free(rt->reqs->gen);
 	free(rt->reqs->r);
@@ -260,6 +270,63 @@ static int send_cmd(struct kvl_runtime *rt, unsigned nic, struct kvl_nsched_cmd 
 	return 0;
 }
 
+static void orphan_add(struct kvl_req_table *t, struct kvl_nsreq *r)
+{
+	((struct req_state *)r->priv)->orphan = true;
+	if (t->n_orphans < KVL_REQ_ORPHANS)
+		t->orphan[t->n_orphans++] = r;
+	else /* left allocated for the lcore; if it opens it, its window stays held */
+		KVL_LOG(WARNING,
+			"request %#llx: its lcore did not answer OPEN in %.0f s, and %d "
+			"such requests are pending already: it is not tracked (not canceled if it "
+			"opens late)",
+			(unsigned long long)r->handle, LCORE_WAIT_NS / 1e9, KVL_REQ_ORPHANS);
+}
+
+static void orphan_drop(struct kvl_req_table *t, unsigned i)
+{
+	free(t->orphan[i]);
+	t->orphan[i] = t->orphan[--t->n_orphans];
+}
+
+/* What became of the OPENs kvl_req_open gave up on: refused ones are freed; opened ones are
+ * canceled (their end, an event, frees them in kvl_req_poll). */
+static void orphans_sweep(struct kvl_runtime *rt)
+{
+	struct kvl_req_table *t = rt->reqs;
+
+	for (unsigned i = 0; i < t->n_orphans;) {
+		struct kvl_nsreq *r = t->orphan[i];
+		struct req_state *a = r->priv;
+		int rc = __atomic_load_n(&r->open_rc, __ATOMIC_ACQUIRE);
+
+		if (rc < 0) {
+			orphan_drop(t, i);
+			continue;
+		}
+		if (rc == 0 && !a->cancel_sent) {
+			struct kvl_nsched_cmd c = { .type = KVL_NSCHED_CANCEL, .r = r };
+
+			a->cancel_sent = send_cmd(rt, r->nic, &c, false) == 0;
+		}
+		i++;
+	}
+}
+
+/* A late-opened orphan's event: shown to nobody; its end frees it. */
+static void orphan_event(struct kvl_runtime *rt, struct kvl_nsreq *r, uint16_t type)
+{
+	struct kvl_req_table *t = rt->reqs;
+
+	if (type == KVL_SCHED_EV_STEP_READY)
+		return;
+	for (unsigned i = 0; i < t->n_orphans; i++)
+		if (t->orphan[i] == r) {
+			orphan_drop(t, i);
+			return;
+		}
+}
+
 int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
 		 kvl_req_t *req)
 {
@@ -318,8 +385,10 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	/* The scheduler's own checks and pools answer synchronously: errors keep nothing. */
 	until = kvl_now_ns() + LCORE_WAIT_NS;
 	while ((rc = __atomic_load_n(&r->open_rc, __ATOMIC_ACQUIRE)) == 1) {
-		if (kvl_now_ns() > until)
-			return -ETIMEDOUT; /* the lcore may still read @r: it stays allocated */
+		if (kvl_now_ns() > until) {
+			orphan_add(t, r); /* the lcore may still read @r: it stays allocated */
+			return -ETIMEDOUT;
+		}
 		sched_yield();
 	}
 	if (rc < 0) {
@@ -385,6 +454,8 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 	struct kvl_sched_event se[64];
 	unsigned got = 0;
 
+	if (rt->reqs != NULL && rt->reqs->n_orphans != 0)
+		orphans_sweep(rt);
 	for (unsigned nic = 0; nic < rt->cfg.n_nics && got < max; nic++) {
 		unsigned n;
 
@@ -395,7 +466,13 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 		for (unsigned i = 0; i < n; i++) {
 			struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)se[i].user;
 			struct req_state *a = r->priv;
-			struct kvl_req_event *e = &ev[got++];
+			struct kvl_req_event *e;
+
+			if (a->orphan) {
+				orphan_event(rt, r, se[i].type);
+				continue;
+			}
+			e = &ev[got++];
 
 			*e = (struct kvl_req_event){ .req = r->handle,
 						     .user = a->user,

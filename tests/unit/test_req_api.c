@@ -393,7 +393,68 @@ static void test_guard_lcore_silent(void)
 	CHECK_INT(rte_ring_sc_dequeue_elem(fake_ns.cmd, &c, sizeof(c)), 0);
 	CHECK_INT(c.type, KVL_NSCHED_OPEN);
 	CHECK_INT(c.r->open_rc, 1);
-	free(c.r);
+	CHECK_INT(rt.reqs->n_orphans, 1);
+	world_fini(); /* an orphan still in the table is freed with it (ASan: no leak) */
+}
+
+static kvl_req_t open_ok(const struct kvl_req_desc *d, int *rc);
+
+/* The lcore wakes up after the guard fired and opens the request after all: nobody holds a
+ * handle to it, so kvl_req_poll cancels it, shows none of its events, and frees it at its
+ * end; the handle table is never touched (before, its end released a slot the table had
+ * never taken, corrupting the free list). */
+static void test_guard_late_open(void)
+{
+	struct open_call o = { .peer = PEER, .d = pull_desc() };
+	struct kvl_req_event ev[4];
+	struct kvl_nsched_cmd c;
+	struct kvl_nsreq *r;
+	uint32_t head;
+	double s;
+
+	world_init();
+	head = rt.reqs->free_head;
+	s = open_bounded(&o);
+	if (s < 0)
+		stuck("late open");
+	CHECK_INT(o.rc, -ETIMEDOUT);
+	CHECK_INT(rte_ring_sc_dequeue_elem(fake_ns.cmd, &c, sizeof(c)), 0);
+	r = c.r;
+	r->sched_id = 5;
+	__atomic_store_n(&r->open_rc, 0, __ATOMIC_RELEASE); /* the late lcore opens it */
+	emit(r, KVL_SCHED_EV_STEP_READY, 0, 0);
+	CHECK_INT(kvl_req_poll(&rt, ev, 4), 0); /* its READY reaches nobody */
+	CHECK_INT(rte_ring_count(fake_ns.cmd), 1);
+	CHECK_INT(rte_ring_sc_dequeue_elem(fake_ns.cmd, &c, sizeof(c)), 0);
+	CHECK_INT(c.type, KVL_NSCHED_CANCEL); /* ...and it is canceled, once */
+	CHECK(c.r == r);
+	CHECK_INT(kvl_req_poll(&rt, ev, 4), 0);
+	CHECK_INT(rte_ring_count(fake_ns.cmd), 0);
+	emit(r, KVL_SCHED_EV_REQ_FAILED, 0, KVL_ERR_CANCELED);
+	CHECK_INT(kvl_req_poll(&rt, ev, 4), 0); /* its end: freed (ASan: no leak) */
+	CHECK_INT(rt.reqs->n_orphans, 0);
+	CHECK_INT(rt.reqs->free_head, head);
+	/* A late refusal: nothing to cancel, the request is freed at the next poll. */
+	s = open_bounded(&o);
+	if (s < 0)
+		stuck("late refusal");
+	CHECK_INT(o.rc, -ETIMEDOUT);
+	CHECK_INT(rte_ring_sc_dequeue_elem(fake_ns.cmd, &c, sizeof(c)), 0);
+	__atomic_store_n(&c.r->open_rc, -ENOSPC, __ATOMIC_RELEASE);
+	CHECK_INT(kvl_req_poll(&rt, ev, 4), 0);
+	CHECK_INT(rt.reqs->n_orphans, 0);
+	CHECK_INT(rte_ring_count(fake_ns.cmd), 0);
+	CHECK_INT(rt.reqs->free_head, head);
+	/* The table still works: a request opened now gets the slot and its events. */
+	lcore_start();
+	{
+		int rc;
+		kvl_req_t h = open_ok(&o.d, &rc);
+
+		CHECK_INT(rc, 0);
+		CHECK(h != 0);
+	}
+	lcore_stop();
 	world_fini();
 }
 
@@ -891,6 +952,7 @@ int main(void)
 	test_budget();
 	test_segments();
 	test_guard_lcore_silent();
+	test_guard_late_open();
 	test_guard_ring_full();
 	free(fake_ns.cmd);
 	free(fake_ns.ev);
