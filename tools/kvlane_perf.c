@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* kvlane-perf: perftest-style bandwidth and latency of kvlane's own transports (tcp for now). */
+/* kvlane-perf: perftest-style bandwidth and latency of kvlane's transports (tcp, verbs). */
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>

@@ -20,7 +20,7 @@
 #     flight is on the wire; and 1 MiB runs still span two windows in 32 MiB);
 #   * one QP (ib_*_bw's default -q 1, kvlane-perf --qp 1, one UCX endpoint = one rc QP);
 #   * READs outstanding per QP (the responder resources): kvlane's QPs take
-#     min(device max_qp_rd_atom, 16) (lcores/xport/verbs.c RD_ATOMIC_MAX), so ib_read_bw gets
+#     min(device max_qp_rd_atom, 16) (RD_ATOMIC_MAX in lcores/xport/verbs_priv.h), so ib_read_bw gets
 #     -o KVL_COMPARE_RD_ATOMIC (default 16) and UCX UCX_RC_VERBS_MAX_RD_ATOMIC the same; perftest's
 #     own default would be the device's 128 on rxe;
 #   * the ACK timeout: kvlane's 15 (134 ms), so ib_*_bw -u 15 and UCX_RC_VERBS_TIMEOUT=134ms;
@@ -50,7 +50,7 @@ idles=${KVL_COMPARE_IDLE:-hybrid yield}
 rounds=${KVL_COMPARE_ROUNDS:-3}
 rd=${KVL_COMPARE_RD_ATOMIC:-16}
 ops=${KVL_COMPARE_OPS:-write read}
-ack=15 # lcores/xport/verbs.c ACK_TIMEOUT: 4.096 us << 15 = 134 ms
+ack=15 # ACK_TIMEOUT in lcores/xport/verbs_priv.h: 4.096 us << 15 = 134 ms
 : "${RXE_DEV0:?run inside the VM harness (tests/rdma/rdma-suite.sh)}" "${RXE_DEV1:?}" "${RXE_IP0:?}" "${RXE_IP1:?}" "${RXE_GID0:?}" "${RXE_GID1:?}"
 command -v ib_write_bw > /dev/null || { echo "compare: ib_write_bw not found (Debian package perftest)"; exit 1; }
 mkdir -p "$out" || exit 1

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /*
- * fake_verbs.c defines the exported libibverbs / libmlx5 functions that lcores/xport/verbs.c and
+ * fake_verbs.c defines the exported libibverbs / libmlx5 functions that lcores/xport/verbs_*.c and
  * lcores/xport/mlx5/mlx5_setup.c call; a test binary links it instead of -libverbs -lmlx5 (it uses
  * their headers only). Two devices, mlx5_0 and mlx5_1, one RoCE v2 port each (ACTIVE, MTU
  * 4096), GIDs as a ConnectX with one IPv4 address shows them:
