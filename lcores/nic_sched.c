@@ -23,6 +23,8 @@ _Static_assert(sizeof(struct kvl_sched_event) % 4 == 0, "ring elements are multi
 
 uint64_t kvl_nic_sched_now(const struct kvl_nic_sched *ns)
 {
+	if (ns->clock != NULL)
+		return ns->clock(ns->clock_arg);
 	return (uint64_t)(((unsigned __int128)rte_rdtsc() * ns->tsc_mult) >> 32);
 }
 
