@@ -143,12 +143,18 @@ static void fake_free(void *p)
 	((struct fake_conn *)p)->freed = true;
 }
 
-static int fake_post(void *p, const struct kvl_wr *wr)
+static unsigned fake_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
 {
 	struct fake_conn *c = p;
+	unsigned k = 0;
+	int rc = 0;
 
 	c->posts++;
-	return fake_take(c, wr);
+	while (k < n && (rc = fake_take(c, &wr[k])) == 0)
+		k++;
+	if (k < n)
+		*err = rc;
+	return k;
 }
 
 static const struct kvl_xport_ops fake_ops = {
