@@ -72,7 +72,6 @@ struct fake_conn {
 	struct kvl_wc done[FAKE_MAX]; /* completions waiting to be reaped */
 	unsigned n_done;
 	unsigned outstanding;
-	unsigned posts; /* calls of post */
 	bool freed;
 };
 
@@ -143,23 +142,12 @@ static void fake_free(void *p)
 	((struct fake_conn *)p)->freed = true;
 }
 
-static unsigned fake_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
-{
-	struct fake_conn *c = p;
-	unsigned k = 0;
-	int rc = 0;
-
-	c->posts++;
-	while (k < n && (rc = fake_take(c, &wr[k])) == 0)
-		k++;
-	if (k < n)
-		*err = rc;
-	return k;
-}
+/* its burst the way tcp's and cudma's are made from their one-request post */
+KVL_XPORT_BURST_OF(fake_take, struct fake_conn)
 
 static const struct kvl_xport_ops fake_ops = {
 	.name = "fake",
-	.post = fake_post,
+	.post = fake_take_burst,
 	.progress = fake_progress,
 	.reap = fake_reap,
 	.fail_all = fake_fail_all,

@@ -221,8 +221,70 @@ static void test_fail_peer(void)
 	kvl_nic_io_fini(&io);
 }
 
+/* The null transport's burst: takes what fits, says -EAGAIN for the rest, completes in
+ * order with each request's id and length. */
+static void test_null_burst(void)
+{
+	struct kvl_null_conn *c = kvl_null_conn_new(4);
+	struct kvl_wr wr[6];
+	struct kvl_wc wc[8];
+	int err = 0;
+
+	CHECK(c != NULL);
+	if (c == NULL)
+		return;
+	for (unsigned i = 0; i < 6; i++)
+		wr[i] = (struct kvl_wr){ .wr_id = 10 + i, .length = 100 + i, .op = KVL_OP_READ };
+	CHECK_INT(kvl_xport_null.post(c, wr, 6, &err), 4);
+	CHECK_INT(err, -EAGAIN);
+	CHECK_INT(kvl_xport_null.outstanding(c), 4);
+	CHECK_INT(kvl_xport_null.reap(c, wc, 8), 4);
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK_INT(wc[i].wr_id, 10 + i);
+		CHECK_INT(wc[i].bytes, 100 + i);
+		CHECK_INT(wc[i].status, KVL_OK);
+	}
+	err = 0;
+	CHECK_INT(kvl_xport_null.post(c, wr + 4, 2, &err), 2);
+	CHECK_INT(err, 0);
+	kvl_xport_null.free(c);
+}
+
+/* A burst refused in its middle: what came before is posted, the refused one completes with
+ * its status, what follows still goes (kvl_nic_io_post, the one submission path). */
+static void test_post_refused_midway(void)
+{
+	struct fake_conn c = { .room = 2 };
+	struct kvl_xconn x = { &fake_ops, &c };
+	struct kvl_wr wr[4];
+	struct kvl_wc wc[4];
+	unsigned failed = 0;
+	int err = 0;
+
+	setup();
+	for (unsigned i = 0; i < 4; i++)
+		wr[i] = (struct kvl_wr){ .wr_id = 1 + i, .length = 8, .op = KVL_OP_READ };
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr, 4, &err, &failed), 2);
+	CHECK_INT(err, -EAGAIN);
+	CHECK_INT(failed, 0);
+	c.room = 16;
+	c.refuse = -EMSGSIZE;
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr + 2, 1, &err, &failed), 1);
+	CHECK_INT(failed, 1);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].wr_id, 3);
+	CHECK_INT(wc[0].status, KVL_ERR_TOO_LARGE);
+	c.refuse = 0;
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr + 3, 1, &err, &failed), 1);
+	CHECK_INT(c.n_got, 3);
+	CHECK_INT(c.got[2].wr_id, 4);
+	kvl_nic_io_fini(&io);
+}
+
 int main(void)
 {
+	test_null_burst();
+	test_post_refused_midway();
 	test_route_and_complete();
 	test_unroutable();
 	test_retry_in_order();
