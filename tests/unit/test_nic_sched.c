@@ -285,8 +285,42 @@ static void test_refusals(void)
 	check_fails(true, -EINVAL, KVL_ERR_PROTOCOL);
 }
 
+/* A peer with two connections: descriptors take turns on them; one that refuses as broken
+ * (before the lcore noticed) passes them to the other, and none fails. */
+static void test_two_connections(void)
+{
+	for (int round = 0; round < 2; round++) {
+		struct kvl_nic_sched *ns = make(false, 0);
+		struct fake_conn a = { .room = 64 }, b = { .room = 64 };
+		struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+					.peer = 3,
+					.slot = 0,
+					.gen = 1,
+					.x = { .ops = &fake_ops, .c = &a } };
+
+		if (round == 1)
+			a.refuse = -EPIPE;
+		CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+		add.slot = 1, add.x.c = &b;
+		CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+		open_req(ns, 3);
+		spin(ns, 2);
+		CHECK_INT(a.n_got + b.n_got, 4);
+		CHECK_INT(a.n_got, round == 0 ? 2 : 0);
+		CHECK_INT(ns->ct.post_failed, 0);
+		a.refuse = 0;
+		for (unsigned i = 0; i < a.n_got; i++)
+			fake_finish(&a, i, KVL_OK);
+		spin(ns, 1); /* a's completions reaped; b's come in drive_to_done */
+		CHECK_INT(a.outstanding, 0);
+		drive_to_done(ns, &b);
+		done(ns);
+	}
+}
+
 int main(void)
 {
+	test_two_connections();
 	test_null_transport();
 	test_peer_connection();
 	test_full_connection();
