@@ -270,7 +270,7 @@ int main(int argc, char **argv)
 		else {
 			fprintf(stderr,
 				"usage: %s EAL-ARGS -- [--blocks N] [--callgrind | "
-				"--no-callgrind]\n",
+				"--no-callgrind] [--inner N [--ns-per-pass NS]]\n",
 				argv[0]);
 			return 2;
 		}
