@@ -127,10 +127,9 @@ unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
 /* ---- posting ---- */
 
 /*
- * The one place a scheduler descriptor becomes a work request. Multi-SGE plugs in here:
- * once struct kvl_wr carries n_sge and sge[KVL_WR_MAX_SGE], copy x->sge[0..n_sge) as
- * { staging + local_off, length } when x->n_sge >= 2, and let kvl_nic_sched_create() pass a
- * max_sge above 1 to the scheduler (runtime/sched_api.c sets it to 1 today).
+ * The one place a scheduler descriptor becomes a work request, built where it is posted from
+ * (pend[]): no further copy before the transport's burst. Several SGEs come only where the
+ * NIC's transport takes them (runtime/sched_api.c sets max_sge).
  */
 static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
 			      struct kvl_wr *wr)
@@ -221,10 +220,11 @@ static unsigned flush(struct kvl_nic_sched *ns, const struct routes *rt)
 	}
 	ns->ct.post_failed += failed;
 	ns->ct.posted += i - failed;
-	if (i < ns->n_pend) /* keep the order: the first refused leads next pass */
-		memmove(&ns->pend[0], &ns->pend[i], (ns->n_pend - i) * sizeof(ns->pend[0])),
-			memmove(&ns->pend_peer[0], &ns->pend_peer[i],
-				(ns->n_pend - i) * sizeof(ns->pend_peer[0]));
+	if (i < ns->n_pend) { /* keep the order: the first refused leads next pass */
+		memmove(&ns->pend[0], &ns->pend[i], (ns->n_pend - i) * sizeof(ns->pend[0]));
+		memmove(&ns->pend_peer[0], &ns->pend_peer[i],
+			(ns->n_pend - i) * sizeof(ns->pend_peer[0]));
+	}
 	ns->n_pend -= i;
 	return i;
 }
