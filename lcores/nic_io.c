@@ -274,33 +274,70 @@ static unsigned cpl_room(const struct kvl_nic_io *io)
 	return rte_ring_free_count(io->cpl);
 }
 
-static void complete_now(struct kvl_nic_io *io, const struct kvl_sub *sub, int status)
+void kvl_nic_io_complete(struct kvl_nic_io *io, struct kvl_wc *wc, unsigned n)
 {
-	struct kvl_wc wc = { .wr_id = sub->wr.wr_id, .bytes = 0, .status = status };
+	unsigned api = io->take_wc ? io->take_wc(io->take_wc_arg, wc, n) : n;
 
-	rte_ring_enqueue_elem(io->cpl, &wc, sizeof(wc));
+	if (api)
+		rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), api, NULL);
 }
 
-/* Returns false when @sub must wait: its connection has @depth requests outstanding. */
+void kvl_nic_io_fail(struct kvl_nic_io *io, uint64_t wr_id, int status)
+{
+	struct kvl_wc wc = { .wr_id = wr_id, .bytes = 0, .status = status };
+
+	kvl_nic_io_complete(io, &wc, 1);
+}
+
+int kvl_xport_status(const struct kvl_xconn *x, int err)
+{
+	if (err == -EPIPE)
+		return x->ops->broken(x->c) ?: KVL_ERR_CONN_LOST;
+	return err == -EMSGSIZE ? KVL_ERR_TOO_LARGE : KVL_ERR_PROTOCOL;
+}
+
+unsigned kvl_nic_io_post(struct kvl_nic_io *io, const struct kvl_xconn *x, const struct kvl_wr *wr,
+			 unsigned n, int *err, unsigned *failed)
+{
+	unsigned done = 0;
+
+	*err = 0;
+	while (done < n) {
+		int rc = 0;
+
+		done += x->ops->post(x->c, wr + done, n - done, &rc);
+		if (done == n)
+			break;
+		if (rc == -EAGAIN || rc == -EPIPE) {
+			*err = rc;
+			break;
+		}
+		/* refused for good: it completes now, the rest goes on */
+		kvl_nic_io_fail(io, wr[done].wr_id, kvl_xport_status(x, rc));
+		(*failed)++;
+		done++;
+	}
+	return done;
+}
+
+/* Returns false when @sub must wait: its connection has @depth requests outstanding. An API
+ * transfer is bound to its connection (the API chose it), so a broken one fails it. */
 static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub *sub)
 {
 	struct kvl_conn_slot *s = sub->slot < KVL_SLOTS_PER_LCORE ? &io->slot[sub->slot] : NULL;
-	int rc;
+	unsigned failed = 0;
+	int err;
 
 	if (s == NULL || s->x.ops == NULL || s->gen != sub->gen) {
 		io->unroutable++;
-		complete_now(io, sub, KVL_ERR_NO_PEER);
+		kvl_nic_io_fail(io, sub->wr.wr_id, KVL_ERR_NO_PEER);
 		return true;
 	}
-	rc = s->x.ops->post(s->x.c, &sub->wr);
-	if (rc == -EAGAIN)
+	if (kvl_nic_io_post(io, &s->x, &sub->wr, 1, &err, &failed) == 1)
+		return true;
+	if (err == -EAGAIN)
 		return false;
-	if (rc == -EPIPE)
-		complete_now(io, sub, s->x.ops->broken(s->x.c) ?: KVL_ERR_CONN_LOST);
-	else if (rc == -EMSGSIZE)
-		complete_now(io, sub, KVL_ERR_TOO_LARGE);
-	else if (rc < 0)
-		complete_now(io, sub, KVL_ERR_PROTOCOL);
+	kvl_nic_io_fail(io, sub->wr.wr_id, kvl_xport_status(&s->x, err));
 	return true;
 }
 
@@ -385,9 +422,7 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 		room = cpl_room(io);
 		n = ops->reap(s->x.c, wc, room < BURST ? room : BURST);
 		if (n) {
-			unsigned api = io->take_wc ? io->take_wc(io->take_wc_arg, wc, n) : n;
-
-			rte_ring_enqueue_burst_elem(io->cpl, wc, sizeof(wc[0]), api, NULL);
+			kvl_nic_io_complete(io, wc, n);
 			*work += n;
 		}
 		if (did || n) {

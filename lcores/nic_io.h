@@ -148,6 +148,27 @@ void kvl_nic_io_fini(struct kvl_nic_io *io);
  * @arg is the struct kvl_nic_io. Returns the work done. */
 unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg);
 
+/*
+ * The one submission path, for the API's transfers and the scheduler's: post @wr[0..n) on @x
+ * in order, through the transport's burst. A request refused for good completes at once (the
+ * one status map, kvl_xport_status(), through kvl_nic_io_complete()) and counts in *@failed.
+ * Returns how many were consumed (posted or failed); short of @n, *@err says why wr[ret]
+ * waits: -EAGAIN (full) or -EPIPE (broken: the caller fails it or tries another connection).
+ */
+unsigned kvl_nic_io_post(struct kvl_nic_io *io, const struct kvl_xconn *x, const struct kvl_wr *wr,
+			 unsigned n, int *err, unsigned *failed);
+
+/* The status a transfer gets when @x refuses it with @err (-EPIPE: the connection's own
+ * failure, else conn-lost; -EMSGSIZE: too large; anything else: protocol). */
+int kvl_xport_status(const struct kvl_xconn *x, int err);
+
+/* The one completion path: the scheduler's completions go to it (take_wc), the rest to the
+ * API's ring. @wc may be reordered. */
+void kvl_nic_io_complete(struct kvl_nic_io *io, struct kvl_wc *wc, unsigned n);
+
+/* Complete @wr_id at once with @status (bytes 0) through kvl_nic_io_complete(). */
+void kvl_nic_io_fail(struct kvl_nic_io *io, uint64_t wr_id, int status);
+
 /* Sum of the counters of @peer's connections on this lcore, live and closed (relaxed reads:
  * for telemetry). */
 void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum);

@@ -23,6 +23,8 @@ _Static_assert(sizeof(struct kvl_sched_event) % 4 == 0, "ring elements are multi
 
 uint64_t kvl_nic_sched_now(const struct kvl_nic_sched *ns)
 {
+	if (ns->clock != NULL)
+		return ns->clock(ns->clock_arg);
 	return (uint64_t)(((unsigned __int128)rte_rdtsc() * ns->tsc_mult) >> 32);
 }
 
@@ -73,6 +75,10 @@ struct kvl_nic_sched *kvl_nic_sched_create(struct kvl_nic_io *io,
 		return NULL;
 	}
 	ns->budget_seen = cfg->sched->budget;
+	/* Every completion of this NIC takes nic_io's one path; the scheduler's (its tag in
+	 * wr_id) are taken out there, so a caller of kvl_poll() never sees one. */
+	io->take_wc = kvl_nic_sched_take_wc;
+	io->take_wc_arg = ns;
 	return ns;
 }
 
@@ -121,10 +127,9 @@ unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
 /* ---- posting ---- */
 
 /*
- * The one place a scheduler descriptor becomes a work request. Multi-SGE plugs in here:
- * once struct kvl_wr carries n_sge and sge[KVL_WR_MAX_SGE], copy x->sge[0..n_sge) as
- * { staging + local_off, length } when x->n_sge >= 2, and let kvl_nic_sched_create() pass a
- * max_sge above 1 to the scheduler (runtime/sched_api.c sets it to 1 today).
+ * The one place a scheduler descriptor becomes a work request, built where it is posted from
+ * (pend[]): no further copy before the transport's burst. Several SGEs come only where the
+ * NIC's transport takes them (runtime/sched_api.c sets max_sge).
  */
 static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
 			      struct kvl_wr *wr)
@@ -166,36 +171,62 @@ static void find_routes(const struct kvl_nic_io *io, struct routes *rt)
 	}
 }
 
-/* 0 posted; -EAGAIN every connection full (keep it); else a kvl_status to fail it with. */
-static int post_one(struct kvl_nic_sched *ns, const struct routes *rt, uint32_t peer,
-		    const struct kvl_wr *wr)
+/*
+ * Post pend[0..n_pend) in order through nic_io's one submission path, runs of one peer as a
+ * burst: on the null connection, or on the peer's connections from @ns->rr on (a full or
+ * broken one passes the rest of the run to the next). Stops at the first descriptor no
+ * connection takes now and keeps it and those after it, in order. Returns how many went.
+ */
+static unsigned flush(struct kvl_nic_sched *ns, const struct routes *rt)
 {
-	unsigned n;
-	int rc;
+	unsigned i = 0, failed = 0;
+	int err;
 
-	if (ns->null.ops) {
-		rc = ns->null.ops->post(ns->null.c, wr);
-		return rc == 0 ? 0 : rc == -EAGAIN ? -EAGAIN : KVL_ERR_PROTOCOL;
-	}
-	n = peer < KVL_MAX_PEERS_RT ? rt->n[peer] : 0;
-	if (n == 0) {
-		ns->ct.no_conn++;
-		return KVL_ERR_NO_PEER;
-	}
-	for (unsigned k = 0; k < n; k++) {
-		const struct kvl_conn_slot *s = &ns->io->slot[rt->slot[peer][(ns->rr + k) % n]];
+	while (i < ns->n_pend) {
+		uint32_t peer = ns->pend_peer[i];
+		unsigned run = 1, k, n, took = 0;
 
-		rc = s->x.ops->post(s->x.c, wr);
-		if (rc == 0) {
-			ns->rr++;
-			return 0;
+		/* the null connection stands for every peer: all of it is one run */
+		while (i + run < ns->n_pend && (ns->null.ops || ns->pend_peer[i + run] == peer))
+			run++;
+		if (ns->null.ops) {
+			took = kvl_nic_io_post(ns->io, &ns->null, &ns->pend[i], run, &err, &failed);
+		} else if ((n = peer < KVL_MAX_PEERS_RT ? rt->n[peer] : 0) == 0) {
+			ns->ct.no_conn += run;
+			for (k = 0; k < run; k++)
+				kvl_nic_io_fail(ns->io, ns->pend[i + k].wr_id, KVL_ERR_NO_PEER);
+			failed += run;
+			took = run;
+		} else {
+			/* one descriptor per connection in turn: spread over the peer's QPs */
+			for (k = 0; k < n && took < run;) {
+				const struct kvl_conn_slot *s =
+					&ns->io->slot[rt->slot[peer][ns->rr % n]];
+
+				if (kvl_nic_io_post(ns->io, &s->x, &ns->pend[i + took], 1, &err,
+						    &failed) == 1) {
+					took++;
+					ns->rr++;
+					k = 0;
+				} else {
+					ns->rr++;
+					k++;
+				}
+			}
 		}
-		if (rc == -EMSGSIZE)
-			return KVL_ERR_TOO_LARGE;
-		if (rc != -EAGAIN && rc != -EPIPE)
-			return KVL_ERR_PROTOCOL;
+		i += took;
+		if (took < run)
+			break;
 	}
-	return -EAGAIN;
+	ns->ct.post_failed += failed;
+	ns->ct.posted += i - failed;
+	if (i < ns->n_pend) { /* keep the order: the first refused leads next pass */
+		memmove(&ns->pend[0], &ns->pend[i], (ns->n_pend - i) * sizeof(ns->pend[0]));
+		memmove(&ns->pend_peer[0], &ns->pend_peer[i],
+			(ns->n_pend - i) * sizeof(ns->pend_peer[0]));
+	}
+	ns->n_pend -= i;
+	return i;
 }
 
 /* Post what waits, then what the scheduler gives, until a connection is full. */
@@ -203,49 +234,28 @@ static unsigned do_posts(struct kvl_nic_sched *ns, uint64_t now)
 {
 	struct kvl_sched_xfer x[KVL_NSCHED_BATCH];
 	struct routes rt;
-	unsigned keep = 0, n, work = 0;
-	int rc;
+	unsigned n, work = 0;
 
 	if (ns->null.ops == NULL)
 		find_routes(ns->io, &rt);
-	for (unsigned i = 0; i < ns->n_pend; i++) {
-		if (keep == 0 &&
-		    (rc = post_one(ns, &rt, ns->pend_peer[i], &ns->pend[i])) != -EAGAIN) {
-			if (rc > 0) {
-				ns->ct.post_failed++;
-				complete(ns, ns->pend[i].wr_id, rc, now);
-			} else {
-				ns->ct.posted++;
-			}
-			work++;
-			continue;
+	if (ns->n_pend) {
+		work = flush(ns, &rt);
+		if (ns->n_pend) {
+			ns->ct.stalled++;
+			return work;
 		}
-		ns->pend[keep] = ns->pend[i]; /* keep the order: stop at the first refusal */
-		ns->pend_peer[keep++] = ns->pend_peer[i];
-	}
-	ns->n_pend = keep;
-	if (keep) {
-		ns->ct.stalled++;
-		return work;
 	}
 	n = kvl_sched_step(ns->s, now, x, KVL_NSCHED_BATCH);
 	for (unsigned i = 0; i < n; i++) {
-		struct kvl_wr *wr = &ns->pend[ns->n_pend];
-
 		ns->xid[(uint32_t)x[i].id & ns->xid_mask] = x[i].id;
-		xfer_to_wr(ns, &x[i], wr);
-		rc = ns->n_pend ? -EAGAIN : post_one(ns, &rt, (uint32_t)x[i].peer, wr);
-		if (rc == -EAGAIN) {
-			ns->pend_peer[ns->n_pend++] = (uint32_t)x[i].peer;
-		} else if (rc > 0) {
-			ns->ct.post_failed++;
-			complete(ns, wr->wr_id, rc, now);
-		} else {
-			ns->ct.posted++;
-		}
+		xfer_to_wr(ns, &x[i], &ns->pend[i]);
+		ns->pend_peer[i] = (uint32_t)x[i].peer;
 	}
-	if (n)
+	ns->n_pend = n;
+	if (n) {
+		flush(ns, &rt);
 		ns->dirty = true;
+	}
 	return work + n;
 }
 
@@ -398,11 +408,12 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 	}
 	work += do_commands(ns, now);
 	if (ns->null.ops) {
+		/* its completions take the one completion path, as the peer connections' do */
 		struct kvl_wc wc[KVL_NSCHED_BATCH];
 		unsigned n = ns->null.ops->reap(ns->null.c, wc, KVL_NSCHED_BATCH);
 
-		for (unsigned i = 0; i < n; i++)
-			complete(ns, wc[i].wr_id, wc[i].status, now);
+		if (n)
+			kvl_nic_io_complete(ns->io, wc, n);
 		work += n;
 	}
 	work += do_posts(ns, now);

@@ -591,10 +591,7 @@ const struct kvl_cudma_stats *kvl_cudma_stats(const struct kvl_cudma_conn *c)
 
 /* ---- struct kvl_xport_ops ---- */
 
-static int op_post(void *c, const struct kvl_wr *wr)
-{
-	return kvl_cudma_post(c, wr);
-}
+KVL_XPORT_BURST_OF(kvl_cudma_post, struct kvl_cudma_conn)
 
 static unsigned op_progress(void *c)
 {
@@ -641,7 +638,7 @@ static void op_free(void *c)
 
 const struct kvl_xport_ops kvl_xport_cudma = {
 	.name = "cudma",
-	.post = op_post,
+	.post = kvl_cudma_post_burst,
 	.progress = op_progress,
 	.reap = op_reap,
 	.fail_all = op_fail_all,

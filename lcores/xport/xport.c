@@ -9,10 +9,7 @@
 
 /* ---- tcp ---- */
 
-static int tcp_post(void *c, const struct kvl_wr *wr)
-{
-	return kvl_tcp_post(c, wr);
-}
+KVL_XPORT_BURST_OF(kvl_tcp_post, struct kvl_tcp_conn)
 
 static unsigned tcp_progress(void *c)
 {
@@ -51,7 +48,7 @@ static void tcp_free(void *c)
 
 const struct kvl_xport_ops kvl_xport_tcp = {
 	.name = "tcp",
-	.post = tcp_post,
+	.post = kvl_tcp_post_burst,
 	.progress = tcp_progress,
 	.reap = tcp_reap,
 	.fail_all = tcp_fail_all,

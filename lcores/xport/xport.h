@@ -13,8 +13,11 @@
  */
 struct kvl_xport_ops {
 	const char *name;
-	/* 0; -EAGAIN when full; -EPIPE when broken; -EMSGSIZE over the largest message */
-	int (*post)(void *c, const struct kvl_wr *wr);
+	/* Burst, as DPDK's tx_burst: takes wr[0..k) of @n in order and returns k. When k < n,
+	 * *err says why wr[k] was not taken: -EAGAIN full (try it again later), -EPIPE broken,
+	 * -EMSGSIZE over the largest message, another negative errno: malformed. Whatever was
+	 * taken completes through reap, whatever its fate on the wire. */
+	unsigned (*post)(void *c, const struct kvl_wr *wr, unsigned n, int *err);
 	unsigned (*progress)(void *c);
 	unsigned (*reap)(void *c, struct kvl_wc *wc, unsigned max);
 	void (*fail_all)(void *c, int status);
@@ -43,6 +46,28 @@ struct kvl_xconn {
 	const struct kvl_xport_ops *ops; /* NULL: no connection */
 	void *c;
 };
+
+/* Post one request through the burst interface: 0 or the negative errno it was refused with. */
+static inline int kvl_xport_post1(const struct kvl_xport_ops *ops, void *c, const struct kvl_wr *wr)
+{
+	int err = 0;
+
+	return ops->post(c, wr, 1, &err) == 1 ? 0 : err;
+}
+
+/* Every transport's burst from its one-request post: the loop stops at the first refusal. */
+#define KVL_XPORT_BURST_OF(fn, conn_type)                                                  \
+	static unsigned fn##_burst(void *c, const struct kvl_wr *wr, unsigned n, int *err) \
+	{                                                                                  \
+		unsigned k = 0;                                                            \
+		int rc = 0;                                                                \
+                                                                                           \
+		while (k < n && (rc = fn((conn_type *)c, &wr[k])) == 0)                    \
+			k++;                                                               \
+		if (k < n)                                                                 \
+			*err = rc;                                                         \
+		return k;                                                                  \
+	}
 
 extern const struct kvl_xport_ops kvl_xport_tcp;
 extern const struct kvl_xport_ops kvl_xport_verbs;

@@ -9,10 +9,15 @@
 /* ---- verbs: a QP recovers from its errors by itself, so "broken" means only that the
  * connection was failed on purpose (peer dead, shutdown) and is to be closed. ---- */
 
-static int verbs_post(void *c, const struct kvl_wr *wr)
+static unsigned verbs_post(void *c, const struct kvl_wr *wr, unsigned n, int *err)
 {
-	/* kept, and handed to the QP as one batch by the next progress (one doorbell) */
-	return kvl_verbs_enqueue(c, wr, 1) == 1 ? 0 : -EAGAIN;
+	/* kept, and handed to the QP as one batch by the next progress (one doorbell); the
+	 * checks a request fails become its completion, so only a full ring refuses */
+	unsigned k = kvl_verbs_enqueue(c, wr, n);
+
+	if (k < n)
+		*err = -EAGAIN;
+	return k;
 }
 
 static unsigned verbs_progress(void *c)

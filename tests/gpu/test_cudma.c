@@ -43,7 +43,7 @@ static void run(const struct kvl_xport_ops *ops, void *c, const struct job *j, u
 
 	while (reaped < n) {
 		while (posted < n) {
-			int rc = ops->post(c, &j[posted].wr);
+			int rc = kvl_xport_post1(ops, c, &j[posted].wr);
 
 			if (rc == -EAGAIN)
 				break;
@@ -271,15 +271,16 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 		struct kvl_wc wc[256];
 		unsigned k = 0, got;
 
-		while (ops->post(c, &w) == 0)
+		while (kvl_xport_post1(ops, c, &w) == 0)
 			k++;
-		EXPECT(k == 256 && ops->post(c, &w) == -EAGAIN, "depth: %u taken", k);
+		EXPECT(k == 256 && kvl_xport_post1(ops, c, &w) == -EAGAIN, "depth: %u taken", k);
 		ops->fail_all(c, KVL_ERR_CANCELED);
 		got = ops->reap(c, wc, 256);
 		EXPECT(got == 256, "fail_all completed %u of 256", got);
 		for (unsigned i = 0; i < got; i++)
 			EXPECT(wc[i].status == KVL_ERR_CANCELED, "status %d", wc[i].status);
-		EXPECT(ops->post(c, &w) == -EPIPE && ops->broken(c), "post after fail_all");
+		EXPECT(kvl_xport_post1(ops, c, &w) == -EPIPE && ops->broken(c),
+		       "post after fail_all");
 	}
 	ops->free(c);
 	free(j);

@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit test of the NIC lcore's I/O stage: routing, retries, errno-to-status, closing. */
+#include "fake_xport.h"
+#include "kvl_test.h"
+
+#include "../../lcores/nic_io.c"
+
+static struct kvl_nic_io io;
+
+static void add_conn(unsigned slot, uint32_t peer, uint32_t gen, struct fake_conn *c)
+{
+	struct kvl_lcmd cmd = { .type = KVL_LCMD_ADD_CONN,
+				.peer = peer,
+				.slot = slot,
+				.gen = gen,
+				.x = { .ops = &fake_ops, .c = c } };
+
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &cmd, sizeof(cmd)), 0);
+}
+
+/* What the API does in kvl_post(): one struct kvl_sub into the submission ring. */
+static void submit(unsigned slot, uint32_t gen, uint64_t wr_id, uint32_t length)
+{
+	static uint8_t buf[1 << 16];
+	struct kvl_sub sub = { .wr = { .wr_id = wr_id,
+				       .local = buf,
+				       .remote_off = wr_id * 8,
+				       .length = length,
+				       .remote_seg = 1,
+				       .op = KVL_OP_READ },
+			       .slot = (uint16_t)slot,
+			       .gen = gen };
+
+	CHECK_INT(rte_ring_mp_enqueue_elem(io.sub, &sub, sizeof(sub)), 0);
+}
+
+static unsigned take_cpl(struct kvl_wc *wc, unsigned max)
+{
+	return rte_ring_sc_dequeue_burst_elem(io.cpl, wc, sizeof(*wc), max, NULL);
+}
+
+static void setup(void)
+{
+	CHECK_INT(kvl_nic_io_init(&io, 0, 0, 16), 0);
+}
+
+/* Submissions reach their connection in order; its completions reach the API unchanged. */
+static void test_route_and_complete(void)
+{
+	struct fake_conn c = { .room = 16 };
+	struct kvl_wc wc[8];
+
+	setup();
+	add_conn(5, 2, 7, &c);
+	for (uint64_t i = 1; i <= 3; i++)
+		submit(5, 7, i, (uint32_t)(100 * i));
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, 3);
+	for (unsigned i = 0; i < 3 && i < c.n_got; i++) {
+		CHECK_INT(c.got[i].wr_id, i + 1);
+		CHECK_INT(c.got[i].length, 100 * (i + 1));
+		CHECK_INT(c.got[i].remote_off, (i + 1) * 8);
+	}
+	CHECK_INT(take_cpl(wc, 8), 0); /* nothing completed yet */
+	fake_finish(&c, 1, KVL_OK);
+	fake_finish(&c, 0, KVL_ERR_BOUNDS);
+	fake_finish(&c, 2, KVL_OK);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(take_cpl(wc, 8), 3);
+	CHECK_INT(wc[0].wr_id, 2);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, 200);
+	CHECK_INT(wc[1].wr_id, 1);
+	CHECK_INT(wc[1].status, KVL_ERR_BOUNDS);
+	CHECK_INT(wc[1].bytes, 0);
+	CHECK_INT(wc[2].wr_id, 3);
+	CHECK_INT(wc[2].bytes, 300);
+	kvl_nic_io_fini(&io);
+	CHECK(c.freed);
+}
+
+/* A slot that is free, or holds a newer generation: the submission completes NO_PEER. */
+static void test_unroutable(void)
+{
+	struct fake_conn c = { .room = 16 };
+	struct kvl_wc wc[8];
+
+	setup();
+	add_conn(1, 0, 3, &c);
+	submit(1, 2, 11, 10);	/* stale generation */
+	submit(9, 1, 12, 10);	/* no connection */
+	submit(200, 1, 13, 10); /* no such slot */
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, 0);
+	CHECK_INT(take_cpl(wc, 8), 3);
+	for (unsigned i = 0; i < 3; i++) {
+		CHECK_INT(wc[i].wr_id, 11 + i);
+		CHECK_INT(wc[i].status, KVL_ERR_NO_PEER);
+		CHECK_INT(wc[i].bytes, 0);
+	}
+	CHECK_INT(io.unroutable, 3);
+	kvl_nic_io_fini(&io);
+}
+
+/* A full connection (-EAGAIN): the rest waits and is posted, in order, once it has room; the
+ * other connections go on meanwhile. */
+static void test_retry_in_order(void)
+{
+	struct fake_conn a = { .room = 2 }, b = { .room = 16 };
+	struct kvl_wc wc[16];
+
+	setup();
+	add_conn(0, 1, 1, &a);
+	add_conn(1, 1, 1, &b);
+	for (uint64_t i = 1; i <= 5; i++)
+		submit(0, 1, i, 1);
+	submit(1, 1, 100, 1);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(a.n_got, 2);
+	CHECK_INT(b.n_got, 1);
+	kvl_nic_io_stage(NULL, &io); /* still full: nothing moves, nothing is lost */
+	CHECK_INT(a.n_got, 2);
+	fake_finish(&a, 0, KVL_OK);
+	fake_finish(&a, 1, KVL_OK);
+	kvl_nic_io_stage(NULL, &io); /* reaps two, */
+	kvl_nic_io_stage(NULL, &io); /* posts two more */
+	CHECK_INT(a.n_got, 4);
+	fake_finish(&a, 2, KVL_OK);
+	fake_finish(&a, 3, KVL_OK);
+	kvl_nic_io_stage(NULL, &io);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(a.n_got, 5);
+	for (unsigned i = 0; i < a.n_got; i++)
+		CHECK_INT(a.got[i].wr_id, i + 1);
+	fake_finish(&a, 4, KVL_OK);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(take_cpl(wc, 16), 5);
+	for (unsigned i = 0; i < 5; i++)
+		CHECK_INT(wc[i].wr_id, i + 1);
+	kvl_nic_io_fini(&io);
+}
+
+/* A refused post completes at once with the status its errno stands for. */
+static void check_refusal(int err, int broken, int status)
+{
+	struct fake_conn c = { .room = 16, .refuse = err, .broken = broken };
+	struct kvl_wc wc[4];
+
+	setup();
+	add_conn(3, 4, 1, &c);
+	submit(3, 1, 77, 64);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, 0);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].wr_id, 77);
+	CHECK_INT(wc[0].status, status);
+	CHECK_INT(wc[0].bytes, 0);
+	c.broken = 0; /* closed conns are tested apart */
+	kvl_nic_io_fini(&io);
+}
+
+static void test_errno_to_status(void)
+{
+	check_refusal(-EPIPE, KVL_ERR_PEER_DEAD, KVL_ERR_PEER_DEAD); /* broken: its own status */
+	check_refusal(-EPIPE, 0, KVL_ERR_CONN_LOST);
+	check_refusal(-EMSGSIZE, 0, KVL_ERR_TOO_LARGE);
+	check_refusal(-EINVAL, 0, KVL_ERR_PROTOCOL);
+}
+
+/* A broken connection closes once nothing is outstanding: reported to the control thread,
+ * freed, its counters kept for its peer. */
+static void test_close(void)
+{
+	struct fake_conn c = { .room = 16 };
+	struct kvl_levt ev;
+	struct kvl_tcp_stats sum = { 0 };
+	struct kvl_wc wc[4];
+
+	setup();
+	add_conn(2, 6, 1, &c);
+	submit(2, 1, 1, 8);
+	kvl_nic_io_stage(NULL, &io);
+	c.broken = KVL_ERR_CONN_LOST;
+	kvl_nic_io_stage(NULL, &io); /* one outstanding: stays */
+	CHECK(!c.freed);
+	CHECK_INT(rte_ring_count(io.evt), 0);
+	fake_finish(&c, 0, KVL_ERR_CONN_LOST);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK(c.freed);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_CONN_LOST);
+	CHECK_INT(rte_ring_dequeue_elem(io.evt, &ev, sizeof(ev)), 0);
+	CHECK_INT(ev.type, KVL_LEVT_CONN_CLOSED);
+	CHECK_INT(ev.slot, 2);
+	CHECK_INT(ev.peer, 6);
+	CHECK_INT(ev.status, KVL_ERR_CONN_LOST);
+	kvl_nic_io_peer_stats(&io, 6, &sum);
+	CHECK_INT(sum.posted_read, 1);
+	submit(2, 1, 2, 8); /* the slot is free now */
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_NO_PEER);
+	kvl_nic_io_fini(&io);
+}
+
+/* FAIL_PEER fails only that peer's connections. */
+static void test_fail_peer(void)
+{
+	struct fake_conn a = { .room = 4 }, b = { .room = 4 };
+	struct kvl_lcmd cmd = { .type = KVL_LCMD_FAIL_PEER, .peer = 1, .status = KVL_ERR_NO_PEER };
+
+	setup();
+	add_conn(0, 1, 1, &a);
+	add_conn(1, 2, 1, &b);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &cmd, sizeof(cmd)), 0);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK(a.freed);
+	CHECK(!b.freed);
+	CHECK_INT(b.broken, 0);
+	kvl_nic_io_fini(&io);
+}
+
+/* The null transport's burst: takes what fits, says -EAGAIN for the rest, completes in
+ * order with each request's id and length. */
+static void test_null_burst(void)
+{
+	struct kvl_null_conn *c = kvl_null_conn_new(4);
+	struct kvl_wr wr[6];
+	struct kvl_wc wc[8];
+	int err = 0;
+
+	CHECK(c != NULL);
+	if (c == NULL)
+		return;
+	for (unsigned i = 0; i < 6; i++)
+		wr[i] = (struct kvl_wr){ .wr_id = 10 + i, .length = 100 + i, .op = KVL_OP_READ };
+	CHECK_INT(kvl_xport_null.post(c, wr, 6, &err), 4);
+	CHECK_INT(err, -EAGAIN);
+	CHECK_INT(kvl_xport_null.outstanding(c), 4);
+	CHECK_INT(kvl_xport_null.reap(c, wc, 8), 4);
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK_INT(wc[i].wr_id, 10 + i);
+		CHECK_INT(wc[i].bytes, 100 + i);
+		CHECK_INT(wc[i].status, KVL_OK);
+	}
+	err = 0;
+	CHECK_INT(kvl_xport_null.post(c, wr + 4, 2, &err), 2);
+	CHECK_INT(err, 0);
+	kvl_xport_null.free(c);
+}
+
+/* A burst refused in its middle: what came before is posted, the refused one completes with
+ * its status, what follows still goes (kvl_nic_io_post, the one submission path). */
+static void test_post_refused_midway(void)
+{
+	struct fake_conn c = { .room = 2 };
+	struct kvl_xconn x = { &fake_ops, &c };
+	struct kvl_wr wr[4];
+	struct kvl_wc wc[4];
+	unsigned failed = 0;
+	int err = 0;
+
+	setup();
+	for (unsigned i = 0; i < 4; i++)
+		wr[i] = (struct kvl_wr){ .wr_id = 1 + i, .length = 8, .op = KVL_OP_READ };
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr, 4, &err, &failed), 2);
+	CHECK_INT(err, -EAGAIN);
+	CHECK_INT(failed, 0);
+	c.room = 16;
+	c.refuse = -EMSGSIZE;
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr + 2, 1, &err, &failed), 1);
+	CHECK_INT(failed, 1);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].wr_id, 3);
+	CHECK_INT(wc[0].status, KVL_ERR_TOO_LARGE);
+	c.refuse = 0;
+	CHECK_INT(kvl_nic_io_post(&io, &x, wr + 3, 1, &err, &failed), 1);
+	CHECK_INT(c.n_got, 3);
+	CHECK_INT(c.got[2].wr_id, 4);
+	kvl_nic_io_fini(&io);
+}
+
+int main(void)
+{
+	test_null_burst();
+	test_post_refused_midway();
+	test_route_and_complete();
+	test_unroutable();
+	test_retry_in_order();
+	test_errno_to_status();
+	test_close();
+	test_fail_peer();
+	return kvl_test_done("nic_io");
+}

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit test of the NIC lcore's scheduler stage through its I/O stage: posts, retries, events. */
+#include "fake_xport.h"
+#include "kvl_test.h"
+
+#include "../../lcores/nic_io.c"
+/* the two stages' private helpers share names: keep the scheduler's apart */
+#define do_commands ns_do_commands
+#define publish	    ns_publish
+#define complete    ns_complete
+#include "../../lcores/nic_sched.c"
+#undef do_commands
+#undef publish
+#undef complete
+
+#define SLOT  4096u
+#define NSLOT 64u
+
+static struct kvl_nic_io io;
+static uint8_t staging[SLOT * NSLOT];
+static uint64_t budget = (uint64_t)SLOT * NSLOT;
+static uint64_t fake_ns = 1000;
+
+static uint64_t fake_clock(void *arg)
+{
+	(void)arg;
+	return fake_ns += 100;
+}
+
+/* A request of 2 steps x 2 blocks, contiguous on the peer in segment 5. */
+static struct kvl_sched_block blk[4];
+static const uint32_t first[3] = { 0, 2, 4 }, refs[4] = { 0, 1, 2, 3 };
+static uint64_t off[4];
+static struct kvl_nsreq req;
+
+static struct kvl_nic_sched *make(bool null_xport, uint32_t max_msg)
+{
+	static struct kvl_sched_cfg c;
+	struct kvl_nic_sched_cfg nc = {
+		.sched = &c, .staging = staging, .budget = &budget, .null_xport = null_xport
+	};
+	struct kvl_nic_sched *ns;
+
+	c = (struct kvl_sched_cfg){ .max_requests = 8,
+				    .max_blocks_total = 64,
+				    .max_xfers = 64,
+				    .slot_size = SLOT,
+				    .slot_count = NSLOT,
+				    .window_min = SLOT,
+				    .window_max = 1u << 20,
+				    .max_msg = max_msg,
+				    .max_sge = 1,
+				    .resize_ns = 1000000000ull };
+	for (unsigned i = 0; i < 4; i++)
+		blk[i] = (struct kvl_sched_block){ .remote_off = 65536 + i * SLOT,
+						   .remote_seg = 5,
+						   .length = SLOT - 16 * i };
+	CHECK_INT(kvl_nic_io_init(&io, 0, 0, 16), 0);
+	ns = kvl_nic_sched_create(&io, &nc);
+	CHECK(ns != NULL);
+	if (ns == NULL)
+		exit(1);
+	ns->clock = fake_clock;
+	/* as runtime/sched_api.c wires them */
+	io.take_wc = kvl_nic_sched_take_wc;
+	io.take_wc_arg = ns;
+	io.watch = kvl_nic_sched_cmd_ring(ns);
+	return ns;
+}
+
+static void done(struct kvl_nic_sched *ns)
+{
+	io.take_wc = NULL;
+	kvl_nic_sched_free(ns);
+	kvl_nic_io_fini(&io);
+}
+
+static void open_req(struct kvl_nic_sched *ns, uint64_t peer)
+{
+	struct kvl_nsched_cmd c = { .type = KVL_NSCHED_OPEN, .r = &req };
+
+	memset(off, 0xff, sizeof(off));
+	req = (struct kvl_nsreq){ .d = { .peer = peer,
+					 .user = (uint64_t)(uintptr_t)&req,
+					 .blocks = blk,
+					 .n_blocks = 4,
+					 .n_steps = 2,
+					 .step_first = first,
+					 .step_blocks = refs,
+					 .dir = KVL_SCHED_PULL,
+					 .cls = KVL_SCHED_DECODE },
+				  .handle = 99,
+				  .open_rc = 1,
+				  .off = off };
+	CHECK_INT(rte_ring_enqueue_elem(ns->cmd, &c, sizeof(c)), 0);
+}
+
+/* The NIC lcore's loop: I/O stage, then the scheduler's. */
+static void spin(struct kvl_nic_sched *ns, unsigned passes)
+{
+	for (unsigned i = 0; i < passes; i++) {
+		kvl_nic_io_stage(NULL, &io);
+		kvl_nic_sched_stage(NULL, ns);
+	}
+}
+
+static unsigned events(struct kvl_nic_sched *ns, struct kvl_sched_event *ev, unsigned max)
+{
+	return rte_ring_sc_dequeue_burst_elem(ns->ev, ev, sizeof(*ev), max, NULL);
+}
+
+static void step_done(struct kvl_nic_sched *ns, uint32_t step)
+{
+	struct kvl_nsched_cmd c = { .type = KVL_NSCHED_DONE, .step = step, .r = &req };
+
+	CHECK_INT(rte_ring_enqueue_elem(ns->cmd, &c, sizeof(c)), 0);
+}
+
+/* The engine's view of a whole request: steps READY in order with their blocks' staging
+ * offsets, then DONE; nothing of it on the API's completion ring. */
+static void drive_to_done(struct kvl_nic_sched *ns, struct fake_conn *c)
+{
+	struct kvl_sched_event ev[8];
+	unsigned n, ready = 0, done_ev = 0;
+
+	for (unsigned round = 0; round < 50 && !done_ev; round++) {
+		spin(ns, 2);
+		if (c) /* the wire: complete whatever it holds */
+			while (c->n_done < c->n_got && c->n_done < FAKE_MAX &&
+			       c->outstanding > c->n_done)
+				fake_finish(c, c->n_got - c->outstanding + c->n_done, KVL_OK);
+		n = events(ns, ev, 8);
+		for (unsigned i = 0; i < n; i++) {
+			CHECK_INT(ev[i].user, (uint64_t)(uintptr_t)&req);
+			if (ev[i].type == KVL_SCHED_EV_STEP_READY) {
+				CHECK_INT(ev[i].step, ready);
+				for (uint32_t j = first[ev[i].step]; j < first[ev[i].step + 1]; j++)
+					CHECK(off[j] < sizeof(staging) && off[j] % SLOT == 0);
+				step_done(ns, ev[i].step);
+				ready++;
+			} else {
+				CHECK_INT(ev[i].type, KVL_SCHED_EV_REQ_DONE);
+				done_ev++;
+			}
+		}
+	}
+	CHECK_INT(ready, 2);
+	CHECK_INT(done_ev, 1);
+	CHECK_INT(rte_ring_count(io.cpl), 0);
+}
+
+static void test_null_transport(void)
+{
+	struct kvl_nic_sched *ns = make(true, 0);
+
+	open_req(ns, 3);
+	drive_to_done(ns, NULL);
+	CHECK_INT(req.open_rc, 0);
+	CHECK_INT(ns->ct.posted, 4);
+	CHECK_INT(ns->ct.bad_completions, 0);
+	done(ns);
+}
+
+/* READs go out on the peer's connection, into staging, beside the API's own transfers; the
+ * API sees its completion and only its. */
+static void test_peer_connection(void)
+{
+	struct kvl_nic_sched *ns = make(false, 0);
+	struct fake_conn c = { .room = 64 }, other = { .room = 64 };
+	struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+				.peer = 3,
+				.slot = 4,
+				.gen = 1,
+				.x = { .ops = &fake_ops, .c = &c } };
+	struct kvl_sub sub = { .wr = { .wr_id = 42, .local = staging, .length = 8, .op = 2 },
+			       .slot = 4,
+			       .gen = 1 };
+	struct kvl_wc wc[8];
+	bool seen[4] = { false };
+
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+	add.peer = 7, add.slot = 5, add.x.c = &other;
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+	open_req(ns, 3);
+	spin(ns, 2);
+	CHECK_INT(c.n_got, 4);
+	CHECK_INT(other.n_got, 0);
+	for (unsigned i = 0; i < c.n_got; i++) {
+		const struct kvl_wr *w = &c.got[i];
+		unsigned b = (unsigned)((w->remote_off - 65536) / SLOT);
+
+		CHECK_INT(w->op, KVL_OP_READ);
+		CHECK_INT(w->remote_seg, 5);
+		CHECK(b < 4);
+		if (b >= 4)
+			continue;
+		CHECK_INT(w->length, blk[b].length);
+		CHECK((uint8_t *)w->local >= staging &&
+		      (uint8_t *)w->local + w->length <= staging + sizeof(staging));
+		CHECK(!seen[b]);
+		seen[b] = true;
+	}
+	CHECK_INT(rte_ring_mp_enqueue_elem(io.sub, &sub, sizeof(sub)), 0);
+	for (unsigned i = 0; i < c.n_got; i++)
+		fake_finish(&c, i, KVL_OK);
+	spin(ns, 1); /* the API's request is taken; the scheduler's completions go to it */
+	CHECK_INT(c.n_got, 5);
+	fake_finish(&c, 4, KVL_OK);
+	spin(ns, 1);
+	CHECK_INT(rte_ring_sc_dequeue_burst_elem(io.cpl, wc, sizeof(wc[0]), 8, NULL), 1);
+	CHECK_INT(wc[0].wr_id, 42);
+	CHECK_INT(wc[0].bytes, 8);
+	CHECK_INT(wc[0].status, KVL_OK);
+	c.n_got = c.outstanding = 0;
+	drive_to_done(ns, &c);
+	CHECK_INT(ns->ct.bad_completions, 0);
+	done(ns);
+}
+
+/* Full connections: what they refuse waits and goes out once they have room, each block
+ * exactly once. */
+static void test_full_connection(void)
+{
+	struct kvl_nic_sched *ns = make(false, 0);
+	struct fake_conn c = { .room = 1 };
+	struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+				.peer = 3,
+				.slot = 0,
+				.gen = 1,
+				.x = { .ops = &fake_ops, .c = &c } };
+	bool seen[4] = { false };
+
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+	open_req(ns, 3);
+	spin(ns, 3);
+	CHECK_INT(c.n_got, 1);
+	CHECK(ns->ct.stalled > 0);
+	drive_to_done(ns, &c);
+	CHECK_INT(c.n_got, 4);
+	for (unsigned i = 0; i < c.n_got; i++) {
+		unsigned b = (unsigned)((c.got[i].remote_off - 65536) / SLOT);
+
+		CHECK(b < 4 && !seen[b]);
+		if (b < 4)
+			seen[b] = true;
+	}
+	CHECK_INT(ns->ct.posted, 4);
+	done(ns);
+}
+
+/* A request whose transfers cannot be posted fails with the status the refusal stands for. */
+static void check_fails(bool with_conn, int refuse, int status)
+{
+	struct kvl_nic_sched *ns = make(false, 0);
+	struct fake_conn c = { .room = 16, .refuse = refuse };
+	struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+				.peer = 3,
+				.slot = 0,
+				.gen = 1,
+				.x = { .ops = &fake_ops, .c = &c } };
+	struct kvl_sched_event ev[8];
+	unsigned n, failed = 0;
+
+	if (with_conn)
+		CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+	open_req(ns, 3);
+	spin(ns, 4);
+	n = events(ns, ev, 8);
+	for (unsigned i = 0; i < n; i++)
+		if (ev[i].type == KVL_SCHED_EV_REQ_FAILED) {
+			CHECK_INT(ev[i].status, status);
+			failed++;
+		}
+	CHECK_INT(failed, 1);
+	CHECK_INT(c.n_got, 0);
+	CHECK_INT(rte_ring_count(io.cpl), 0);
+	c.refuse = 0;
+	done(ns);
+}
+
+static void test_refusals(void)
+{
+	check_fails(false, 0, KVL_ERR_NO_PEER);
+	check_fails(true, -EMSGSIZE, KVL_ERR_TOO_LARGE);
+	check_fails(true, -EINVAL, KVL_ERR_PROTOCOL);
+}
+
+/* A peer with two connections: descriptors take turns on them; one that refuses as broken
+ * (before the lcore noticed) passes them to the other, and none fails. */
+static void test_two_connections(void)
+{
+	for (int round = 0; round < 2; round++) {
+		struct kvl_nic_sched *ns = make(false, 0);
+		struct fake_conn a = { .room = 64 }, b = { .room = 64 };
+		struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+					.peer = 3,
+					.slot = 0,
+					.gen = 1,
+					.x = { .ops = &fake_ops, .c = &a } };
+
+		if (round == 1)
+			a.refuse = -EPIPE;
+		CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+		add.slot = 1, add.x.c = &b;
+		CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+		open_req(ns, 3);
+		spin(ns, 2);
+		CHECK_INT(a.n_got + b.n_got, 4);
+		CHECK_INT(a.n_got, round == 0 ? 2 : 0);
+		CHECK_INT(ns->ct.post_failed, 0);
+		a.refuse = 0;
+		for (unsigned i = 0; i < a.n_got; i++)
+			fake_finish(&a, i, KVL_OK);
+		spin(ns, 1); /* a's completions reaped; b's come in drive_to_done */
+		CHECK_INT(a.outstanding, 0);
+		drive_to_done(ns, &b);
+		done(ns);
+	}
+}
+
+int main(void)
+{
+	test_two_connections();
+	test_null_transport();
+	test_peer_connection();
+	test_full_connection();
+	test_refusals();
+	return kvl_test_done("nic_sched");
+}
