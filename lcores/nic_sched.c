@@ -86,6 +86,10 @@ void kvl_nic_sched_free(struct kvl_nic_sched *ns)
 {
 	if (ns == NULL)
 		return;
+	if (ns->io && ns->io->take_wc_arg == ns) {
+		ns->io->take_wc = NULL;
+		ns->io->take_wc_arg = NULL;
+	}
 	if (ns->null.ops)
 		ns->null.ops->free(ns->null.c);
 	kvl_sched_free(ns->s);
@@ -129,7 +133,7 @@ unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
 /*
  * The one place a scheduler descriptor becomes a work request, built where it is posted from
  * (pend[]): no further copy before the transport's burst. Several SGEs come only where the
- * NIC's transport takes them (runtime/sched_api.c sets max_sge).
+ * NIC's transport takes them (runtime/staging.c sets max_sge).
  */
 static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
 			      struct kvl_wr *wr)

@@ -15,7 +15,7 @@ struct rte_ring;
 
 /*
  * One scheduler per NIC lcore, written by that lcore only. Whoever opens requests (the API,
- * runtime/sched_api.c) talks to it through two rings:
+ * runtime/req_api.c) talks to it through two rings:
  *   cmd: struct kvl_nsched_cmd, many producers → this lcore (OPEN, DONE, CANCEL)
  *   ev:  struct kvl_sched_event, this lcore → one consumer (STEP_READY, REQ_DONE, REQ_FAILED)
  * A request is a struct kvl_nsreq that the opener allocates and fills, and frees after its

@@ -119,9 +119,8 @@ int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				 rt->cfg.nics[i].label, strerror(errno));
 			return -ENOMEM;
 		}
-		nic->io->take_wc_arg = nic->sched;
+		/* its completions come back through nic_io's one path (kvl_nic_sched_create) */
 		nic->io->watch = kvl_nic_sched_cmd_ring(nic->sched);
-		nic->io->take_wc = kvl_nic_sched_take_wc;
 		kvl_lcore_add_stage(nic->lcore, "sched", kvl_nic_sched_stage, nic->sched);
 	}
 	if (c->null_transport)
@@ -162,11 +161,7 @@ void kvl_staging_stop(struct kvl_runtime *rt)
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
 		struct kvl_rt_nic *nic = &rt->nic[i];
 
-		if (nic->io && nic->io->take_wc_arg == nic->sched) {
-			nic->io->take_wc = NULL;
-			nic->io->take_wc_arg = NULL;
-		}
-		kvl_nic_sched_free(nic->sched);
+		kvl_nic_sched_free(nic->sched); /* and unhooks it from nic_io */
 		nic->sched = NULL;
 		if (!kvl_segs_owns(&rt->segs, nic->staging))
 			rte_free(nic->staging); /* else it goes with the segments */

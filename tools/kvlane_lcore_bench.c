@@ -25,7 +25,7 @@
  * scheduler's: budget, commands, step, descriptor -> struct kvl_wr, post, reap, events), events
  * leave through the event ring, and the engine (this same thread, between loop passes) marks
  * each READY step DONE at once and replaces each finished request. The transport is the null
- * one: what is timed is kvlane's own cost. The API's handle checks (runtime/sched_api.c) are
+ * one: what is timed is kvlane's own cost. The API's handle checks (runtime/req_api.c) are
  * not in it.
  *
  * Load: 16 KiB blocks, ACTIVE requests at once, LAYERS steps of BLOCKS blocks each, contiguous

@@ -61,17 +61,18 @@ static struct kvl_nic_sched *make(bool null_xport, uint32_t max_msg)
 	if (ns == NULL)
 		exit(1);
 	ns->clock = fake_clock;
-	/* as runtime/sched_api.c wires them */
-	io.take_wc = kvl_nic_sched_take_wc;
-	io.take_wc_arg = ns;
-	io.watch = kvl_nic_sched_cmd_ring(ns);
+	/* the scheduler hooks itself into nic_io's one completion path */
+	CHECK(io.take_wc == kvl_nic_sched_take_wc);
+	CHECK(io.take_wc_arg == ns);
+	io.watch = kvl_nic_sched_cmd_ring(ns); /* as runtime/staging.c wires it */
 	return ns;
 }
 
 static void done(struct kvl_nic_sched *ns)
 {
-	io.take_wc = NULL;
 	kvl_nic_sched_free(ns);
+	CHECK(io.take_wc == NULL); /* ...and unhooks itself */
+	CHECK(io.take_wc_arg == NULL);
 	kvl_nic_io_fini(&io);
 }
 
