@@ -191,19 +191,19 @@ unsigned kvl_nic_io_sleep(void *arg, uint32_t max_us)
 	return 0;
 }
 
-void kvl_tcp_stats_add(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
+void kvl_xport_stats_add(struct kvl_xport_stats *a, const struct kvl_xport_stats *b)
 {
 	uint64_t *pa = (uint64_t *)a;
 	const uint64_t *pb = (const uint64_t *)b;
 
-	_Static_assert(sizeof(*a) % sizeof(uint64_t) == 0, "kvl_tcp_stats is all uint64_t");
+	_Static_assert(sizeof(*a) % sizeof(uint64_t) == 0, "kvl_xport_stats is all uint64_t");
 	for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
 		pa[i] += __atomic_load_n(&pb[i], __ATOMIC_RELAXED);
 }
 
 /* Publish a connection's counters where telemetry reads them: field by field, relaxed, so a
  * reader never sees a torn value. */
-static void publish_stats(struct kvl_slot_stats *dst, const struct kvl_tcp_stats *src)
+static void publish_stats(struct kvl_slot_stats *dst, const struct kvl_xport_stats *src)
 {
 	uint64_t *d = (uint64_t *)&dst->tcp;
 	const uint64_t *s = (const uint64_t *)src;
@@ -216,7 +216,7 @@ static void publish_stats(struct kvl_slot_stats *dst, const struct kvl_tcp_stats
 /* The counters (and state) of the connection in @slot, where telemetry reads them. */
 static void publish(struct kvl_nic_io *io, unsigned slot)
 {
-	struct kvl_tcp_stats st;
+	struct kvl_xport_stats st;
 
 	io->slot[slot].x.ops->stats(io->slot[slot].x.c, &st);
 	publish_stats(&io->stats[slot], &st);
@@ -379,7 +379,7 @@ static void do_submissions(struct kvl_nic_io *io, unsigned *work)
 
 static void do_connections(struct kvl_nic_io *io, unsigned *work)
 {
-	struct kvl_tcp_stats st;
+	struct kvl_xport_stats st;
 	struct kvl_wc wc[BURST];
 
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
@@ -442,7 +442,7 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			ops->stats(s->x.c, &st);
 			publish_stats(&io->stats[i], &st);
 			if (s->peer < KVL_MAX_PEERS_RT)
-				kvl_tcp_stats_add(&io->closed[s->peer], &io->stats[i].tcp);
+				kvl_xport_stats_add(&io->closed[s->peer], &io->stats[i].tcp);
 			memset(&io->stats[i].tcp, 0, sizeof(io->stats[i].tcp));
 			unwatch(io, i);
 			ops->free(s->x.c);
@@ -464,21 +464,21 @@ unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg)
 	return work;
 }
 
-void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum)
+void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_xport_stats *sum)
 {
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
 		if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_RELAXED) != NULL &&
 		    io->stats[i].peer == peer)
-			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
+			kvl_xport_stats_add(sum, &io->stats[i].tcp);
 	if (peer < KVL_MAX_PEERS_RT)
-		kvl_tcp_stats_add(sum, &io->closed[peer]);
+		kvl_xport_stats_add(sum, &io->closed[peer]);
 }
 
-void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_tcp_stats *sum)
+void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_xport_stats *sum)
 {
 	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++)
 		if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_RELAXED) != NULL)
-			kvl_tcp_stats_add(sum, &io->stats[i].tcp);
+			kvl_xport_stats_add(sum, &io->stats[i].tcp);
 	for (unsigned p = 0; p < KVL_MAX_PEERS_RT; p++)
-		kvl_tcp_stats_add(sum, &io->closed[p]);
+		kvl_xport_stats_add(sum, &io->closed[p]);
 }

@@ -67,7 +67,7 @@ struct kvl_levt {
 struct kvl_slot_stats {
 	uint32_t peer;
 	uint32_t gen;
-	struct kvl_tcp_stats tcp;
+	struct kvl_xport_stats tcp;
 };
 
 struct kvl_conn_slot {
@@ -89,7 +89,7 @@ struct kvl_nic_io {
 	struct kvl_conn_slot slot[KVL_SLOTS_PER_LCORE];
 	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */
 	/* what closed connections of each peer moved, so telemetry still counts it */
-	struct kvl_tcp_stats closed[KVL_MAX_PEERS_RT];
+	struct kvl_xport_stats closed[KVL_MAX_PEERS_RT];
 	uint64_t unroutable;  /* submissions for a slot that is gone: completed NO_PEER */
 	uint64_t evt_dropped; /* resync messages the full event ring refused (sent again) */
 	uint64_t ntf_queued;  /* notices (WRITE_WITH_IMM received) queued for kvl_poll_notices */
@@ -171,12 +171,12 @@ void kvl_nic_io_fail(struct kvl_nic_io *io, uint64_t wr_id, int status);
 
 /* Sum of the counters of @peer's connections on this lcore, live and closed (relaxed reads:
  * for telemetry). */
-void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_tcp_stats *sum);
+void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kvl_xport_stats *sum);
 
 /* Sum of every connection this lcore drives or drove. */
-void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_tcp_stats *sum);
+void kvl_nic_io_total(const struct kvl_nic_io *io, struct kvl_xport_stats *sum);
 
 /* Add @b into @a, field by field. */
-void kvl_tcp_stats_add(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b);
+void kvl_xport_stats_add(struct kvl_xport_stats *a, const struct kvl_xport_stats *b);
 
 #endif /* KVL_LCORES_NIC_IO_H */

@@ -50,7 +50,7 @@ struct kvl_peer_pub {
 	uint64_t heartbeats_rx;
 	int fail_status;
 	char fail_msg[KVL_CTRL_TEXT_LEN];
-	struct kvl_tcp_stats base; /* counters of earlier peers of this slot: subtracted */
+	struct kvl_xport_stats base; /* counters of earlier peers of this slot: subtracted */
 };
 
 /*

@@ -359,7 +359,7 @@ static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
-static void stats_sub(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
+static void stats_sub(struct kvl_xport_stats *a, const struct kvl_xport_stats *b)
 {
 	uint64_t *pa = (uint64_t *)a;
 	const uint64_t *pb = (const uint64_t *)b;
@@ -370,7 +370,7 @@ static void stats_sub(struct kvl_tcp_stats *a, const struct kvl_tcp_stats *b)
 
 static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pub, struct sink *k)
 {
-	struct kvl_tcp_stats st = { 0 };
+	struct kvl_xport_stats st = { 0 };
 	uint64_t now = 0, last;
 	char addr[KVL_CTRL_ADDR_LEN], name[KVL_CTRL_NAME_LEN], why[KVL_CTRL_TEXT_LEN];
 	uint32_t conns, segs;
@@ -428,7 +428,8 @@ static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d
 	return sink_finish(&k, d); /* no peer: an empty dict */
 }
 
-static void stats_transport(struct rte_tel_data *d, const char *tr, const struct kvl_tcp_stats *st)
+static void stats_transport(struct rte_tel_data *d, const char *tr,
+			    const struct kvl_xport_stats *st)
 {
 	char name[64];
 
@@ -484,7 +485,7 @@ static void stats_transport(struct rte_tel_data *d, const char *tr, const struct
 static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	struct kvl_runtime *rt = runtime_or_null();
-	struct kvl_tcp_stats tcp = { 0 }, rdma = { 0 };
+	struct kvl_xport_stats tcp = { 0 }, rdma = { 0 };
 	uint64_t ntf_queued = 0, ntf_dropped = 0;
 	bool have_rdma = false;
 
@@ -586,7 +587,7 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 		if (io == NULL || rt->nic[n].vdev == NULL)
 			continue;
 		for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
-			const struct kvl_tcp_stats *st = &io->stats[i].tcp;
+			const struct kvl_xport_stats *st = &io->stats[i].tcp;
 			uint64_t errors = 0, last;
 
 			if (__atomic_load_n(&io->slot[i].x.ops, __ATOMIC_ACQUIRE) == NULL)

@@ -172,7 +172,7 @@ static int run(uint8_t op, uint32_t len, unsigned depth, double secs, struct res
 	res->secs = kvl_now_s() - t0;
 	res->ini = counts[fds[0]];
 	res->tgt = counts[fds[1]];
-	res->tx_bytes = kvl_tcp_stats(a)->tx_bytes;
+	res->tx_bytes = kvl_xport_stats(a)->tx_bytes;
 	kvl_tcp_conn_free(a);
 	kvl_tcp_conn_free(b);
 	free(seg);

@@ -618,7 +618,7 @@ static unsigned op_outstanding(const void *c)
 	return kvl_cudma_outstanding(c);
 }
 
-static void op_stats(const void *cv, struct kvl_tcp_stats *out)
+static void op_stats(const void *cv, struct kvl_xport_stats *out)
 {
 	const struct kvl_cudma_conn *c = cv;
 	const struct kvl_cudma_stats *s = &c->stats;

@@ -90,7 +90,7 @@ struct kvl_tcp_conn {
 	struct kvl_tcp_hdr pl_hdr;
 	uint8_t *scratch;
 
-	struct kvl_tcp_stats stats;
+	struct kvl_xport_stats stats;
 	struct iovec iov[TX_IOV];
 	uint8_t stage[STAGE_LEN];
 };
@@ -670,7 +670,7 @@ unsigned kvl_tcp_outstanding(const struct kvl_tcp_conn *c)
 	return (unsigned)(c->post_seq - c->reap_seq);
 }
 
-const struct kvl_tcp_stats *kvl_tcp_stats(const struct kvl_tcp_conn *c)
+const struct kvl_xport_stats *kvl_xport_stats(const struct kvl_tcp_conn *c)
 {
 	return &c->stats;
 }

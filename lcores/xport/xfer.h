@@ -70,6 +70,31 @@ struct kvl_note {
 	uint32_t length;
 };
 
+/* The counters of one connection, whatever its transport: each fills the fields that mean
+ * something for it (socket bytes are payload bytes on RDMA). One writer, the owning lcore. */
+struct kvl_xport_stats {
+	uint64_t tx_bytes, rx_bytes;	    /* on the socket, headers included */
+	uint64_t posted_write, posted_read; /* initiated here */
+	uint64_t done_write, done_read;	    /* initiated here, completed OK */
+	uint64_t bytes_written, bytes_read; /* payload of those */
+	uint64_t served_write, served_read; /* peer's requests executed here */
+	uint64_t served_bytes;		    /* payload moved for the peer */
+	uint64_t refused[KVL_STATUS_COUNT]; /* peer's requests refused here, by status */
+	uint64_t failed[KVL_STATUS_COUNT];  /* requests initiated here, completed with an error */
+	/* RDMA queue pairs (0 on tcp): what the NIC was given and what it reported */
+	uint64_t qp_posted, qp_signaled, qp_cqes, qp_posts, qp_recoveries, qp_outstanding;
+	uint64_t qp_resyncs, qp_replayed;
+	uint64_t qp_notes, qp_notes_dropped; /* WRITE_WITH_IMM received, and dropped untaken */
+	uint64_t qp_sge_wrs;		     /* WRs with several SGEs */
+	uint64_t qp_last_wc_status, qp_last_vendor_err; /* the last error CQE, raw */
+	uint64_t qp_completed;				/* requests completed, refused included */
+	uint64_t qp_state;		/* enum kvl_qp_state (verbs.h), as the lcore last saw it */
+	uint64_t qp_arms, qp_cq_events; /* hybrid idle: CQs armed, completion events taken */
+	/* doorbells rung (a post: ibv_wr_complete, or the mlx5 doorbell); mlx5 direct only: lone
+	 * WQEs written whole through BlueFlame, CQEs matching no outstanding WQE */
+	uint64_t qp_doorbells, qp_bf_copies, qp_stray_cqes;
+};
+
 /* ---- local segments: what peers may read and write here ---- */
 
 #define KVL_MAX_SEGS 64

@@ -36,9 +36,9 @@ static unsigned tcp_outstanding(const void *c)
 	return kvl_tcp_outstanding(c);
 }
 
-static void tcp_stats(const void *c, struct kvl_tcp_stats *out)
+static void tcp_stats(const void *c, struct kvl_xport_stats *out)
 {
-	*out = *kvl_tcp_stats(c);
+	*out = *kvl_xport_stats(c);
 }
 
 static void tcp_free(void *c)

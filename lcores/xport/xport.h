@@ -7,9 +7,8 @@
 #include "xfer.h"
 
 /*
- * What nic_io needs of a connection, whatever moves its bytes (TCP sockets, verbs QPs, and
- * later mlx5 WQEs). The counters use struct kvl_tcp_stats as the common shape: a transport
- * fills the fields that mean something for it (socket bytes are payload bytes on RDMA).
+ * What nic_io needs of a connection, whatever moves its bytes (TCP sockets; verbs QPs through
+ * ibv_wr_* or mlx5 WQEs). Its counters are a struct kvl_xport_stats (xfer.h).
  */
 struct kvl_xport_ops {
 	const char *name;
@@ -23,7 +22,7 @@ struct kvl_xport_ops {
 	void (*fail_all)(void *c, int status);
 	int (*broken)(const void *c); /* non-zero: closing once nothing is outstanding */
 	unsigned (*outstanding)(const void *c);
-	void (*stats)(const void *c, struct kvl_tcp_stats *out);
+	void (*stats)(const void *c, struct kvl_xport_stats *out);
 	void (*free)(void *c);
 	/* Optional (NULL: the transport has none). Connection-level messages for the peer's
 	 * end, carried by the control path: resync_out gives 1 and the message to send now, or

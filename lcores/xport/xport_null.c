@@ -15,7 +15,7 @@ struct kvl_null_conn {
 	struct kvl_wc *wc;
 	uint32_t mask;
 	uint32_t head, tail; /* [tail, head) completed, not reaped */
-	struct kvl_tcp_stats st;
+	struct kvl_xport_stats st;
 };
 
 struct kvl_null_conn *kvl_null_conn_new(unsigned depth)
@@ -100,7 +100,7 @@ static unsigned null_outstanding(const void *p)
 	return c->head - c->tail;
 }
 
-static void null_stats(const void *p, struct kvl_tcp_stats *out)
+static void null_stats(const void *p, struct kvl_xport_stats *out)
 {
 	*out = ((const struct kvl_null_conn *)p)->st;
 }

@@ -45,7 +45,7 @@ static unsigned verbs_outstanding(const void *c)
 	return kvl_verbs_outstanding(c);
 }
 
-static void verbs_stats(const void *c, struct kvl_tcp_stats *out)
+static void verbs_stats(const void *c, struct kvl_xport_stats *out)
 {
 	const struct kvl_verbs_stats *v = kvl_verbs_stats(c);
 

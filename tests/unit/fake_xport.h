@@ -131,7 +131,7 @@ static unsigned fake_outstanding(const void *p)
 	return ((const struct fake_conn *)p)->outstanding;
 }
 
-static void fake_stats(const void *p, struct kvl_tcp_stats *out)
+static void fake_stats(const void *p, struct kvl_xport_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->posted_read = ((const struct fake_conn *)p)->n_got;

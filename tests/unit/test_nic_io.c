@@ -173,7 +173,7 @@ static void test_close(void)
 {
 	struct fake_conn c = { .room = 16 };
 	struct kvl_levt ev;
-	struct kvl_tcp_stats sum = { 0 };
+	struct kvl_xport_stats sum = { 0 };
 	struct kvl_wc wc[4];
 
 	setup();

@@ -266,7 +266,7 @@ static void test_write_read(enum transport t, const uint32_t *sizes, unsigned ns
 	CHECK_INT(kvl_tcp_broken(end_a.c), 0);
 	CHECK_INT(kvl_tcp_broken(end_b.c), 0);
 
-	const struct kvl_tcp_stats *sa = kvl_tcp_stats(end_a.c), *sb = kvl_tcp_stats(end_b.c);
+	const struct kvl_xport_stats *sa = kvl_xport_stats(end_a.c), *sb = kvl_xport_stats(end_b.c);
 
 	CHECK_INT(sa->tx_bytes, ex.a_tx);
 	CHECK_INT(sb->rx_bytes, ex.a_tx);
@@ -331,7 +331,7 @@ static void test_window(enum transport t)
 	CHECK(order);
 	CHECK(ok);
 	CHECK(memcmp(seg, src, DEPTH * LEN) == 0);
-	CHECK_INT(kvl_tcp_stats(end_b.c)->served_write, DEPTH + 1);
+	CHECK_INT(kvl_xport_stats(end_b.c)->served_write, DEPTH + 1);
 	CHECK_INT(kvl_tcp_outstanding(end_a.c), 0);
 	close_end(&end_a);
 	close_end(&end_b);
@@ -405,13 +405,14 @@ static void test_symmetric(enum transport t)
 		CHECK(order);
 		CHECK(status);
 		CHECK(data);
-		CHECK_INT(kvl_tcp_stats(e[s]->c)->served_write, N);
-		CHECK_INT(kvl_tcp_stats(e[s]->c)->served_read, N);
-		CHECK_INT(kvl_tcp_stats(e[s]->c)->done_write + kvl_tcp_stats(e[s]->c)->done_read,
+		CHECK_INT(kvl_xport_stats(e[s]->c)->served_write, N);
+		CHECK_INT(kvl_xport_stats(e[s]->c)->served_read, N);
+		CHECK_INT(kvl_xport_stats(e[s]->c)->done_write +
+				  kvl_xport_stats(e[s]->c)->done_read,
 			  2 * N);
 	}
-	CHECK_INT(kvl_tcp_stats(end_a.c)->tx_bytes, kvl_tcp_stats(end_b.c)->rx_bytes);
-	CHECK_INT(kvl_tcp_stats(end_b.c)->tx_bytes, kvl_tcp_stats(end_a.c)->rx_bytes);
+	CHECK_INT(kvl_xport_stats(end_a.c)->tx_bytes, kvl_xport_stats(end_b.c)->rx_bytes);
+	CHECK_INT(kvl_xport_stats(end_b.c)->tx_bytes, kvl_xport_stats(end_a.c)->rx_bytes);
 	close_end(&end_a);
 	close_end(&end_b);
 	for (int s = 0; s < 2; s++) {
@@ -496,7 +497,7 @@ static void test_refusals(enum transport t)
 	CHECK(memcmp(dst + 1 * 4096, ro + 100, 4096) == 0); /* rq 13 */
 	CHECK(memcmp(dst + 3 * 4096, src, 4096) == 0);	    /* rq 15 */
 
-	const struct kvl_tcp_stats *sa = kvl_tcp_stats(end_a.c), *sb = kvl_tcp_stats(end_b.c);
+	const struct kvl_xport_stats *sa = kvl_xport_stats(end_a.c), *sb = kvl_xport_stats(end_b.c);
 	bool counters = true;
 
 	for (int s = 1; s < KVL_STATUS_COUNT; s++) {
@@ -569,9 +570,9 @@ static void test_peer_close(enum transport t)
 	}
 	reap_into(&end_a);
 	CHECK(end_a.n <= 1); /* the 4 KiB write may be acked already, nothing else can be */
-	CHECK(kvl_tcp_stats(end_a.c)->tx_bytes > 4096 + 2 * KVL_TCP_HDR_LEN);
-	CHECK(kvl_tcp_stats(end_a.c)->tx_bytes < 2 * MIB);
-	CHECK(kvl_tcp_stats(end_b.c)->rx_bytes > 4096);
+	CHECK(kvl_xport_stats(end_a.c)->tx_bytes > 4096 + 2 * KVL_TCP_HDR_LEN);
+	CHECK(kvl_xport_stats(end_a.c)->tx_bytes < 2 * MIB);
+	CHECK(kvl_xport_stats(end_b.c)->rx_bytes > 4096);
 	close_end(&end_b);
 
 	while (!kvl_tcp_broken(end_a.c) && turns++ < IDLE_LIMIT)
@@ -600,7 +601,7 @@ static void test_peer_close(enum transport t)
 		ok &= seen[i] == 1;
 	CHECK(ok);
 	CHECK(lost >= 3);
-	CHECK_INT(kvl_tcp_stats(end_a.c)->failed[KVL_ERR_CONN_LOST], lost);
+	CHECK_INT(kvl_xport_stats(end_a.c)->failed[KVL_ERR_CONN_LOST], lost);
 	CHECK_INT(kvl_tcp_outstanding(end_a.c), 0);
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 9, src, 1, 0, 100), -EPIPE);
 	CHECK_INT(post(end_a.c, KVL_OP_READ, 9, dst, 1, 0, 100), -EPIPE);
@@ -792,7 +793,7 @@ static void expect_protocol_error(enum transport t, const char *what, const uint
 	kvl_tcp_progress(end_a.c);
 	reap_into(&end_a);
 	check_failed_once(&end_a, want, KVL_ERR_PROTOCOL);
-	CHECK_INT(kvl_tcp_stats(end_a.c)->failed[KVL_ERR_PROTOCOL], want);
+	CHECK_INT(kvl_xport_stats(end_a.c)->failed[KVL_ERR_PROTOCOL], want);
 	CHECK_INT(post(end_a.c, KVL_OP_READ, 9, local, 1, 0, 64), -EPIPE);
 	/* The peer is told: it reads EOF, not silence. */
 	for (int i = 0; i < 1000 && !eof; i++) {
@@ -813,7 +814,7 @@ static void test_early_answer(enum transport t)
 	memset(src, 7, 2 * MIB);
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 0, src, 1, 0, 2 * MIB), 0);
 	CHECK(raw_read(&r, h, sizeof(h)));
-	CHECK(kvl_tcp_stats(end_a.c)->tx_bytes < 2 * MIB);
+	CHECK(kvl_xport_stats(end_a.c)->tx_bytes < 2 * MIB);
 	raw_hdr(h, KVL_TCP_WRITE_ACK, 0, 1, 2 * MIB, 0, 0);
 	CHECK(send(r.fd, h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h));
 	for (int i = 0; i < 100 && !kvl_tcp_broken(end_a.c); i++)
@@ -935,7 +936,7 @@ static void test_reset(enum transport t)
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 1, local, 1, 0, 64), 0);
 	for (int i = 0; i < 10; i++)
 		kvl_tcp_progress(end_a.c);
-	CHECK_INT(kvl_tcp_stats(end_a.c)->tx_bytes, 2 * KVL_TCP_HDR_LEN + 64);
+	CHECK_INT(kvl_xport_stats(end_a.c)->tx_bytes, 2 * KVL_TCP_HDR_LEN + 64);
 	setsockopt(r.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	close(r.fd);
 	r.fd = -1;
@@ -971,7 +972,7 @@ static void test_fail_all(enum transport t)
 	reap_into(&end_a);
 	check_failed_once(&end_a, 6, KVL_ERR_PEER_DEAD);
 	CHECK_INT(kvl_tcp_outstanding(end_a.c), 0);
-	CHECK_INT(kvl_tcp_stats(end_a.c)->failed[KVL_ERR_PEER_DEAD], 6);
+	CHECK_INT(kvl_xport_stats(end_a.c)->failed[KVL_ERR_PEER_DEAD], 6);
 	CHECK_INT(post(end_a.c, KVL_OP_WRITE, 9, buf, 1, 0, 1), -EPIPE);
 	/* The peer sees the connection end. */
 	for (int i = 0; i < IDLE_LIMIT && !kvl_tcp_broken(end_b.c); i++)
@@ -1003,7 +1004,7 @@ static void test_backpressure(enum transport t)
 	unsigned sent = 0, lockstep;
 	int one = 1;
 	bool bounded = true, stalled = false;
-	const struct kvl_tcp_stats *st = kvl_tcp_stats(end_a.c);
+	const struct kvl_xport_stats *st = kvl_xport_stats(end_a.c);
 
 	memset(seg, 3, LEN);
 	add_seg(&end_a.segs, 1, seg, LEN, KVL_SEG_REMOTE_READ);
