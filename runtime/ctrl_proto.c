@@ -50,7 +50,8 @@ static const struct {
 	[KVL_CTRL_ENDPOINTS] = { 4, 4 + KVL_CTRL_MAX_EPS *EP_MAX_LEN },
 	[KVL_CTRL_HEARTBEAT] = { 16, 16 },
 	[KVL_CTRL_HEARTBEAT_ACK] = { 16, 16 },
-	[KVL_CTRL_DATA_BIND] = { 8 + 4 + KVL_MAC_LEN, 8 + 4 + KVL_MAC_LEN },
+	[KVL_CTRL_DATA_BIND] = { 8 + 4 + 4 + KVL_MAC_LEN, 8 + 4 + 4 + KVL_MAC_LEN },
+	[KVL_CTRL_DATA_CHALLENGE] = { KVL_NONCE_LEN, KVL_NONCE_LEN },
 	[KVL_CTRL_DATA_BIND_OK] = { 0, 0 },
 	[KVL_CTRL_ERROR] = { 2 + 1, 2 + KVL_CTRL_TEXT_LEN },
 	[KVL_CTRL_BYE] = { 0, 0 },
@@ -379,6 +380,7 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 	case KVL_CTRL_HEARTBEAT_ACK:
 	case KVL_CTRL_DATA_BIND:
 	case KVL_CTRL_DATA_BIND_OK:
+	case KVL_CTRL_DATA_CHALLENGE:
 	case KVL_CTRL_BYE:
 		return 0;
 	default:
@@ -448,7 +450,10 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 	case KVL_CTRL_DATA_BIND:
 		TRY(r_u64(r, &m->u.data_bind.session_id));
 		TRY(r_u32(r, &m->u.data_bind.conn_index));
+		TRY(r_u32(r, &m->u.data_bind.conn_count));
 		return r_bytes(r, m->u.data_bind.mac, KVL_MAC_LEN);
+	case KVL_CTRL_DATA_CHALLENGE:
+		return r_bytes(r, m->u.data_challenge.nonce, KVL_NONCE_LEN);
 	case KVL_CTRL_DATA_BIND_OK:
 	case KVL_CTRL_BYE:
 		return 0;
@@ -604,7 +609,11 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 	case KVL_CTRL_DATA_BIND:
 		w_u64(w, m->u.data_bind.session_id);
 		w_u32(w, m->u.data_bind.conn_index);
+		w_u32(w, m->u.data_bind.conn_count);
 		w_bytes(w, m->u.data_bind.mac, KVL_MAC_LEN);
+		break;
+	case KVL_CTRL_DATA_CHALLENGE:
+		w_bytes(w, m->u.data_challenge.nonce, KVL_NONCE_LEN);
 		break;
 	case KVL_CTRL_ERROR:
 		w_u16(w, m->u.error.code);
@@ -692,6 +701,7 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_QP_RESYNC] = "QP_RESYNC",
 		[KVL_CTRL_RKEYS] = "RKEYS",
 		[KVL_CTRL_REQ_CANCEL] = "REQ_CANCEL",
+		[KVL_CTRL_DATA_CHALLENGE] = "DATA_CHALLENGE",
 	};
 
 	return type >= 1 && type <= KVL_CTRL_TYPE_MAX ? names[type] : "?";
@@ -722,6 +732,8 @@ const char *kvl_auth_fail_name(int reason)
 		return "bad-session";
 	case KVL_AUTH_VERSION:
 		return "version";
+	case KVL_AUTH_BAD_BIND:
+		return "bad-bind";
 	default:
 		return "?";
 	}
@@ -943,21 +955,24 @@ void kvl_auth_server_mac(const struct kvl_secret *s, const struct kvl_ctrl_msg *
 }
 
 void kvl_auth_data_mac(const struct kvl_secret *s, const uint8_t nonce_c[KVL_NONCE_LEN],
-		       const uint8_t nonce_s[KVL_NONCE_LEN], uint64_t session_id,
-		       uint32_t conn_index, uint8_t out[KVL_MAC_LEN])
+		       const uint8_t nonce_s[KVL_NONCE_LEN], const uint8_t nonce_d[KVL_NONCE_LEN],
+		       uint64_t session_id, uint32_t conn_index, uint32_t conn_count,
+		       uint8_t out[KVL_MAC_LEN])
 {
 	uint8_t in[MAC_INPUT_MAX];
 	struct wr w = { .p = in, .cap = sizeof(in), .off = 0 };
 
-	if (nonce_c == NULL || nonce_s == NULL) {
+	if (nonce_c == NULL || nonce_s == NULL || nonce_d == NULL) {
 		mac_fail(out);
 		return;
 	}
-	w_label(&w, "kvlane-v1 data bind");
+	w_label(&w, "kvlane-v3 data bind");
 	w_bytes(&w, nonce_c, KVL_NONCE_LEN);
 	w_bytes(&w, nonce_s, KVL_NONCE_LEN);
+	w_bytes(&w, nonce_d, KVL_NONCE_LEN);
 	w_u64(&w, session_id);
 	w_u32(&w, conn_index);
+	w_u32(&w, conn_count);
 	hmac(s, &w, out);
 }
 

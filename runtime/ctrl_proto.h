@@ -35,14 +35,21 @@
  *   RKEYS      {nic, [seg_id, rkey, addr]...}: per RDMA NIC, sent after SEGMENTS
  *   REQ_CANCEL {req, status}: the sender canceled its request @req (which READs from the
  *              receiver); one-sided READs hold nothing on the receiver, which counts it
- * A data connection opens with DATA_BIND {session_id, conn_index, mac} (answered DATA_BIND_OK
- * or AUTH_FAIL) framed like the above, then carries only data frames (tcp_data.h).
+ * A data connection (tcp) opens with a challenge of its own, so that a bind seen on the wire
+ * cannot be replayed on another connection, then carries only data frames (tcp_data.h):
+ *   S -> C  DATA_CHALLENGE {nonce_d[32]}   sent by the server as it accepts
+ *   C -> S  DATA_BIND      {session_id, conn_index, conn_count, mac = kvl_auth_data_mac(...)}
+ *   S -> C  DATA_BIND_OK {} or AUTH_FAIL {reason}
+ * The proof covers both handshake nonces, the session, this connection's nonce_d, its index and
+ * how many data connections the client opens in all; the server accepts each index once,
+ * below that count, and the same count from every bind of the session.
  */
 
 #define KVL_CTRL_MAGIC 0x434c564bu
-/* 2: QP_RESYNC and REQ_CANCEL (a version 1 peer closed the connection on them). A frame of
- * another version is refused, and the log names both versions. */
-#define KVL_CTRL_VERSION     2
+/* 2: QP_RESYNC and REQ_CANCEL (a version 1 peer closed the connection on them). 3: the data
+ * connection's own challenge (DATA_CHALLENGE; DATA_BIND carries conn_count). A frame of another
+ * version is refused, and the log names both versions. */
+#define KVL_CTRL_VERSION     3
 #define KVL_CTRL_HDR_LEN     16
 #define KVL_CTRL_MAX_PAYLOAD (64u << 10)
 #define KVL_CTRL_NAME_LEN    64 /* names: runtime.name, NIC labels, segment names */
@@ -71,7 +78,9 @@ enum kvl_ctrl_type {
 	KVL_CTRL_RKEYS = 15,	  /* RDMA: where the sender's segments are on one NIC, and rkeys */
 	KVL_CTRL_QP_RESYNC = 16,  /* RDMA: restart both QPs of a connection after an error */
 	KVL_CTRL_REQ_CANCEL = 17, /* the sender canceled a request that reads from the receiver */
-	KVL_CTRL_TYPE_MAX = 17,
+	KVL_CTRL_DATA_CHALLENGE =
+		18, /* data port: the accepting side's nonce for this connection */
+	KVL_CTRL_TYPE_MAX = 18,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -111,7 +120,9 @@ enum kvl_auth_fail_reason {
 	KVL_AUTH_BAD_MAC = 1,	  /* the proof did not verify: wrong secret */
 	KVL_AUTH_BAD_SESSION = 2, /* DATA_BIND for a session this side does not know */
 	KVL_AUTH_VERSION = 3,	  /* no common protocol version */
-	KVL_AUTH_FAIL_MAX = 3,
+	KVL_AUTH_BAD_BIND = 4,	  /* DATA_BIND of a connection the session did not announce, or
+				   * an index bound already (a replay or a duplicate) */
+	KVL_AUTH_FAIL_MAX = 4,
 };
 
 struct kvl_ctrl_msg {
@@ -151,8 +162,12 @@ struct kvl_ctrl_msg {
 		struct {
 			uint64_t session_id;
 			uint32_t conn_index;
+			uint32_t conn_count; /* data connections the client opens in all */
 			uint8_t mac[KVL_MAC_LEN];
 		} data_bind;
+		struct {
+			uint8_t nonce[KVL_NONCE_LEN];
+		} data_challenge;
 		struct {
 			uint16_t code;
 			char text[KVL_CTRL_TEXT_LEN];
@@ -241,9 +256,12 @@ void kvl_auth_client_mac(const struct kvl_secret *s, const struct kvl_ctrl_msg *
 			 const struct kvl_ctrl_msg *challenge, uint8_t out[KVL_MAC_LEN]);
 void kvl_auth_server_mac(const struct kvl_secret *s, const struct kvl_ctrl_msg *hello,
 			 const struct kvl_ctrl_msg *challenge, uint8_t out[KVL_MAC_LEN]);
+/* A data connection's bind: also covers that connection's own nonce (@nonce_d, from its
+ * DATA_CHALLENGE), so a bind proves nothing on any other connection. */
 void kvl_auth_data_mac(const struct kvl_secret *s, const uint8_t nonce_c[KVL_NONCE_LEN],
-		       const uint8_t nonce_s[KVL_NONCE_LEN], uint64_t session_id,
-		       uint32_t conn_index, uint8_t out[KVL_MAC_LEN]);
+		       const uint8_t nonce_s[KVL_NONCE_LEN], const uint8_t nonce_d[KVL_NONCE_LEN],
+		       uint64_t session_id, uint32_t conn_index, uint32_t conn_count,
+		       uint8_t out[KVL_MAC_LEN]);
 
 /* Constant-time comparison of two MACs. */
 bool kvl_auth_equal(const uint8_t a[KVL_MAC_LEN], const uint8_t b[KVL_MAC_LEN]);

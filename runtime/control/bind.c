@@ -95,13 +95,115 @@ struct pconn *kvl_ctl_pconn_alloc(struct kvl_control *c)
 	return NULL;
 }
 
+_Static_assert(KVL_PEER_MAX_CONNS <= 32, "bind_mask has a bit per data connection of a peer");
+
+static void pconn_close(struct pconn *pc)
+{
+	close(pc->fd);
+	pc->state = PC_FREE;
+}
+
+/*
+ * Read one frame of a data connection, exactly: the header, then the payload its length names,
+ * never a byte more (data frames may follow right behind a bind) and never with MSG_PEEK (a
+ * peek under level-triggered poll() returns at once while a partial frame sits in the socket:
+ * the control thread would spin on one stray byte). 1 with @m decoded, 0 when more bytes are
+ * needed, negative when the connection is closed or carries no valid frame.
+ */
+static int pconn_read_frame(struct pconn *pc, struct kvl_ctrl_msg *m)
+{
+	size_t want = KVL_CTRL_HDR_LEN, used;
+	ssize_t n;
+	int rc;
+
+	if (pc->rx_len >= KVL_CTRL_HDR_LEN) {
+		uint32_t plen = (uint32_t)pc->rx[8] | (uint32_t)pc->rx[9] << 8 |
+				(uint32_t)pc->rx[10] << 16 | (uint32_t)pc->rx[11] << 24;
+
+		if (plen > sizeof(pc->rx) - KVL_CTRL_HDR_LEN)
+			return -EMSGSIZE; /* no frame of a data port's set-up is this long */
+		want = KVL_CTRL_HDR_LEN + plen;
+	}
+	n = recv(pc->fd, pc->rx + pc->rx_len, want - pc->rx_len, 0);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+	pc->rx_len += (size_t)n;
+	rc = kvl_ctrl_decode(pc->rx, pc->rx_len, m, &used);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return 0; /* the header checked out; the rest comes on a later POLLIN */
+	pc->rx_len = 0;
+	return 1;
+}
+
+/* Client: the server's challenge arrived; prove the session on this connection. */
+static void send_bind(struct kvl_control *c, struct pconn *pc)
+{
+	struct peer *pr = &c->peer[pc->peer];
+	struct kvl_ctrl_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = KVL_CTRL_DATA_BIND;
+	m.u.data_bind.session_id = pr->session_id;
+	m.u.data_bind.conn_index = pc->conn_index;
+	m.u.data_bind.conn_count = pr->want_conns;
+	kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce, pr->challenge.u.challenge.nonce,
+			  pc->nonce, m.u.data_bind.session_id, pc->conn_index,
+			  m.u.data_bind.conn_count, m.u.data_bind.mac);
+	if (kvl_ctl_send_small(pc->fd, &m) < 0) {
+		kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "data connection: cannot bind");
+		return;
+	}
+	pc->state = PC_BIND_SENT;
+}
+
+/*
+ * Server: whether @b binds a connection of a live session: the proof over this connection's
+ * nonce verifies, the index is below the count the client announced (the same count in every
+ * bind of the session) and not bound yet. The peer's index, or -1 with *@reason set.
+ */
+static int check_bind(struct kvl_control *c, struct pconn *pc, const struct kvl_ctrl_msg *b,
+		      int *reason)
+{
+	*reason = KVL_AUTH_BAD_SESSION;
+	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		struct peer *pr = &c->peer[p];
+		uint8_t mac[KVL_MAC_LEN];
+		int st = c->pub[p].state;
+		uint32_t idx = b->u.data_bind.conn_index, cnt = b->u.data_bind.conn_count;
+
+		if (c->pub[p].initiator || pr->session_id != b->u.data_bind.session_id ||
+		    (st != KVL_PEER_EXCHANGE && st != KVL_PEER_READY))
+			continue;
+		kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce,
+				  pr->challenge.u.challenge.nonce, pc->nonce, pr->session_id, idx,
+				  cnt, mac);
+		if (!kvl_auth_equal(mac, b->u.data_bind.mac)) {
+			*reason = KVL_AUTH_BAD_MAC; /* a known session, the wrong proof */
+			return -1;
+		}
+		/* The proof is the client's own (the secret and this connection's nonce): what
+		 * it claims is checked against what it claimed before. */
+		if (cnt == 0 || cnt > KVL_PEER_MAX_CONNS || idx >= cnt ||
+		    (pr->bind_count != 0 && cnt != pr->bind_count) ||
+		    (pr->bind_mask & (1u << idx))) {
+			*reason = KVL_AUTH_BAD_BIND;
+			return -1;
+		}
+		pr->bind_count = cnt;
+		pr->bind_mask |= 1u << idx;
+		return (int)p;
+	}
+	return -1;
+}
+
 void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 {
-	int reason;
 	struct kvl_ctrl_msg m;
-	size_t used;
-	ssize_t n;
-	int rc, soerr = 0;
+	int rc, reason, p, soerr = 0;
 	socklen_t sl = sizeof(soerr);
 
 	if (pc->state == PC_CONNECTING) {
@@ -113,88 +215,72 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 					  strerror(soerr));
 			return;
 		}
-		memset(&m, 0, sizeof(m));
-		m.type = KVL_CTRL_DATA_BIND;
-		m.u.data_bind.session_id = c->peer[pc->peer].session_id;
-		m.u.data_bind.conn_index = pc->conn_index;
-		kvl_auth_data_mac(&c->secret, c->peer[pc->peer].hello.u.hello.nonce,
-				  c->peer[pc->peer].challenge.u.challenge.nonce,
-				  m.u.data_bind.session_id, pc->conn_index, m.u.data_bind.mac);
-		if (kvl_ctl_send_small(pc->fd, &m) < 0) {
-			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
-					  "data connection: cannot bind");
-			return;
-		}
-		pc->state = PC_BIND_SENT;
+		pc->state = PC_WAIT_CHALLENGE;
 		return;
 	}
 	if (!(revents & (POLLIN | POLLERR | POLLHUP)))
 		return;
-	/* Read only what the bind frame needs: data frames may follow right behind it. */
-	n = recv(pc->fd, pc->rx + pc->rx_len, sizeof(pc->rx) - pc->rx_len, MSG_PEEK);
-	if (n <= 0) {
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		close(pc->fd);
-		pc->state = PC_FREE;
+	rc = pconn_read_frame(pc, &m);
+	if (rc == 0)
 		return;
-	}
-	rc = kvl_ctrl_decode(pc->rx, (size_t)n, &m, &used);
-	if (rc == 0 && (size_t)n < sizeof(pc->rx))
-		return; /* wait for the rest; MSG_PEEK left it in the socket */
-	if (rc <= 0 || recv(pc->fd, pc->rx, used, 0) != (ssize_t)used) {
-		close(pc->fd);
-		if (pc->state == PC_BIND_SENT)
+	if (rc < 0) {
+		bool client = pc->state != PC_WAIT_BIND;
+
+		pconn_close(pc);
+		if (client)
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_PROTOCOL,
-					  "data connection: bad bind reply");
-		pc->state = PC_FREE;
+					  "data connection: no valid answer to the bind (%s)",
+					  rc == -ECONNRESET ? "closed" : "bad frame");
 		return;
 	}
-	if (pc->state == PC_BIND_SENT) {
+	switch (pc->state) {
+	case PC_WAIT_CHALLENGE:
+		if (m.type != KVL_CTRL_DATA_CHALLENGE) {
+			pconn_close(pc);
+			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_PROTOCOL,
+					  "data connection: %s instead of DATA_CHALLENGE (a peer "
+					  "of protocol version %d or older?)",
+					  kvl_ctrl_type_name(m.type), KVL_CTRL_VERSION - 1);
+			return;
+		}
+		memcpy(pc->nonce, m.u.data_challenge.nonce, KVL_NONCE_LEN);
+		send_bind(c, pc);
+		return;
+	case PC_BIND_SENT:
 		if (m.type != KVL_CTRL_DATA_BIND_OK) {
-			close(pc->fd);
-			pc->state = PC_FREE;
+			pconn_close(pc);
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
-					  "data connection refused (%s)",
-					  kvl_ctrl_type_name(m.type));
+					  "data connection refused (%s%s%s)",
+					  kvl_ctrl_type_name(m.type),
+					  m.type == KVL_CTRL_AUTH_FAIL ? ": " : "",
+					  m.type == KVL_CTRL_AUTH_FAIL
+						  ? kvl_auth_fail_name(m.u.auth_fail.reason)
+						  : "");
 			return;
 		}
 		hand_over(c, pc);
 		return;
+	default: /* PC_WAIT_BIND */
+		break;
 	}
-	/* Server: find the session and check the proof. */
-	reason = KVL_AUTH_BAD_SESSION;
-	if (m.type == KVL_CTRL_DATA_BIND) {
-		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
-			struct peer *pr = &c->peer[p];
-			uint8_t mac[KVL_MAC_LEN];
-			int st = c->pub[p].state;
-
-			if (c->pub[p].initiator || pr->session_id != m.u.data_bind.session_id ||
-			    (st != KVL_PEER_EXCHANGE && st != KVL_PEER_READY))
-				continue;
-			kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce,
-					  pr->challenge.u.challenge.nonce, pr->session_id,
-					  m.u.data_bind.conn_index, mac);
-			if (!kvl_auth_equal(mac, m.u.data_bind.mac)) {
-				reason = KVL_AUTH_BAD_MAC; /* a known session, the wrong proof */
-				break;
-			}
-			memset(&m, 0, sizeof(m));
-			m.type = KVL_CTRL_DATA_BIND_OK;
-			if (kvl_ctl_send_small(pc->fd, &m) < 0)
-				break;
-			pc->peer = p;
-			pc->peer_gen = c->pub[p].gen;
-			hand_over(c, pc);
+	p = m.type == KVL_CTRL_DATA_BIND ? check_bind(c, pc, &m, &reason)
+					 : (reason = KVL_AUTH_BAD_SESSION, -1);
+	if (p >= 0) {
+		memset(&m, 0, sizeof(m));
+		m.type = KVL_CTRL_DATA_BIND_OK;
+		if (kvl_ctl_send_small(pc->fd, &m) < 0) {
+			pconn_close(pc);
 			return;
 		}
+		pc->peer = (uint32_t)p;
+		pc->peer_gen = c->pub[p].gen;
+		hand_over(c, pc);
+		return;
 	}
 	__atomic_fetch_add(&c->auth_failures, 1, __ATOMIC_RELAXED);
 	memset(&m, 0, sizeof(m));
 	m.type = KVL_CTRL_AUTH_FAIL;
 	m.u.auth_fail.reason = (uint16_t)reason;
 	kvl_ctl_send_small(pc->fd, &m);
-	close(pc->fd);
-	pc->state = PC_FREE;
+	pconn_close(pc);
 }

@@ -234,7 +234,7 @@ static void timers(struct kvl_control *c, uint64_t t)
 		struct pconn *pc = &c->pc[i];
 
 		if (pc->state != PC_FREE && t > pc->deadline_ns) {
-			bool ours = pc->state == PC_BIND_SENT || pc->state == PC_CONNECTING;
+			bool ours = pc->state != PC_WAIT_BIND;
 
 			close(pc->fd);
 			pc->state = PC_FREE;
@@ -287,13 +287,45 @@ static void accept_control(struct kvl_control *c)
 	kvl_ctl_set_state(c, (uint32_t)p, KVL_PEER_HANDSHAKE);
 }
 
+/*
+ * Before taking another data connection: accepted ones that have not bound may hold only
+ * MAX_DATA_PREAUTH of the pending slots (the rest is for our own outgoing binds). Past that
+ * the one that has sent nothing for longest goes, else the oldest. A real client sends its
+ * bind one round trip after the challenge, so a flood must open MAX_DATA_PREAUTH connections
+ * within that round trip to push it out.
+ */
+static void evict_data_preauth(struct kvl_control *c)
+{
+	struct pconn *victim = NULL;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < MAX_PENDING; i++) {
+		struct pconn *pc = &c->pc[i];
+
+		if (pc->state != PC_WAIT_BIND)
+			continue;
+		n++;
+		if (victim == NULL || (pc->rx_len == 0 && victim->rx_len != 0) ||
+		    ((pc->rx_len == 0) == (victim->rx_len == 0) &&
+		     pc->accepted_ns < victim->accepted_ns))
+			victim = pc;
+	}
+	if (n < MAX_DATA_PREAUTH)
+		return;
+	__atomic_fetch_add(&c->data_preauth_evicted, 1, __ATOMIC_RELAXED);
+	close(victim->fd);
+	victim->state = PC_FREE;
+}
+
 static void accept_data(struct kvl_control *c, unsigned nic)
 {
 	int fd = accept4(c->dfd[nic], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
+	struct kvl_ctrl_msg m;
 	struct pconn *pc;
 
 	if (fd < 0)
 		return;
+	evict_data_preauth(c);
 	pc = kvl_ctl_pconn_alloc(c);
 	if (pc == NULL) {
 		close(fd);
@@ -301,10 +333,23 @@ static void accept_data(struct kvl_control *c, unsigned nic)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	pc->fd = fd;
-	pc->state = PC_WAIT_BIND;
 	pc->nic = nic;
 	pc->peer = UINT32_MAX;
-	pc->deadline_ns = kvl_now_ns() + BIND_TIMEOUT_NS;
+	pc->accepted_ns = kvl_now_ns();
+	pc->deadline_ns = pc->accepted_ns + BIND_TIMEOUT_NS;
+	/* This connection's own nonce: a bind proves the session on this connection only. */
+	memset(&m, 0, sizeof(m));
+	m.type = KVL_CTRL_DATA_CHALLENGE;
+	if (kvl_random(pc->nonce, KVL_NONCE_LEN) < 0) {
+		close(fd);
+		return;
+	}
+	memcpy(m.u.data_challenge.nonce, pc->nonce, KVL_NONCE_LEN);
+	if (kvl_ctl_send_small(fd, &m) < 0) {
+		close(fd);
+		return;
+	}
+	pc->state = PC_WAIT_BIND;
 }
 
 enum { FD_EVENT, FD_LISTEN, FD_DATA, FD_PEER, FD_PENDING };
@@ -679,4 +724,9 @@ uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt)
 uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt)
 {
 	return rt->ctl ? __atomic_load_n(&rt->ctl->preauth_evicted, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t kvl_control_data_preauth_evicted(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? __atomic_load_n(&rt->ctl->data_preauth_evicted, __ATOMIC_RELAXED) : 0;
 }

@@ -31,6 +31,7 @@ bool kvl_control_enabled(const struct kvl_runtime *rt);
 const char *kvl_control_listen_addr(const struct kvl_runtime *rt); /* "host:port" bound */
 uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt);
 uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt);
+uint64_t kvl_control_data_preauth_evicted(const struct kvl_runtime *rt);
 /* REQ_CANCEL messages sent for this side's canceled requests, and received from peers. */
 void kvl_control_req_cancels(const struct kvl_runtime *rt, uint64_t *tx, uint64_t *rx);
 

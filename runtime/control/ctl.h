@@ -17,8 +17,11 @@
 #include "runtime.h"
 #include "verbs.h"
 
-#define MAX_PENDING	  128 /* data connections being bound */
-#define MAX_PREAUTH	  16  /* control connections not authenticated yet */
+#define MAX_PENDING 128 /* data connections being bound, both ways */
+/* Of those, accepted ones not bound yet: the rest stays for our own outgoing connections,
+ * which a flood on our data port must never starve. */
+#define MAX_DATA_PREAUTH  64
+#define MAX_PREAUTH	  16 /* control connections not authenticated yet */
 #define MAX_CONNECT_WAITS 16
 #define RECONNECT_NS	  1000000000ull
 #define FRAME_MAX	  (KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
@@ -26,9 +29,10 @@
 
 enum pconn_state {
 	PC_FREE = 0,
-	PC_CONNECTING, /* client: connect() in progress */
-	PC_BIND_SENT,  /* client: DATA_BIND sent, waiting for DATA_BIND_OK */
-	PC_WAIT_BIND,  /* server: accepted, waiting for DATA_BIND */
+	PC_CONNECTING,	   /* client: connect() in progress */
+	PC_WAIT_CHALLENGE, /* client: connected, waiting for the server's DATA_CHALLENGE */
+	PC_BIND_SENT,	   /* client: DATA_BIND sent, waiting for DATA_BIND_OK */
+	PC_WAIT_BIND,	   /* server: accepted, DATA_CHALLENGE sent, waiting for DATA_BIND */
 };
 
 /* A data connection between accept/connect and the hand-over to its lcore. */
@@ -40,6 +44,9 @@ struct pconn {
 	uint32_t peer_gen;
 	uint32_t conn_index;
 	uint64_t deadline_ns;
+	uint8_t nonce[KVL_NONCE_LEN]; /* this connection's DATA_CHALLENGE (sent or received) */
+	uint64_t accepted_ns;	      /* server: when it was accepted (eviction order) */
+	/* One frame at a time, read exactly (never peeked: data frames may follow it) */
 	uint8_t rx[256];
 	size_t rx_len;
 };
@@ -81,6 +88,10 @@ struct peer {
 	uint32_t n_eps;
 	uint64_t next_hb_ns, hb_seq;
 	unsigned want_conns, bound_conns;
+	/* server: the data connections the client announced in its first bind, and which of
+	 * their indexes are bound (each once) */
+	uint32_t bind_count;
+	uint32_t bind_mask;
 	struct connect_wait *waiter;
 	uint32_t segs_version_sent;
 	/* RDMA: the peer's RKEYS (one message per NIC of its), our QPs waiting for its QP_INFO */
@@ -117,7 +128,8 @@ struct kvl_control {
 	char bad_len[256]; /* KVLANE_TEST_BAD_LEN: advertised twice as long as they are */
 	uint64_t auth_failures;
 	uint64_t req_cancels_tx, req_cancels_rx; /* REQ_CANCEL sent for our lcores, received */
-	uint64_t preauth_evicted; /* unauthenticated connections closed to make room */
+	uint64_t preauth_evicted;      /* unauthenticated connections closed to make room */
+	uint64_t data_preauth_evicted; /* likewise, data connections not bound yet */
 	uint64_t warn_ns, warn_suppressed;
 	uint32_t segs_version;
 	pthread_mutex_t lock; /* API requests and waits */

@@ -98,8 +98,13 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 	case KVL_CTRL_DATA_BIND:
 		x->u.data_bind.session_id = 0x0102030405060708ull;
 		x->u.data_bind.conn_index = 0xa0b0c0d0u;
+		x->u.data_bind.conn_count = 0x01020304u;
 		for (int i = 0; i < KVL_MAC_LEN; i++)
 			x->u.data_bind.mac[i] = (uint8_t)(0x40 + i);
+		break;
+	case KVL_CTRL_DATA_CHALLENGE:
+		for (int i = 0; i < KVL_NONCE_LEN; i++)
+			x->u.data_challenge.nonce[i] = (uint8_t)(0xe0 + i);
 		break;
 	case KVL_CTRL_ERROR:
 		x->u.error.code = 0xbeef;
@@ -200,7 +205,7 @@ static void test_vectors(void)
 {
 	static const uint8_t hb[] = {
 		0x4b, 0x56, 0x4c, 0x43,				/* "KVLC" */
-		0x02, 0x00,					/* version 2 */
+		0x03, 0x00,					/* version 3 */
 		0x08, 0x00,					/* HEARTBEAT */
 		0x10, 0x00, 0x00, 0x00,				/* 16 payload bytes */
 		0x07, 0x00, 0x00, 0x00,				/* seq 7 */
@@ -208,7 +213,7 @@ static void test_vectors(void)
 		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* sent_ns */
 	};
 	uint8_t hello[16 + 39] = {
-		0x4b, 0x56, 0x4c, 0x43, 0x02, 0x00, 0x01, 0x00, /* KVLC v2 HELLO */
+		0x4b, 0x56, 0x4c, 0x43, 0x03, 0x00, 0x01, 0x00, /* KVLC v3 HELLO */
 		0x27, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, /* 39 bytes, seq 1 */
 		0x01, 0x00, 0x02, 0x00,				/* min 1, max 2 */
 		0x02, 'a',  'b',				/* name "ab" */
@@ -227,7 +232,7 @@ static void test_vectors(void)
 	CHECK_INT(kvl_ctrl_decode(hb, sizeof(hb), &d, &used), 1);
 	CHECK_INT(used, sizeof(hb));
 	CHECK_INT(d.type, KVL_CTRL_HEARTBEAT);
-	CHECK_INT(d.version, 2);
+	CHECK_INT(d.version, 3);
 	CHECK_INT(d.seq, 7);
 	CHECK(d.u.heartbeat.seq == 0x0102030405060708ull);
 	CHECK(d.u.heartbeat.sent_ns == 0x1122334455667788ull);
@@ -338,6 +343,9 @@ static void test_header_refusals(void)
 	CHECK_INT(dec(f, 16), -KVL_CTRL_E_VERSION);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
 	raw(f, KVL_CTRL_MAGIC, 1, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
+	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
+	/* 2: no DATA_CHALLENGE, a bind without conn_count */
+	raw(f, KVL_CTRL_MAGIC, 2, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
 	raw(f, KVL_CTRL_MAGIC, 0, KVL_CTRL_HEARTBEAT, 16, hb_payload, 16);
 	CHECK_INT(dec(f, 32), -KVL_CTRL_E_VERSION);
@@ -454,14 +462,14 @@ static void test_field_refusals(void)
 	n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_ERROR, 3 + 159, p, 3 + 159);
 	CHECK_INT(dec(f, n), -KVL_CTRL_E_FIELD);
 
-	/* auth_fail reasons 0 and 4; 1..3 pass. */
-	for (int r = 0; r <= 4; r++) {
+	/* auth_fail reasons 0 and 5; 1..4 pass. */
+	for (int r = 0; r <= 5; r++) {
 		put16(p, (uint16_t)r);
 		n = raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_AUTH_FAIL, 2, p, 2);
-		CHECK_INT(dec(f, n), r >= 1 && r <= 3 ? 1 : -KVL_CTRL_E_FIELD);
+		CHECK_INT(dec(f, n), r >= 1 && r <= 4 ? 1 : -KVL_CTRL_E_FIELD);
 		fill(&m, KVL_CTRL_AUTH_FAIL);
 		m.u.auth_fail.reason = (uint16_t)r;
-		CHECK(enc(&m) == (r >= 1 && r <= 3 ? 18 : -EINVAL));
+		CHECK(enc(&m) == (r >= 1 && r <= 4 ? 18 : -EINVAL));
 	}
 
 	/* 65 segments, 17 endpoints: refused on the count, before any element is read. */
@@ -738,13 +746,14 @@ static void test_segments(void)
 static void test_names(void)
 {
 	static const char *const types[] = {
-		"?",	     "HELLO",	     "CHALLENGE",  "AUTH",	"AUTH_OK",
-		"AUTH_FAIL", "SEGMENTS",     "ENDPOINTS",  "HEARTBEAT", "HEARTBEAT_ACK",
-		"DATA_BIND", "DATA_BIND_OK", "ERROR",	   "BYE",	"QP_INFO",
-		"RKEYS",     "QP_RESYNC",    "REQ_CANCEL", "?"
+		"?",	     "HELLO",	      "CHALLENGE",	"AUTH",
+		"AUTH_OK",   "AUTH_FAIL",     "SEGMENTS",	"ENDPOINTS",
+		"HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND",	"DATA_BIND_OK",
+		"ERROR",     "BYE",	      "QP_INFO",	"RKEYS",
+		"QP_RESYNC", "REQ_CANCEL",    "DATA_CHALLENGE", "?"
 	};
 
-	for (int t = 0; t <= 18; t++)
+	for (int t = 0; t <= 19; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");
@@ -765,8 +774,9 @@ static void test_names(void)
 	CHECK_STR(kvl_auth_fail_name(KVL_AUTH_BAD_MAC), "bad-mac");
 	CHECK_STR(kvl_auth_fail_name(KVL_AUTH_BAD_SESSION), "bad-session");
 	CHECK_STR(kvl_auth_fail_name(KVL_AUTH_VERSION), "version");
+	CHECK_STR(kvl_auth_fail_name(KVL_AUTH_BAD_BIND), "bad-bind");
 	CHECK_STR(kvl_auth_fail_name(0), "?");
-	CHECK_STR(kvl_auth_fail_name(4), "?");
+	CHECK_STR(kvl_auth_fail_name(5), "?");
 }
 
 /* ---- proofs ---- */
@@ -791,7 +801,8 @@ static void test_auth(void)
 	static struct kvl_ctrl_msg h, c, h2, c2;
 	static struct kvl_secret sec, sec2;
 	uint8_t cm[KVL_MAC_LEN], sm[KVL_MAC_LEN], x[KVL_MAC_LEN], y[KVL_MAC_LEN];
-	uint8_t want[KVL_MAC_LEN], nc[KVL_NONCE_LEN], ns[KVL_NONCE_LEN];
+	uint8_t want[KVL_MAC_LEN], nc[KVL_NONCE_LEN], ns[KVL_NONCE_LEN], nd[KVL_NONCE_LEN];
+	uint8_t nd2[KVL_NONCE_LEN];
 
 	memcpy(sec.key, "0123456789abcdef0123456789abcdef", 32);
 	sec.len = 32;
@@ -808,13 +819,16 @@ static void test_auth(void)
 	for (int i = 0; i < KVL_NONCE_LEN; i++) {
 		nc[i] = h.u.hello.nonce[i] = (uint8_t)i;
 		ns[i] = c.u.challenge.nonce[i] = (uint8_t)(0x80 + i);
+		nd[i] = (uint8_t)(0xc0 + i);
+		nd2[i] = nd[i];
 	}
+	nd2[KVL_NONCE_LEN - 1] ^= 1;
 
 	/*
 	 * Known answers (Python hmac over the documented input) pin the MAC input layout:
 	 * u8 len + label, u16 min, u16 max, u8 len + client name, nonce_c, u16 version,
 	 * u8 len + server name, nonce_s, u64 session id; data bind: u8 len + label, nonce_c,
-	 * nonce_s, u64 session id, u32 conn_index. All little-endian.
+	 * nonce_s, nonce_d, u64 session id, u32 conn_index, u32 conn_count. All little-endian.
 	 */
 	kvl_auth_client_mac(&sec, &h, &c, cm);
 	hex("6d5eafde4ad6c483f9ef7d9667d2f597679b478563965c3bf9ca200781b1449a", want);
@@ -822,8 +836,8 @@ static void test_auth(void)
 	kvl_auth_server_mac(&sec, &h, &c, sm);
 	hex("d83c56b6b3ef46de9facc957ce372f7fbadb50125e2f1a7bcc1b764bc02d378e", want);
 	CHECK(mac_eq(sm, want));
-	kvl_auth_data_mac(&sec, nc, ns, c.u.challenge.session_id, 3, x);
-	hex("f84e62f54408f930efa430d63684007cdc5c092fae588c412f10731b24c9e905", want);
+	kvl_auth_data_mac(&sec, nc, ns, nd, c.u.challenge.session_id, 3, 4, x);
+	hex("9f1e3416c3c35e75de7a757c1cec29279ecee4b70a92b2dff5db0b59a309b131", want);
 	CHECK(mac_eq(x, want));
 
 	CHECK(!mac_eq(cm, sm));
@@ -895,15 +909,22 @@ static void test_auth(void)
 	kvl_auth_client_mac(&sec, &h2, &c2, x);
 	CHECK(!mac_eq(x, cm));
 
-	/* Data bind: depends on the connection index, the session and both nonces. */
-	kvl_auth_data_mac(&sec, nc, ns, 77, 0, x);
-	kvl_auth_data_mac(&sec, nc, ns, 77, 1, y);
+	/* Data bind: depends on the connection index, the session, both handshake nonces, the
+	 * connection's own nonce (a bind replayed on another connection fails) and the count. */
+	kvl_auth_data_mac(&sec, nc, ns, nd, 77, 0, 2, x);
+	kvl_auth_data_mac(&sec, nc, ns, nd, 77, 1, 2, y);
 	CHECK(!mac_eq(x, y));
-	kvl_auth_data_mac(&sec, nc, ns, 77, 0, y);
+	kvl_auth_data_mac(&sec, nc, ns, nd, 77, 0, 2, y);
 	CHECK(kvl_auth_equal(x, y));
-	kvl_auth_data_mac(&sec, nc, ns, 78, 0, y);
+	kvl_auth_data_mac(&sec, nc, ns, nd, 78, 0, 2, y);
 	CHECK(!mac_eq(x, y));
-	kvl_auth_data_mac(&sec, ns, nc, 77, 0, y);
+	kvl_auth_data_mac(&sec, ns, nc, nd, 77, 0, 2, y);
+	CHECK(!mac_eq(x, y));
+	kvl_auth_data_mac(&sec, nc, ns, nd2, 77, 0, 2, y);
+	CHECK(!mac_eq(x, y));
+	kvl_auth_data_mac(&sec, nc, ns, nd, 77, 0, 3, y);
+	CHECK(!mac_eq(x, y));
+	kvl_auth_data_mac(&sec, nc, ns, NULL, 77, 0, 2, y);
 	CHECK(!mac_eq(x, y));
 
 	/* No usable secret: the proof is unpredictable and never matches itself. */
@@ -912,8 +933,8 @@ static void test_auth(void)
 	kvl_auth_client_mac(&sec2, &h, &c, y);
 	CHECK(!kvl_auth_equal(x, y));
 	sec2.len = KVL_SECRET_MIN - 1;
-	kvl_auth_data_mac(&sec2, nc, ns, 1, 1, x);
-	kvl_auth_data_mac(&sec2, nc, ns, 1, 1, y);
+	kvl_auth_data_mac(&sec2, nc, ns, nd, 1, 1, 2, x);
+	kvl_auth_data_mac(&sec2, nc, ns, nd, 1, 1, 2, y);
 	CHECK(!kvl_auth_equal(x, y));
 	kvl_auth_client_mac(&sec, NULL, &c, x);
 	kvl_auth_client_mac(&sec, NULL, &c, y);
