@@ -193,6 +193,39 @@ int kvl_gpu_scan(const char *sysfs_root, struct kvl_pci_path *gpus, unsigned max
 	return (int)count;
 }
 
+/* Bonds over VLANs over bonds: as deep as the NUMA lookup follows them (topo.c). */
+#define NETDEV_MAX_DEPTH 4
+
+/*
+ * A netdev's PCI function; a VLAN or bond (no device link) has its first lower device's,
+ * where the bytes go. Returns 0, or -ENODEV with the reason.
+ */
+static int netdev_pci(const char *sysfs_root, const char *netdev, int depth,
+		      struct kvl_pci_path *out, char *why, size_t whylen)
+{
+	struct dirent **names;
+	char rel[PATH_MAX], path[PATH_MAX];
+	int n, rc = -ENODEV;
+
+	snprintf(rel, sizeof(rel), "class/net/%s/device", netdev);
+	rc = kvl_pci_locate(sysfs_root, rel, out, why, whylen);
+	if (rc == 0 || strncmp(why, "no ", 3) != 0)
+		return rc; /* found, or a device that is not on a PCI bus */
+	rc = -ENODEV;
+	if (depth < NETDEV_MAX_DEPTH &&
+	    kvl_sysfs_path(path, sizeof(path), sysfs_root, "class/net/%s", netdev) == 0 &&
+	    (n = kvl_sysfs_list(path, &names)) >= 0) {
+		for (int i = 0; i < n && rc < 0; i++)
+			if (strncmp(names[i]->d_name, "lower_", 6) == 0)
+				rc = netdev_pci(sysfs_root, names[i]->d_name + 6, depth + 1, out,
+						why, whylen);
+		kvl_sysfs_free_list(names, n);
+	}
+	if (rc < 0 && depth == 0)
+		snprintf(why, whylen, "%s has no device link: a virtual netdev", netdev);
+	return rc;
+}
+
 int kvl_nic_pci(const char *sysfs_root, const struct kvl_nic_conf *nic,
 		const struct kvl_nic_info *info, struct kvl_pci_path *out, char *why, size_t whylen)
 {
@@ -201,24 +234,26 @@ int kvl_nic_pci(const char *sysfs_root, const struct kvl_nic_conf *nic,
 
 	memset(out, 0, sizeof(*out));
 	out->numa_node = -1;
+	why[0] = '\0';
 	if (info->kind == KVL_NIC_RDMA && strcmp(info->driver, "rdma_rxe") == 0) {
 		/* Before 5.11 rxe hung under its netdev's function: that is not a DMA engine. */
 		snprintf(why, whylen, "%s is soft-RoCE over %s: no PCI function of its own",
 			 nic->device, info->netdev[0] ? info->netdev : "a netdev");
 		return -ENODEV;
 	}
-	snprintf(rel, sizeof(rel), "%s/%s/device",
-		 info->kind == KVL_NIC_RDMA ? "class/infiniband" : "class/net", nic->device);
-	rc = kvl_pci_locate(sysfs_root, rel, out, sub, sizeof(sub));
-	if (rc < 0) {
-		if (strncmp(sub, "no ", 3) == 0)
-			snprintf(why, whylen, "%s has no device link: %s", nic->device,
-				 info->kind == KVL_NIC_RDMA ? "a software RDMA device (siw?)"
-							    : "a virtual netdev");
-		else
+	if (info->kind == KVL_NIC_NETDEV) {
+		rc = netdev_pci(sysfs_root, nic->device, 0, out, why, whylen);
+	} else {
+		snprintf(rel, sizeof(rel), "class/infiniband/%s/device", nic->device);
+		rc = kvl_pci_locate(sysfs_root, rel, out, sub, sizeof(sub));
+		if (rc < 0 && strncmp(sub, "no ", 3) == 0)
+			snprintf(why, whylen, "%s has no device link: a software RDMA device",
+				 nic->device);
+		else if (rc < 0)
 			snprintf(why, whylen, "%s: %s", nic->device, sub);
-		return rc;
 	}
+	if (rc < 0)
+		return rc;
 	/* The INI's numa_node override wins, as it does for the lcore pairing. */
 	out->numa_node = info->numa_node;
 	return 0;

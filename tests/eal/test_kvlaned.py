@@ -705,9 +705,34 @@ def scenario_gpu_pair(ctx):
         note += "; no NVIDIA GPU under /sys/bus/pci/devices"
     check_eq(n["gpu_note"], note, "/kvlane/nics gpu_note of lo", d)
     check_eq(h.cmd(c, "/kvlane/nic,lo", d)["gpu_note"], note, "/kvlane/nic,lo gpu_note", d)
+    cuda = h.cmd(c, "/kvlane/info", d)["cuda"]
     c.close()
     d.stop(signal.SIGTERM)
     log(f"this host: lo -> gpu {n['gpu']!r}, distance none, note {n['gpu_note']!r}")
+
+    # With [gpu] enable on a host with a GPU (the H200), the opened device's CUDA index
+    # shows on the NIC paired with it, matched by PCI bus id.
+    if gpus and cuda and os.path.exists("/dev/nvidiactl"):
+        ini = ctx.ini("gpuc.ini", minimal_ini("gpuc", extra="[gpu]\nenable = true\n"))
+        d = ctx.start(ini)
+        d.wait_ready()
+        c = d.telemetry()
+        bus = h.cmd(c, "/kvlane/gpu", d)["pci_bus_id"]
+        n = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS + GPU_COLUMNS,
+                         "/kvlane/nics", d)[0]
+        norm = bus.lower()
+        if norm.count(":") == 2 and len(norm.split(":")[0]) == 8:
+            norm = norm[4:]  # CUDA/NVML's 8-digit domain, as sysfs spells it (4)
+        check_eq(n["gpu"], gpus[0], "lo pairs with the lowest-address GPU", d)
+        check_eq(n["gpu_cuda_device"], 0 if norm == gpus[0] else -1,
+                 f"gpu_cuda_device of lo (CUDA device 0 is {bus})", d)
+        c.close()
+        d.stop(signal.SIGTERM)
+        log(f"[gpu] enable: CUDA device 0 = {bus}; lo -> {n['gpu']}, "
+            f"gpu_cuda_device {n['gpu_cuda_device']}")
+    else:
+        log(f"GPUs here: {gpus or 'none'}, kvlaned built with CUDA: {bool(cuda)}: the "
+            "CUDA-index match is checked on a GPU machine")
 
     # The two-socket fixture: PIX by topology, SYS for the NIC of unknown node, an INI
     # override to a GPU on the other socket; both far pairs warned at start.

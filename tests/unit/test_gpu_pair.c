@@ -194,7 +194,9 @@ static const char host_ini[] = "[nic.a]\ndevice = mlx5_0\n"
 			       "[nic.c]\ndevice = mlx5_2\n"
 			       "[nic.d]\ndevice = rxe0\n"
 			       "[nic.e]\ndevice = ens5f0\ntransport = tcp\n"
-			       "[nic.f]\ndevice = lo\n";
+			       "[nic.f]\ndevice = lo\n"
+			       "[nic.g]\ndevice = mlx5_3\n"
+			       "[nic.h]\ndevice = ens5f0.100\n";
 
 static void test_auto(void)
 {
@@ -232,6 +234,15 @@ static void test_auto(void)
 	CHECK_STR(kvl_pci_dist_name(p[4].dist), "PHB");
 	CHECK_STR(kvl_pci_dist_name(p[5].dist), "none");
 	CHECK_STR(p[5].note, "lo has no device link: a virtual netdev");
+	/* an mlx5 scalable function sits where its PCI function does */
+	CHECK_STR(p[6].nic_addr, "0000:1a:00.0");
+	CHECK_STR(p[6].addr, "0000:18:00.0");
+	CHECK_STR(kvl_pci_dist_name(p[6].dist), "PIX");
+	/* a VLAN sends through its lower device */
+	CHECK_STR(p[7].nic_addr, "0000:39:00.0");
+	CHECK_STR(p[7].addr, "0000:38:00.0");
+	CHECK_STR(kvl_pci_dist_name(p[7].dist), "PHB");
+	CHECK_STR(p[7].note, "");
 
 	/* The INI's numa_node puts mlx5_2 on socket 1: NODE to the first socket-1 GPU. */
 	CHECK_INT(pair_ini(&h, gpu2s, "[nic.c]\ndevice = mlx5_2\nnuma_node = 1\n"), 0);
@@ -358,9 +369,11 @@ static void test_one_gpu_host(void)
 	/* a 1-GPU host: every NIC shares the GPU */
 	CHECK_INT(pair_ini(&h, one,
 			   "[nic.a]\ndevice = mlx5_0\n[nic.b]\ndevice = enp1s0f0\n"
-			   "[nic.c]\ndevice = rxe0\n"),
+			   "[nic.c]\ndevice = rxe0\n[nic.d]\ndevice = enp1s0f0.100\n"),
 		  0);
-	for (int i = 0; i < 3; i++)
+	CHECK_STR(p[3].nic_addr, "0000:01:00.0");
+	CHECK_STR(kvl_pci_dist_name(p[3].dist), "PHB");
+	for (int i = 0; i < 4; i++)
 		CHECK_STR(p[i].addr, "0000:02:00.0");
 	CHECK_STR(kvl_pci_dist_name(p[0].dist), "PHB");
 	CHECK_STR(p[0].nic_addr, "0000:01:00.0");
