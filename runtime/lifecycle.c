@@ -55,6 +55,8 @@ static int pair_gpus(struct kvl_runtime *rt, char *msg, size_t msglen)
 /* At start, once logging goes through EAL: what each NIC pairs with, louder when far. */
 static void log_gpu_pairs(const struct kvl_runtime *rt)
 {
+	bool paired = false;
+
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
 		const struct kvl_gpu_pair *p = kvl_topo_gpu_for_nic(rt, i);
@@ -70,7 +72,14 @@ static void log_gpu_pairs(const struct kvl_runtime *rt)
 				p->note);
 		else
 			KVL_LOG(INFO, "nic.%s (%s): no GPU: %s", nc->label, nc->device, p->note);
+		paired |= p->cuda_device >= 0;
 	}
+	/* VRAM staging goes to each NIC's GPU: an opened device that none pairs with is idle. */
+	if (rt->gpu.open && rt->cfg.n_nics > 0 && !paired)
+		KVL_LOG(NOTICE,
+			"[gpu] device_id %d (%s) is no NIC's GPU; set [nic.*] gpu = %s to pair one "
+			"with it",
+			rt->gpu.device_id, rt->gpu.pci_bus_id, rt->gpu.pci_bus_id);
 }
 
 int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
