@@ -12,11 +12,11 @@
 #include "sysfs.h"
 #include "topo.h"
 
-#define PCI_DEVICES	  "bus/pci/devices"
-#define NVIDIA_VENDOR	  0x10de
-#define PCI_CLASS_VGA	  0x0300 /* class code's upper 16 bits: base class + subclass */
-#define PCI_CLASS_3D	  0x0302 /* "3D controller": datacenter GPUs without a display */
-#define GPU_SEL_AUTO_NONE -2
+#define PCI_DEVICES   "bus/pci/devices"
+#define NVIDIA_VENDOR 0x10de
+#define PCI_CLASS_VGA 0x0300 /* class code's upper 16 bits: base class + subclass */
+#define PCI_CLASS_3D  0x0302 /* "3D controller": datacenter GPUs without a display */
+#define GPU_SEL_NONE  -2
 
 const char *kvl_pci_dist_name(int dist)
 {
@@ -268,7 +268,7 @@ static int gpu_sel(const char *s, long *index, const char **addr)
 	if (s[0] == '\0' || strcmp(s, "auto") == 0)
 		return KVL_AUTO;
 	if (strcmp(s, "none") == 0)
-		return GPU_SEL_AUTO_NONE;
+		return GPU_SEL_NONE;
 	if (strchr(s, ':') == NULL) {
 		*index = strtol(s, &end, 10);
 		return *end == '\0' && *index >= 0 ? 0 : -EINVAL;
@@ -331,7 +331,7 @@ static int pair_one(const char *sysfs_root, const struct kvl_nic_conf *nic,
 		p->best = dist[best_g];
 
 	sel = gpu_sel(nic->gpu, &index, &addr);
-	if (sel == GPU_SEL_AUTO_NONE) {
+	if (sel == GPU_SEL_NONE) {
 		p->from_conf = true;
 		snprintf(p->note, sizeof(p->note), "gpu = none in the INI");
 		return 0;
