@@ -22,6 +22,7 @@ enum key_type {
 	KT_ADDR,      /* char[size]: host:port; port may be 0 when min == 0 */
 	KT_ADDR_LIST, /* struct kvl_control_conf peers/n_peers: comma-separated host:port */
 	KT_PATH,      /* char[size]: a file path; relative ones are taken from the INI's folder */
+	KT_GPU_SEL,   /* char[size]: auto | none | a GPU index | a PCI address (normalised) */
 };
 
 #define F_REQUIRED  0x1
@@ -137,6 +138,9 @@ static const struct key_def telemetry_keys[] = {
 };
 #undef TEL
 
+/* [nic.*] gpu = <index>: as many GPUs as the topology scans (KVL_MAX_GPUS in topo.h). */
+#define KVL_MAX_GPU_INDEX 63
+
 #define NIC struct kvl_nic_conf
 static const struct key_def nic_keys[] = {
 	K(NIC, device, KT_NAME, F_REQUIRED, 1, KVL_NAME_LEN - 1, NULL, ""),
@@ -151,6 +155,7 @@ static const struct key_def nic_keys[] = {
 	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
 	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),
 	K(NIC, data_port, KT_UINT, 0, 0, 65535, NULL, "0"),
+	K(NIC, gpu, KT_GPU_SEL, 0, 0, KVL_MAX_GPU_INDEX, NULL, "auto"),
 };
 #undef NIC
 
@@ -443,6 +448,87 @@ static const char *parse_peers(const char *v, const struct key_def *k, struct kv
 	return NULL;
 }
 
+/* 1..@max hex digits at *@p; advances it. */
+static int hex_field(const char **p, unsigned max, unsigned long *v)
+{
+	unsigned n = 0;
+
+	*v = 0;
+	while (isxdigit((unsigned char)**p) && n < max) {
+		int c = tolower((unsigned char)**p);
+
+		*v = *v * 16 + (unsigned long)(isdigit(c) ? c - '0' : c - 'a' + 10);
+		(*p)++;
+		n++;
+	}
+	return n > 0 && !isxdigit((unsigned char)**p) ? 0 : -EINVAL;
+}
+
+int kvl_pci_addr_normalize(const char *in, char *out, size_t cap)
+{
+	unsigned long f[3], dev, fn, domain = 0, bus;
+	const char *p = in;
+	unsigned nf = 0;
+	int n;
+
+	if (in == NULL)
+		return -EINVAL;
+	/* [domain:]bus:device.function: fields before the '.', colon-separated */
+	for (;;) {
+		if (nf == 3 || hex_field(&p, 8, &f[nf]) < 0)
+			return -EINVAL;
+		nf++;
+		if (*p == ':') {
+			p++;
+			continue;
+		}
+		break;
+	}
+	if (*p != '.' || nf < 2)
+		return -EINVAL;
+	p++;
+	if (hex_field(&p, 1, &fn) < 0 || *p != '\0')
+		return -EINVAL;
+	if (nf == 3)
+		domain = f[0];
+	bus = f[nf - 2];
+	dev = f[nf - 1];
+	if (bus > 0xff || dev > 0x1f || fn > 7 || domain > 0xffffffffUL)
+		return -EINVAL;
+	n = snprintf(out, cap, "%04lx:%02lx:%02lx.%lx", domain, bus, dev, fn);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * [nic.*] gpu: which GPU the NIC works with. Only the form is checked here; whether that GPU
+ * exists is known at start, from sysfs (lcores/topo: kvl_pair_gpus).
+ */
+static const char *parse_gpu_sel(const char *value, const struct key_def *k, char *field, char *why,
+				 size_t whylen)
+{
+	uint64_t u;
+
+	if (strcasecmp(value, "auto") == 0 || strcasecmp(value, "none") == 0) {
+		snprintf(field, k->size, "%s",
+			 tolower((unsigned char)value[0]) == 'a' ? "auto" : "none");
+		return NULL;
+	}
+	if (strchr(value, ':') == NULL) {
+		if (parse_u64(value, &u) != NULL || u > (uint64_t)k->max)
+			goto bad;
+		snprintf(field, k->size, "%u", (unsigned)u);
+		return NULL;
+	}
+	if (kvl_pci_addr_normalize(value, field, k->size) == 0)
+		return NULL;
+bad:
+	snprintf(why, whylen,
+		 "auto, none, a GPU index in 0..%lld (PCI-address order) or a PCI address "
+		 "like 0000:3b:00.0",
+		 (long long)k->max);
+	return why;
+}
+
 /*
  * Store @value into the field of @k in @base. Returns NULL, or a description of what was
  * expected (possibly written into @why).
@@ -527,6 +613,8 @@ static const char *set_value(const struct key_def *k, void *base, const char *va
 		return NULL;
 	case KT_ADDR_LIST:
 		return parse_peers(value, k, (struct kvl_control_conf *)base, why, whylen);
+	case KT_GPU_SEL:
+		return parse_gpu_sel(value, k, field, why, whylen);
 	case KT_PATH:
 		len = strlen(value);
 		if (len > (size_t)k->max)
@@ -568,6 +656,7 @@ static void format_value(const struct key_def *k, const void *base, char *out, s
 	case KT_NAME:
 	case KT_ADDR:
 	case KT_PATH:
+	case KT_GPU_SEL:
 		snprintf(out, outlen, "%s", field);
 		break;
 	case KT_ADDR_LIST: {
@@ -1024,6 +1113,14 @@ static unsigned key_line(const struct kvl_config *cfg, int sec, int idx, const c
 	if (ki >= 0 && org->key_line[ki] && org->key_line[ki] != LINE_SET)
 		return org->key_line[ki];
 	return org->section_line;
+}
+
+unsigned kvl_config_key_line(const struct kvl_config *cfg, int sec, unsigned idx, const char *key)
+{
+	if (sec < 0 || sec >= KVL_SEC_COUNT ||
+	    (sections[sec].multi && idx >= multi_ccount(cfg, sec)))
+		return 0;
+	return key_line(cfg, sec, (int)idx, key);
 }
 
 static bool key_set(const struct kvl_config *cfg, int sec, int idx, const char *key)

@@ -18,6 +18,7 @@
 #define KVL_ADDR_LEN	  80 /* host:port, [v6]:port */
 #define KVL_PATH_LEN	  256
 #define KVL_MAX_SECT_KEYS 24
+#define KVL_PCI_ADDR_LEN  20 /* "0000:3b:00.0"; domains above 0xffff (VMD) print longer */
 
 enum kvl_idle_policy {
 	KVL_IDLE_POLL = 0, /* spin: lowest latency, one core at 100% */
@@ -63,6 +64,9 @@ struct kvl_nic_conf {
 	uint32_t queue_depth;
 	int numa_node;	    /* KVL_AUTO or 0..1023 */
 	uint32_t data_port; /* tcp: port of the data listener (0: any free port) */
+	/* GPU paired with this NIC: "auto", "none", a GPU index ("0") in PCI-address order or
+	 * a PCI address, normalised ("0000:3b:00.0"); checked against the host at start */
+	char gpu[KVL_PCI_ADDR_LEN];
 };
 
 enum kvl_seg_access {
@@ -216,6 +220,22 @@ int kvl_config_load_string(const char *name, const char *text, struct kvl_config
 
 /* Write the effective configuration (defaults filled in) as INI that loads back to it. */
 int kvl_config_print(FILE *out, const struct kvl_config *cfg);
+
+/*
+ * Normalise a PCI address as sysfs names functions: lower-case hex, 4-digit domain added when
+ * missing ("3B:00.0" and CUDA's "00000000:3B:00.0" both become "0000:3b:00.0"). Here, the
+ * lowest library, because the INI's [nic.*] gpu key is checked with it; the topology and
+ * the runtime (matching cudaDeviceGetPCIBusId) use the same one.
+ * Returns 0, or -EINVAL when @in is not [domain:]bus:device.function.
+ */
+int kvl_pci_addr_normalize(const char *in, char *out, size_t cap);
+
+/*
+ * Line of @key in element @idx of section @sec (its section's line when the key was not
+ * written, or came from --set); 0 when neither is known (defaults). For errors found after
+ * loading, e.g. a [nic.*] gpu address that names no GPU of this host.
+ */
+unsigned kvl_config_key_line(const struct kvl_config *cfg, int sec, unsigned idx, const char *key);
 
 /* Names of enum values, for printing. */
 const char *kvl_idle_policy_name(int p);

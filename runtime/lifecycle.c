@@ -22,6 +22,66 @@ static bool custom_sysfs(const struct kvl_runtime *rt)
 	return strcmp(rt->sysfs_root, "/sys") != 0;
 }
 
+/*
+ * Each NIC's GPU from the PCI tree or [nic.*] gpu (lcores/topo/gpu_topo.c); the opened [gpu]
+ * device gets its CUDA index on the NIC it pairs with, matched by PCI bus id.
+ */
+static int pair_gpus(struct kvl_runtime *rt, char *msg, size_t msglen)
+{
+	struct kvl_nic_info infos[KVL_MAX_NICS];
+	struct kvl_gpu_pair pairs[KVL_MAX_NICS];
+	char wbuf[KVL_MAX_NICS][KVL_PATH_LEN + 16], bus_id[KVL_PCI_ADDR_LEN];
+	const char *where[KVL_MAX_NICS];
+	bool cuda = rt->gpu.open &&
+		    kvl_pci_addr_normalize(rt->gpu.pci_bus_id, bus_id, sizeof(bus_id)) == 0;
+	int rc;
+
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		infos[i] = rt->nic[i].info;
+		snprintf(wbuf[i], sizeof(wbuf[i]), "%s:%u", rt->cfg.path,
+			 kvl_config_key_line(&rt->cfg, KVL_SEC_NIC, i, "gpu"));
+		where[i] = rt->cfg.path[0] ? wbuf[i] : NULL;
+	}
+	rc = kvl_pair_gpus(rt->sysfs_root, rt->cfg.nics, infos, where, rt->cfg.n_nics, pairs, msg,
+			   msglen);
+	for (unsigned i = 0; rc == 0 && i < rt->cfg.n_nics; i++) {
+		rt->nic[i].gpu = pairs[i];
+		if (cuda && strcmp(pairs[i].addr, bus_id) == 0)
+			rt->nic[i].gpu.cuda_device = rt->gpu.device_id;
+	}
+	return rc;
+}
+
+/* At start, once logging goes through EAL: what each NIC pairs with, louder when far. */
+static void log_gpu_pairs(const struct kvl_runtime *rt)
+{
+	bool paired = false;
+
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		const struct kvl_nic_conf *nc = &rt->cfg.nics[i];
+		const struct kvl_gpu_pair *p = kvl_topo_gpu_for_nic(rt, i);
+
+		if (p->warn)
+			KVL_LOG(WARNING, "nic.%s (%s, %s) pairs with GPU %s at distance %s: %s",
+				nc->label, nc->device, p->nic_addr, p->addr,
+				kvl_pci_dist_name(p->dist), p->note);
+		else if (p->gpu >= 0)
+			KVL_LOG(INFO, "nic.%s (%s): GPU %s (%s%s)%s%s", nc->label, nc->device,
+				p->addr, kvl_pci_dist_name(p->dist),
+				p->from_conf ? ", from the INI" : "", p->note[0] ? ": " : "",
+				p->note);
+		else
+			KVL_LOG(INFO, "nic.%s (%s): no GPU: %s", nc->label, nc->device, p->note);
+		paired |= p->cuda_device >= 0;
+	}
+	/* VRAM staging goes to each NIC's GPU: an opened device that none pairs with is idle. */
+	if (rt->gpu.open && rt->cfg.n_nics > 0 && !paired)
+		KVL_LOG(NOTICE,
+			"[gpu] device_id %d (%s) is no NIC's GPU; set [nic.*] gpu = %s to pair one "
+			"with it",
+			rt->gpu.device_id, rt->gpu.pci_bus_id, rt->gpu.pci_bus_id);
+}
+
 int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	size_t len = 0;
@@ -47,6 +107,15 @@ int kvl_runtime_discover(struct kvl_runtime *rt, char *err, size_t errlen)
 			rc = r;
 			len += snprintf(err + len, len < errlen ? errlen - len : 0, "%s%s",
 					len ? "\n" : "", msg);
+		}
+	}
+	if (rc == 0) {
+		char msg[KVL_ERR_LEN * 2];
+		int r = pair_gpus(rt, msg, sizeof(msg));
+
+		if (r < 0) {
+			rc = r;
+			snprintf(err, errlen, "%s", msg);
 		}
 	}
 	return rc;
@@ -269,6 +338,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				"allow_remote_numa is set; expect cross-node memory traffic",
 				names[i], nodes[i], d->lcore_id, d->socket);
 	}
+	log_gpu_pairs(rt);
 	rc = kvl_staging_start(rt, err, errlen);
 	if (rc == 0)
 		rc = kvl_req_table_start(rt, err, errlen);

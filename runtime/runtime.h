@@ -34,6 +34,7 @@ struct kvl_rt_nic {
 	struct kvl_verbs_dev *vdev;  /* RDMA NICs: the opened device, else NULL */
 	struct kvl_nic_sched *sched; /* [sched] staging_mb > 0: its scheduler stage */
 	uint8_t *staging;	     /* that scheduler's staging memory */
+	struct kvl_gpu_pair gpu;     /* its GPU by PCI distance or [nic.*] gpu; set at discovery */
 } __rte_cache_aligned;
 
 /*
@@ -61,5 +62,20 @@ struct kvl_runtime {
 	bool started;
 	bool quit; /* read by every lcore loop */
 };
+
+/*
+ * The GPU NIC @nic works with: what VRAM staging and GPU segment registration on that NIC
+ * should use. Chosen at discovery (kvl_runtime_discover, before EAL) by kvl_pair_gpus() from
+ * the PCI tree, or by [nic.*] gpu, and fixed for the process's life, so any thread may read
+ * it. ->gpu < 0: none (no NVIDIA GPU, gpu = none; ->note says why). ->addr is the GPU's PCI
+ * address; ->cuda_device its CUDA index when it is the [gpu] device the runtime opened (the
+ * only one whose index is known: CUDA_VISIBLE_DEVICES renumbers), else -1; ->dist its class
+ * (enum kvl_pci_dist). NULL for a NIC index that is not configured.
+ */
+static inline const struct kvl_gpu_pair *kvl_topo_gpu_for_nic(const struct kvl_runtime *rt,
+							      unsigned nic)
+{
+	return nic < rt->cfg.n_nics ? &rt->nic[nic].gpu : NULL;
+}
 
 #endif /* KVL_RUNTIME_H */

@@ -290,6 +290,14 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "link_layer", ni->link_layer);
 	put_str(k, "state", ni->state);
 	put_str(k, "netdev", ni->netdev);
+	/* The GPU it works with (kvl_topo_gpu_for_nic): PCI address, CUDA index where the
+	 * runtime opened that GPU, nvidia-smi's distance class, and who chose it. */
+	put_str(k, "pci", rt->nic[i].gpu.nic_addr);
+	put_str(k, "gpu", rt->nic[i].gpu.gpu >= 0 ? rt->nic[i].gpu.addr : "none");
+	put_int(k, "gpu_cuda_device", rt->nic[i].gpu.cuda_device);
+	put_str(k, "gpu_distance", kvl_pci_dist_name(rt->nic[i].gpu.dist));
+	put_str(k, "gpu_source", rt->nic[i].gpu.from_conf ? "config" : "topology");
+	put_str(k, "gpu_note", rt->nic[i].gpu.note);
 }
 
 /* Every NIC in column form. */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* sysfs paths and attributes, and bounded error messages, for topology and pairing. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -113,4 +115,40 @@ int kvl_sysfs_read(const char *path, char *buf, size_t cap)
 		n--;
 	buf[n] = '\0';
 	return (int)n;
+}
+
+int kvl_sysfs_read_long(const char *path, long *v)
+{
+	char buf[32], *end;
+	int rc;
+
+	rc = kvl_sysfs_read(path, buf, sizeof(buf));
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return -EINVAL;
+	errno = 0;
+	*v = strtol(buf, &end, 10);
+	if (errno || *end != '\0')
+		return -EINVAL;
+	return 0;
+}
+
+static int no_dots(const struct dirent *d)
+{
+	return d->d_name[0] != '.';
+}
+
+int kvl_sysfs_list(const char *path, struct dirent ***names)
+{
+	int n = scandir(path, names, no_dots, alphasort);
+
+	return n < 0 ? -errno : n;
+}
+
+void kvl_sysfs_free_list(struct dirent **names, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
 }

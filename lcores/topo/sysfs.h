@@ -29,4 +29,14 @@ kvl_sysfs_path(char *buf, size_t cap, const char *sysfs_root, const char *fmt, .
  * missing file and an attribute that fails to read are both normal outcomes). */
 int kvl_sysfs_read(const char *path, char *buf, size_t cap);
 
+/* A decimal integer attribute ("-1" included). Returns 0, or -EINVAL for an empty or
+ * non-numeric one, or the read's negative errno. */
+int kvl_sysfs_read_long(const char *path, long *v);
+
+/* Entries of a directory but "." names, sorted; free with kvl_sysfs_free_list().
+ * Returns the count or a negative errno. */
+struct dirent;
+int kvl_sysfs_list(const char *path, struct dirent ***names);
+void kvl_sysfs_free_list(struct dirent **names, int n);
+
 #endif /* KVL_LCORES_SYSFS_H */

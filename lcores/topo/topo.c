@@ -23,23 +23,6 @@
 /* Bonds over VLANs over bonds: deep enough for real stacks, bounded against loops. */
 #define NETDEV_MAX_DEPTH 4
 
-static int read_int(const char *path, long *v)
-{
-	char buf[32], *end;
-	int rc;
-
-	rc = kvl_sysfs_read(path, buf, sizeof(buf));
-	if (rc < 0)
-		return rc;
-	if (rc == 0)
-		return -EINVAL;
-	errno = 0;
-	*v = strtol(buf, &end, 10);
-	if (errno || *end != '\0')
-		return -EINVAL;
-	return 0;
-}
-
 /* Kernel driver of a device: the last component of its "driver" symlink. */
 static int link_basename(const char *path, char *buf, size_t cap)
 {
@@ -63,26 +46,6 @@ static bool is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int no_dots(const struct dirent *d)
-{
-	return d->d_name[0] != '.';
-}
-
-/* Sorted entries of a directory; the caller frees with free_list(). Returns count or -errno. */
-static int list_dir(const char *path, struct dirent ***names)
-{
-	int n = scandir(path, names, no_dots, alphasort);
-
-	return n < 0 ? -errno : n;
-}
-
-static void free_list(struct dirent **names, int n)
-{
-	for (int i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
 /* "(found: a, b)" for a class directory, or why there is nothing to find. */
 static void msg_found(struct kvl_msg *m, const char *sysfs_root, const char *class_rel,
 		      const char *what)
@@ -95,7 +58,7 @@ static void msg_found(struct kvl_msg *m, const char *sysfs_root, const char *cla
 		kvl_msg_add(m, "(path too long)");
 		return;
 	}
-	n = list_dir(path, &names);
+	n = kvl_sysfs_list(path, &names);
 	if (n == -ENOENT) {
 		/* No class/infiniband at all means ib_core is not even loaded. */
 		kvl_msg_add(m, "(the directory does not exist%s)",
@@ -114,7 +77,7 @@ static void msg_found(struct kvl_msg *m, const char *sysfs_root, const char *cla
 			kvl_msg_add(m, "%s%s", i ? ", " : "", names[i]->d_name);
 		kvl_msg_add(m, ")");
 	}
-	free_list(names, n);
+	kvl_sysfs_free_list(names, n);
 }
 
 /* NUMA node of a netdev; virtual ones (VLAN, bond) inherit it from their first lower device. */
@@ -129,17 +92,17 @@ static int netdev_numa(const char *sysfs_root, const char *netdev, int depth)
 		return -1;
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, NET_CLASS "/%s/device/numa_node",
 			   netdev) == 0 &&
-	    read_int(path, &v) == 0 && v >= 0 && v <= INT_MAX)
+	    kvl_sysfs_read_long(path, &v) == 0 && v >= 0 && v <= INT_MAX)
 		return (int)v;
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, NET_CLASS "/%s", netdev) < 0)
 		return -1;
-	n = list_dir(path, &names);
+	n = kvl_sysfs_list(path, &names);
 	if (n < 0)
 		return -1;
 	for (int i = 0; i < n && node < 0; i++)
 		if (strncmp(names[i]->d_name, "lower_", 6) == 0)
 			node = netdev_numa(sysfs_root, names[i]->d_name + 6, depth + 1);
-	free_list(names, n);
+	kvl_sysfs_free_list(names, n);
 	return node;
 }
 
@@ -149,7 +112,7 @@ static uint32_t netdev_mtu(const char *sysfs_root, const char *netdev)
 	long v;
 
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, NET_CLASS "/%s/mtu", netdev) < 0 ||
-	    read_int(path, &v) < 0 || v < 0 || v > (long)UINT32_MAX)
+	    kvl_sysfs_read_long(path, &v) < 0 || v < 0 || v > (long)UINT32_MAX)
 		return 0;
 	return (uint32_t)v;
 }
@@ -209,7 +172,7 @@ static int msg_rdma_on_netdev(struct kvl_msg *m, const char *sysfs_root, const c
 
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS) < 0)
 		return 0;
-	ndev = list_dir(path, &devs);
+	ndev = kvl_sysfs_list(path, &devs);
 	if (ndev < 0)
 		return 0;
 	for (int i = 0; i < ndev; i++) {
@@ -224,18 +187,18 @@ static int msg_rdma_on_netdev(struct kvl_msg *m, const char *sysfs_root, const c
 		if (!on &&
 		    kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/ports", dev) ==
 			    0 &&
-		    (nport = list_dir(path, &ports)) >= 0) {
+		    (nport = kvl_sysfs_list(path, &ports)) >= 0) {
 			for (int p = 0; p < nport && !on; p++) {
 				rdma_port_netdev(sysfs_root, dev, ports[p]->d_name, "", nd,
 						 sizeof(nd));
 				on = strcmp(nd, netdev) == 0;
 			}
-			free_list(ports, nport);
+			kvl_sysfs_free_list(ports, nport);
 		}
 		if (on)
 			kvl_msg_add(m, "%s%s", found++ ? ", " : "", dev);
 	}
-	free_list(devs, ndev);
+	kvl_sysfs_free_list(devs, ndev);
 	return found;
 }
 
@@ -310,7 +273,7 @@ static int discover_rdma(const char *sysfs_root, const struct kvl_nic_conf *nic,
 	info->numa_node = -1;
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/device/numa_node", dev) ==
 		    0 &&
-	    read_int(path, &v) == 0 && v >= 0 && v <= INT_MAX)
+	    kvl_sysfs_read_long(path, &v) == 0 && v >= 0 && v <= INT_MAX)
 		info->numa_node = (int)v;
 	else if (parent[0])
 		info->numa_node = netdev_numa(sysfs_root, parent, 0);
@@ -456,7 +419,7 @@ static int node_ids(const char *sysfs_root, int *ids, int max)
 
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, NODE_DIR) < 0)
 		return 0;
-	n = list_dir(path, &names);
+	n = kvl_sysfs_list(path, &names);
 	if (n < 0)
 		return 0;
 	for (int i = 0; i < n; i++) {
@@ -473,7 +436,7 @@ static int node_ids(const char *sysfs_root, int *ids, int max)
 			ids[count] = (int)id;
 		count++;
 	}
-	free_list(names, n);
+	kvl_sysfs_free_list(names, n);
 	return count < max ? count : max;
 }
 

@@ -24,6 +24,8 @@
  *   class/net/<netdev>/operstate, mtu
  *   devices/system/node/node<N>/cpulist             CPUs of node N ("0-3,8-11")
  *   devices/system/node/node<N>/distance            SLIT row of node N ("10 21")
+ *   bus/pci/devices/<addr>/{vendor,class,numa_node} PCI functions (GPUs: vendor 0x10de)
+ *   the targets of the links above under devices/pci<domain>:<bus>/...: the bridge chain
  */
 
 #define KVL_ERR_LEN 320
@@ -92,5 +94,98 @@ struct kvl_pairing {
 int kvl_pair_nics(const char *sysfs_root, const int *nic_node, const char *const *nic_names,
 		  unsigned n_nics, const struct kvl_lcore_desc *lcores, unsigned n_lcores,
 		  bool allow_remote, struct kvl_pairing *out, char *err, size_t errlen);
+
+/* ---- GPU <-> NIC pairing by PCI distance (gpu_topo.c) ---- */
+
+/*
+ * Distance classes as `nvidia-smi topo -m` names them, nearest first, so a lower value is a
+ * better pair. Devices under one root bus (host bridge, "pci0000:15" in sysfs) are ranked by
+ * the PCIe switches between them: a switch is its upstream port and the downstream ports
+ * below it, so the path walks the chain two functions at a time, as NCCL reads sysfs.
+ */
+enum kvl_pci_dist {
+	KVL_PCI_PIX = 1, /* through one PCIe switch: both behind the same switch */
+	KVL_PCI_PXB,	 /* through several switches, not through the host bridge */
+	KVL_PCI_PHB,	 /* through the host bridge (root complex) they share */
+	KVL_PCI_NODE,	 /* between host bridges of one NUMA node */
+	KVL_PCI_SYS,	 /* across NUMA nodes (UPI/xGMI), or a node that sysfs does not give */
+	KVL_PCI_NONE,	 /* no PCI path: a software device (rxe, siw), a virtual netdev, no GPU */
+};
+
+/* "PIX", "PXB", "PHB", "NODE", "SYS", "none". */
+const char *kvl_pci_dist_name(int dist);
+
+/* kvl_pci_addr_normalize() and KVL_PCI_ADDR_LEN are in config.h: the INI checks them. */
+#define KVL_PCI_MAX_DEPTH 16 /* root port, switches, the function: deeper trees are refused */
+#define KVL_MAX_GPUS	  64
+
+/* A PCI function's place in the tree, from its resolved sysfs path. */
+struct kvl_pci_path {
+	char addr[KVL_PCI_ADDR_LEN]; /* the function itself */
+	char root_bus[16];	     /* "0000:15": its host bridge (devices/pci0000:15) */
+	int numa_node;		     /* -1: sysfs does not say */
+	unsigned depth;		     /* functions in @chain: root port ... the function */
+	char chain[KVL_PCI_MAX_DEPTH][KVL_PCI_ADDR_LEN];
+};
+
+/*
+ * Class between two PCI functions. @n_nodes is the host's NUMA node count: on a one-node
+ * host an unknown node (-1, common in VMs) is that node; on more, devices on different host
+ * bridges whose nodes are not both known rank SYS (nothing shows them local).
+ */
+int kvl_pci_distance(const struct kvl_pci_path *a, const struct kvl_pci_path *b, int n_nodes);
+
+/*
+ * Locate the PCI function behind the sysfs link <root>/@link_rel (e.g. "class/net/eth0/device"):
+ * the link is resolved and the path below devices/pci<domain>:<bus>/ gives the chain; a link
+ * that ends below a function (an mlx5 sub-function on the auxiliary bus) yields that function.
+ * Returns 0, or -ENODEV with the reason in @why (no such link, not a PCI device).
+ */
+int kvl_pci_locate(const char *sysfs_root, const char *link_rel, struct kvl_pci_path *out,
+		   char *why, size_t whylen);
+
+/*
+ * The NVIDIA GPUs (vendor 0x10de, class 0x0300xx VGA or 0x0302xx 3D controller; NVSwitches
+ * and audio functions are not GPUs) under bus/pci/devices, in PCI-address order, which is
+ * the order `gpu = <index>` counts in (nvidia-smi's; CUDA's default order can differ unless
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID). Returns the count (0: none, -E2BIG past @max).
+ */
+int kvl_gpu_scan(const char *sysfs_root, struct kvl_pci_path *gpus, unsigned max);
+
+/*
+ * Where a configured NIC sits in the PCI tree: an RDMA device's class/infiniband/<dev>/device,
+ * a netdev's class/net/<dev>/device. Soft-RoCE and siw are software (their "PCI parent", on
+ * old kernels, is the netdev's and no DMA engine of theirs), lo and VLANs have none: -ENODEV
+ * with the reason in @why. @info->numa_node (the INI override included) is the NIC's node.
+ */
+int kvl_nic_pci(const char *sysfs_root, const struct kvl_nic_conf *nic,
+		const struct kvl_nic_info *info, struct kvl_pci_path *out, char *why,
+		size_t whylen);
+
+#define KVL_GPU_NOTE_LEN 128 /* fits a telemetry string (DPDK cuts them at 127) */
+
+/* One NIC's GPU, as kvl_pair_gpus() chose it. */
+struct kvl_gpu_pair {
+	int gpu;			 /* index in kvl_gpu_scan() order; -1: none */
+	char addr[KVL_PCI_ADDR_LEN];	 /* its PCI address; "" when none */
+	char nic_addr[KVL_PCI_ADDR_LEN]; /* the NIC's PCI function; "" when it has none */
+	int dist;			 /* enum kvl_pci_dist of this pair (KVL_PCI_NONE: none) */
+	int best;			 /* the nearest class any GPU has from this NIC */
+	bool from_conf;			 /* [nic.*] gpu chose it (an address, an index, none) */
+	bool warn;			 /* SYS, or the INI chose farther than @best: log it */
+	int cuda_device;		 /* filled by the runtime: CUDA index if opened, else -1 */
+	char note[KVL_GPU_NOTE_LEN];	 /* why there is none, or what @warn is about */
+};
+
+/*
+ * Pair each of @n NICs with a GPU: by [nic.*] gpu (auto | none | a PCI address | an index in
+ * PCI-address order), auto meaning the nearest GPU (lowest class, ties to the lowest PCI
+ * address; several NICs may share one). @where[i] locates NIC i's gpu key for messages
+ * ("file.ini:12"; NULL: "nic.<label>" alone). Returns 0, or -ENODEV when a configured GPU is
+ * not there, with "<where>: nic.<label>.gpu: ..." listing the GPUs found in @err.
+ */
+int kvl_pair_gpus(const char *sysfs_root, const struct kvl_nic_conf *nics,
+		  const struct kvl_nic_info *infos, const char *const *where, unsigned n,
+		  struct kvl_gpu_pair *out, char *err, size_t errlen);
 
 #endif /* KVL_LCORES_TOPO_H */

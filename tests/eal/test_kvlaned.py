@@ -663,6 +663,123 @@ def scenario_numa_fixture(ctx):
     log("numa_node = 0 in [nic.r1]: runs, numa_source config, remote_numa 0")
 
 
+GPU_COLUMNS = ["pci", "gpu", "gpu_cuda_device", "gpu_distance", "gpu_source", "gpu_note"]
+
+
+def host_gpus():
+    """NVIDIA GPUs (vendor 0x10de, class 0x0300xx/0x0302xx) under /sys/bus/pci/devices."""
+    base = "/sys/bus/pci/devices"
+    found = []
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, name, "vendor")) as f:
+                vendor = int(f.read(), 16)
+            with open(os.path.join(base, name, "class")) as f:
+                cls = int(f.read(), 16)
+        except (OSError, ValueError):
+            continue
+        if vendor == 0x10DE and (cls >> 8) in (0x0300, 0x0302):
+            found.append(name)
+    return found
+
+
+def gpu_lines(d, label):
+    return [ln for ln in d.out + d.err if f"nic.{label} " in ln and "GPU" in ln]
+
+
+def scenario_gpu_pair(ctx):
+    # This host: lo has no PCI device; the GPU field says none and why (no GPU here).
+    ini = ctx.ini("gpu0.ini", minimal_ini("gpu0"))
+    d = ctx.start(ini)
+    d.wait_ready()
+    c = d.telemetry()
+    rows = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS + GPU_COLUMNS,
+                        "/kvlane/nics", d)
+    n = rows[0]
+    gpus = host_gpus()
+    want = {"pci": "", "gpu": gpus[0] if gpus else "none", "gpu_cuda_device": -1,
+            "gpu_distance": "none", "gpu_source": "topology"}
+    check_eq({k: n[k] for k in want}, want, "/kvlane/nics GPU fields of lo on this host", d)
+    note = "lo has no device link: a virtual netdev"
+    if not gpus:
+        note += "; no NVIDIA GPU under /sys/bus/pci/devices"
+    check_eq(n["gpu_note"], note, "/kvlane/nics gpu_note of lo", d)
+    check_eq(h.cmd(c, "/kvlane/nic,lo", d)["gpu_note"], note, "/kvlane/nic,lo gpu_note", d)
+    cuda = h.cmd(c, "/kvlane/info", d)["cuda"]
+    c.close()
+    d.stop(signal.SIGTERM)
+    log(f"this host: lo -> gpu {n['gpu']!r}, distance none, note {n['gpu_note']!r}")
+
+    # With [gpu] enable on a host with a GPU (the H200), the opened device's CUDA index
+    # shows on the NIC paired with it, matched by PCI bus id.
+    if gpus and cuda and os.path.exists("/dev/nvidiactl"):
+        ini = ctx.ini("gpuc.ini", minimal_ini("gpuc", extra="[gpu]\nenable = true\n"))
+        d = ctx.start(ini)
+        d.wait_ready()
+        c = d.telemetry()
+        bus = h.cmd(c, "/kvlane/gpu", d)["pci_bus_id"]
+        n = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS + GPU_COLUMNS,
+                         "/kvlane/nics", d)[0]
+        norm = bus.lower()
+        if norm.count(":") == 2 and len(norm.split(":")[0]) == 8:
+            norm = norm[4:]  # CUDA/NVML's 8-digit domain, as sysfs spells it (4)
+        check_eq(n["gpu"], gpus[0], "lo pairs with the lowest-address GPU", d)
+        check_eq(n["gpu_cuda_device"], 0 if norm == gpus[0] else -1,
+                 f"gpu_cuda_device of lo (CUDA device 0 is {bus})", d)
+        c.close()
+        d.stop(signal.SIGTERM)
+        log(f"[gpu] enable: CUDA device 0 = {bus}; lo -> {n['gpu']}, "
+            f"gpu_cuda_device {n['gpu_cuda_device']}")
+    else:
+        log(f"GPUs here: {gpus or 'none'}, kvlaned built with CUDA: {bool(cuda)}: the "
+            "CUDA-index match is checked on a GPU machine")
+
+    # The two-socket fixture: PIX by topology, SYS for the NIC of unknown node, an INI
+    # override to a GPU on the other socket; both far pairs warned at start.
+    root = os.path.join(KVL_FIXTURES, "sysfs", "two-socket-gpu")
+    ini = ctx.ini("gpu1.ini", minimal_ini(
+        "gpu1", runtime_extra="allow_remote_numa = true\n",
+        nics={"a": "device = mlx5_0\n", "c": "device = mlx5_2\n",
+              "b": "device = mlx5_1\ngpu = 0000:18:00.0\n"}))
+    d = ctx.start(ini, lcores=["--lcores", "0@0,1@1,2@1,3@0"], kvl_extra=["--sysfs-root", root])
+    d.wait_ready()
+    c = d.telemetry()
+    rows = {r["nic"]: r for r in h.table_rows(h.cmd(c, "/kvlane/nics", d),
+                                              NIC_COLUMNS + GPU_COLUMNS, "/kvlane/nics", d)}
+    want = {"a": ("0000:1a:00.0", "0000:18:00.0", -1, "PIX", "topology"),
+            "c": ("0000:b1:00.0", "0000:18:00.0", -1, "SYS", "topology"),
+            "b": ("0000:9c:00.0", "0000:18:00.0", -1, "SYS", "config")}
+    for label, w in want.items():
+        check_eq(tuple(rows[label][k] for k in GPU_COLUMNS[:5]), w,
+                 f"/kvlane/nics GPU fields of nic.{label} (pci, gpu, cuda, class, source)", d)
+    check_eq(rows["b"]["gpu_note"],
+             "the INI chose 0000:18:00.0 (SYS); 0000:9a:00.0 is nearer (PIX)",
+             "/kvlane/nics gpu_note of the forced pair", d)
+    c.close()
+    d.stop(signal.SIGTERM)
+    for label, dev in (("c", "mlx5_2"), ("b", "mlx5_1")):
+        warn = [ln for ln in gpu_lines(d, label) if dev in ln and "SYS" in ln
+                and "0000:18:00.0" in ln]
+        check(bool(warn), f"start-up warning for nic.{label}",
+              f"a line naming nic.{label}, {dev}, GPU 0000:18:00.0 and SYS",
+              gpu_lines(d, label) or "none", d)
+    check(not any("SYS" in ln for ln in gpu_lines(d, "a")), "no warning for the PIX pair",
+          "no SYS line for nic.a", gpu_lines(d, "a"), d)
+    log("fixture: mlx5_0 PIX to 0000:18:00.0; mlx5_2 (node ?) SYS, warned; mlx5_1 forced "
+        "to 0000:18:00.0, SYS, warned")
+
+    # A GPU that is not there: file, line, key, and the GPUs found.
+    ini = ctx.ini("gpu2.ini", minimal_ini("gpu2", nics={"a": "device = mlx5_0\n"
+                                                              "gpu = 0000:3c:00.0\n"}))
+    r = ctx.run_ini(ini, kvl_extra=["--sysfs-root", root])
+    expect_rc(r, 4, "gpu = an absent GPU")
+    expect_kvl_message(r, re.escape(f"{ini}:6: nic.a.gpu: there is no PCI function "
+                                    "0000:3c:00.0; NVIDIA GPUs under ") + ".*" +
+                       re.escape("0 = 0000:18:00.0, 1 = 0000:19:00.0"), "gpu = absent")
+    expect_no_runtime_dir(r, "gpu = absent")
+    log("gpu = 0000:3c:00.0: exit 4 before EAL, naming the file, line 6, nic.a.gpu, the GPUs")
+
+
 def scenario_eal_errors(ctx):
     ini = ctx.ini("eal.ini", minimal_ini("eal1"))
     r = ctx.run_ini(ini, eal_extra=["--no-such-eal-flag"])
@@ -698,6 +815,7 @@ SCENARIOS = {
     "no_telemetry": scenario_no_telemetry,
     "numa_fixture": scenario_numa_fixture,
     "eal_errors": scenario_eal_errors,
+    "gpu_pair": scenario_gpu_pair,
 }
 
 
