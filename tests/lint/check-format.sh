@@ -8,10 +8,16 @@ cd "$root"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null || true)
 [ -n "$files" ] || files=$(find . -name '*.[ch]' -not -path './build*' -not -path './.git/*')
 [ -n "$files" ] || { echo "no C sources found under $root"; exit 1; }
-n=0
+n=$(printf '%s\n' $files | wc -l)
+# One clang-format for every file (a process per file took 20 s on a loaded 2-core host);
+# only when that fails, file by file to name the ones to fix.
+# shellcheck disable=SC2086  # $files is a list of paths without blanks (git ls-files)
+if clang-format --dry-run --Werror $files >/dev/null 2>&1; then
+	echo "clang-format: $n files checked, 0 not formatted"
+	exit 0
+fi
 bad=0
 for f in $files; do
-	n=$((n + 1))
 	if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
 		echo "not formatted: $f (fix with: clang-format -i $f)"
 		bad=$((bad + 1))
