@@ -118,7 +118,8 @@ struct kvl_endpoint {
 
 enum kvl_auth_fail_reason {
 	KVL_AUTH_BAD_MAC = 1,	  /* the proof did not verify: wrong secret */
-	KVL_AUTH_BAD_SESSION = 2, /* DATA_BIND for a session this side does not know */
+	KVL_AUTH_BAD_SESSION = 2, /* not sent since protocol 3: a DATA_BIND for an unknown session
+				   * gets BAD_MAC, like a wrong proof for a live one */
 	KVL_AUTH_VERSION = 3,	  /* no common protocol version */
 	KVL_AUTH_BAD_BIND = 4,	  /* DATA_BIND of a connection the session did not announce, or
 				   * an index bound already (a replay or a duplicate) */

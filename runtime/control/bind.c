@@ -2,7 +2,6 @@
 /* Data connections: lcore slots, the TCP DATA_BIND each way, the hand-over to a NIC lcore. */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -11,6 +10,7 @@
 #include <rte_ring_elem.h>
 
 #include "ctl.h"
+#include "kvl_clock.h"
 
 static uint32_t slot_take(struct kvl_control *c, unsigned nic)
 {
@@ -22,6 +22,50 @@ static uint32_t slot_take(struct kvl_control *c, unsigned nic)
 		}
 	}
 	return UINT32_MAX;
+}
+
+int kvl_ctl_lcmd(struct kvl_control *c, unsigned nic, const struct kvl_lcmd *cmd)
+{
+	int rc = kvl_lcmd_push(c->rt->nic[nic].io->cmd, &c->lcmd[nic], cmd, kvl_now_ns());
+
+	if (rc == 0)
+		kvl_nic_io_kick(c->rt->nic[nic].io);
+	return rc;
+}
+
+void kvl_ctl_lcmd_drain(struct kvl_control *c, uint64_t now_ns)
+{
+	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++) {
+		struct kvl_lcmd_backlog *b = &c->lcmd[n];
+
+		if (c->rt->nic[n].io == NULL)
+			continue;
+		/* FAIL_PEERs the backlog refused: a dead peer's connections must go. */
+		for (uint32_t p = 0; c->fail_owed[n] && p < KVL_MAX_PEERS_RT; p++) {
+			struct kvl_lcmd cmd = { .type = KVL_LCMD_FAIL_PEER,
+						.peer = p,
+						.status = c->pub[p].fail_status };
+
+			if ((c->fail_owed[n] & (1ull << p)) && kvl_ctl_lcmd(c, n, &cmd) == 0)
+				c->fail_owed[n] &= ~(1ull << p);
+		}
+		if (b->n == 0)
+			continue;
+		if (kvl_lcmd_drain(c->rt->nic[n].io->cmd, b) == 0) {
+			kvl_nic_io_kick(c->rt->nic[n].io);
+			continue;
+		}
+		kvl_nic_io_kick(c->rt->nic[n].io);
+		if (!b->warned && now_ns - b->since_ns > 1000000000ull) {
+			b->warned = true;
+			KVL_LOG(WARNING,
+				"nic.%s: its lcore has taken no command for %llu ms (%u waiting, "
+				"its "
+				"ring full): new data connections to it are refused until it does",
+				c->rt->cfg.nics[n].label,
+				(unsigned long long)((now_ns - b->since_ns) / 1000000), b->n);
+		}
+	}
 }
 
 /* A ready connection (any transport) goes to its NIC's lcore and into the peer's routing
@@ -44,9 +88,15 @@ int kvl_ctl_give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struc
 				 .slot = slot,
 				 .gen = c->slot[nic][slot].gen,
 				 .x = x };
-	while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
-		sched_yield();
-	kvl_nic_io_kick(c->rt->nic[nic].io);
+	if (kvl_ctl_lcmd(c, nic, &cmd) < 0) {
+		c->slot[nic][slot].used = false;
+		x.ops->free(x.c);
+		kvl_ctl_peer_fail(
+			c, p, KVL_ERR_CONN_LOST,
+			"nic.%s: its lcore is not taking commands (ring and backlog full)",
+			c->rt->cfg.nics[nic].label);
+		return -ENOBUFS;
+	}
 	rte_spinlock_lock(&pub->lock);
 	pub->conn[pub->n_conns++] = (struct kvl_peer_conn){ .nic = (uint16_t)nic,
 							    .slot = (uint16_t)slot,
@@ -168,7 +218,9 @@ static void send_bind(struct kvl_control *c, struct pconn *pc)
 static int check_bind(struct kvl_control *c, struct pconn *pc, const struct kvl_ctrl_msg *b,
 		      int *reason)
 {
-	*reason = KVL_AUTH_BAD_SESSION;
+	/* An unknown session and a wrong proof for a live one get the same answer: a stranger
+	 * learns nothing about which sessions live from the data port. */
+	*reason = KVL_AUTH_BAD_MAC;
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
 		struct peer *pr = &c->peer[p];
 		uint8_t mac[KVL_MAC_LEN];
@@ -181,10 +233,8 @@ static int check_bind(struct kvl_control *c, struct pconn *pc, const struct kvl_
 		kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce,
 				  pr->challenge.u.challenge.nonce, pc->nonce, pr->session_id, idx,
 				  cnt, mac);
-		if (!kvl_auth_equal(mac, b->u.data_bind.mac)) {
-			*reason = KVL_AUTH_BAD_MAC; /* a known session, the wrong proof */
+		if (!kvl_auth_equal(mac, b->u.data_bind.mac))
 			return -1;
-		}
 		/* The proof is the client's own (the secret and this connection's nonce): what
 		 * it claims is checked against what it claimed before. */
 		if (cnt == 0 || cnt > KVL_PEER_MAX_CONNS || idx >= cnt ||
@@ -264,7 +314,7 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 		break;
 	}
 	p = m.type == KVL_CTRL_DATA_BIND ? check_bind(c, pc, &m, &reason)
-					 : (reason = KVL_AUTH_BAD_SESSION, -1);
+					 : (reason = KVL_AUTH_BAD_MAC, -1);
 	if (p >= 0) {
 		memset(&m, 0, sizeof(m));
 		m.type = KVL_CTRL_DATA_BIND_OK;

@@ -449,6 +449,7 @@ static void *control_main(void *arg)
 		}
 		take_connect_waits(c);
 		take_lcore_events(c);
+		kvl_ctl_lcmd_drain(c, kvl_now_ns());
 		timers(c, kvl_now_ns());
 		/* Flush what handling queued, without waiting for POLLOUT. */
 		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++)

@@ -12,6 +12,7 @@
 
 #include "control.h"
 #include "ctrl_proto.h"
+#include "lcmd.h"
 #include "nic_io.h"
 #include "peers.h"
 #include "runtime.h"
@@ -121,6 +122,10 @@ struct kvl_control {
 	struct kvl_peer_pub *pub; /* the runtime's peer table (rt->peers.pub): we write it */
 	struct pconn pc[MAX_PENDING];
 	struct ctl_slot slot[KVL_MAX_NICS][KVL_SLOTS_PER_LCORE];
+	/* Commands a NIC lcore's ring had no room for (lcmd.h), and the peers whose FAIL_PEER
+	 * even the backlog refused: sent again each turn, their slots not reused till then. */
+	struct kvl_lcmd_backlog lcmd[KVL_MAX_NICS];
+	uint64_t fail_owed[KVL_MAX_NICS];
 	uint64_t resync_unroutable; /* QP_RESYNC for no connection of that peer's */
 	/* Fault injection for tests (KVLANE_TEST_BAD_RKEY): segments advertised with a wrong
 	 * rkey, so that a peer's RDMA to them meets a real remote access error. */
@@ -161,6 +166,12 @@ void kvl_ctl_peer_connect(struct kvl_control *c, uint32_t p);
 /* bind.c */
 int kvl_ctl_give_to_lcore(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_xconn x);
 struct pconn *kvl_ctl_pconn_alloc(struct kvl_control *c);
+/* Send @cmd to NIC @nic's lcore without ever waiting for it (lcmd.h) and wake the lcore.
+ * 0, or -ENOBUFS when the lcore has not taken commands for long: nothing was sent (free what
+ * @cmd carries; the caller fails the peer). */
+int kvl_ctl_lcmd(struct kvl_control *c, unsigned nic, const struct kvl_lcmd *cmd);
+/* Each turn of the loop: what waits moves on; a warning once per stall. */
+void kvl_ctl_lcmd_drain(struct kvl_control *c, uint64_t now_ns);
 void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents);
 
 /* rdma.c */

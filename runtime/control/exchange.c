@@ -47,8 +47,10 @@ void kvl_ctl_send_segments(struct kvl_control *c, uint32_t p)
 	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
 	struct segs_msg w = { .c = c, .m = m };
 
-	if (m == NULL)
+	if (m == NULL) {
+		kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST, "cannot build SEGMENTS: out of memory");
 		return;
+	}
 	m->type = KVL_CTRL_SEGMENTS;
 	c->peer[p].segs_version_sent = kvl_segs_visit(&c->rt->segs, add_seg_desc, &w);
 	kvl_ctl_send_msg(c, p, m);
@@ -59,8 +61,10 @@ void kvl_ctl_send_endpoints(struct kvl_control *c, uint32_t p)
 {
 	struct kvl_ctrl_msg *m = calloc(1, sizeof(*m));
 
-	if (m == NULL)
+	if (m == NULL) {
+		kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST, "cannot build ENDPOINTS: out of memory");
 		return;
+	}
 	m->type = KVL_CTRL_ENDPOINTS;
 	m->u.endpoints.n = c->n_eps;
 	memcpy(m->u.endpoints.ep, c->eps, sizeof(c->eps[0]) * c->n_eps);

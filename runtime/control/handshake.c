@@ -33,10 +33,16 @@ static void authenticated(struct kvl_control *c, uint32_t p)
 
 	kvl_ctl_set_state(c, p, KVL_PEER_EXCHANGE);
 	pr->next_hb_ns = t;
+	/* Each send may fail the peer (a message that cannot be built or queued): then the
+	 * rest is not sent, and it is not called authenticated in the log. */
 	kvl_ctl_send_segments(c, p);
-	kvl_ctl_send_rkeys(c,
-			   p); /* before ENDPOINTS: the peer opens connections once it has those */
-	kvl_ctl_send_endpoints(c, p);
+	if (c->pub[p].state == KVL_PEER_EXCHANGE)
+		kvl_ctl_send_rkeys(c,
+				   p); /* before ENDPOINTS: the peer connects once it has those */
+	if (c->pub[p].state == KVL_PEER_EXCHANGE)
+		kvl_ctl_send_endpoints(c, p);
+	if (c->pub[p].state != KVL_PEER_EXCHANGE)
+		return;
 	KVL_LOG(INFO, "peer %u (%s, \"%s\"): authenticated, %s", p, c->pub[p].addr, c->pub[p].name,
 		c->pub[p].initiator ? "we connected" : "it connected");
 }

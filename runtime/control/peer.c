@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* A peer's state machine on the control thread: its slot, sending, failing, connecting. */
 #include <errno.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -117,8 +116,13 @@ int kvl_ctl_peer_alloc(struct kvl_control *c, const char *addr, bool initiator)
 		int st = c->pub[p].state;
 		struct peer *pr = &c->peer[p];
 
-		if (st != KVL_PEER_FREE && !(st == KVL_PEER_DEAD && !pr->auto_reconnect &&
-					     pr->waiter == NULL && c->pub[p].n_conns == 0))
+		bool owed = false;
+
+		for (unsigned n = 0; n < c->rt->cfg.n_nics; n++)
+			owed |= (c->fail_owed[n] >> p) & 1;
+		if (owed ||
+		    (st != KVL_PEER_FREE && !(st == KVL_PEER_DEAD && !pr->auto_reconnect &&
+					      pr->waiter == NULL && c->pub[p].n_conns == 0)))
 			continue;
 		kvl_ctl_peer_reset(c, p, addr, initiator);
 		return (int)p;
@@ -176,12 +180,15 @@ void kvl_ctl_peer_fail(struct kvl_control *c, uint32_t p, int status, const char
 	else if (pub->state >= KVL_PEER_EXCHANGE || pub->initiator || warn_ok(c))
 		KVL_LOG(WARNING, "peer %u (%s%s%s): %s", p, pub->addr, pub->name[0] ? ", " : "",
 			pub->name, pub->fail_msg);
+	/* The lcores know only peers that authenticated (the API reaches READY peers only, and
+	 * connections come after the handshake): thousands of wrong proofs cost them nothing. */
 	for (unsigned n = 0; n < c->rt->cfg.n_nics; n++) {
-		if (c->rt->nic[n].io == NULL)
+		if (c->rt->nic[n].io == NULL ||
+		    (pub->state < KVL_PEER_EXCHANGE && pub->n_conns == 0))
 			continue;
-		while (rte_ring_enqueue_elem(c->rt->nic[n].io->cmd, &cmd, sizeof(cmd)) != 0)
-			sched_yield();
-		kvl_nic_io_kick(c->rt->nic[n].io);
+		if (kvl_ctl_lcmd(c, n, &cmd) < 0)
+			c->fail_owed[n] |= 1ull
+					   << p; /* sent again each turn (kvl_ctl_lcmd_drain) */
 	}
 	for (unsigned i = 0; i < MAX_PENDING; i++) {
 		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p) {

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* RDMA data connections over the control path: QP addresses, the peer's rkeys, QP resync. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,9 +152,15 @@ void kvl_ctl_refresh_remote(struct kvl_control *c, uint32_t p)
 				   */
 		cmd.status = (int32_t)remote_segs(c, p, c->slot[nic][conn[i].slot].rnic, rs);
 		cmd.ptr = rs;
-		while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
-			sched_yield();
-		kvl_nic_io_kick(c->rt->nic[nic].io);
+		if (kvl_ctl_lcmd(c, nic, &cmd) < 0) {
+			free(rs);
+			kvl_ctl_peer_fail(
+				c, p, KVL_ERR_CONN_LOST,
+				"nic.%s: its lcore is not taking commands (the peer's new "
+				"segments could not reach it)",
+				c->rt->cfg.nics[nic].label);
+			return;
+		}
 	}
 }
 
@@ -199,9 +204,11 @@ void kvl_ctl_on_qp_resync(struct kvl_control *c, uint32_t p, const struct kvl_ct
 	}
 	cmd.rs =
 		(struct kvl_resync){ m->u.qp_resync.kind, m->u.qp_resync.psn, m->u.qp_resync.echo };
-	while (rte_ring_enqueue_elem(c->rt->nic[nic].io->cmd, &cmd, sizeof(cmd)) != 0)
-		sched_yield();
-	kvl_nic_io_kick(c->rt->nic[nic].io);
+	if (kvl_ctl_lcmd(c, nic, &cmd) < 0)
+		kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST,
+				  "nic.%s: its lcore is not taking commands (a QP_RESYNC could not "
+				  "reach it)",
+				  c->rt->cfg.nics[nic].label);
 }
 
 /* Server: a client's RDMA connection. Use our RDMA NIC of the same label, else the first. */

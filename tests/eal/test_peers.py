@@ -11,7 +11,7 @@ root) and optionally KVL_BUILD (build folder) in the environment. Exit 0 pass, 1
                 nothing about the server's segments or data port; (c) garbage on the control
                 port and an impossible frame header: closed, the server keeps answering;
                 (d) a DATA_BIND with a made-up session on the data port: AUTH_FAIL
-                (bad-session), closed. Controls: (b') the same probe with the right secret
+                (bad-mac, as a wrong proof gets), closed. Controls: (b') the same probe with the right secret
                 gets AUTH_OK, SEGMENTS and ENDPOINTS (so (b) is a real test), and (d') a
                 DATA_BIND with that live session's id but no proof is refused too. Then the
                 same kvlaned serves a good kvlane-kvdemo run, every byte verified.
@@ -423,10 +423,11 @@ def scenario_wrong_secret(ctx):
           and not tail, "the answer to DATA_BIND with a made-up session",
           "DATA_CHALLENGE (sent on accept), AUTH_FAIL, then closed",
           describe_frames(frames) + (f" + {tail.hex()}" if tail else ""), srv)
-    check_eq(struct.unpack("<H", frames[1][2])[0], BAD_SESSION,
-             "AUTH_FAIL reason (2 = bad-session)", srv)
+    check_eq(struct.unpack("<H", frames[1][2])[0], BAD_MAC,
+             "AUTH_FAIL reason (1 = bad-mac: the same as a wrong proof for a live session, so "
+             "the data port tells a stranger nothing about which sessions live)", srv)
     log(f"(d) DATA_BIND on data port {data_port} with a made-up session -> AUTH_FAIL "
-        f"(bad-session); connection {how}")
+        f"(bad-mac); connection {how}")
     check_eq(cmd(tel, "/kvlane/stats", srv)["control/auth_failures"], 3,
              "control/auth_failures after (d)", srv)
 
@@ -442,8 +443,10 @@ def scenario_wrong_secret(ctx):
           and not tail, "the answer to DATA_BIND with a live session id and a wrong proof",
           "DATA_CHALLENGE, AUTH_FAIL, then closed",
           describe_frames(frames) + (f" + {tail.hex()}" if tail else ""), srv)
+    check_eq(struct.unpack("<H", frames[1][2])[0], BAD_MAC,
+             "AUTH_FAIL reason for a live session and a wrong proof (1 = bad-mac)", srv)
     log(f"(d') DATA_BIND with the live session id of (b') and a wrong proof -> AUTH_FAIL "
-        f"(reason {struct.unpack('<H', frames[1][2])[0]}); connection {how}")
+        f"(bad-mac, as for an unknown session); connection {how}")
     good.close()
     stats = cmd(tel, "/kvlane/stats", srv)
     check_eq(stats["control/auth_failures"], 4, "control/auth_failures after (d')", srv)
