@@ -22,6 +22,8 @@ root) and optionally KVL_BUILD (build folder) in the environment. Exit 0 pass, 1
                 and a changed count are refused; the session keeps its two right binds.
   partial_frames partial frames on the control and data ports cost the control thread no
                 CPU (measured from /proc/PID/task/*/stat) and the data ones end at the timeout.
+  bad_post      kvl_post()'s refusals on the public API (tests/eal/api_bad_post.c), and what
+                the server saw: only the good READ's bytes, one out-of-bounds READ refused.
   data_flood    140 silent connections to the data port: the oldest evicted past 64, and a
                 real peer's data connections still bind; its KV verified.
 """
@@ -751,9 +753,36 @@ def scenario_data_flood(ctx):
     srv.stop(signal.SIGTERM)
 
 
+def scenario_bad_post(ctx):
+    """kvl_post() on the public API: every bad transfer refused with its errno before any is
+    taken and nothing reaches the server; a READ past the remote end completes `bounds`
+    (refused by the server); a good READ moves exactly its bytes (issue 16, 10)."""
+    srv = ctx.kvlaned_start()
+    tel = srv.telemetry()
+    build = os.environ.get("KVL_BUILD") or os.path.dirname(os.path.abspath(ctx.kvlaned))
+    prog = os.path.join(build, "tests", "kvl_api_bad_post")
+    prefix = ctx.unique("badpost")
+    argv = [prog, *h.EAL, "-m", "256", "--file-prefix", prefix, *LOG_LEVEL, "--",
+            h.DEFAULT_INI, srv.addr, "1"]
+    r = h.Run(argv, ctx.rundir(prefix), RUN_TIMEOUT_S)
+    fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")]
+    check(r.rc == 0 and not fails, "kvl_api_bad_post against kvlaned",
+          "exit 0, every check ok", f"exit {r.rc}; " + ("; ".join(fails) or "no FAIL line"), r)
+    oks = [ln for ln in r.stdout.splitlines() if ln.startswith("ok ")]
+    check(len(oks) >= 18, "checks the client made", "at least 18 'ok' lines", len(oks), r)
+    stats = cmd(tel, "/kvlane/stats", srv)
+    check_eq(stats["tcp/served_bytes"], 128 << 10,
+             "tcp/served_bytes on the server (only the good READ's 128 KiB)", srv, r)
+    check_eq(stats.get("tcp/refused/bounds", 0), 1,
+             "tcp/refused/bounds on the server (the READ past the end)", srv, r)
+    log(f"kvl_post refusals: {len(oks)} checks ok ({', '.join(ln[3:].split(':')[0] for ln in oks[:10])}, "
+        f"...); the server served 128 KiB and refused 1 out-of-bounds READ")
+    srv.stop(signal.SIGTERM)
+
+
 SCENARIOS = {"wrong_secret": scenario_wrong_secret, "demo": scenario_demo,
              "preauth_flood": scenario_preauth_flood, "bind_replay": scenario_bind_replay,
-             "partial_frames": scenario_partial_frames, "data_flood": scenario_data_flood}
+             "partial_frames": scenario_partial_frames, "data_flood": scenario_data_flood, "bad_post": scenario_bad_post}
 
 
 def main(argv):
