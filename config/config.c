@@ -125,6 +125,7 @@ static const struct key_def sched_keys[] = {
 static const struct key_def control_keys[] = {
 	K(CTL, listen, KT_ADDR, 0, 0, 65535, NULL, "127.0.0.1:18515"),
 	K(CTL, secret_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
+	K(CTL, secret_group_readable, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(CTL, peers, KT_ADDR_LIST, F_APPEND, 1, 65535, NULL, ""),
 	K(CTL, connect_timeout_ms, KT_UINT, 0, 1, 600000, NULL, "3000"),
 	K(CTL, heartbeat_interval_ms, KT_UINT, 0, 10, 600000, NULL, "1000"),

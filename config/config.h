@@ -133,6 +133,7 @@ struct kvl_sched_conf {
 struct kvl_control_conf {
 	char listen[KVL_ADDR_LEN];
 	char secret_file[KVL_PATH_LEN]; /* "" = control path off; resolved against the INI's dir */
+	bool secret_group_readable;	/* mode 0640 allowed (a group-managed secret) */
 	char peers[KVL_MAX_PEERS][KVL_ADDR_LEN];
 	uint32_t n_peers;
 	uint32_t connect_timeout_ms;

@@ -755,7 +755,8 @@ static void errmsg(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *err, size_t errlen)
+int kvl_secret_load(const char *path, struct kvl_secret *s, bool group_read, char *err,
+		    size_t errlen)
 {
 	/* Two spare bytes for the newline we strip, one more to notice a file that is longer. */
 	uint8_t buf[KVL_SECRET_MAX + 3];
@@ -763,8 +764,6 @@ int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *er
 	struct stat st;
 	int fd, rc = 0;
 
-	if (warn)
-		*warn = false;
 	errmsg(err, errlen, "%s", "");
 	if (s == NULL)
 		return -EINVAL;
@@ -800,6 +799,18 @@ int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *er
 		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		errmsg(err, errlen, "%s: %s, not a regular file; point the secret at a file", path,
 		       S_ISDIR(st.st_mode) ? "is a directory" : "is a special file");
+		goto out;
+	}
+	/* Anyone who reads it can pose as any node: the owner only, or its group by choice. */
+	if (st.st_mode & ((mode_t)S_IRWXO | (S_IRWXG & ~(mode_t)(group_read ? S_IRGRP : 0)))) {
+		rc = -EPERM;
+		errmsg(err, errlen, "%s: secret file mode %03o lets %s at it; run chmod 600 %s%s",
+		       path, (unsigned)(st.st_mode & 0777),
+		       (st.st_mode & S_IRWXO) ? "every user" : "its group", path,
+		       (st.st_mode & (S_IRWXO | S_IWGRP | S_IXGRP))
+			       ? ""
+			       : " (or set [control] secret_group_readable = true for a "
+				 "group-managed secret of mode 0640)");
 		goto out;
 	}
 
@@ -840,16 +851,22 @@ int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *er
 		goto out;
 	}
 
+	{
+		size_t same = 1;
+
+		while (same < n && buf[same] == buf[0])
+			same++;
+		if (same == n) {
+			rc = -EINVAL;
+			errmsg(err, errlen,
+			       "%s: secret is one byte repeated (%zu x 0x%02x): that is no secret; "
+			       "create one: head -c 32 /dev/urandom | base64 > %s && chmod 600 %s",
+			       path, n, buf[0], path, path);
+			goto out;
+		}
+	}
 	memcpy(s->key, buf, n);
 	s->len = n;
-	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		if (warn)
-			*warn = true;
-		errmsg(err, errlen,
-		       "%s: secret file is accessible by group or others (mode %03o); "
-		       "run chmod 600 %s",
-		       path, (unsigned)(st.st_mode & 0777), path);
-	}
 out:
 	OPENSSL_cleanse(buf, sizeof(buf));
 	if (rc)

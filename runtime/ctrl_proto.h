@@ -228,7 +228,7 @@ const char *kvl_auth_fail_name(int reason); /* "bad-mac", ... */
 
 /* ---- authentication (OpenSSL libcrypto: RAND_bytes, HMAC-SHA256, CRYPTO_memcmp) ---- */
 
-#define KVL_SECRET_MIN 16
+#define KVL_SECRET_MIN 32
 #define KVL_SECRET_MAX 1024
 
 struct kvl_secret {
@@ -239,10 +239,12 @@ struct kvl_secret {
 /*
  * Read the shared secret from @path: the file's bytes, one trailing newline (\n or \r\n)
  * removed. Refused (negative errno, message in @err naming the path and the fix): missing or
- * unreadable file, fewer than KVL_SECRET_MIN or more than KVL_SECRET_MAX bytes, not a regular
- * file. A file readable by group or others is accepted with *@warn set (message in @err).
+ * unreadable file, not a regular file, fewer than KVL_SECRET_MIN or more than KVL_SECRET_MAX
+ * bytes, one byte repeated, and any access for others or for the group (-EPERM), except group
+ * read with @group_read (mode 0640: [control] secret_group_readable).
  */
-int kvl_secret_load(const char *path, struct kvl_secret *s, bool *warn, char *err, size_t errlen);
+int kvl_secret_load(const char *path, struct kvl_secret *s, bool group_read, char *err,
+		    size_t errlen);
 
 /* Cryptographically random bytes (nonces, session ids). Returns 0 or -EIO. */
 int kvl_random(void *out, size_t len);

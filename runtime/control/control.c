@@ -550,7 +550,6 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	struct kvl_control *c;
-	bool warn = false;
 	int rc;
 
 	if (cc->secret_file[0] == '\0')
@@ -572,9 +571,8 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	rc = c->efd < 0 ? -errno : 0;
 	if (rc == 0)
-		rc = kvl_secret_load(cc->secret_file, &c->secret, &warn, err, errlen);
-	if (rc == 0 && warn)
-		KVL_LOG(WARNING, "%s", err);
+		rc = kvl_secret_load(cc->secret_file, &c->secret, cc->secret_group_readable, err,
+				     errlen);
 	fault(c->bad_rkey, sizeof(c->bad_rkey), "KVLANE_TEST_BAD_RKEY", "a wrong rkey");
 	fault(c->bad_len, sizeof(c->bad_len), "KVLANE_TEST_BAD_LEN", "twice their length");
 	if (rc == 0)

@@ -804,6 +804,54 @@ def scenario_eal_errors(ctx):
     log("2 NICs with one worker lcore: exit 4 with a message about lcores")
 
 
+def scenario_secret_policy(ctx):
+    """kvlaned refuses a secret file others or its group may read (unless the INI allows
+    0640), one shorter than 32 bytes, and one byte repeated: each with the path, the cause and
+    the fix, before EAL starts; the allowed ones start (issue 16, 6)."""
+    def secret(name, data, mode):
+        path = os.path.join(ctx.tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+        return path
+
+    good = os.urandom(24).hex().encode() + b"\n"  # 48 bytes
+    cases = [  # name, bytes, mode, [control] extra, None (starts) or what the error says
+        ("world.secret", good, 0o644, "",
+         r"secret file mode 644 lets every user at it; run chmod 600"),
+        ("group.secret", good, 0o640, "",
+         r"secret file mode 640 lets its group at it; run chmod 600 "
+         r".*secret_group_readable = true"),
+        ("groupw.secret", good, 0o660, "secret_group_readable = true\n",
+         r"secret file mode 660 lets its group at it; run chmod 600 \S+$"),
+        ("short.secret", b"0123456789abcdef0123456789abcde\n", 0o600, "",
+         r"secret is 31 bytes, at least 32 are needed"),
+        ("same.secret", b"a" * 40 + b"\n", 0o600, "",
+         r"secret is one byte repeated \(40 x 0x61\)"),
+        ("owner.secret", good, 0o600, "", None),
+        ("readonly.secret", good, 0o400, "", None),
+        ("group-ok.secret", good, 0o640, "secret_group_readable = true\n", None),
+    ]
+    for name, data, mode, extra, want in cases:
+        path = secret(name, data, mode)
+        ini = ctx.ini(f"{name}.ini", minimal_ini(
+            "secret", extra=f"[control]\nlisten = 127.0.0.1:0\nsecret_file = {path}\n{extra}"))
+        if want is None:
+            d = ctx.start(ini)
+            d.wait_ready()
+            d.stop()
+            log(f"{name} (mode {mode:03o}{', ' + extra.strip() if extra else ''}): started")
+            continue
+        r = ctx.run_ini(ini)
+        check(r.rc not in (0, None) and r.rc > 0, f"{name}: exit status", "a non-zero exit",
+              r.rc, r)
+        check("kvlaned: ready" not in r.stdout, f"{name}: not started", "no ready", "ready", r)
+        rx = re.compile(re.escape(path) + ": " + want, re.M)
+        check(rx.search(r.stderr), f"{name}: the message", rx.pattern, kvl_lines(r) or
+              r.stderr.splitlines()[-3:], r)
+        log(f"{name} (mode {mode:03o}): exit {r.rc}: {rx.search(r.stderr).group(0)}")
+
+
 SCENARIOS = {
     "cli": scenario_cli,
     "config_errors": scenario_config_errors,
@@ -816,6 +864,7 @@ SCENARIOS = {
     "numa_fixture": scenario_numa_fixture,
     "eal_errors": scenario_eal_errors,
     "gpu_pair": scenario_gpu_pair,
+    "secret_policy": scenario_secret_policy,
 }
 
 

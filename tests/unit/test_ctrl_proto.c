@@ -972,67 +972,95 @@ static void mkfile(char *path, size_t cap, const void *data, size_t len, mode_t 
 	close(fd);
 }
 
-static int load(const char *path, bool *warn, char *err, size_t errlen)
+static int load(const char *path, char *err, size_t errlen)
 {
 	static struct kvl_secret s;
 
-	return kvl_secret_load(path, &s, warn, err, errlen);
+	return kvl_secret_load(path, &s, false, err, errlen);
 }
+
+#define S32 "0123456789abcdef0123456789abcdef" /* 32 bytes: the shortest secret taken */
 
 static void test_secret(void)
 {
 	static struct kvl_secret s;
-	char path[64], err[512], big[KVL_SECRET_MAX + 8];
-	bool warn = true;
+	char path[64], err[512], big[KVL_SECRET_MAX + 8], same[64];
 	int rc;
 
 	/* Good, with "\n" stripped. */
-	mkfile(path, sizeof(path), "0123456789abcdef0123\n", 21, 0600);
-	rc = kvl_secret_load(path, &s, &warn, err, sizeof(err));
+	mkfile(path, sizeof(path), S32 "0123\n", 37, 0600);
+	rc = kvl_secret_load(path, &s, false, err, sizeof(err));
 	CHECK_INT(rc, 0);
-	CHECK(!warn);
 	CHECK_STR(err, "");
-	CHECK_INT(s.len, 20);
-	CHECK(memcmp(s.key, "0123456789abcdef0123", 20) == 0);
+	CHECK_INT(s.len, 36);
+	CHECK(memcmp(s.key, S32 "0123", 36) == 0);
 	unlink(path);
 
-	/* "\r\n" stripped; only one newline is; binary bytes kept. */
-	mkfile(path, sizeof(path), "0123456789abcdef\r\n", 18, 0400);
-	CHECK_INT(kvl_secret_load(path, &s, &warn, err, sizeof(err)), 0);
-	CHECK_INT(s.len, 16);
-	CHECK(!warn);
+	/* "\r\n" stripped; only one newline is; binary bytes kept; mode 0400 is fine. */
+	mkfile(path, sizeof(path), S32 "\r\n", 34, 0400);
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), 0);
+	CHECK_INT(s.len, 32);
 	unlink(path);
-	mkfile(path, sizeof(path), "0123456789abcde\n\n", 17, 0600);
-	CHECK_INT(kvl_secret_load(path, &s, &warn, err, sizeof(err)), 0);
-	CHECK_INT(s.len, 16);
-	CHECK_INT(s.key[15], '\n');
+	mkfile(path, sizeof(path), "0123456789abcdef0123456789abcde\n\n", 33, 0600);
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), 0);
+	CHECK_INT(s.len, 32);
+	CHECK_INT(s.key[31], '\n');
 	unlink(path);
-	mkfile(path, sizeof(path), "\0\1\2\3\4\5\6\7\0\1\2\3\4\5\6\7", 16, 0600);
-	CHECK_INT(kvl_secret_load(path, &s, &warn, err, sizeof(err)), 0);
-	CHECK_INT(s.len, 16);
+	mkfile(path, sizeof(path),
+	       "\0\1\2\3\4\5\6\7\0\1\2\3\4\5\6\7\0\1\2\3\4\5\6\7\0\1\2\3\4\5\6\7", 32, 0600);
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), 0);
+	CHECK_INT(s.len, 32);
 	CHECK_INT(s.key[9], 1);
 	unlink(path);
 
-	/* Too short: 15 bytes, and 15 + "\n". The key is wiped on failure. */
-	mkfile(path, sizeof(path), "0123456789abcde", 15, 0600);
+	/* Too short: 31 bytes, and 31 + "\n" (and 16, once enough). The key is wiped. */
+	mkfile(path, sizeof(path), S32, 31, 0600);
 	memset(&s, 0xaa, sizeof(s));
-	rc = kvl_secret_load(path, &s, &warn, err, sizeof(err));
+	rc = kvl_secret_load(path, &s, false, err, sizeof(err));
 	CHECK_INT(rc, -EINVAL);
 	CHECK_HAS(err, path);
-	CHECK_HAS(err, "15 bytes");
-	CHECK_HAS(err, "at least 16");
+	CHECK_HAS(err, "31 bytes");
+	CHECK_HAS(err, "at least 32");
+	CHECK_HAS(err, "head -c 32 /dev/urandom");
 	CHECK_INT(s.len, 0);
 	CHECK_INT(s.key[0], 0);
 	CHECK_INT(s.key[KVL_SECRET_MAX - 1], 0);
 	unlink(path);
-	mkfile(path, sizeof(path), "0123456789abcde\n", 16, 0600);
-	CHECK_INT(load(path, &warn, err, sizeof(err)), -EINVAL);
+	mkfile(path, sizeof(path), "0123456789abcdef0123456789abcde\n", 32, 0600);
+	CHECK_INT(load(path, err, sizeof(err)), -EINVAL);
+	unlink(path);
+	mkfile(path, sizeof(path), "0123456789abcdef", 16, 0600);
+	CHECK_INT(load(path, err, sizeof(err)), -EINVAL);
+	CHECK_HAS(err, "16 bytes");
+	unlink(path);
+
+	/* One byte repeated: 32 zero bytes, 64 'a' + "\n"; refused, and the key wiped. */
+	memset(same, 0, sizeof(same));
+	mkfile(path, sizeof(path), same, 32, 0600);
+	memset(&s, 0xaa, sizeof(s));
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), -EINVAL);
+	CHECK_HAS(err, path);
+	CHECK_HAS(err, "one byte repeated (32 x 0x00)");
+	CHECK_INT(s.len, 0);
+	CHECK_INT(s.key[0], 0);
+	unlink(path);
+	memset(same, 'a', sizeof(same));
+	same[63] = '\n';
+	mkfile(path, sizeof(path), same, 64, 0600);
+	CHECK_INT(load(path, err, sizeof(err)), -EINVAL);
+	CHECK_HAS(err, "63 x 0x61");
+	unlink(path);
+	/* One byte that differs is enough: the rule is "repeated", not a strength meter. */
+	same[62] = 'b';
+	mkfile(path, sizeof(path), same, 64, 0600);
+	CHECK_INT(load(path, err, sizeof(err)), 0);
 	unlink(path);
 
 	/* Too long: 1025 bytes; 1024 + "\r\n" is fine. */
 	memset(big, 'k', sizeof(big));
+	big[0] = 'K';
 	mkfile(path, sizeof(path), big, KVL_SECRET_MAX + 1, 0600);
-	rc = kvl_secret_load(path, &s, &warn, err, sizeof(err));
+	rc = kvl_secret_load(path, &s, false, err, sizeof(err));
 	CHECK_INT(rc, -EINVAL);
 	CHECK_HAS(err, path);
 	CHECK_HAS(err, "longer than 1024");
@@ -1041,16 +1069,17 @@ static void test_secret(void)
 	big[KVL_SECRET_MAX] = '\r';
 	big[KVL_SECRET_MAX + 1] = '\n';
 	mkfile(path, sizeof(path), big, KVL_SECRET_MAX + 2, 0600);
-	CHECK_INT(kvl_secret_load(path, &s, &warn, err, sizeof(err)), 0);
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), 0);
 	CHECK_INT(s.len, KVL_SECRET_MAX);
 	unlink(path);
 	memset(big, 'k', sizeof(big));
+	big[0] = 'K';
 	mkfile(path, sizeof(path), big, sizeof(big), 0600);
-	CHECK_INT(load(path, &warn, err, sizeof(err)), -EINVAL);
+	CHECK_INT(load(path, err, sizeof(err)), -EINVAL);
 	unlink(path);
 
 	/* Missing file. */
-	rc = load("/tmp/kvl-no-such-secret-file", &warn, err, sizeof(err));
+	rc = load("/tmp/kvl-no-such-secret-file", err, sizeof(err));
 	CHECK_INT(rc, -ENOENT);
 	CHECK_HAS(err, "/tmp/kvl-no-such-secret-file: ");
 	CHECK_HAS(err, "not found");
@@ -1059,37 +1088,48 @@ static void test_secret(void)
 	/* A directory. */
 	snprintf(tmpdir_path, sizeof(tmpdir_path), "/tmp/kvl_secret_dir_XXXXXX");
 	CHECK(mkdtemp(tmpdir_path) != NULL);
-	rc = load(tmpdir_path, &warn, err, sizeof(err));
+	rc = load(tmpdir_path, err, sizeof(err));
 	CHECK_INT(rc, -EISDIR);
 	CHECK_HAS(err, tmpdir_path);
 	CHECK_HAS(err, "directory");
 	rmdir(tmpdir_path);
 
 	/* Not a regular file. */
-	rc = load("/dev/null", &warn, err, sizeof(err));
+	rc = load("/dev/null", err, sizeof(err));
 	CHECK_INT(rc, -EINVAL);
 	CHECK_HAS(err, "/dev/null: ");
 	CHECK_HAS(err, "regular file");
 
-	/* World-readable: accepted, with a warning that names the path and the fix. */
-	mkfile(path, sizeof(path), "0123456789abcdef0123456789abcdef\n", 33, 0644);
-	warn = false;
-	rc = kvl_secret_load(path, &s, &warn, err, sizeof(err));
-	CHECK_INT(rc, 0);
-	CHECK(warn);
-	CHECK_INT(s.len, 32);
+	/* World-readable: refused, naming the path, the mode and the fix; the key wiped. */
+	mkfile(path, sizeof(path), S32 "\n", 33, 0644);
+	memset(&s, 0xaa, sizeof(s));
+	rc = kvl_secret_load(path, &s, false, err, sizeof(err));
+	CHECK_INT(rc, -EPERM);
+	CHECK_INT(s.len, 0);
 	CHECK_HAS(err, path);
+	CHECK_HAS(err, "mode 644 lets every user at it");
 	CHECK_HAS(err, "chmod 600");
-	CHECK_HAS(err, "644");
-	/* Group-readable too; and a NULL warn/err is allowed. */
+	/* ... even with group read allowed (others are never) */
+	CHECK_INT(kvl_secret_load(path, &s, true, err, sizeof(err)), -EPERM);
+	/* Group-readable (0640): refused with the key that allows it named; taken with it. */
 	CHECK(chmod(path, 0640) == 0);
-	CHECK_INT(kvl_secret_load(path, &s, &warn, err, sizeof(err)), 0);
-	CHECK(warn);
-	CHECK_INT(kvl_secret_load(path, &s, NULL, NULL, 0), 0);
+	CHECK_INT(kvl_secret_load(path, &s, false, err, sizeof(err)), -EPERM);
+	CHECK_HAS(err, "mode 640 lets its group at it");
+	CHECK_HAS(err, "secret_group_readable = true");
+	CHECK_INT(kvl_secret_load(path, &s, true, err, sizeof(err)), 0);
+	CHECK_INT(s.len, 32);
+	CHECK_INT(kvl_secret_load(path, &s, true, NULL, 0), 0);
+	/* Group-writable (0660) is never taken, and the message does not offer the key. */
+	CHECK(chmod(path, 0660) == 0);
+	CHECK_INT(kvl_secret_load(path, &s, true, err, sizeof(err)), -EPERM);
+	CHECK(strstr(err, "secret_group_readable") == NULL);
+	/* Others' execute bit alone (0601) is refused too. */
+	CHECK(chmod(path, 0601) == 0);
+	CHECK_INT(load(path, err, sizeof(err)), -EPERM);
 	/* Unreadable (skipped as root, who reads it anyway). */
 	CHECK(chmod(path, 0) == 0);
 	if (geteuid() != 0) {
-		CHECK_INT(load(path, &warn, err, sizeof(err)), -EACCES);
+		CHECK_INT(load(path, err, sizeof(err)), -EACCES);
 		CHECK_HAS(err, path);
 	}
 	unlink(path);
@@ -1098,9 +1138,9 @@ static void test_secret(void)
 	char tiny[8];
 
 	memset(tiny, 'z', sizeof(tiny));
-	CHECK_INT(load("/tmp/kvl-no-such-secret-file", &warn, tiny, sizeof(tiny)), -ENOENT);
+	CHECK_INT(load("/tmp/kvl-no-such-secret-file", tiny, sizeof(tiny)), -ENOENT);
 	CHECK_INT(strlen(tiny), 7);
-	CHECK_INT(load("", &warn, err, sizeof(err)), -EINVAL);
+	CHECK_INT(load("", err, sizeof(err)), -EINVAL);
 }
 
 /* ---- seed corpus for tests/fuzz/fuzz_ctrl.c ---- */
