@@ -3,10 +3,13 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -922,10 +925,26 @@ static void inspect_line(struct parse_ctx *c, char *raw)
 static char *reader(char *str, int num, void *stream)
 {
 	struct parse_ctx *c = stream;
-	size_t n;
+	size_t n, nul_at = 0;
+	bool nul = false;
 
 	if (c->fp) {
-		if (fgets(str, num, c->fp) == NULL) {
+		/* fgets would hide a NUL byte: the line would end there, silently
+		 * ("name = good\0evil" loading "good"). */
+		int ch = 0;
+
+		n = 0;
+		while (n < (size_t)num - 1 && (ch = fgetc(c->fp)) != EOF) {
+			if (ch == '\0' && !nul) {
+				nul = true;
+				nul_at = n + 1;
+			}
+			str[n++] = ch == '\0' ? ' ' : (char)ch;
+			if (ch == '\n')
+				break;
+		}
+		str[n] = '\0';
+		if (n == 0) {
 			if (ferror(c->fp))
 				c->read_errno = errno ? errno : EIO;
 			return NULL;
@@ -945,6 +964,15 @@ static char *reader(char *str, int num, void *stream)
 	}
 	c->line++;
 	c->bad_line = false;
+	if (nul) {
+		add_error(c->errs,
+			  "%s:%u: a NUL byte at column %zu: an INI file is text (is this a binary "
+			  "file?)",
+			  c->file, c->line, nul_at);
+		str[0] = '\n';
+		str[1] = '\0';
+		return str;
+	}
 	n = strlen(str);
 	if (n == (size_t)num - 1 && str[n - 1] != '\n') {
 		/* Longer than inih's line buffer: swallow the rest so line numbers stay true. */
@@ -1338,6 +1366,57 @@ static int load(struct parse_ctx *c, struct kvl_config *cfg, const char *path,
 	return 0;
 }
 
+/*
+ * Open @path for reading only if it is a regular file of at most KVL_CONF_MAX_BYTES: a FIFO,
+ * /dev/zero or a directory would hang or never end the parse (even of --print-config). The
+ * open does not block on a FIFO (O_NONBLOCK); fstat then refuses it.
+ */
+#define KVL_CONF_MAX_BYTES (1u << 20)
+
+static int open_regular(const char *path, FILE **fp, struct kvl_conf_errors *errs)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK), rc;
+	struct stat st;
+
+	*fp = NULL;
+	if (fd < 0) {
+		rc = -errno;
+		add_error(errs, "%s: cannot open configuration file: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		add_error(errs, "%s: cannot stat configuration file: %s", path, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		add_error(errs, "%s: not a regular file (%s): give the path of an INI file", path,
+			  S_ISDIR(st.st_mode)	 ? "a directory"
+			  : S_ISFIFO(st.st_mode) ? "a FIFO"
+			  : S_ISCHR(st.st_mode)	 ? "a character device"
+			  : S_ISSOCK(st.st_mode) ? "a socket"
+						 : "a special file");
+		close(fd);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	}
+	if (st.st_size > (off_t)KVL_CONF_MAX_BYTES) {
+		add_error(errs,
+			  "%s: %lld bytes: larger than %u, not an INI file kvlane would write",
+			  path, (long long)st.st_size, KVL_CONF_MAX_BYTES);
+		close(fd);
+		return -EFBIG;
+	}
+	*fp = fdopen(fd, "r");
+	if (*fp == NULL) {
+		rc = -errno;
+		add_error(errs, "%s: cannot read configuration file: %s", path, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	return 0;
+}
+
 int kvl_config_load(const char *path, struct kvl_config *cfg, struct kvl_conf_errors *errs)
 {
 	return kvl_config_load_sets(path, NULL, 0, cfg, errs);
@@ -1350,10 +1429,8 @@ int kvl_config_load_sets(const char *path, const char *const *sets, unsigned n_s
 	int rc;
 
 	memset(errs, 0, sizeof(*errs));
-	c.fp = fopen(path, "r");
-	if (c.fp == NULL) {
-		rc = -errno;
-		add_error(errs, "%s: cannot open configuration file: %s", path, strerror(errno));
+	rc = open_regular(path, &c.fp, errs);
+	if (rc < 0) {
 		kvl_config_defaults(cfg);
 		return rc;
 	}

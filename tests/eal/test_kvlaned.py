@@ -255,6 +255,17 @@ def scenario_config_errors(ctx):
     expect_no_runtime_dir(r, "missing INI")
     log("missing INI: exit 3 naming the path")
 
+    # A FIFO and /dev/zero as the INI: refused at once (they hung kvlaned, --print-config too).
+    fifo = os.path.join(ctx.tmp, "fifo.ini")
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        for extra in ((), ("--print-config",)):
+            r = ctx.run(["--", "-c", path, *extra], timeout=10)
+            expect_rc(r, 3, f"{path} as the INI {' '.join(extra)}")
+            check(f"{path}: not a regular file ({what})" in r.stderr, f"{path}: message",
+                  f"'{path}: not a regular file ({what})'", r.stderr.splitlines()[-2:], r)
+    log("a FIFO and /dev/zero as the INI (also with --print-config): exit 3 at once")
+
     # An RDMA device that the sysfs root does not have: a host error before EAL.
     ini = ctx.ini("m7.ini", minimal_ini("m7", nics={"m7": "device = mlx5_7\n"}))
     roots = [os.path.join(KVL_FIXTURES, "sysfs", "one-node")]

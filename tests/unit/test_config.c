@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -586,6 +587,54 @@ static void test_good(void)
 	CHECK_INT(errs.count, 1);
 	CHECK_HAS(errs.msg[0], "/nonexistent-kvlane/missing.ini: cannot open configuration file");
 	CHECK_INT(cfg.n_nics, 0);
+
+	/* Not a regular file: refused at once, never read (a FIFO would block, /dev/zero never
+	 * end); a directory; a file over 1 MiB (issue 16, 8). */
+	{
+		char fifo[] = "/tmp/kvl_conf_fifo_XXXXXX";
+		int fd = mkstemp(fifo);
+
+		CHECK(fd >= 0);
+		close(fd);
+		unlink(fifo);
+		CHECK(mkfifo(fifo, 0600) == 0);
+		CHECK_INT(kvl_config_load(fifo, &cfg, &errs), -EINVAL);
+		CHECK_INT(errs.count, 1);
+		CHECK_HAS(errs.msg[0], fifo);
+		CHECK_HAS(errs.msg[0], "not a regular file (a FIFO)");
+		unlink(fifo);
+	}
+	CHECK_INT(kvl_config_load("/dev/zero", &cfg, &errs), -EINVAL);
+	CHECK_HAS(errs.msg[0], "/dev/zero: not a regular file (a character device)");
+	CHECK_INT(kvl_config_load("/tmp", &cfg, &errs), -EISDIR);
+	CHECK_HAS(errs.msg[0], "/tmp: not a regular file (a directory)");
+	{
+		char big[] = "/tmp/kvl_conf_big_XXXXXX";
+		int fd = mkstemp(big);
+
+		CHECK(fd >= 0 && ftruncate(fd, (2 << 20)) == 0);
+		close(fd);
+		CHECK_INT(kvl_config_load(big, &cfg, &errs), -EFBIG);
+		CHECK_HAS(errs.msg[0], "2097152 bytes: larger than 1048576");
+		unlink(big);
+	}
+	/* A NUL byte ends no line early: the line is an error that names it, and the file
+	 * does not load ("name = good\0evil" loaded "good"). */
+	{
+		static const char text[] = "[runtime]\nname = good\0evil\n[nic.lo]\ndevice = lo\n"
+					   "transport = tcp\n";
+		char path[] = "/tmp/kvl_conf_nul_XXXXXX", prefix[64];
+		int fd = mkstemp(path);
+
+		CHECK(fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)sizeof(text) - 1);
+		close(fd);
+		CHECK_INT(kvl_config_load(path, &cfg, &errs), -EINVAL);
+		snprintf(prefix, sizeof(prefix), "%s:2:", path);
+		expect_msg("NUL byte", &errs, prefix, "a NUL byte at column 12");
+		CHECK_INT(errs.count, 1);
+		CHECK_STR(cfg.runtime.name, "kvlane"); /* defaults, never half a file */
+		unlink(path);
+	}
 
 	/* A good load after a bad one starts from a clean slate. */
 	CHECK_INT(kvl_config_load_string("t.ini", "[gpu]\nenable = x\n", &cfg, &errs), -EINVAL);
