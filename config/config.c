@@ -130,7 +130,9 @@ static const struct key_def control_keys[] = {
 	K(CTL, secret_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
 	K(CTL, secret_group_readable, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(CTL, peers, KT_ADDR_LIST, F_APPEND, 1, 65535, NULL, ""),
-	K(CTL, connect_timeout_ms, KT_UINT, 0, 1, 600000, NULL, "3000"),
+	/* A handshake and the binds take round trips and a thread wake-up or two: under 100 ms
+	 * fails on any loaded host. */
+	K(CTL, connect_timeout_ms, KT_UINT, 0, 100, 600000, NULL, "3000"),
 	K(CTL, heartbeat_interval_ms, KT_UINT, 0, 10, 600000, NULL, "1000"),
 	K(CTL, peer_timeout_ms, KT_UINT, 0, 20, 3600000, NULL, "5000"),
 };
@@ -155,7 +157,7 @@ static const struct key_def nic_keys[] = {
 	K(NIC, traffic_class, KT_UINT, 0, 0, 255, NULL, "0"),
 	K(NIC, service_level, KT_UINT, F_RDMA_ONLY, 0, 15, NULL, "0"),
 	K(NIC, pkey_index, KT_UINT, F_RDMA_ONLY, 0, 65535, NULL, "0"),
-	K(NIC, qp_count, KT_UINT, 0, 1, 1024, NULL, "2"),
+	K(NIC, qp_count, KT_UINT, 0, 1, KVL_CONF_MAX_PEER_CONNS, NULL, "2"),
 	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
 	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),
 	K(NIC, data_port, KT_UINT, 0, 0, 65535, NULL, "0"),
@@ -1183,9 +1185,17 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 	}
 	for (uint32_t i = 0; i < cfg->n_segments; i++) {
 		const struct kvl_segment_conf *g = &cfg->segments[i];
-		uint64_t total = (uint64_t)g->layers * g->planes * g->blocks * g->block_bytes;
+		uint64_t total;
 
-		if (total > (1ull << 40))
+		/* Each key is in range, their product may not be: 1024 x 2 x 2^24 x 2^30 = 2^65. */
+		if (kvl_seg_bytes(g->layers, g->planes, g->blocks, g->block_bytes, &total) != 0)
+			add_error(
+				errs,
+				"%s:%u: segment.%s: layers x planes x blocks x block_bytes = %u x "
+				"%u x %u x %u overflows 64 bits; at most 1 TiB per segment",
+				file, cfg->seg_origin[i].section_line, g->label, g->layers,
+				g->planes, g->blocks, g->block_bytes);
+		else if (total > (1ull << 40))
 			add_error(
 				errs,
 				"%s:%u: segment.%s: layers x planes x blocks x block_bytes = %llu "
@@ -1204,6 +1214,24 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 			  "(for loopback: [nic.lo] with device = lo and transport = tcp)",
 			  file, 1u);
 
+	{
+		/* A peer holds at most KVL_CONF_MAX_PEER_CONNS data connections over all NICs:
+		 * more would fail every connect with "no room", long after start-up. */
+		uint32_t sum = 0;
+
+		for (unsigned i = 0; i < cfg->n_nics; i++) {
+			sum += cfg->nics[i].qp_count;
+			if (sum > KVL_CONF_MAX_PEER_CONNS) {
+				add_error(
+					errs,
+					"%s:%u: nic.%s.qp_count: %u data connections per peer over "
+					"the NICs so far; a peer holds at most %u: lower qp_count",
+					file, key_line(cfg, KVL_SEC_NIC, (int)i, "qp_count"),
+					cfg->nics[i].label, sum, KVL_CONF_MAX_PEER_CONNS);
+				break;
+			}
+		}
+	}
 	for (unsigned i = 0; i < cfg->n_nics; i++) {
 		const struct kvl_nic_conf *n = &cfg->nics[i];
 

@@ -3,6 +3,7 @@
 #ifndef KVL_RUNTIME_CONFIG_H
 #define KVL_RUNTIME_CONFIG_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,15 +11,17 @@
 
 /* Pure C: no DPDK, verbs or CUDA headers here, so the unit suite needs no EAL. */
 
-#define KVL_MAX_NICS	  16
-#define KVL_MAX_SEG_CONF  16
-#define KVL_MAX_PEERS	  32
-#define KVL_NAME_LEN	  64 /* runtime.name, nic device names */
-#define KVL_LABEL_LEN	  32 /* the part after "nic." in a section name */
-#define KVL_ADDR_LEN	  80 /* host:port, [v6]:port */
-#define KVL_PATH_LEN	  256
-#define KVL_MAX_SECT_KEYS 24
-#define KVL_PCI_ADDR_LEN  20 /* "0000:3b:00.0"; domains above 0xffff (VMD) print longer */
+#define KVL_MAX_NICS	 16
+#define KVL_MAX_SEG_CONF 16
+/* Data connections a peer may hold over all NICs (runtime/peers.h KVL_PEER_MAX_CONNS). */
+#define KVL_CONF_MAX_PEER_CONNS 32
+#define KVL_MAX_PEERS		32
+#define KVL_NAME_LEN		64 /* runtime.name, nic device names */
+#define KVL_LABEL_LEN		32 /* the part after "nic." in a section name */
+#define KVL_ADDR_LEN		80 /* host:port, [v6]:port */
+#define KVL_PATH_LEN		256
+#define KVL_MAX_SECT_KEYS	24
+#define KVL_PCI_ADDR_LEN	20 /* "0000:3b:00.0"; domains above 0xffff (VMD) print longer */
 
 enum kvl_idle_policy {
 	KVL_IDLE_POLL = 0, /* spin: lowest latency, one core at 100% */
@@ -196,6 +199,24 @@ struct kvl_conf_errors {
 	unsigned dropped; /* errors beyond the cap */
 	char msg[KVL_CONF_MAX_ERRORS][KVL_CONF_MSG_LEN];
 };
+
+/*
+ * Bytes of a segment of @layers x @planes x @blocks blocks of @block_bytes: 0 with *@out set,
+ * or -EOVERFLOW when the product does not fit 64 bits (checked before it wraps). The INI, the
+ * API's kvl_seg_alloc / kvl_seg_register and the descriptor builder all size segments here.
+ */
+static inline int kvl_seg_bytes(uint32_t layers, uint32_t planes, uint32_t blocks,
+				uint32_t block_bytes, uint64_t *out)
+{
+	uint64_t v = layers;
+
+	if (__builtin_mul_overflow(v, (uint64_t)planes, &v) ||
+	    __builtin_mul_overflow(v, (uint64_t)blocks, &v) ||
+	    __builtin_mul_overflow(v, (uint64_t)block_bytes, &v))
+		return -EOVERFLOW;
+	*out = v;
+	return 0;
+}
 
 /* Fill @cfg with every default (no NIC). */
 void kvl_config_defaults(struct kvl_config *cfg);

@@ -8,6 +8,7 @@
 
 #include <rte_spinlock.h>
 
+#include "config.h"
 #include "ctrl_proto.h"
 #include "nic_io.h"
 
@@ -24,6 +25,7 @@ enum kvl_peer_state {
 const char *kvl_peer_state_name(int s);
 
 #define KVL_PEER_MAX_CONNS 32
+_Static_assert(KVL_PEER_MAX_CONNS == KVL_CONF_MAX_PEER_CONNS, "the INI checks qp_count by it");
 
 /* A data connection of a peer, as the API routes to it. */
 struct kvl_peer_conn {

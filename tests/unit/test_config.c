@@ -111,15 +111,15 @@ static const struct bad_case bad_cases[] = {
 	{ "uint above range", "[cq_moderation]\nperiod_us = 4096\n" NIC_LO,
 	  "t.ini:2: cq_moderation.period_us:", "expected an integer in 0..4095; got \"4096\"" },
 	{ "uint above range (nic)", "[nic.r0]\ndevice = mlx5_0\nqp_count = 1025\n",
-	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024; got \"1025\"" },
+	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..32; got \"1025\"" },
 	{ "not an integer", "[nic.r0]\ndevice = mlx5_0\nqp_count = many\n",
-	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024; got \"many\"" },
+	  "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..32; got \"many\"" },
 	{ "trailing garbage", "[sched]\nresize_interval_ms = 12abc\n" NIC_LO,
 	  "t.ini:2: sched.resize_interval_ms:", "expected an integer in 1..60000; got \"12abc\"" },
 	{ "above range (sched)", "[sched]\nready_ahead = 65537\n" NIC_LO,
 	  "t.ini:2: sched.ready_ahead:", "expected an integer in 0..65536; got \"65537\"" },
 	{ "negative", "[control]\nconnect_timeout_ms = -1\n" NIC_LO,
-	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 1..600000; got \"-1\"" },
+	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 100..600000; got \"-1\"" },
 	{ "fraction", "[memory]\npool_size_mb = 1.5\n" NIC_LO,
 	  "t.ini:2: memory.pool_size_mb:", "expected an integer in 1..4194304; got \"1.5\"" },
 	{ "empty integer", "[cq_moderation]\ncount =\n" NIC_LO,
@@ -234,6 +234,16 @@ static const struct bad_case bad_cases[] = {
 	  "[nic.r0]\ndevice = mlx5_0\nqp_count = 4\n[memory]\n[nic.r0]\nqp_count = 8\n",
 	  "t.ini:6: nic.r0.qp_count:", "set twice (first at line 3)" },
 	/* ---- what one key cannot say ---- */
+	{ "qp_count over the NICs past what a peer holds",
+	  "[nic.a]\ndevice = mlx5_0\nqp_count = 20\n[nic.b]\ndevice = mlx5_1\nqp_count = 13\n",
+	  "t.ini:6: nic.b.qp_count:",
+	  "33 data connections per peer over the NICs so far; a peer holds at most 32" },
+	{ "segment geometry past 2^64 (each key in range)",
+	  "[segment.big]\nlayers = 1024\nplanes = 2\nblocks = 16777216\nblock_bytes = "
+	  "1073741824\n" NIC_LO,
+	  "t.ini:1: segment.big:", "1024 x 2 x 16777216 x 1073741824 overflows 64 bits" },
+	{ "connect_timeout_ms under 100", "[control]\nconnect_timeout_ms = 99\n" NIC_LO,
+	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 100..600000" },
 	{ "missing device", "[runtime]\nname = x\n\n[nic.r0]\nport = 2\n",
 	  "t.ini:4: nic.r0.device:", "required key missing" },
 	{ "no NIC section", "[runtime]\nname = x\n",
@@ -943,7 +953,7 @@ static void test_fixed_bugs(void)
 
 	/* 2. parse_u64() skips "0x", then strtoull(base 16) takes a second "0x": 0x0x10 is 16. */
 	expect_bad("double hex prefix (bug 2)", "[nic.r0]\ndevice = mlx5_0\nqp_count = 0x0x10\n", 1,
-		   "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..1024");
+		   "t.ini:3: nic.r0.qp_count:", "expected an integer in 1..32");
 
 	/* 3. A directory opens with fopen("r"); every read fails, ferror() is only looked at when
 	 *    load() returned 0, so the operator is told the file has no [nic.<label>] section. */
