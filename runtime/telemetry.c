@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* /kvlane/... telemetry commands: snapshots of the runtime, read through DPDK's socket. */
 #include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <rte_eal.h>
 #include <rte_lcore.h>
 #include <infiniband/verbs.h>
 #include <rte_telemetry.h>
@@ -15,6 +18,7 @@
 #include "control/control.h"
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
+#include "log.h"
 #include "nic_sched.h"
 #include "peers.h"
 #include "runtime.h"
@@ -26,8 +30,28 @@
 /* Set once the runtime is up; handlers run on DPDK's telemetry thread and only read. */
 static struct kvl_runtime *tel_rt;
 
+/*
+ * DPDK's telemetry takes at most 10 clients and never times an idle one out: anyone who may
+ * connect can lock the operator out by holding 10 connections. The socket is made the
+ * owner's alone (DPDK leaves it to the umask), so only this user (and root) can.
+ */
+static void socket_owner_only(void)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/dpdk_telemetry.v2", rte_eal_get_runtime_dir());
+	if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+		return; /* telemetry off (--no-telemetry): nothing to protect */
+	if ((st.st_mode & 0077) && chmod(path, 0600) != 0)
+		KVL_LOG(WARNING, "telemetry: cannot make %s the owner's alone: %s", path,
+			strerror(errno));
+}
+
 void kvl_telemetry_attach(struct kvl_runtime *rt)
 {
+	if (rt != NULL)
+		socket_owner_only();
 	__atomic_store_n(&tel_rt, rt, __ATOMIC_RELEASE);
 }
 

@@ -379,6 +379,9 @@ def scenario_telemetry(ctx):
     d.wait_ready()
     tl = d.wait_line(r"^\s*telemetry: (\S+)", 1, what="telemetry line")
     check_eq(tl[1], d.socket_path, "socket path on the telemetry line", d)
+    # DPDK takes 10 clients and never drops an idle one: only the owner may connect.
+    mode = os.stat(d.socket_path).st_mode & 0o777
+    check_eq(oct(mode), oct(0o600), "the telemetry socket's mode (the owner's alone)", d)
     c = d.telemetry()
     check(isinstance(c.greeting.get("max_output_len"), int), "greeting", "max_output_len",
           c.greeting, d)
