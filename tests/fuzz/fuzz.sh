@@ -24,7 +24,15 @@ $cc $flags "$src/tests/fuzz/fuzz_ctrl.c" "$src/runtime/ctrl_proto.c" -lcrypto \
 	-o "$out/fuzz_ctrl" || exit 1
 $cc $flags "$src/tests/fuzz/fuzz_ini.c" "$src/config/config.c" -linih \
 	-o "$out/fuzz_ini" || exit 1
+# The data port's state machine: the real handlers on socketpairs (DPDK for the ring and log).
+# shellcheck disable=SC2046  # pkg-config prints several words on purpose
+$cc $flags $(pkg-config --cflags libdpdk) -I"$src/runtime/control" -I"$src/lcores" \
+	-I"$src/lcores/topo" -I"$src/lcores/gpu" -I"$src/tests/unit" \
+	"$src/tests/fuzz/fuzz_bind.c" "$src/runtime/ctrl_proto.c" "$src/runtime/log.c" \
+	"$src/config/config.c" -lcrypto -linih $(pkg-config --libs libdpdk) \
+	-o "$out/fuzz_bind" || exit 1
 rc=0
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ctrl" "$src/tests/fuzz/corpus/ctrl" "$secs" || rc=1
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ini" "$src/tests/fuzz/corpus/ini" "$secs" || rc=1
+"$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_bind" "$src/tests/fuzz/corpus/bind" "$secs" -timeout=5 || rc=1
 exit $rc
