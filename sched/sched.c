@@ -88,7 +88,7 @@ struct kvl_sched {
 	uint64_t sum_floor; /* Σ floor over active requests */
 	uint64_t sum_win;   /* Σ window over active requests */
 	/* Σ unmet() over active requests: the staging each may still claim to reach its
-	 * floor. Every post keeps it free for the others (add_block()). */
+	 * floor. Every post keeps it free for the others (post_from()). */
 	uint64_t unmet;
 	uint64_t wait_floor; /* Σ floor over waiting requests */
 	uint32_t short_win;  /* active requests whose window is below their floor */
@@ -705,19 +705,15 @@ void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now)
 
 /* ---- posting ---- */
 
-static uint32_t take_slot(struct kvl_sched *s, struct req *r)
+/* The next PULL slot: the one after @last when free (a request's blocks then merge), else
+ * any; KVL_NONE when none is free. */
+static inline uint32_t take_slot(struct kvl_slots *sl, uint32_t last)
 {
-	uint32_t want = r->last_slot == KVL_NONE ? KVL_NONE : r->last_slot + 1;
-	uint32_t slot;
-
-	if (want != KVL_NONE && kvl_slots_is_free(&s->slots, want)) {
-		kvl_slots_take(&s->slots, want);
-		slot = want;
-	} else {
-		slot = kvl_slots_get_any(&s->slots);
+	if (last != KVL_NONE && kvl_slots_is_free(sl, last + 1)) {
+		kvl_slots_take(sl, last + 1);
+		return last + 1;
 	}
-	r->last_slot = slot;
-	return slot;
+	return kvl_slots_get_any(sl);
 }
 
 /* Whether block @b may join the descriptor that ends with block @p, and how. */
@@ -738,74 +734,39 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 	return nsge < s->cfg.max_sge ? J_SGE : J_NO;
 }
 
-/* Hold block @b of @r for descriptor @o; false (and nothing taken) when there is no room. */
-static bool add_block(struct kvl_sched *s, struct req *r, struct blk *b, struct xrec *x,
-		      struct kvl_sched_xfer *o, enum join how)
-{
-	uint64_t c = charge_of(s, r, b), u = usage(r), g = guaranteed(r);
-	uint64_t own = g > u ? g - u : 0;
-
-	if (u + c > r->window)
-		return false;
-	/* The budget minus what every other active request still needs to reach its floor:
-	 * what this request holds beyond its own window (kept across a shrink) can then never
-	 * keep another from its floor. Going beyond its own floor, it leaves the waiting
-	 * requests' floors free as well (see rebalance()). */
-	uint64_t keep = s->unmet - own + (u + c > g ? s->wait_floor : 0);
-
-	if (s->staged + c + keep > s->budget || (s->floor_only && u + c > g)) {
-		s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-		return false;
-	}
-	if (r->dir == KVL_SCHED_PULL) {
-		uint32_t slot;
-
-		if (how == J_EXTEND) {
-			slot = b[-1].slot + 1;
-			kvl_slots_take(&s->slots, slot);
-			r->last_slot = slot;
-			x->run[x->nrun - 1].n++;
-		} else {
-			slot = take_slot(s, r);
-			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
-				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-				return false;
-			}
-			x->run[x->nrun].slot = slot;
-			x->run[x->nrun].n = 1;
-			x->nrun++;
-		}
-		b->slot = slot;
-		b->local_off = (uint64_t)slot * s->cfg.slot_size;
-	}
-	if (how == J_EXTEND) {
-		o->sge[o->n_sge - 1].length += b->length;
-	} else {
-		o->sge[o->n_sge].local_off = b->local_off;
-		o->sge[o->n_sge].length = b->length;
-		o->sge[o->n_sge].reserved = 0;
-		o->n_sge++;
-	}
-	o->length += b->length;
-	o->n_blocks++;
-	b->state = B_INFLIGHT;
-	r->inflight_bytes += c;
-	s->unmet -= own - (g > u + c ? g - u - c : 0);
-	r->cursor++;
-	x->charge += c;
-	x->n++;
-	s->staged += c;
-	return true;
-}
-
-/* Up to @max descriptors from request @ri, in its transfer order. */
+/*
+ * Up to @max descriptors from request @ri, in its transfer order. Each block must fit the
+ * request's window, and the budget beside what is staged and what every other active request
+ * still needs to reach its floor (going beyond its own floor, beside the waiting requests'
+ * floors as well: see rebalance()), so that what this request holds beyond its own window
+ * (kept across a shrink) never keeps another from its floor; in the floor pass, it must also
+ * stay within its own floor. What the others are kept, the window and the floor do not change
+ * while this request posts, so they are read once and the loop runs on locals; the
+ * counters are written back once at the end.
+ */
 static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfer *out,
 			  unsigned max, uint64_t now)
 {
 	struct req *r = &s->req[ri];
+	const bool pull = r->dir == KVL_SCHED_PULL, merge = s->cfg.max_msg != 0;
+	const uint64_t win = r->window, g = guaranteed(r), wf = s->wait_floor;
+	const uint64_t slot_size = s->cfg.slot_size, budget = s->budget;
+	const uint64_t gcap = s->floor_only ? g : UINT64_MAX;
+	const uint64_t u0 = usage(r), others = s->unmet - (g > u0 ? g - u0 : 0);
+	const uint32_t nblk = r->nblk;
+	const int32_t id = (int)((uint32_t)r->gen << 16 | ri);
+	struct blk *B = &s->blk[r->blk0];
+	uint64_t u = u0, staged = s->staged;
+	uint32_t cur = r->cursor, last = r->last_slot, blocks = 0;
 	unsigned cnt = 0;
 
-	while (cnt < max && r->cursor < r->nblk) {
+/* The checks of one block of charge @c: 0 when it fits, else why not. */
+#define NO_ROOM(c)                                                                       \
+	(u + (c) > win								     ? 1 \
+	 : staged + (c) + others + (u + (c) > g ? wf : 0) > budget || u + (c) > gcap ? 2 \
+										     : 0)
+
+	while (cnt < max && cur < nblk) {
 		if (s->x_free == KVL_NONE) {
 			s->st.last_stop = KVL_SCHED_STOP_XFERS;
 			break;
@@ -813,45 +774,120 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		uint32_t xi = s->x_free;
 		struct xrec *x = &s->x[xi];
 		struct kvl_sched_xfer *o = &out[cnt];
-		struct blk *b = &s->blk[r->blk0 + r->cursor];
+		struct blk *b = &B[cur], *f = b;
+		uint64_t c = pull ? slot_size : b->length, charge;
+		uint32_t total = b->length, nb = 1, slot;
+		uint16_t nsge = 1, nrun = 0;
+		int why = NO_ROOM(c);
 
-		x->charge = 0;
-		x->n = 0;
-		x->nrun = 0;
-		o->n_sge = 0;
-		o->length = 0;
-		o->n_blocks = 0;
-		if (!add_block(s, r, b, x, o, J_SGE))
+		if (why) {
+			if (why == 2)
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
 			break;
-		while (r->cursor < r->nblk) {
-			enum join how = can_join(s, r, b, b + 1, o->length, o->n_sge);
-
-			if (how == J_NO || !add_block(s, r, b + 1, x, o, how))
-				break;
-			b++;
 		}
-		const struct blk *f = &s->blk[r->blk0 + r->cursor - o->n_blocks];
+		if (pull) {
+			slot = take_slot(&s->slots, last);
+			last = slot;
+			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+				break;
+			}
+			x->run[0].slot = slot;
+			x->run[0].n = 1;
+			nrun = 1;
+			b->slot = slot;
+			b->local_off = (uint64_t)slot * slot_size;
+		}
+		o->sge[0].local_off = b->local_off;
+		o->sge[0].length = b->length;
+		o->sge[0].reserved = 0;
+		b->state = B_INFLIGHT;
+		u += c;
+		staged += c;
+		charge = c;
+		cur++;
+		while (merge && cur < nblk) {
+			struct blk *n = b + 1;
+			enum join how = can_join(s, r, b, n, total, nsge);
 
+			if (how == J_NO)
+				break;
+			c = pull ? slot_size : n->length;
+			if ((why = NO_ROOM(c)) != 0) {
+				if (why == 2)
+					s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+				break;
+			}
+			if (pull) {
+				if (how == J_EXTEND) {
+					slot = b->slot + 1;
+					kvl_slots_take(&s->slots, slot);
+					last = slot;
+					x->run[nrun - 1].n++;
+				} else {
+					slot = take_slot(&s->slots, last);
+					last = slot;
+					if (slot == KVL_NONE) {
+						s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+						break;
+					}
+					x->run[nrun].slot = slot;
+					x->run[nrun].n = 1;
+					nrun++;
+				}
+				n->slot = slot;
+				n->local_off = (uint64_t)slot * slot_size;
+			}
+			if (how == J_EXTEND) {
+				o->sge[nsge - 1].length += n->length;
+			} else {
+				o->sge[nsge].local_off = n->local_off;
+				o->sge[nsge].length = n->length;
+				o->sge[nsge].reserved = 0;
+				nsge++;
+			}
+			total += n->length;
+			n->state = B_INFLIGHT;
+			u += c;
+			staged += c;
+			charge += c;
+			nb++;
+			cur++;
+			b = n;
+		}
 		s->x_free = x->next_free;
 		x->gen++;
 		x->live = true;
 		x->req = ri;
 		x->req_gen = r->gen;
-		x->first = r->cursor - o->n_blocks;
-		x->bytes = o->length;
+		x->first = cur - nb;
+		x->n = nb;
+		x->nrun = nrun;
+		x->bytes = total;
+		x->charge = charge;
 		x->post_ns = now;
 		o->id = (uint64_t)x->gen << 32 | xi;
 		o->peer = r->peer;
-		o->req = (int)((uint32_t)r->gen << 16 | ri);
+		o->req = id;
 		o->remote_seg = f->remote_seg;
 		o->remote_off = f->remote_off;
-		o->op = r->dir == KVL_SCHED_PULL ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
+		o->length = total;
+		o->n_blocks = nb;
+		o->n_sge = nsge;
+		o->op = pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
 		o->cls = r->cls;
-		s->st.posted_xfers++;
-		s->st.posted_blocks += o->n_blocks;
-		s->st.xfers_inflight++;
+		blocks += nb;
 		cnt++;
 	}
+#undef NO_ROOM
+	r->cursor = cur;
+	r->last_slot = last;
+	r->inflight_bytes += u - u0;
+	s->staged = staged;
+	s->unmet = others + (g > u ? g - u : 0);
+	s->st.posted_xfers += cnt;
+	s->st.posted_blocks += blocks;
+	s->st.xfers_inflight += cnt;
 	return cnt;
 }
 
@@ -993,7 +1029,7 @@ static void evict_until(struct kvl_sched *s, uint64_t extra, bool deep, uint64_t
 /*
  * A request is blocked below its floor when its next step's blocks fit what it is promised
  * (min(floor, window)) but cannot all be posted: staged + their charge + what the others are
- * kept for their floors is over the budget (the post check of add_block()). The head waiting
+ * kept for their floors is over the budget (the post check of post_from()). The head waiting
  * request is blocked when its floor fits beside the active floors but not beside what is held
  * (the admission check). Posts keep staged + Σ unmet floors within the budget, so neither
  * happens until the budget shrinks below what is held (or, for the waiting one, a request
