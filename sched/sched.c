@@ -24,6 +24,7 @@ struct blk {
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
 	uint32_t map;	    /* entry i holds where the caller's block i went */
 	uint32_t seen;	    /* open time only: last step naming it (duplicate check) */
+	uint32_t orig;	    /* the caller's index of this block (kvl_sched_step_offsets()) */
 	uint32_t slot;
 	uint8_t state;
 };
@@ -418,6 +419,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 			if (B[ob].map == KVL_NONE) {
 				/* First use: its place in the transfer queue is now. */
 				B[ob].map = next;
+				B[next].orig = ob;
 				B[next].first_use = k;
 				S[k].pending++;
 				next++;
@@ -1416,6 +1418,31 @@ int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, ui
 	if (r->dir == KVL_SCHED_PULL && (b->state == B_UNPOSTED || b->state == B_FREED))
 		return -EAGAIN;
 	*local_off = b->local_off;
+	return 0;
+}
+
+int kvl_sched_step_offsets(const struct kvl_sched *s, int id, uint32_t step, uint64_t *off)
+{
+	uint32_t ri;
+	const struct req *r = lookup(s, id, &ri);
+
+	if (r == NULL || r->state == R_ENDED)
+		return -ENOENT;
+	if (step >= r->nstp)
+		return -EINVAL;
+	const struct stp *st = &s->stp[r->stp0 + step];
+	const struct blk *B = &s->blk[r->blk0];
+	const uint32_t *R = &s->ref[st->ref0];
+	/* PUSH offsets are the caller's own, posted or not (kvl_sched_block_offset()). */
+	const bool pull = r->dir == KVL_SCHED_PULL;
+
+	for (uint32_t j = 0; j < st->nref; j++) {
+		const struct blk *b = &B[R[j]];
+
+		off[b->orig] = pull && (b->state == B_UNPOSTED || b->state == B_FREED)
+				       ? UINT64_MAX
+				       : b->local_off;
+	}
 	return 0;
 }
 
