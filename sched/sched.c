@@ -1218,6 +1218,43 @@ static void ewma(uint64_t *est, uint64_t sample)
 				  ((int64_t)sample - (int64_t)*est) / (1 << EWMA_SHIFT));
 }
 
+/* A completion for a request that ended: the staging it pinned is free only now (PUSH records
+ * have no runs). */
+static __attribute__((noinline, cold)) void complete_late(struct kvl_sched *s, uint32_t xi)
+{
+	struct xrec *x = &s->x[xi];
+
+	for (uint16_t k = 0; k < x->nrun; k++)
+		for (uint32_t j = 0; j < x->run[k].n; j++)
+			kvl_slots_put(&s->slots, x->run[k].slot + j);
+	s->orphan -= x->charge;
+	s->staged -= x->charge;
+	s->st.late_completions++;
+	s->admit_check = true;
+	free_xrec(s, xi);
+}
+
+/* A failed transfer fails its request. */
+static __attribute__((noinline, cold)) void complete_failed(struct kvl_sched *s, uint32_t xi,
+							    int status)
+{
+	struct xrec *x = &s->x[xi];
+	struct req *r = &s->req[x->req];
+
+	s->st.completed_err++;
+	for (uint16_t k = 0; k < x->nrun; k++)
+		for (uint32_t j = 0; j < x->run[k].n; j++)
+			kvl_slots_put(&s->slots, x->run[k].slot + j);
+	for (uint32_t i = 0; i < x->n; i++)
+		s->blk[r->blk0 + x->first + i].state = B_FREED;
+	s->unmet -= unmet(r); /* req_end() takes it off with the usage as it is now */
+	r->inflight_bytes -= x->charge;
+	s->unmet += unmet(r);
+	s->staged -= x->charge;
+	free_xrec(s, xi);
+	req_end(s, x->req, status);
+}
+
 int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64_t now)
 {
 	uint32_t xi = (uint32_t)xfer_id;
@@ -1225,60 +1262,48 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 	if (xi >= s->cfg.max_xfers || !s->x[xi].live || s->x[xi].gen != (uint32_t)(xfer_id >> 32))
 		return -ENOENT;
 	struct xrec *x = &s->x[xi];
-	struct req *r = &s->req[x->req];
+	const uint32_t ri = x->req;
+	struct req *r = &s->req[ri];
 
-	if (r->gen != x->req_gen || r->state != R_ACTIVE) {
-		/* Its request ended: the staging it pinned is free only now (PUSH records have
-		 * no runs). */
-		for (uint16_t k = 0; k < x->nrun; k++)
-			for (uint32_t j = 0; j < x->run[k].n; j++)
-				kvl_slots_put(&s->slots, x->run[k].slot + j);
-		s->orphan -= x->charge;
-		s->staged -= x->charge;
-		s->st.late_completions++;
-		s->admit_check = true;
-		free_xrec(s, xi);
+	if (__builtin_expect(r->gen != x->req_gen || r->state != R_ACTIVE, 0)) {
+		complete_late(s, xi);
 		return 0;
 	}
-	if (status != KVL_OK) {
-		s->st.completed_err++;
-		for (uint16_t k = 0; k < x->nrun; k++)
-			for (uint32_t j = 0; j < x->run[k].n; j++)
-				kvl_slots_put(&s->slots, x->run[k].slot + j);
-		for (uint32_t i = 0; i < x->n; i++)
-			s->blk[r->blk0 + x->first + i].state = B_FREED;
-		s->unmet -= unmet(r); /* req_end() takes it off with the usage as it is now */
-		r->inflight_bytes -= x->charge;
-		s->unmet += unmet(r);
-		s->staged -= x->charge;
-		free_xrec(s, xi);
-		req_end(s, x->req, status);
+	if (__builtin_expect(status != KVL_OK, 0)) {
+		complete_failed(s, xi, status);
 		return 0;
 	}
+	const uint32_t n = x->n, bytes = x->bytes ? x->bytes : 1;
+	const uint64_t charge = x->charge, q16 = (now - x->post_ns) << 16;
+
 	s->st.completed_ok++;
-	ewma(&s->nspb_q16, ((now - x->post_ns) << 16) / (x->bytes ? x->bytes : 1));
+	/* Blocks are mostly a power of two long: a shift, not a 64-bit division. */
+	ewma(&s->nspb_q16, (bytes & (bytes - 1)) == 0 ? q16 >> __builtin_ctz(bytes) : q16 / bytes);
 	struct blk *b = &s->blk[r->blk0 + x->first];
 	struct stp *S = &s->stp[r->stp0];
 
-	for (uint32_t i = 0; i < x->n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		b[i].state = B_LANDED;
 		S[b[i].first_use].pending--;
 	}
-	r->inflight_bytes -= x->charge;
-	r->landed_bytes += x->charge;
-	r->landed += x->n;
+	r->inflight_bytes -= charge;
+	r->landed_bytes += charge;
+	r->landed += n;
 	free_xrec(s, xi);
 	/* READY in step order: the engine computes in order, and a step's blocks first used
 	 * earlier have landed once the steps before it are READY. */
-	uint32_t before_ready = r->ready_next;
+	uint32_t k = r->ready_next;
+	const uint32_t nstp = r->nstp;
 
-	while (r->ready_next < r->nstp && S[r->ready_next].pending == 0) {
-		S[r->ready_next].state = S_READY;
-		S[r->ready_next].ready_ns = now;
-		r->ready_next++;
+	if (k < nstp && S[k].pending == 0) {
+		do {
+			S[k].state = S_READY;
+			S[k].ready_ns = now;
+			k++;
+		} while (k < nstp && S[k].pending == 0);
+		r->ready_next = k;
+		notify(s, ri);
 	}
-	if (r->ready_next != before_ready)
-		notify(s, x->req);
 	return 0;
 }
 
@@ -1306,17 +1331,37 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 
 	ewma(&s->compute_ns[r->cls], now > start ? now - start : 0);
 	r->last_done_ns = now;
-	uint64_t before_unmet = unmet(r), before_staged = s->staged;
+	uint64_t before_unmet = unmet(r), freed = 0;
+	struct blk *B = &s->blk[r->blk0];
+	const uint32_t *R = &s->ref[st->ref0];
+	const uint32_t nref = st->nref;
 
-	for (uint32_t j = 0; j < st->nref; j++) {
-		struct blk *b = &s->blk[r->blk0 + s->ref[st->ref0 + j]];
+	/* free_block() for each block no later step names, the sums kept on locals */
+	if (r->dir == KVL_SCHED_PULL) {
+		for (uint32_t j = 0; j < nref; j++) {
+			struct blk *b = &B[R[j]];
 
-		if (--b->ref == 0)
-			free_block(s, r, b);
+			if (--b->ref == 0) {
+				kvl_slots_put(&s->slots, b->slot);
+				b->state = B_FREED;
+				freed += s->cfg.slot_size;
+			}
+		}
+	} else {
+		for (uint32_t j = 0; j < nref; j++) {
+			struct blk *b = &B[R[j]];
+
+			if (--b->ref == 0) {
+				b->state = B_FREED;
+				freed += b->length;
+			}
+		}
 	}
+	r->landed_bytes -= freed;
+	s->staged -= freed;
 	s->unmet += unmet(r) - before_unmet;
 	/* Admission counts what is held: a request waiting on it may fit now. */
-	if (s->wait.n && s->staged != before_staged)
+	if (s->wait.n && freed != 0)
 		s->admit_check = true;
 	if (r->done == r->nstp) {
 		req_end(s, ri, KVL_OK);
