@@ -406,28 +406,31 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 		B[i].seen = KVL_NONE;
 		B[i].ref = 0;
 	}
+	const uint32_t nb = d->n_blocks, *sb = d->step_blocks;
+
 	for (uint32_t k = 0; k < d->n_steps; k++) {
-		uint32_t a = d->step_first[k], e = d->step_first[k + 1];
+		uint32_t a = d->step_first[k], e = d->step_first[k + 1], pending = 0;
 
-		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a };
 		for (uint32_t j = a; j < e; j++) {
-			uint32_t ob = d->step_blocks[j];
+			uint32_t ob = sb[j], t;
 
-			if (ob >= d->n_blocks || B[ob].seen == k)
+			if (ob >= nb || B[ob].seen == k)
 				return -EINVAL; /* no such block, or named twice by one step */
 			B[ob].seen = k;
-			if (B[ob].map == KVL_NONE) {
+			t = B[ob].map;
+			if (t == KVL_NONE) {
 				/* First use: its place in the transfer queue is now. */
-				B[ob].map = next;
-				B[next].orig = ob;
-				B[next].first_use = k;
-				S[k].pending++;
-				next++;
+				t = next++;
+				B[ob].map = t;
+				B[t].orig = ob;
+				B[t].first_use = k;
+				pending++;
 			}
-			B[B[ob].map].last_use = k;
-			B[B[ob].map].ref++;
-			R[j] = B[ob].map;
+			B[t].last_use = k;
+			B[t].ref++;
+			R[j] = t;
 		}
+		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a, .pending = pending };
 	}
 	if (next != d->n_blocks)
 		return -EINVAL; /* a block no step needs would sit in staging forever */
@@ -435,24 +438,27 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	/* The data fields are apart from map/seen/first_use/last_use/ref, so writing block j
 	 * never clobbers what is still to be read. */
 	uint64_t total = 0;
+	const bool pull = r->dir == KVL_SCHED_PULL;
+	const uint32_t ns = d->n_steps;
 
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
+	for (uint32_t i = 0; i < nb; i++) {
 		const struct kvl_sched_block *in = &d->blocks[i];
 		struct blk *b = &B[B[i].map];
+		const uint32_t len = in->length, last = b->last_use;
+		/* charge_of(): a PULL block holds a whole slot */
+		const int64_t c = pull ? (int64_t)s->cfg.slot_size : (int64_t)len;
 
 		b->remote_off = in->remote_off;
 		b->local_off = in->local_off;
 		b->local_seg = in->local_seg;
 		b->remote_seg = in->remote_seg;
-		b->length = in->length;
+		b->length = len;
 		b->state = B_UNPOSTED;
 		b->slot = KVL_NONE;
-		uint64_t c = charge_of(s, r, b);
-
-		total += c;
-		S[b->first_use].acc += (int64_t)c;
-		if (b->last_use + 1 < d->n_steps)
-			S[b->last_use + 1].acc -= (int64_t)c;
+		total += (uint64_t)c;
+		S[b->first_use].acc += c;
+		if (last + 1 < ns)
+			S[last + 1].acc -= c;
 	}
 	/* Steps run in order, so what must be resident at step k is every block first used at
 	 * or before k and last used at or after k: the window can never go below that. */
@@ -479,14 +485,16 @@ static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc
 	for (uint32_t k = 0; k < d->n_steps; k++)
 		if (d->step_first[k + 1] <= d->step_first[k])
 			return -EINVAL; /* empty steps, or going backwards */
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
-		uint32_t len = d->blocks[i].length;
+	/* 1 ≤ length ≤ window_max, ≤ slot_size for PULL, ≤ max_msg when merging: one bound */
+	uint64_t most = s->cfg.window_max;
 
-		if (len == 0 || len > s->cfg.window_max ||
-		    (d->dir == KVL_SCHED_PULL && len > s->cfg.slot_size) ||
-		    (s->cfg.max_msg && len > s->cfg.max_msg))
+	if (d->dir == KVL_SCHED_PULL && s->cfg.slot_size < most)
+		most = s->cfg.slot_size;
+	if (s->cfg.max_msg && s->cfg.max_msg < most)
+		most = s->cfg.max_msg;
+	for (uint32_t i = 0; i < d->n_blocks; i++)
+		if ((uint64_t)d->blocks[i].length - 1 >= most)
 			return -EINVAL;
-	}
 	return 0;
 }
 
