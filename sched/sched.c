@@ -744,6 +744,92 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 	return nsge < s->cfg.max_sge ? J_SGE : J_NO;
 }
 
+/* What post_from() tracks while it adds blocks to one descriptor. */
+struct post_st {
+	uint64_t u, staged, charge;
+	uint32_t cur, last, total, nb;
+	uint16_t nsge, nrun;
+};
+
+/* The limits post_from() checks every block against (see there): fixed while it runs. */
+struct post_lim {
+	uint64_t win, g, wf, budget, gcap, others, slot_size;
+	uint32_t nblk;
+	bool pull;
+};
+
+/* The checks of one block of charge @c: 0 when it fits, 1 beyond the window, 2 beyond the
+ * budget (or, in the floor pass, the floor). */
+static inline int no_room(const struct post_lim *l, uint64_t u, uint64_t staged, uint64_t c)
+{
+	if (u + c > l->win)
+		return 1;
+	return staged + c + l->others + (u + c > l->g ? l->wf : 0) > l->budget || u + c > l->gcap
+		       ? 2
+		       : 0;
+}
+
+/* Merging on: join the blocks after @b to descriptor @o while they may (can_join()) and fit.
+ * Out of line, so that the loop of post_from() without merging keeps its state in registers. */
+static __attribute__((noinline)) void join_more(struct kvl_sched *s, const struct req *r,
+						const struct post_lim *l, struct xrec *x,
+						struct kvl_sched_xfer *o, struct blk *b,
+						struct post_st *p)
+{
+	while (p->cur < l->nblk) {
+		struct blk *n = b + 1;
+		enum join how = can_join(s, r, b, n, p->total, p->nsge);
+		uint32_t slot;
+		int why;
+
+		if (how == J_NO)
+			break;
+		uint64_t c = l->pull ? l->slot_size : n->length;
+
+		if ((why = no_room(l, p->u, p->staged, c)) != 0) {
+			if (why == 2)
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+			break;
+		}
+		if (l->pull) {
+			if (how == J_EXTEND) {
+				slot = b->slot + 1;
+				kvl_slots_take(&s->slots, slot);
+				p->last = slot;
+				x->run[p->nrun - 1].n++;
+			} else {
+				slot = take_slot(&s->slots, p->last);
+				p->last = slot;
+				if (slot == KVL_NONE) {
+					s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+					break;
+				}
+				x->run[p->nrun].slot = slot;
+				x->run[p->nrun].n = 1;
+				p->nrun++;
+			}
+			n->slot = slot;
+			n->local_off = (uint64_t)slot * l->slot_size;
+		}
+		if (how == J_EXTEND) {
+			o->sge[p->nsge - 1].length += n->length;
+		} else {
+			o->sge[p->nsge].local_off = n->local_off;
+			o->sge[p->nsge].length = n->length;
+			o->sge[p->nsge].reserved = 0;
+			p->nsge++;
+		}
+		p->total += n->length;
+		n->state = B_INFLIGHT;
+		p->u += c;
+		p->staged += c;
+		p->charge += c;
+		p->nb++;
+		p->cur++;
+		b = n;
+	}
+}
+
 /*
  * Up to @max descriptors from request @ri, in its transfer order. Each block must fit the
  * request's window, and the budget beside what is staged and what every other active request
@@ -758,25 +844,26 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 			  unsigned max, uint64_t now)
 {
 	struct req *r = &s->req[ri];
-	const bool pull = r->dir == KVL_SCHED_PULL, merge = s->cfg.max_msg != 0;
-	const uint64_t win = r->window, g = guaranteed(r), wf = s->wait_floor;
-	const uint64_t slot_size = s->cfg.slot_size, budget = s->budget;
-	const uint64_t gcap = s->floor_only ? g : UINT64_MAX;
-	const uint64_t u0 = usage(r), others = s->unmet - (g > u0 ? g - u0 : 0);
-	const uint32_t nblk = r->nblk;
+	const uint64_t g = guaranteed(r), u0 = usage(r);
+	const struct post_lim l = {
+		.win = r->window,
+		.g = g,
+		.wf = s->wait_floor,
+		.budget = s->budget,
+		.gcap = s->floor_only ? g : UINT64_MAX,
+		.others = s->unmet - (g > u0 ? g - u0 : 0),
+		.slot_size = s->cfg.slot_size,
+		.nblk = r->nblk,
+		.pull = r->dir == KVL_SCHED_PULL,
+	};
+	const bool merge = s->cfg.max_msg != 0;
 	const int32_t id = (int)((uint32_t)r->gen << 16 | ri);
 	struct blk *B = &s->blk[r->blk0];
 	uint64_t u = u0, staged = s->staged;
 	uint32_t cur = r->cursor, last = r->last_slot, blocks = 0;
 	unsigned cnt = 0;
 
-/* The checks of one block of charge @c: 0 when it fits, else why not. */
-#define NO_ROOM(c)                                                                       \
-	(u + (c) > win								     ? 1 \
-	 : staged + (c) + others + (u + (c) > g ? wf : 0) > budget || u + (c) > gcap ? 2 \
-										     : 0)
-
-	while (cnt < max && cur < nblk) {
+	while (cnt < max && cur < l.nblk) {
 		if (s->x_free == KVL_NONE) {
 			s->st.last_stop = KVL_SCHED_STOP_XFERS;
 			break;
@@ -784,19 +871,20 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		uint32_t xi = s->x_free;
 		struct xrec *x = &s->x[xi];
 		struct kvl_sched_xfer *o = &out[cnt];
-		struct blk *b = &B[cur], *f = b;
-		uint64_t c = pull ? slot_size : b->length, charge;
-		uint32_t total = b->length, nb = 1, slot;
-		uint16_t nsge = 1, nrun = 0;
-		int why = NO_ROOM(c);
+		struct blk *b = &B[cur];
+		uint64_t c = l.pull ? l.slot_size : b->length;
+		int why = no_room(&l, u, staged, c);
 
 		if (why) {
 			if (why == 2)
 				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
 			break;
 		}
-		if (pull) {
-			slot = take_slot(&s->slots, last);
+		uint16_t nrun = 0;
+
+		if (l.pull) {
+			uint32_t slot = take_slot(&s->slots, last);
+
 			last = slot;
 			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
 				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
@@ -806,95 +894,57 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 			x->run[0].n = 1;
 			nrun = 1;
 			b->slot = slot;
-			b->local_off = (uint64_t)slot * slot_size;
+			b->local_off = (uint64_t)slot * l.slot_size;
 		}
 		o->sge[0].local_off = b->local_off;
 		o->sge[0].length = b->length;
 		o->sge[0].reserved = 0;
 		b->state = B_INFLIGHT;
-		u += c;
-		staged += c;
-		charge = c;
-		cur++;
-		while (merge && cur < nblk) {
-			struct blk *n = b + 1;
-			enum join how = can_join(s, r, b, n, total, nsge);
+		struct post_st p = { .u = u + c,
+				     .staged = staged + c,
+				     .charge = c,
+				     .cur = cur + 1,
+				     .last = last,
+				     .total = b->length,
+				     .nb = 1,
+				     .nsge = 1,
+				     .nrun = nrun };
 
-			if (how == J_NO)
-				break;
-			c = pull ? slot_size : n->length;
-			if ((why = NO_ROOM(c)) != 0) {
-				if (why == 2)
-					s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-				break;
-			}
-			if (pull) {
-				if (how == J_EXTEND) {
-					slot = b->slot + 1;
-					kvl_slots_take(&s->slots, slot);
-					last = slot;
-					x->run[nrun - 1].n++;
-				} else {
-					slot = take_slot(&s->slots, last);
-					last = slot;
-					if (slot == KVL_NONE) {
-						s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-						break;
-					}
-					x->run[nrun].slot = slot;
-					x->run[nrun].n = 1;
-					nrun++;
-				}
-				n->slot = slot;
-				n->local_off = (uint64_t)slot * slot_size;
-			}
-			if (how == J_EXTEND) {
-				o->sge[nsge - 1].length += n->length;
-			} else {
-				o->sge[nsge].local_off = n->local_off;
-				o->sge[nsge].length = n->length;
-				o->sge[nsge].reserved = 0;
-				nsge++;
-			}
-			total += n->length;
-			n->state = B_INFLIGHT;
-			u += c;
-			staged += c;
-			charge += c;
-			nb++;
-			cur++;
-			b = n;
-		}
+		if (merge)
+			join_more(s, r, &l, x, o, b, &p);
+		u = p.u;
+		staged = p.staged;
+		cur = p.cur;
+		last = p.last;
 		s->x_free = x->next_free;
 		x->gen++;
 		x->live = true;
 		x->req = ri;
 		x->req_gen = r->gen;
-		x->first = cur - nb;
-		x->n = nb;
-		x->nrun = nrun;
-		x->bytes = total;
-		x->charge = charge;
+		x->first = cur - p.nb;
+		x->n = p.nb;
+		x->nrun = p.nrun;
+		x->bytes = p.total;
+		x->charge = p.charge;
 		x->post_ns = now;
 		o->id = (uint64_t)x->gen << 32 | xi;
 		o->peer = r->peer;
 		o->req = id;
-		o->remote_seg = f->remote_seg;
-		o->remote_off = f->remote_off;
-		o->length = total;
-		o->n_blocks = nb;
-		o->n_sge = nsge;
-		o->op = pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
+		o->remote_seg = b->remote_seg;
+		o->remote_off = b->remote_off;
+		o->length = p.total;
+		o->n_blocks = p.nb;
+		o->n_sge = p.nsge;
+		o->op = l.pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
 		o->cls = r->cls;
-		blocks += nb;
+		blocks += p.nb;
 		cnt++;
 	}
-#undef NO_ROOM
 	r->cursor = cur;
 	r->last_slot = last;
 	r->inflight_bytes += u - u0;
 	s->staged = staged;
-	s->unmet = others + (g > u ? g - u : 0);
+	s->unmet = l.others + (g > u ? g - u : 0);
 	s->st.posted_xfers += cnt;
 	s->st.posted_blocks += blocks;
 	s->st.xfers_inflight += cnt;
