@@ -23,11 +23,12 @@ struct blk {
 	uint32_t last_use;  /* open time only: for the peak residency */
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
 	uint32_t map;	    /* entry i holds where the caller's block i went */
-	uint32_t seen;	    /* open time only: last step naming it (duplicate check) */
 	uint32_t orig;	    /* the caller's index of this block (kvl_sched_step_offsets()) */
+	uint32_t spare;	    /* 64 bytes in all: a block is found with a shift, not a multiply */
 	uint32_t slot;
 	uint8_t state;
 };
+_Static_assert(sizeof(struct blk) == 64, "a block is 64 bytes");
 
 struct stp {
 	int64_t acc; /* open time only: residency difference array */
@@ -393,6 +394,31 @@ struct kvl_sched *kvl_sched_create(const struct kvl_sched_cfg *cfg)
 
 /* ---- open ---- */
 
+/* 1 ≤ length ≤ window_max, ≤ slot_size for PULL, ≤ max_msg when merging: one bound, so a
+ * length is good when length − 1 < it. */
+static uint64_t len_bound(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+{
+	uint64_t most = s->cfg.window_max;
+
+	if (d->dir == KVL_SCHED_PULL && s->cfg.slot_size < most)
+		most = s->cfg.slot_size;
+	if (s->cfg.max_msg && s->cfg.max_msg < most)
+		most = s->cfg.max_msg;
+	return most;
+}
+
+/* The block lengths, checked apart only where open fails before build() (which checks them
+ * as it copies): a bad descriptor says -EINVAL before a full pool says -ENOSPC. */
+static bool lengths_ok(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+{
+	const uint64_t most = len_bound(s, d);
+
+	for (uint32_t i = 0; i < d->n_blocks; i++)
+		if ((uint64_t)d->blocks[i].length - 1 >= most)
+			return false;
+	return true;
+}
+
 /* Copy the descriptor into the pools, in transfer order; -EINVAL leaves the pools as taken. */
 static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_desc *d)
 {
@@ -401,11 +427,8 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	uint32_t *R = &s->ref[r->ref0];
 	uint32_t next = 0;
 
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
+	for (uint32_t i = 0; i < d->n_blocks; i++)
 		B[i].map = KVL_NONE;
-		B[i].seen = KVL_NONE;
-		B[i].ref = 0;
-	}
 	const uint32_t nb = d->n_blocks, *sb = d->step_blocks;
 
 	for (uint32_t k = 0; k < d->n_steps; k++) {
@@ -414,9 +437,8 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 		for (uint32_t j = a; j < e; j++) {
 			uint32_t ob = sb[j], t;
 
-			if (ob >= nb || B[ob].seen == k)
-				return -EINVAL; /* no such block, or named twice by one step */
-			B[ob].seen = k;
+			if (ob >= nb)
+				return -EINVAL; /* no such block */
 			t = B[ob].map;
 			if (t == KVL_NONE) {
 				/* First use: its place in the transfer queue is now. */
@@ -424,10 +446,14 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 				B[ob].map = t;
 				B[t].orig = ob;
 				B[t].first_use = k;
+				B[t].ref = 1;
 				pending++;
+			} else if (B[t].last_use == k) {
+				return -EINVAL; /* named twice by one step */
+			} else {
+				B[t].ref++;
 			}
 			B[t].last_use = k;
-			B[t].ref++;
 			R[j] = t;
 		}
 		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a, .pending = pending };
@@ -440,6 +466,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	uint64_t total = 0;
 	const bool pull = r->dir == KVL_SCHED_PULL;
 	const uint32_t ns = d->n_steps;
+	const uint64_t most = len_bound(s, d);
 
 	for (uint32_t i = 0; i < nb; i++) {
 		const struct kvl_sched_block *in = &d->blocks[i];
@@ -447,6 +474,9 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 		const uint32_t len = in->length, last = b->last_use;
 		/* charge_of(): a PULL block holds a whole slot */
 		const int64_t c = pull ? (int64_t)s->cfg.slot_size : (int64_t)len;
+
+		if ((uint64_t)len - 1 >= most)
+			return -EINVAL; /* lengths_ok() */
 
 		b->remote_off = in->remote_off;
 		b->local_off = in->local_off;
@@ -476,7 +506,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	return 0;
 }
 
-static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+static int check_desc(const struct kvl_sched_req_desc *d)
 {
 	if (d == NULL || d->blocks == NULL || d->step_first == NULL || d->step_blocks == NULL ||
 	    d->n_blocks == 0 || d->n_steps == 0 || d->step_first[0] != 0 ||
@@ -485,29 +515,19 @@ static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc
 	for (uint32_t k = 0; k < d->n_steps; k++)
 		if (d->step_first[k + 1] <= d->step_first[k])
 			return -EINVAL; /* empty steps, or going backwards */
-	/* 1 ≤ length ≤ window_max, ≤ slot_size for PULL, ≤ max_msg when merging: one bound */
-	uint64_t most = s->cfg.window_max;
-
-	if (d->dir == KVL_SCHED_PULL && s->cfg.slot_size < most)
-		most = s->cfg.slot_size;
-	if (s->cfg.max_msg && s->cfg.max_msg < most)
-		most = s->cfg.max_msg;
-	for (uint32_t i = 0; i < d->n_blocks; i++)
-		if ((uint64_t)d->blocks[i].length - 1 >= most)
-			return -EINVAL;
-	return 0;
+	return 0; /* the lengths: build(), or lengths_ok() where open fails before it */
 }
 
 int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint64_t now)
 {
-	int rc = check_desc(s, d);
+	int rc = check_desc(d);
 
 	if (rc)
 		return rc;
 	uint32_t nref = d->step_first[d->n_steps];
 
 	if (s->req_free == KVL_NONE)
-		return -ENOSPC;
+		return lengths_ok(s, d) ? -ENOSPC : -EINVAL;
 	uint32_t ri = s->req_free;
 	struct req *r = &s->req[ri];
 	uint16_t gen = r->gen;
@@ -525,7 +545,7 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	if (r->blk0 == KVL_NONE || r->stp0 == KVL_NONE || r->ref0 == KVL_NONE) {
 		free_ranges(s, r);
 		r->notify_next = free_next;
-		return -ENOSPC;
+		return lengths_ok(s, d) ? -ENOSPC : -EINVAL;
 	}
 	rc = build(s, r, d);
 	if (rc) {
