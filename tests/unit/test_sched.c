@@ -1265,6 +1265,41 @@ static void test_step_offsets(void)
 	kvl_sched_free(s);
 }
 
+/* A bad descriptor says -EINVAL even when a pool is full (which says -ENOSPC to a good one),
+ * and either keeps nothing. */
+static void test_einval_before_enospc(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	c.max_requests = 1;
+	s = kvl_sched_create(&c);
+	reset();
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0); /* the one request slot */
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC);
+	q.b[3].length = SLOT + 1; /* beyond a slot: a PULL block never fits */
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	q.b[3].length = 0;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	kvl_sched_free(s);
+	/* a full block pool, with a request slot free */
+	c = base_cfg();
+	c.max_blocks_total = 6;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC);
+	q.b[0].length = SLOT + 1;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	q.b[0].length = SLOT;
+	mkreq(&q, 2, 2, KVL_SCHED_DECODE, 0, 64 * SLOT); /* what is left fits */
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(stats(s).waiting + stats(s).active, 2);
+	kvl_sched_free(s);
+}
+
 int main(void)
 {
 	test_order();
@@ -1288,5 +1323,6 @@ int main(void)
 	test_ready_ahead();
 	test_evict_not_needed();
 	test_step_offsets();
+	test_einval_before_enospc();
 	return kvl_test_done("test_sched");
 }
