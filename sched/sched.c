@@ -1527,18 +1527,33 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 
 /* ---- snapshots ---- */
 
-int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
+/* A request that has not ended, or NULL. */
+static const struct req *live_req(const struct kvl_sched *s, int id)
 {
 	uint32_t ri;
 	const struct req *r = lookup(s, id, &ri);
 
-	if (r == NULL || r->state == R_ENDED)
+	return r != NULL && r->state != R_ENDED ? r : NULL;
+}
+
+/* Whether block @b of @r has an offset to give: PUSH offsets are the caller's own, posted or
+ * not; a PULL block has one from its post until it is freed. */
+static inline bool has_offset(const struct req *r, const struct blk *b)
+{
+	return r->dir != KVL_SCHED_PULL || (b->state != B_UNPOSTED && b->state != B_FREED);
+}
+
+int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
+{
+	const struct req *r = live_req(s, id);
+
+	if (r == NULL)
 		return -ENOENT;
 	if (block >= r->nblk)
 		return -EINVAL;
 	const struct blk *b = &s->blk[r->blk0 + s->blk[r->blk0 + block].map];
 
-	if (r->dir == KVL_SCHED_PULL && (b->state == B_UNPOSTED || b->state == B_FREED))
+	if (!has_offset(r, b))
 		return -EAGAIN;
 	*local_off = b->local_off;
 	return 0;
@@ -1546,25 +1561,20 @@ int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, ui
 
 int kvl_sched_step_offsets(const struct kvl_sched *s, int id, uint32_t step, uint64_t *off)
 {
-	uint32_t ri;
-	const struct req *r = lookup(s, id, &ri);
+	const struct req *r = live_req(s, id);
 
-	if (r == NULL || r->state == R_ENDED)
+	if (r == NULL)
 		return -ENOENT;
 	if (step >= r->nstp)
 		return -EINVAL;
 	const struct stp *st = &s->stp[r->stp0 + step];
 	const struct blk *B = &s->blk[r->blk0];
 	const uint32_t *R = &s->ref[st->ref0];
-	/* PUSH offsets are the caller's own, posted or not (kvl_sched_block_offset()). */
-	const bool pull = r->dir == KVL_SCHED_PULL;
 
 	for (uint32_t j = 0; j < st->nref; j++) {
 		const struct blk *b = &B[R[j]];
 
-		off[b->orig] = pull && (b->state == B_UNPOSTED || b->state == B_FREED)
-				       ? UINT64_MAX
-				       : b->local_off;
+		off[b->orig] = has_offset(r, b) ? b->local_off : UINT64_MAX;
 	}
 	return 0;
 }
