@@ -876,11 +876,11 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		.nblk = r->nblk,
 		.pull = r->dir == KVL_SCHED_PULL,
 	};
-	const bool merge = s->cfg.max_msg != 0;
 	const int32_t id = (int)((uint32_t)r->gen << 16 | ri);
 	struct blk *B = &s->blk[r->blk0];
 	uint64_t u = u0, staged = s->staged;
-	uint32_t cur = r->cursor, last = r->last_slot, blocks = 0;
+	const uint32_t cur0 = r->cursor;
+	uint32_t cur = cur0, last = r->last_slot;
 	unsigned cnt = 0;
 
 	while (cnt < max && cur < l.nblk) {
@@ -920,44 +920,58 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		o->sge[0].length = b->length;
 		o->sge[0].reserved = 0;
 		b->state = B_INFLIGHT;
-		struct post_st p = { .u = u + c,
-				     .staged = staged + c,
-				     .charge = c,
-				     .cur = cur + 1,
-				     .last = last,
-				     .total = b->length,
-				     .nb = 1,
-				     .nsge = 1,
-				     .nrun = nrun };
+		uint64_t charge = c;
+		uint32_t total = b->length, nb = 1;
+		uint16_t nsge = 1;
 
-		if (merge)
-			join_more(s, r, &l, x, o, b, &p);
-		u = p.u;
-		staged = p.staged;
-		cur = p.cur;
-		last = p.last;
+		u += c;
+		staged += c;
+		cur++;
+		if (s->cfg.max_msg != 0) { /* merging */
+			/* copies, so that nothing of this loop's state has its address taken */
+			const struct post_lim lc = l;
+			struct post_st p = { .u = u,
+					     .staged = staged,
+					     .charge = charge,
+					     .cur = cur,
+					     .last = last,
+					     .total = total,
+					     .nb = nb,
+					     .nsge = nsge,
+					     .nrun = nrun };
+
+			join_more(s, r, &lc, x, o, b, &p);
+			u = p.u;
+			staged = p.staged;
+			charge = p.charge;
+			cur = p.cur;
+			last = p.last;
+			total = p.total;
+			nb = p.nb;
+			nsge = p.nsge;
+			nrun = p.nrun;
+		}
 		s->x_free = x->next_free;
 		x->gen++;
 		x->live = true;
 		x->req = ri;
 		x->req_gen = r->gen;
-		x->first = cur - p.nb;
-		x->n = p.nb;
-		x->nrun = p.nrun;
-		x->bytes = p.total;
-		x->charge = p.charge;
+		x->first = cur - nb;
+		x->n = nb;
+		x->nrun = nrun;
+		x->bytes = total;
+		x->charge = charge;
 		x->post_ns = now;
 		o->id = (uint64_t)x->gen << 32 | xi;
 		o->peer = r->peer;
 		o->req = id;
 		o->remote_seg = b->remote_seg;
 		o->remote_off = b->remote_off;
-		o->length = p.total;
-		o->n_blocks = p.nb;
-		o->n_sge = p.nsge;
+		o->length = total;
+		o->n_blocks = nb;
+		o->n_sge = nsge;
 		o->op = l.pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
 		o->cls = r->cls;
-		blocks += p.nb;
 		cnt++;
 	}
 	r->cursor = cur;
@@ -966,7 +980,7 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 	s->staged = staged;
 	s->unmet = l.others + (g > u ? g - u : 0);
 	s->st.posted_xfers += cnt;
-	s->st.posted_blocks += blocks;
+	s->st.posted_blocks += cur - cur0; /* every block posted moved the cursor */
 	s->st.xfers_inflight += cnt;
 	return cnt;
 }
