@@ -1430,15 +1430,20 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 
 	/* free_block() for each block no later step names, the sums kept on locals */
 	if (r->dir == KVL_SCHED_PULL) {
+		uint64_t *word = s->slots.word, *sum = s->slots.sum;
+		uint32_t put = 0;
+
 		for (uint32_t j = 0; j < nref; j++) {
 			struct blk *b = &B[R[j]];
 
 			if (--b->ref == 0) {
-				kvl_slots_put(&s->slots, b->slot);
+				kvl_slots_set(word, sum, b->slot);
 				b->state = B_FREED;
-				freed += s->cfg.slot_size;
+				put++;
 			}
 		}
+		s->slots.nfree += put;
+		freed = (uint64_t)put * s->cfg.slot_size;
 	} else {
 		for (uint32_t j = 0; j < nref; j++) {
 			struct blk *b = &B[R[j]];
