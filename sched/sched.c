@@ -20,7 +20,7 @@ struct blk {
 	uint32_t length;
 	uint32_t local_seg; /* PUSH: the caller's region (ranges never cross regions) */
 	uint32_t first_use; /* the step whose READY waits for it */
-	uint32_t last_use;  /* open time only: for the peak residency */
+	uint32_t last_use;  /* open time only: the peak residency, a block named twice by a step */
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
 	uint32_t map;	    /* entry i holds where the caller's block i went */
 	uint32_t orig;	    /* the caller's index of this block (kvl_sched_step_offsets()) */
@@ -461,7 +461,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	if (next != d->n_blocks)
 		return -EINVAL; /* a block no step needs would sit in staging forever */
 
-	/* The data fields are apart from map/seen/first_use/last_use/ref, so writing block j
+	/* The data fields are apart from map/orig/first_use/last_use/ref, so writing block j
 	 * never clobbers what is still to be read. */
 	uint64_t total = 0;
 	const bool pull = r->dir == KVL_SCHED_PULL;
