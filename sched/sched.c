@@ -24,9 +24,11 @@ struct blk {
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
 	uint32_t map;	    /* entry i holds where the caller's block i went */
 	uint32_t orig;	    /* the caller's index of this block (kvl_sched_step_offsets()) */
-	uint32_t spare;	    /* 64 bytes in all: a block is found with a shift, not a multiply */
 	uint32_t slot;
-	uint8_t state;
+	/* enum blk_state; not a char: a char store may alias anything, and the loops that set it
+	 * would reload what they keep in registers. */
+	uint32_t state;
+	uint32_t spare; /* 64 bytes in all: a block is found with a shift, not a multiply */
 };
 _Static_assert(sizeof(struct blk) == 64, "a block is 64 bytes");
 
