@@ -322,13 +322,10 @@ static unsigned do_events(struct kvl_nic_sched *ns)
 
 		if (ev[i].type == KVL_SCHED_EV_STEP_READY) {
 			/* Where the step's blocks are, before the engine hears of it. */
-			for (uint32_t j = r->d.step_first[ev[i].step];
-			     j < r->d.step_first[ev[i].step + 1]; j++) {
-				uint32_t b = r->d.step_blocks[j];
-
-				if (kvl_sched_block_offset(ns->s, ev[i].req, b, &r->off[b]) < 0)
-					r->off[b] = UINT64_MAX;
-			}
+			if (kvl_sched_step_offsets(ns->s, ev[i].req, ev[i].step, r->off) < 0)
+				for (uint32_t j = r->d.step_first[ev[i].step];
+				     j < r->d.step_first[ev[i].step + 1]; j++)
+					r->off[r->d.step_blocks[j]] = UINT64_MAX;
 		} else if (ev[i].type == KVL_SCHED_EV_PEER_CANCEL) {
 			struct kvl_levt le = { .type = KVL_LEVT_REQ_CANCEL,
 					       .peer = (uint32_t)ev[i].peer,

@@ -20,13 +20,17 @@ struct blk {
 	uint32_t length;
 	uint32_t local_seg; /* PUSH: the caller's region (ranges never cross regions) */
 	uint32_t first_use; /* the step whose READY waits for it */
-	uint32_t last_use;  /* open time only: for the peak residency */
+	uint32_t last_use;  /* open time only: the peak residency, a block named twice by a step */
 	uint32_t ref;	    /* steps not DONE yet that name it: the slot is freed at 0 */
 	uint32_t map;	    /* entry i holds where the caller's block i went */
-	uint32_t seen;	    /* open time only: last step naming it (duplicate check) */
+	uint32_t orig;	    /* the caller's index of this block (kvl_sched_step_offsets()) */
 	uint32_t slot;
-	uint8_t state;
+	/* enum blk_state; not a char: a char store may alias anything, and the loops that set it
+	 * would reload what they keep in registers. */
+	uint32_t state;
+	uint32_t spare; /* 64 bytes in all: a block is found with a shift, not a multiply */
 };
+_Static_assert(sizeof(struct blk) == 64, "a block is 64 bytes");
 
 struct stp {
 	int64_t acc; /* open time only: residency difference array */
@@ -88,7 +92,7 @@ struct kvl_sched {
 	uint64_t sum_floor; /* Σ floor over active requests */
 	uint64_t sum_win;   /* Σ window over active requests */
 	/* Σ unmet() over active requests: the staging each may still claim to reach its
-	 * floor. Every post keeps it free for the others (add_block()). */
+	 * floor. Every post keeps it free for the others (post_from()). */
 	uint64_t unmet;
 	uint64_t wait_floor; /* Σ floor over waiting requests */
 	uint32_t short_win;  /* active requests whose window is below their floor */
@@ -392,6 +396,31 @@ struct kvl_sched *kvl_sched_create(const struct kvl_sched_cfg *cfg)
 
 /* ---- open ---- */
 
+/* 1 ≤ length ≤ window_max, ≤ slot_size for PULL, ≤ max_msg when merging: one bound, so a
+ * length is good when length − 1 < it. */
+static uint64_t len_bound(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+{
+	uint64_t most = s->cfg.window_max;
+
+	if (d->dir == KVL_SCHED_PULL && s->cfg.slot_size < most)
+		most = s->cfg.slot_size;
+	if (s->cfg.max_msg && s->cfg.max_msg < most)
+		most = s->cfg.max_msg;
+	return most;
+}
+
+/* The block lengths, checked apart only where open fails before build() (which checks them
+ * as it copies): a bad descriptor says -EINVAL before a full pool says -ENOSPC. */
+static bool lengths_ok(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+{
+	const uint64_t most = len_bound(s, d);
+
+	for (uint32_t i = 0; i < d->n_blocks; i++)
+		if ((uint64_t)d->blocks[i].length - 1 >= most)
+			return false;
+	return true;
+}
+
 /* Copy the descriptor into the pools, in transfer order; -EINVAL leaves the pools as taken. */
 static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_desc *d)
 {
@@ -400,57 +429,68 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	uint32_t *R = &s->ref[r->ref0];
 	uint32_t next = 0;
 
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
+	for (uint32_t i = 0; i < d->n_blocks; i++)
 		B[i].map = KVL_NONE;
-		B[i].seen = KVL_NONE;
-		B[i].ref = 0;
-	}
+	const uint32_t nb = d->n_blocks, *sb = d->step_blocks;
+
 	for (uint32_t k = 0; k < d->n_steps; k++) {
-		uint32_t a = d->step_first[k], e = d->step_first[k + 1];
+		uint32_t a = d->step_first[k], e = d->step_first[k + 1], pending = 0;
 
-		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a };
 		for (uint32_t j = a; j < e; j++) {
-			uint32_t ob = d->step_blocks[j];
+			uint32_t ob = sb[j], t;
 
-			if (ob >= d->n_blocks || B[ob].seen == k)
-				return -EINVAL; /* no such block, or named twice by one step */
-			B[ob].seen = k;
-			if (B[ob].map == KVL_NONE) {
+			if (ob >= nb)
+				return -EINVAL; /* no such block */
+			t = B[ob].map;
+			if (t == KVL_NONE) {
 				/* First use: its place in the transfer queue is now. */
-				B[ob].map = next;
-				B[next].first_use = k;
-				S[k].pending++;
-				next++;
+				t = next++;
+				B[ob].map = t;
+				B[t].orig = ob;
+				B[t].first_use = k;
+				B[t].ref = 1;
+				pending++;
+			} else if (B[t].last_use == k) {
+				return -EINVAL; /* named twice by one step */
+			} else {
+				B[t].ref++;
 			}
-			B[B[ob].map].last_use = k;
-			B[B[ob].map].ref++;
-			R[j] = B[ob].map;
+			B[t].last_use = k;
+			R[j] = t;
 		}
+		S[k] = (struct stp){ .ref0 = r->ref0 + a, .nref = e - a, .pending = pending };
 	}
 	if (next != d->n_blocks)
 		return -EINVAL; /* a block no step needs would sit in staging forever */
 
-	/* The data fields are apart from map/seen/first_use/last_use/ref, so writing block j
+	/* The data fields are apart from map/orig/first_use/last_use/ref, so writing block j
 	 * never clobbers what is still to be read. */
 	uint64_t total = 0;
+	const bool pull = r->dir == KVL_SCHED_PULL;
+	const uint32_t ns = d->n_steps;
+	const uint64_t most = len_bound(s, d);
 
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
+	for (uint32_t i = 0; i < nb; i++) {
 		const struct kvl_sched_block *in = &d->blocks[i];
 		struct blk *b = &B[B[i].map];
+		const uint32_t len = in->length, last = b->last_use;
+		/* charge_of(): a PULL block holds a whole slot */
+		const int64_t c = pull ? (int64_t)s->cfg.slot_size : (int64_t)len;
+
+		if ((uint64_t)len - 1 >= most)
+			return -EINVAL; /* lengths_ok() */
 
 		b->remote_off = in->remote_off;
 		b->local_off = in->local_off;
 		b->local_seg = in->local_seg;
 		b->remote_seg = in->remote_seg;
-		b->length = in->length;
+		b->length = len;
 		b->state = B_UNPOSTED;
 		b->slot = KVL_NONE;
-		uint64_t c = charge_of(s, r, b);
-
-		total += c;
-		S[b->first_use].acc += (int64_t)c;
-		if (b->last_use + 1 < d->n_steps)
-			S[b->last_use + 1].acc -= (int64_t)c;
+		total += (uint64_t)c;
+		S[b->first_use].acc += c;
+		if (last + 1 < ns)
+			S[last + 1].acc -= c;
 	}
 	/* Steps run in order, so what must be resident at step k is every block first used at
 	 * or before k and last used at or after k: the window can never go below that. */
@@ -468,7 +508,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 	return 0;
 }
 
-static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc *d)
+static int check_desc(const struct kvl_sched_req_desc *d)
 {
 	if (d == NULL || d->blocks == NULL || d->step_first == NULL || d->step_blocks == NULL ||
 	    d->n_blocks == 0 || d->n_steps == 0 || d->step_first[0] != 0 ||
@@ -477,27 +517,19 @@ static int check_desc(const struct kvl_sched *s, const struct kvl_sched_req_desc
 	for (uint32_t k = 0; k < d->n_steps; k++)
 		if (d->step_first[k + 1] <= d->step_first[k])
 			return -EINVAL; /* empty steps, or going backwards */
-	for (uint32_t i = 0; i < d->n_blocks; i++) {
-		uint32_t len = d->blocks[i].length;
-
-		if (len == 0 || len > s->cfg.window_max ||
-		    (d->dir == KVL_SCHED_PULL && len > s->cfg.slot_size) ||
-		    (s->cfg.max_msg && len > s->cfg.max_msg))
-			return -EINVAL;
-	}
-	return 0;
+	return 0; /* the lengths: build(), or lengths_ok() where open fails before it */
 }
 
 int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint64_t now)
 {
-	int rc = check_desc(s, d);
+	int rc = check_desc(d);
 
 	if (rc)
 		return rc;
 	uint32_t nref = d->step_first[d->n_steps];
 
 	if (s->req_free == KVL_NONE)
-		return -ENOSPC;
+		return lengths_ok(s, d) ? -ENOSPC : -EINVAL;
 	uint32_t ri = s->req_free;
 	struct req *r = &s->req[ri];
 	uint16_t gen = r->gen;
@@ -515,7 +547,7 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	if (r->blk0 == KVL_NONE || r->stp0 == KVL_NONE || r->ref0 == KVL_NONE) {
 		free_ranges(s, r);
 		r->notify_next = free_next;
-		return -ENOSPC;
+		return lengths_ok(s, d) ? -ENOSPC : -EINVAL;
 	}
 	rc = build(s, r, d);
 	if (rc) {
@@ -705,19 +737,15 @@ void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now)
 
 /* ---- posting ---- */
 
-static uint32_t take_slot(struct kvl_sched *s, struct req *r)
+/* The next PULL slot: the one after @last when free (a request's blocks then merge), else
+ * any; KVL_NONE when none is free. */
+static inline uint32_t take_slot(struct kvl_slots *sl, uint32_t last)
 {
-	uint32_t want = r->last_slot == KVL_NONE ? KVL_NONE : r->last_slot + 1;
-	uint32_t slot;
-
-	if (want != KVL_NONE && kvl_slots_is_free(&s->slots, want)) {
-		kvl_slots_take(&s->slots, want);
-		slot = want;
-	} else {
-		slot = kvl_slots_get_any(&s->slots);
+	if (last != KVL_NONE && kvl_slots_is_free(sl, last + 1)) {
+		kvl_slots_take(sl, last + 1);
+		return last + 1;
 	}
-	r->last_slot = slot;
-	return slot;
+	return kvl_slots_get_any(sl);
 }
 
 /* Whether block @b may join the descriptor that ends with block @p, and how. */
@@ -738,74 +766,126 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 	return nsge < s->cfg.max_sge ? J_SGE : J_NO;
 }
 
-/* Hold block @b of @r for descriptor @o; false (and nothing taken) when there is no room. */
-static bool add_block(struct kvl_sched *s, struct req *r, struct blk *b, struct xrec *x,
-		      struct kvl_sched_xfer *o, enum join how)
+/* What post_from() tracks while it adds blocks to one descriptor. */
+struct post_st {
+	uint64_t u, staged, charge;
+	uint32_t cur, last, total, nb;
+	uint16_t nsge, nrun;
+};
+
+/* The limits post_from() checks every block against (see there): fixed while it runs. */
+struct post_lim {
+	uint64_t win, g, wf, budget, gcap, others, slot_size;
+	uint32_t nblk;
+	bool pull;
+};
+
+/* The checks of one block of charge @c: 0 when it fits, 1 beyond the window, 2 beyond the
+ * budget (or, in the floor pass, the floor). */
+static inline int no_room(const struct post_lim *l, uint64_t u, uint64_t staged, uint64_t c)
 {
-	uint64_t c = charge_of(s, r, b), u = usage(r), g = guaranteed(r);
-	uint64_t own = g > u ? g - u : 0;
-
-	if (u + c > r->window)
-		return false;
-	/* The budget minus what every other active request still needs to reach its floor:
-	 * what this request holds beyond its own window (kept across a shrink) can then never
-	 * keep another from its floor. Going beyond its own floor, it leaves the waiting
-	 * requests' floors free as well (see rebalance()). */
-	uint64_t keep = s->unmet - own + (u + c > g ? s->wait_floor : 0);
-
-	if (s->staged + c + keep > s->budget || (s->floor_only && u + c > g)) {
-		s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-		return false;
-	}
-	if (r->dir == KVL_SCHED_PULL) {
-		uint32_t slot;
-
-		if (how == J_EXTEND) {
-			slot = b[-1].slot + 1;
-			kvl_slots_take(&s->slots, slot);
-			r->last_slot = slot;
-			x->run[x->nrun - 1].n++;
-		} else {
-			slot = take_slot(s, r);
-			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
-				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
-				return false;
-			}
-			x->run[x->nrun].slot = slot;
-			x->run[x->nrun].n = 1;
-			x->nrun++;
-		}
-		b->slot = slot;
-		b->local_off = (uint64_t)slot * s->cfg.slot_size;
-	}
-	if (how == J_EXTEND) {
-		o->sge[o->n_sge - 1].length += b->length;
-	} else {
-		o->sge[o->n_sge].local_off = b->local_off;
-		o->sge[o->n_sge].length = b->length;
-		o->sge[o->n_sge].reserved = 0;
-		o->n_sge++;
-	}
-	o->length += b->length;
-	o->n_blocks++;
-	b->state = B_INFLIGHT;
-	r->inflight_bytes += c;
-	s->unmet -= own - (g > u + c ? g - u - c : 0);
-	r->cursor++;
-	x->charge += c;
-	x->n++;
-	s->staged += c;
-	return true;
+	if (u + c > l->win)
+		return 1;
+	return staged + c + l->others + (u + c > l->g ? l->wf : 0) > l->budget || u + c > l->gcap
+		       ? 2
+		       : 0;
 }
 
-/* Up to @max descriptors from request @ri, in its transfer order. */
+/* Merging on: join the blocks after @b to descriptor @o while they may (can_join()) and fit.
+ * Out of line, so that the loop of post_from() without merging keeps its state in registers. */
+static __attribute__((noinline)) void join_more(struct kvl_sched *s, const struct req *r,
+						const struct post_lim *l, struct xrec *x,
+						struct kvl_sched_xfer *o, struct blk *b,
+						struct post_st *p)
+{
+	while (p->cur < l->nblk) {
+		struct blk *n = b + 1;
+		enum join how = can_join(s, r, b, n, p->total, p->nsge);
+		uint32_t slot;
+		int why;
+
+		if (how == J_NO)
+			break;
+		uint64_t c = l->pull ? l->slot_size : n->length;
+
+		if ((why = no_room(l, p->u, p->staged, c)) != 0) {
+			if (why == 2)
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+			break;
+		}
+		if (l->pull) {
+			if (how == J_EXTEND) {
+				slot = b->slot + 1;
+				kvl_slots_take(&s->slots, slot);
+				p->last = slot;
+				x->run[p->nrun - 1].n++;
+			} else {
+				slot = take_slot(&s->slots, p->last);
+				p->last = slot;
+				if (slot == KVL_NONE) {
+					s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+					break;
+				}
+				x->run[p->nrun].slot = slot;
+				x->run[p->nrun].n = 1;
+				p->nrun++;
+			}
+			n->slot = slot;
+			n->local_off = (uint64_t)slot * l->slot_size;
+		}
+		if (how == J_EXTEND) {
+			o->sge[p->nsge - 1].length += n->length;
+		} else {
+			o->sge[p->nsge].local_off = n->local_off;
+			o->sge[p->nsge].length = n->length;
+			o->sge[p->nsge].reserved = 0;
+			p->nsge++;
+		}
+		p->total += n->length;
+		n->state = B_INFLIGHT;
+		p->u += c;
+		p->staged += c;
+		p->charge += c;
+		p->nb++;
+		p->cur++;
+		b = n;
+	}
+}
+
+/*
+ * Up to @max descriptors from request @ri, in its transfer order. Each block must fit the
+ * request's window, and the budget beside what is staged and what every other active request
+ * still needs to reach its floor (going beyond its own floor, beside the waiting requests'
+ * floors as well: see rebalance()), so that what this request holds beyond its own window
+ * (kept across a shrink) never keeps another from its floor; in the floor pass, it must also
+ * stay within its own floor. What the others are kept, the window and the floor do not change
+ * while this request posts, so they are read once and the loop runs on locals; the
+ * counters are written back once at the end.
+ */
 static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfer *out,
 			  unsigned max, uint64_t now)
 {
 	struct req *r = &s->req[ri];
+	const uint64_t g = guaranteed(r), u0 = usage(r);
+	const struct post_lim l = {
+		.win = r->window,
+		.g = g,
+		.wf = s->wait_floor,
+		.budget = s->budget,
+		.gcap = s->floor_only ? g : UINT64_MAX,
+		.others = s->unmet - (g > u0 ? g - u0 : 0),
+		.slot_size = s->cfg.slot_size,
+		.nblk = r->nblk,
+		.pull = r->dir == KVL_SCHED_PULL,
+	};
+	const int32_t id = (int)((uint32_t)r->gen << 16 | ri);
+	struct blk *B = &s->blk[r->blk0];
+	uint64_t u = u0, staged = s->staged;
+	const uint32_t cur0 = r->cursor;
+	uint32_t cur = cur0, last = r->last_slot;
 	unsigned cnt = 0;
 
-	while (cnt < max && r->cursor < r->nblk) {
+	while (cnt < max && cur < l.nblk) {
 		if (s->x_free == KVL_NONE) {
 			s->st.last_stop = KVL_SCHED_STOP_XFERS;
 			break;
@@ -813,45 +893,97 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		uint32_t xi = s->x_free;
 		struct xrec *x = &s->x[xi];
 		struct kvl_sched_xfer *o = &out[cnt];
-		struct blk *b = &s->blk[r->blk0 + r->cursor];
+		struct blk *b = &B[cur];
+		uint64_t c = l.pull ? l.slot_size : b->length;
+		int why = no_room(&l, u, staged, c);
 
-		x->charge = 0;
-		x->n = 0;
-		x->nrun = 0;
-		o->n_sge = 0;
-		o->length = 0;
-		o->n_blocks = 0;
-		if (!add_block(s, r, b, x, o, J_SGE))
+		if (why) {
+			if (why == 2)
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
 			break;
-		while (r->cursor < r->nblk) {
-			enum join how = can_join(s, r, b, b + 1, o->length, o->n_sge);
-
-			if (how == J_NO || !add_block(s, r, b + 1, x, o, how))
-				break;
-			b++;
 		}
-		const struct blk *f = &s->blk[r->blk0 + r->cursor - o->n_blocks];
+		uint16_t nrun = 0;
 
+		if (l.pull) {
+			uint32_t slot = take_slot(&s->slots, last);
+
+			last = slot;
+			if (slot == KVL_NONE) { /* only if staged lost track: stay safe */
+				s->st.last_stop = KVL_SCHED_STOP_BUDGET;
+				break;
+			}
+			x->run[0].slot = slot;
+			x->run[0].n = 1;
+			nrun = 1;
+			b->slot = slot;
+			b->local_off = (uint64_t)slot * l.slot_size;
+		}
+		o->sge[0].local_off = b->local_off;
+		o->sge[0].length = b->length;
+		o->sge[0].reserved = 0;
+		b->state = B_INFLIGHT;
+		uint64_t charge = c;
+		uint32_t total = b->length, nb = 1;
+		uint16_t nsge = 1;
+
+		u += c;
+		staged += c;
+		cur++;
+		if (s->cfg.max_msg != 0) { /* merging */
+			/* copies, so that nothing of this loop's state has its address taken */
+			const struct post_lim lc = l;
+			struct post_st p = { .u = u,
+					     .staged = staged,
+					     .charge = charge,
+					     .cur = cur,
+					     .last = last,
+					     .total = total,
+					     .nb = nb,
+					     .nsge = nsge,
+					     .nrun = nrun };
+
+			join_more(s, r, &lc, x, o, b, &p);
+			u = p.u;
+			staged = p.staged;
+			charge = p.charge;
+			cur = p.cur;
+			last = p.last;
+			total = p.total;
+			nb = p.nb;
+			nsge = p.nsge;
+			nrun = p.nrun;
+		}
 		s->x_free = x->next_free;
 		x->gen++;
 		x->live = true;
 		x->req = ri;
 		x->req_gen = r->gen;
-		x->first = r->cursor - o->n_blocks;
-		x->bytes = o->length;
+		x->first = cur - nb;
+		x->n = nb;
+		x->nrun = nrun;
+		x->bytes = total;
+		x->charge = charge;
 		x->post_ns = now;
 		o->id = (uint64_t)x->gen << 32 | xi;
 		o->peer = r->peer;
-		o->req = (int)((uint32_t)r->gen << 16 | ri);
-		o->remote_seg = f->remote_seg;
-		o->remote_off = f->remote_off;
-		o->op = r->dir == KVL_SCHED_PULL ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
+		o->req = id;
+		o->remote_seg = b->remote_seg;
+		o->remote_off = b->remote_off;
+		o->length = total;
+		o->n_blocks = nb;
+		o->n_sge = nsge;
+		o->op = l.pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
 		o->cls = r->cls;
-		s->st.posted_xfers++;
-		s->st.posted_blocks += o->n_blocks;
-		s->st.xfers_inflight++;
 		cnt++;
 	}
+	r->cursor = cur;
+	r->last_slot = last;
+	r->inflight_bytes += u - u0;
+	s->staged = staged;
+	s->unmet = l.others + (g > u ? g - u : 0);
+	s->st.posted_xfers += cnt;
+	s->st.posted_blocks += cur - cur0; /* every block posted moved the cursor */
+	s->st.xfers_inflight += cnt;
 	return cnt;
 }
 
@@ -993,7 +1125,7 @@ static void evict_until(struct kvl_sched *s, uint64_t extra, bool deep, uint64_t
 /*
  * A request is blocked below its floor when its next step's blocks fit what it is promised
  * (min(floor, window)) but cannot all be posted: staged + their charge + what the others are
- * kept for their floors is over the budget (the post check of add_block()). The head waiting
+ * kept for their floors is over the budget (the post check of post_from()). The head waiting
  * request is blocked when its floor fits beside the active floors but not beside what is held
  * (the admission check). Posts keep staged + Σ unmet floors within the budget, so neither
  * happens until the budget shrinks below what is held (or, for the waiting one, a request
@@ -1180,6 +1312,43 @@ static void ewma(uint64_t *est, uint64_t sample)
 				  ((int64_t)sample - (int64_t)*est) / (1 << EWMA_SHIFT));
 }
 
+/* A completion for a request that ended: the staging it pinned is free only now (PUSH records
+ * have no runs). */
+static __attribute__((noinline, cold)) void complete_late(struct kvl_sched *s, uint32_t xi)
+{
+	struct xrec *x = &s->x[xi];
+
+	for (uint16_t k = 0; k < x->nrun; k++)
+		for (uint32_t j = 0; j < x->run[k].n; j++)
+			kvl_slots_put(&s->slots, x->run[k].slot + j);
+	s->orphan -= x->charge;
+	s->staged -= x->charge;
+	s->st.late_completions++;
+	s->admit_check = true;
+	free_xrec(s, xi);
+}
+
+/* A failed transfer fails its request. */
+static __attribute__((noinline, cold)) void complete_failed(struct kvl_sched *s, uint32_t xi,
+							    int status)
+{
+	struct xrec *x = &s->x[xi];
+	struct req *r = &s->req[x->req];
+
+	s->st.completed_err++;
+	for (uint16_t k = 0; k < x->nrun; k++)
+		for (uint32_t j = 0; j < x->run[k].n; j++)
+			kvl_slots_put(&s->slots, x->run[k].slot + j);
+	for (uint32_t i = 0; i < x->n; i++)
+		s->blk[r->blk0 + x->first + i].state = B_FREED;
+	s->unmet -= unmet(r); /* req_end() takes it off with the usage as it is now */
+	r->inflight_bytes -= x->charge;
+	s->unmet += unmet(r);
+	s->staged -= x->charge;
+	free_xrec(s, xi);
+	req_end(s, x->req, status);
+}
+
 int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64_t now)
 {
 	uint32_t xi = (uint32_t)xfer_id;
@@ -1187,60 +1356,48 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 	if (xi >= s->cfg.max_xfers || !s->x[xi].live || s->x[xi].gen != (uint32_t)(xfer_id >> 32))
 		return -ENOENT;
 	struct xrec *x = &s->x[xi];
-	struct req *r = &s->req[x->req];
+	const uint32_t ri = x->req;
+	struct req *r = &s->req[ri];
 
-	if (r->gen != x->req_gen || r->state != R_ACTIVE) {
-		/* Its request ended: the staging it pinned is free only now (PUSH records have
-		 * no runs). */
-		for (uint16_t k = 0; k < x->nrun; k++)
-			for (uint32_t j = 0; j < x->run[k].n; j++)
-				kvl_slots_put(&s->slots, x->run[k].slot + j);
-		s->orphan -= x->charge;
-		s->staged -= x->charge;
-		s->st.late_completions++;
-		s->admit_check = true;
-		free_xrec(s, xi);
+	if (__builtin_expect(r->gen != x->req_gen || r->state != R_ACTIVE, 0)) {
+		complete_late(s, xi);
 		return 0;
 	}
-	if (status != KVL_OK) {
-		s->st.completed_err++;
-		for (uint16_t k = 0; k < x->nrun; k++)
-			for (uint32_t j = 0; j < x->run[k].n; j++)
-				kvl_slots_put(&s->slots, x->run[k].slot + j);
-		for (uint32_t i = 0; i < x->n; i++)
-			s->blk[r->blk0 + x->first + i].state = B_FREED;
-		s->unmet -= unmet(r); /* req_end() takes it off with the usage as it is now */
-		r->inflight_bytes -= x->charge;
-		s->unmet += unmet(r);
-		s->staged -= x->charge;
-		free_xrec(s, xi);
-		req_end(s, x->req, status);
+	if (__builtin_expect(status != KVL_OK, 0)) {
+		complete_failed(s, xi, status);
 		return 0;
 	}
+	const uint32_t n = x->n, bytes = x->bytes ? x->bytes : 1;
+	const uint64_t charge = x->charge, q16 = (now - x->post_ns) << 16;
+
 	s->st.completed_ok++;
-	ewma(&s->nspb_q16, ((now - x->post_ns) << 16) / (x->bytes ? x->bytes : 1));
+	/* Blocks are mostly a power of two long: a shift, not a 64-bit division. */
+	ewma(&s->nspb_q16, (bytes & (bytes - 1)) == 0 ? q16 >> __builtin_ctz(bytes) : q16 / bytes);
 	struct blk *b = &s->blk[r->blk0 + x->first];
 	struct stp *S = &s->stp[r->stp0];
 
-	for (uint32_t i = 0; i < x->n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		b[i].state = B_LANDED;
 		S[b[i].first_use].pending--;
 	}
-	r->inflight_bytes -= x->charge;
-	r->landed_bytes += x->charge;
-	r->landed += x->n;
+	r->inflight_bytes -= charge;
+	r->landed_bytes += charge;
+	r->landed += n;
 	free_xrec(s, xi);
 	/* READY in step order: the engine computes in order, and a step's blocks first used
 	 * earlier have landed once the steps before it are READY. */
-	uint32_t before_ready = r->ready_next;
+	uint32_t k = r->ready_next;
+	const uint32_t nstp = r->nstp;
 
-	while (r->ready_next < r->nstp && S[r->ready_next].pending == 0) {
-		S[r->ready_next].state = S_READY;
-		S[r->ready_next].ready_ns = now;
-		r->ready_next++;
+	if (k < nstp && S[k].pending == 0) {
+		do {
+			S[k].state = S_READY;
+			S[k].ready_ns = now;
+			k++;
+		} while (k < nstp && S[k].pending == 0);
+		r->ready_next = k;
+		notify(s, ri);
 	}
-	if (r->ready_next != before_ready)
-		notify(s, x->req);
 	return 0;
 }
 
@@ -1268,17 +1425,42 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 
 	ewma(&s->compute_ns[r->cls], now > start ? now - start : 0);
 	r->last_done_ns = now;
-	uint64_t before_unmet = unmet(r), before_staged = s->staged;
+	uint64_t before_unmet = unmet(r), freed = 0;
+	struct blk *B = &s->blk[r->blk0];
+	const uint32_t *R = &s->ref[st->ref0];
+	const uint32_t nref = st->nref;
 
-	for (uint32_t j = 0; j < st->nref; j++) {
-		struct blk *b = &s->blk[r->blk0 + s->ref[st->ref0 + j]];
+	/* free_block() for each block no later step names, the sums kept on locals */
+	if (r->dir == KVL_SCHED_PULL) {
+		uint64_t *word = s->slots.word, *sum = s->slots.sum;
+		uint32_t put = 0;
 
-		if (--b->ref == 0)
-			free_block(s, r, b);
+		for (uint32_t j = 0; j < nref; j++) {
+			struct blk *b = &B[R[j]];
+
+			if (--b->ref == 0) {
+				kvl_slots_set(word, sum, b->slot);
+				b->state = B_FREED;
+				put++;
+			}
+		}
+		s->slots.nfree += put;
+		freed = (uint64_t)put * s->cfg.slot_size;
+	} else {
+		for (uint32_t j = 0; j < nref; j++) {
+			struct blk *b = &B[R[j]];
+
+			if (--b->ref == 0) {
+				b->state = B_FREED;
+				freed += b->length;
+			}
+		}
 	}
+	r->landed_bytes -= freed;
+	s->staged -= freed;
 	s->unmet += unmet(r) - before_unmet;
 	/* Admission counts what is held: a request waiting on it may fit now. */
-	if (s->wait.n && s->staged != before_staged)
+	if (s->wait.n && freed != 0)
 		s->admit_check = true;
 	if (r->done == r->nstp) {
 		req_end(s, ri, KVL_OK);
@@ -1366,20 +1548,55 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 
 /* ---- snapshots ---- */
 
-int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
+/* A request that has not ended, or NULL. */
+static const struct req *live_req(const struct kvl_sched *s, int id)
 {
 	uint32_t ri;
 	const struct req *r = lookup(s, id, &ri);
 
-	if (r == NULL || r->state == R_ENDED)
+	return r != NULL && r->state != R_ENDED ? r : NULL;
+}
+
+/* Whether block @b of @r has an offset to give: PUSH offsets are the caller's own, posted or
+ * not; a PULL block has one from its post until it is freed. */
+static inline bool has_offset(const struct req *r, const struct blk *b)
+{
+	return r->dir != KVL_SCHED_PULL || (b->state != B_UNPOSTED && b->state != B_FREED);
+}
+
+int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
+{
+	const struct req *r = live_req(s, id);
+
+	if (r == NULL)
 		return -ENOENT;
 	if (block >= r->nblk)
 		return -EINVAL;
 	const struct blk *b = &s->blk[r->blk0 + s->blk[r->blk0 + block].map];
 
-	if (r->dir == KVL_SCHED_PULL && (b->state == B_UNPOSTED || b->state == B_FREED))
+	if (!has_offset(r, b))
 		return -EAGAIN;
 	*local_off = b->local_off;
+	return 0;
+}
+
+int kvl_sched_step_offsets(const struct kvl_sched *s, int id, uint32_t step, uint64_t *off)
+{
+	const struct req *r = live_req(s, id);
+
+	if (r == NULL)
+		return -ENOENT;
+	if (step >= r->nstp)
+		return -EINVAL;
+	const struct stp *st = &s->stp[r->stp0 + step];
+	const struct blk *B = &s->blk[r->blk0];
+	const uint32_t *R = &s->ref[st->ref0];
+
+	for (uint32_t j = 0; j < st->nref; j++) {
+		const struct blk *b = &B[R[j]];
+
+		off[b->orig] = has_offset(r, b) ? b->local_off : UINT64_MAX;
+	}
 	return 0;
 }
 

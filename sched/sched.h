@@ -242,6 +242,12 @@ void kvl_sched_set_budget(struct kvl_sched *s, uint64_t bytes, uint64_t now);
  * -ENOENT, -EINVAL (no such block), -EAGAIN (a PULL block not posted yet, or freed). */
 int kvl_sched_block_offset(const struct kvl_sched *s, int req, uint32_t block, uint64_t *local_off);
 
+/* kvl_sched_block_offset() for every block step @step of @req names, in one call:
+ * off[b] for each such block b (the caller's index, so @off has the request's n_blocks
+ * entries), UINT64_MAX where kvl_sched_block_offset() says -EAGAIN. Other entries are left
+ * alone. 0, -ENOENT (unknown or ended request) or -EINVAL (no such step). */
+int kvl_sched_step_offsets(const struct kvl_sched *s, int req, uint32_t step, uint64_t *off);
+
 /* ---- snapshots (plain copies, for telemetry and tests) ---- */
 void kvl_sched_stats(const struct kvl_sched *s, struct kvl_sched_stats *out);
 int kvl_sched_req_info(const struct kvl_sched *s, int req, uint64_t now,

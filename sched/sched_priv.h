@@ -25,7 +25,6 @@ struct kvl_slots {
 int kvl_slots_init(struct kvl_slots *sl, uint32_t n);
 void kvl_slots_fini(struct kvl_slots *sl);
 uint32_t kvl_slots_get_any(struct kvl_slots *sl);
-void kvl_slots_put(struct kvl_slots *sl, uint32_t i);
 
 static inline bool kvl_slots_is_free(const struct kvl_slots *sl, uint32_t i)
 {
@@ -41,6 +40,23 @@ static inline void kvl_slots_take(struct kvl_slots *sl, uint32_t i)
 	if (sl->word[w] == 0)
 		sl->sum[w >> 6] &= ~(1ull << (w & 63));
 	sl->nfree--;
+}
+
+/* Mark slot @i free in the two levels; the caller counts it in nfree (a loop that frees many
+ * keeps @word and @sum in registers and adds to nfree once). */
+static inline void kvl_slots_set(uint64_t *word, uint64_t *sum, uint32_t i)
+{
+	uint32_t w = i >> 6;
+
+	word[w] |= 1ull << (i & 63);
+	sum[w >> 6] |= 1ull << (w & 63);
+}
+
+/* Give slot @i back (inline: one per PULL block freed). */
+static inline void kvl_slots_put(struct kvl_slots *sl, uint32_t i)
+{
+	kvl_slots_set(sl->word, sl->sum, i);
+	sl->nfree++;
 }
 
 /*

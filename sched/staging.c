@@ -59,15 +59,6 @@ uint32_t kvl_slots_get_any(struct kvl_slots *sl)
 	return KVL_NONE; /* unreachable while nfree is right */
 }
 
-void kvl_slots_put(struct kvl_slots *sl, uint32_t i)
-{
-	uint32_t w = i >> 6;
-
-	sl->word[w] |= 1ull << (i & 63);
-	sl->sum[w >> 6] |= 1ull << (w & 63);
-	sl->nfree++;
-}
-
 int kvl_ranges_init(struct kvl_ranges *r, uint32_t total, uint32_t max_ranges)
 {
 	memset(r, 0, sizeof(*r));

@@ -1222,6 +1222,84 @@ static void test_evict_not_needed(void)
 	kvl_sched_free(s);
 }
 
+/* Completions of ids not in flight (completed already, a stale generation) are refused;
+ * kvl_sched_step_offsets() gives what kvl_sched_block_offset() gives for each block of the
+ * step and leaves the other entries alone. */
+static void test_step_offsets(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+	uint64_t off[4], one;
+
+	reset();
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0); /* step 0 = {0, 1}, step 1 = {2, 3} */
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(complete(s, 0, KVL_OK), 0);
+	CHECK_INT(complete(s, 0, KVL_OK), -ENOENT);
+	CHECK_INT(kvl_sched_complete(s, posted[1].id ^ (1ull << 32), KVL_OK, now), -ENOENT);
+	CHECK_INT(complete(s, 1, KVL_OK), 0);
+	CHECK_INT(stats(s).completed_ok, 2);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_STEP_READY);
+	CHECK_INT(evs[0].step, 0);
+	off[0] = off[1] = off[2] = off[3] = 7;
+	CHECK_INT(kvl_sched_step_offsets(s, id, 0, off), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		CHECK_INT(kvl_sched_block_offset(s, id, i, &one), 0);
+		CHECK_INT(off[i], one);
+		CHECK_INT(off[i], posted[i].sge[0].local_off);
+	}
+	CHECK_INT(off[2], 7); /* not in step 0: left alone */
+	CHECK_INT(off[3], 7);
+	CHECK_INT(kvl_sched_step_offsets(s, id, 2, off), -EINVAL);
+	CHECK_INT(kvl_sched_step_offsets(s, id + 1, 0, off), -ENOENT);
+	CHECK_INT(complete(s, 3, KVL_ERR_CONN_LOST), 0);
+	CHECK_INT(stats(s).completed_err, 1);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_FAILED);
+	CHECK_INT(evs[0].status, KVL_ERR_CONN_LOST);
+	CHECK_INT(kvl_sched_step_offsets(s, id, 0, off), -ENOENT); /* gone */
+	kvl_sched_free(s);
+}
+
+/* A bad descriptor says -EINVAL even when a pool is full (which says -ENOSPC to a good one),
+ * and either keeps nothing. */
+static void test_einval_before_enospc(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+
+	c.max_requests = 1;
+	s = kvl_sched_create(&c);
+	reset();
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0); /* the one request slot */
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC);
+	q.b[3].length = SLOT + 1; /* beyond a slot: a PULL block never fits */
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	q.b[3].length = 0;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	kvl_sched_free(s);
+	/* a full block pool, with a request slot free */
+	c = base_cfg();
+	c.max_blocks_total = 6;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 4, 2, KVL_SCHED_DECODE, 0, 0);
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -ENOSPC);
+	q.b[0].length = SLOT + 1;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	q.b[0].length = SLOT;
+	mkreq(&q, 2, 2, KVL_SCHED_DECODE, 0, 64 * SLOT); /* what is left fits */
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(stats(s).waiting + stats(s).active, 2);
+	kvl_sched_free(s);
+}
+
 int main(void)
 {
 	test_order();
@@ -1244,5 +1322,7 @@ int main(void)
 	test_evict_lockstep();
 	test_ready_ahead();
 	test_evict_not_needed();
+	test_step_offsets();
+	test_einval_before_enospc();
 	return kvl_test_done("test_sched");
 }

@@ -95,6 +95,7 @@ struct world {
 };
 
 static struct world w;
+static uint64_t n_offsets_checked;
 static uint64_t n_calls, n_desc, n_blocks, n_cancel, n_fail, n_done, n_refused, n_starved;
 static uint64_t n_floor_pass, n_resv_checked, n_lk_workloads, n_lk_batches, n_lk_done, n_lk_shrinks;
 static uint64_t n_lk_drain_budgets, n_re_evicted, n_evicted, n_evict_calls, n_refetched,
@@ -513,6 +514,39 @@ static bool do_complete(bool may_fail)
 	return check_common("complete");
 }
 
+/* kvl_sched_step_offsets() writes what kvl_sched_block_offset() says for each block of the
+ * step (UINT64_MAX for -EAGAIN), and nothing else. */
+static bool step_offsets_agree(const struct mreq *m, int id, uint32_t step)
+{
+	uint64_t off[MAXB], one;
+	bool named[MAXB] = { false };
+
+	for (uint32_t b = 0; b < MAXB; b++)
+		off[b] = 0x5a5a5a5a5a5a5a5aull;
+	int rc = kvl_sched_step_offsets(w.s, id, step, off);
+
+	FAIL_IF(rc != 0 && rc != -ENOENT, "step_offsets %d", rc);
+	for (uint32_t j = m->first[step]; j < m->first[step + 1]; j++) {
+		uint32_t b = m->refs[j];
+		int rb = kvl_sched_block_offset(w.s, id, b, &one);
+
+		named[b] = true;
+		if (rc == -ENOENT) {
+			FAIL_IF(rb != -ENOENT, "step_offsets -ENOENT, block_offset %d", rb);
+			continue;
+		}
+		FAIL_IF(rb != 0 && rb != -EAGAIN, "block_offset %d", rb);
+		FAIL_IF(off[b] != (rb == 0 ? one : UINT64_MAX),
+			"step %u block %u: step_offsets %" PRIx64 ", block_offset %d %" PRIx64,
+			step, b, off[b], rb, one);
+	}
+	for (uint32_t b = 0; b < MAXB; b++)
+		FAIL_IF(!named[b] && off[b] != 0x5a5a5a5a5a5a5a5aull,
+			"step_offsets wrote block %u, not in step %u", b, step);
+	n_offsets_checked++;
+	return true;
+}
+
 static bool do_events(void)
 {
 	struct kvl_sched_event ev[16];
@@ -540,6 +574,8 @@ static bool do_events(void)
 					"step %u READY, block %u not landed", ev[i].step,
 					m->refs[j]);
 			}
+			if (!step_offsets_agree(m, ev[i].req, ev[i].step))
+				return false;
 			m->ready++;
 			break;
 		case KVL_SCHED_EV_PEER_CANCEL:
@@ -930,5 +966,9 @@ int main(void)
 	 * short run (KVL_WORKLOADS) may not get there. */
 	if (n >= 1000 && cur_workload == n)
 		CHECK(n_lk_evict_workloads > 0);
+	printf("READY steps whose kvl_sched_step_offsets() matched kvl_sched_block_offset(): "
+	       "%" PRIu64 "\n",
+	       n_offsets_checked);
+	CHECK(n == 0 || n_offsets_checked > 0);
 	return kvl_test_done("test_sched_prop");
 }
