@@ -694,6 +694,8 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "budget", st->budget);
 	put_u64(k, "budget_in", sn->budget_in);
 	put_u64(k, "in_use", st->staged);
+	put_int(k, "slots", (int)st->slots);
+	put_int(k, "slots_free", (int)st->slots_free);
 	put_u64(k, "orphan_bytes", st->orphan_bytes);
 	put_u64(k, "windows", st->windows);
 	put_int(k, "active", (int)st->active);

@@ -1621,6 +1621,8 @@ void kvl_sched_stats(const struct kvl_sched *s, struct kvl_sched_stats *out)
 		}
 	}
 	out->runnable = s->run.n;
+	out->slots = s->slots.n;
+	out->slots_free = s->slots.nfree;
 	out->xfer_ps_per_byte = (s->nspb_q16 * 1000) >> 16;
 	for (int c = 0; c < KVL_SCHED_CLASSES; c++)
 		out->compute_ns[c] = s->compute_ns[c];

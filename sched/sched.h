@@ -147,6 +147,8 @@ struct kvl_sched_stats {
 	uint32_t ended;		 /* ended, terminal event not polled yet */
 	uint32_t runnable;	 /* active, with room in their window and a block to send */
 	uint32_t xfers_inflight; /* descriptors handed out and not completed */
+	uint32_t slots;		 /* staging slots in all (slot_count) */
+	uint32_t slots_free;	 /* not held by any block: back to @slots once all ended */
 	uint32_t last_stop;	 /* enum kvl_sched_stop of the last kvl_sched_step() */
 	uint64_t posted_xfers;
 	uint64_t posted_blocks;
