@@ -55,6 +55,20 @@ int kvl_gpu_sample(struct kvl_gpu *g)
 	return -ENOTSUP; /* no GPU configured: never called */
 }
 
+/* GPU segments (runtime/gpu.c): none here. */
+void kvl_gpu_vram_free(void *p)
+{
+	(void)p;
+}
+
+int kvl_gpu_mr_reg(struct kvl_verbs_dev *dev, void *base, uint64_t len, uint32_t flags,
+		   uint32_t *rkey, uint64_t *ns, uint8_t *method, char *err, size_t errlen)
+{
+	(void)dev, (void)base, (void)len, (void)flags, (void)rkey, (void)ns, (void)method;
+	snprintf(err, errlen, "stub");
+	return -ENOTSUP;
+}
+
 int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
 		  uint64_t *ns, char *err, size_t errlen)
 {
