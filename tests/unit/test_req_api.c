@@ -61,6 +61,13 @@ void kvl_gpu_vram_free(void *p)
 	(void)p;
 }
 
+void *kvl_gpu_vram_alloc(int device, uint64_t len, char *err, size_t errlen)
+{
+	(void)device, (void)len;
+	snprintf(err, errlen, "stub");
+	return NULL;
+}
+
 int kvl_gpu_mr_reg(struct kvl_verbs_dev *dev, void *base, uint64_t len, uint32_t flags,
 		   uint32_t *rkey, uint64_t *ns, uint8_t *method, char *err, size_t errlen)
 {
