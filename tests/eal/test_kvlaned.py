@@ -438,6 +438,10 @@ def scenario_telemetry(ctx):
               for s in segs], [(1, "kvt", 2 * 2 * 4 * 4096, "read", 0, 0)],
              "/kvlane/segments rows (tcp only: nothing registered for RDMA)", d)
     log("/kvlane/segments: the INI's segment, its size and access, no RDMA registration")
+    check_eq([(s["kind"], s["gpu"], s["pci_bus_id"], s["reg"]) for s in segs],
+             [("host", -1, "", "lo:none")],
+             "/kvlane/segments kind, gpu, pci_bus_id, reg (host memory; tcp registers nothing)", d)
+    log("/kvlane/segments: kind host, no GPU, registration per NIC lo:none")
 
     nics = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
     check_eq(len(nics), 1, "/kvlane/nics rows", d)
