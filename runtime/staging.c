@@ -48,6 +48,15 @@ unsigned kvl_staging_count(const struct kvl_runtime *rt)
 
 uint64_t kvl_staging_budget(const struct kvl_runtime *rt)
 {
+	if (rt->gpu.open && rt->staging_place == KVL_STAGING_GPU) {
+		/* The staging in VRAM is ours and already out of the sampled free memory: the
+		 * budget is what free VRAM would be without it, minus the reserve. */
+		struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
+		uint64_t ours = (uint64_t)sc.slot_count * sc.slot_size * kvl_staging_count(rt),
+			 free_b = __atomic_load_n(&rt->gpu.free_bytes, __ATOMIC_RELAXED) + ours;
+
+		return free_b > rt->gpu.reserve_bytes ? free_b - rt->gpu.reserve_bytes : 0;
+	}
 	if (rt->gpu.open)
 		return kvl_gpu_budget(&rt->gpu);
 	return (uint64_t)rt->cfg.sched.budget_mb << 20;

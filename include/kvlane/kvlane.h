@@ -345,8 +345,9 @@ struct kvl_req_event {
 unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned max);
 
 /* Where block @block of @req is in staging, while a READY step names it and until the last
- * step naming it is DONE. 0, -ENOENT, -ERANGE (block >= n_blocks), -EAGAIN (not landed, or
- * freed). */
+ * step naming it is DONE. With [sched] staging = gpu this is a device pointer (VRAM of the
+ * NIC's GPU): read it from a kernel or with cudaMemcpy, not with the CPU. 0, -ENOENT, -ERANGE
+ * (block >= n_blocks), -EAGAIN (not landed, or freed). */
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
 
 /* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the
