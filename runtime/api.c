@@ -194,12 +194,30 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 	return 0;
 }
 
+/* The end of kvl_seg_alloc_gpu / kvl_seg_register: log a refusal (its words are in seg_err),
+ * or tell peers and the caller, with the kind of memory (@gpu: the device, -1 for host). */
+static int seg_done(struct kvl_runtime *rt, int rc, const struct kvl_seg_desc *d, uint32_t id,
+		    void *base, int gpu, struct kvl_segment *out)
+{
+	if (rc < 0) {
+		KVL_LOG(ERR, "%s", seg_err);
+		return rc;
+	}
+	kvl_control_segments_changed(rt); /* peers hear of it now, not at the next tick */
+	seg_out(d, id, base, out);
+	if (out != NULL && gpu >= 0) {
+		out->mem = KVL_MEM_GPU;
+		out->gpu = gpu;
+	}
+	return 0;
+}
+
 int kvl_seg_alloc_gpu(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		      unsigned access, int gpu, struct kvl_segment *out)
 {
 	struct kvl_seg_desc d;
-	uint32_t id;
-	void *mem;
+	uint32_t id = 0;
+	void *mem = NULL;
 	int rc = geom_desc(g, access, &d);
 
 	seg_err[0] = '\0';
@@ -211,25 +229,15 @@ int kvl_seg_alloc_gpu(struct kvl_runtime *rt, const char *name, const struct kvl
 		gpu = rt->gpu.open ? rt->gpu.device_id : (int)rt->cfg.gpu.device_id;
 	rc = kvl_seg_place_gpu(&rt->segs, &rt->gpu, name, gpu, &d, false, 0, &id, &mem, seg_err,
 			       sizeof(seg_err));
-	if (rc < 0) {
-		KVL_LOG(ERR, "%s", seg_err);
-		return rc;
-	}
-	kvl_control_segments_changed(rt);
-	seg_out(&d, id, mem, out);
-	if (out != NULL) {
-		out->mem = KVL_MEM_GPU;
-		out->gpu = gpu;
-	}
-	return 0;
+	return seg_done(rt, rc, &d, id, mem, gpu, out);
 }
 
 int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
 		     const struct kvl_seg_geom *g, unsigned access, struct kvl_segment *out)
 {
-	struct kvl_mem_info mi;
+	struct kvl_mem_info mi = { .kind = KVL_MEM_HOST, .device = -1 };
 	struct kvl_seg_desc d;
-	uint32_t id;
+	uint32_t id = 0;
 	int rc = geom_desc(g, access, &d);
 
 	seg_err[0] = '\0';
@@ -240,17 +248,7 @@ int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
 	/* host or GPU memory: detected, and refused when it is neither whole */
 	rc = kvl_seg_place_register(&rt->segs, &rt->gpu, name, base, &d, &id, &mi, seg_err,
 				    sizeof(seg_err));
-	if (rc < 0) {
-		KVL_LOG(ERR, "%s", seg_err);
-		return rc;
-	}
-	kvl_control_segments_changed(rt);
-	seg_out(&d, id, base, out);
-	if (out != NULL && mi.kind == KVL_MEM_GPU) {
-		out->mem = KVL_MEM_GPU;
-		out->gpu = mi.device;
-	}
-	return 0;
+	return seg_done(rt, rc, &d, id, base, mi.kind == KVL_MEM_GPU ? mi.device : -1, out);
 }
 
 /* ---- peers ---- */
