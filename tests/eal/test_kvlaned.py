@@ -691,6 +691,20 @@ def scenario_eal_errors(ctx):
     log("2 NICs with one worker lcore: exit 4 with a message about lcores")
 
 
+def scenario_gpu_segment_refused(ctx):
+    """A GPU segment on a GPU this host does not have (here: no GPU at all, or no CUDA in the
+    build; on a GPU host: no GPU 63): kvlaned refuses to start and names the segment and why."""
+    ini = ctx.ini("gseg.ini", minimal_ini("gseg1", extra="[segment.kv]\nblocks = 4\n"
+                                          "block_bytes = 4096\nmemory = gpu\ngpu = 63\n"))
+    r = ctx.run_ini(ini)
+    expect_rc(r, 4, "[segment.kv] memory = gpu, gpu = 63")
+    expect_kvl_message(r, r"segment\.kv\.memory = gpu: GPU segment \"kv\" cannot be placed on "
+                       r"GPU 63: (no usable CUDA device on this host|this kvlane was built "
+                       r"without CUDA|GPU 63 does not exist: this host has \d+ CUDA device)",
+                       "GPU segment on a missing GPU")
+    check("kvlaned: ready" not in r.stdout, "GPU segment: not started", "no ready", "ready", r)
+    log("[segment.kv] memory = gpu on a missing GPU: exit 4, the segment and the cause")
+
 SCENARIOS = {
     "cli": scenario_cli,
     "config_errors": scenario_config_errors,
@@ -702,6 +716,7 @@ SCENARIOS = {
     "no_telemetry": scenario_no_telemetry,
     "numa_fixture": scenario_numa_fixture,
     "eal_errors": scenario_eal_errors,
+    "gpu_segment_refused": scenario_gpu_segment_refused,
 }
 
 
