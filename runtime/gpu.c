@@ -143,12 +143,21 @@ int kvl_gpu_mem_detect(const void *p, uint64_t len, struct kvl_mem_info *mi, cha
 void *kvl_gpu_vram_alloc(int device, uint64_t len, char *err, size_t errlen)
 {
 	void *p = NULL;
-	cudaError_t ce = cudaSetDevice(device);
+	int prev = -1;
+	cudaError_t ce;
 
+	/* the caller's thread keeps its current device: an engine's own CUDA work is not moved */
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	ce = cudaSetDevice(device);
 	if (ce == cudaSuccess)
 		ce = cudaMalloc(&p, len);
 	if (ce == cudaSuccess)
 		ce = cudaMemset(p, 0, len);
+	if (ce == cudaSuccess)
+		ce = cudaDeviceSynchronize(); /* zeroed before anyone can see it */
+	if (prev >= 0 && prev != device)
+		cudaSetDevice(prev);
 	if (ce != cudaSuccess) {
 		snprintf(err, errlen, "GPU %d: cannot allocate %llu MiB of VRAM: %s", device,
 			 (unsigned long long)(len >> 20), cudaGetErrorString(ce));

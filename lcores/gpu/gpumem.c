@@ -42,6 +42,8 @@ static CUresult attrs_at(const struct kvl_cudrv *d, CUdeviceptr p, struct kvl_gp
 
 	memset(r, 0, sizeof(*r));
 	r->device = -1;
+	if (rc == CUDA_ERROR_INVALID_VALUE || rc == CUDA_ERROR_INVALID_CONTEXT)
+		return CUDA_SUCCESS; /* an address CUDA cannot place: not CUDA's (UNKNOWN) */
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (managed)
