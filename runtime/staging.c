@@ -114,9 +114,8 @@ static int staging_place(struct kvl_runtime *rt, char *err, size_t errlen)
 		if (t >= 0) {
 			snprintf(err, errlen,
 				 "sched.staging = gpu: nic.%s uses the tcp transport, which cannot "
-				 "land bytes in VRAM yet (its bounce + cudaMemcpyAsync path does "
-				 "not "
-				 "exist); use staging = host or auto with tcp NICs",
+				 "land bytes in VRAM yet (no bounce + cudaMemcpyAsync path); use "
+				 "staging = host or auto with tcp NICs",
 				 rt->cfg.nics[t].label);
 			return -EINVAL;
 		}
@@ -181,7 +180,6 @@ int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	const struct kvl_sched_conf *c = &rt->cfg.sched;
 	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
 	uint64_t staging = (uint64_t)sc.slot_count * sc.slot_size;
-
 	int rc;
 
 	rt->budget_cap = UINT64_MAX;
@@ -195,7 +193,6 @@ int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		struct kvl_rt_nic *nic = &rt->nic[i];
 		int socket = nic->lcore->socket;
 		struct kvl_sched_cfg sci = sc;
-		int rc;
 		struct kvl_nic_sched_cfg nc = { .sched = &sci,
 						.nic = i,
 						.socket = socket,
