@@ -55,17 +55,22 @@ int kvl_gpu_sample(struct kvl_gpu *g)
 	return -ENOTSUP; /* no GPU configured: never called */
 }
 
-/* GPU segments (runtime/gpu.c): none here. */
+/* "VRAM" (runtime/gpu.c) is host memory here: the scheduler never touches its staging with
+ * the CPU, so nothing tells them apart. Counted, so a test sees what was freed. */
+static unsigned vram_allocs, vram_frees;
+
 void kvl_gpu_vram_free(void *p)
 {
-	(void)p;
+	vram_frees += p != NULL;
+	free(p);
 }
 
 void *kvl_gpu_vram_alloc(int device, uint64_t len, char *err, size_t errlen)
 {
-	(void)device, (void)len;
-	snprintf(err, errlen, "stub");
-	return NULL;
+	(void)err, (void)errlen;
+	CHECK_INT(device, 0);
+	vram_allocs++;
+	return aligned_alloc(4096, len);
 }
 
 int kvl_gpu_mr_reg(struct kvl_verbs_dev *dev, void *base, uint64_t len, uint32_t flags,
@@ -951,6 +956,91 @@ static void test_budget(void)
 	world_fini();
 }
 
+/* A runtime with one tcp NIC and an open GPU (0: 8 MiB free, 1 MiB reserve), [sched] staging
+ * @place, the null transport or not: kvl_staging_start()'s answer. */
+static int gpu_world(int place, bool null_xport)
+{
+	memset(&rt, 0, sizeof(rt));
+	rt.cfg.n_nics = 1;
+	rt.cfg.sched.staging_mb = STAGING_MB;
+	rt.cfg.sched.slot_kb = SLOT_KB;
+	rt.cfg.sched.max_requests = MAX_REQS;
+	rt.cfg.sched.max_blocks = 64;
+	rt.cfg.sched.window_min_kb = 64;
+	rt.cfg.sched.window_max_mb = 1;
+	rt.cfg.sched.staging = place;
+	rt.cfg.sched.null_transport = null_xport;
+	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
+	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
+	rt.nic[0].lcore = &fake_lc;
+	rt.nic[0].io = &fake_io;
+	rt.gpu.open = true;
+	rt.gpu.reserve_bytes = 1 << 20;
+	rt.gpu.free_bytes = 8 << 20;
+	rt.gpu.budget_bytes = 7 << 20;
+	snprintf(rt.gpu.pci_bus_id, sizeof(rt.gpu.pci_bus_id), "0000:19:00.0");
+	kvl_segs_init(&rt.segs);
+	err[0] = '\0';
+	return kvl_staging_start(&rt, err, sizeof(err));
+}
+
+static void gpu_world_fini(void)
+{
+	kvl_staging_stop(&rt);
+	kvl_segs_release(&rt.segs);
+	kvl_segs_fini(&rt.segs);
+}
+
+/* [sched] staging = gpu / auto with a GPU: where staging lands, what peers see of it, the budget.
+ */
+static void test_gpu_staging(void)
+{
+	uint64_t staging = (uint64_t)STAGING_MB << 20;
+
+	/* gpu on a tcp NIC: refused before anything is allocated, saying why */
+	vram_allocs = vram_frees = 0;
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, false), -EINVAL);
+	CHECK_HAS(err, "sched.staging = gpu: nic.n0 uses the tcp transport, which cannot land "
+		       "bytes in VRAM yet");
+	CHECK_INT(vram_allocs, 0);
+	gpu_world_fini();
+
+	/* gpu on the null transport: staging is "VRAM", registered as a GPU segment */
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, true), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_GPU);
+	CHECK_INT(vram_allocs, 1);
+	CHECK_INT(kvl_staging_register(&rt, err, sizeof(err)), 0);
+	CHECK_STR(rt.segs.meta[0].desc.name, "staging.n0");
+	CHECK_INT(rt.segs.meta[0].mem.kind, KVL_MEM_GPU);
+	CHECK_INT(rt.segs.meta[0].mem.device, 0);
+	CHECK_STR(rt.segs.meta[0].mem.pci_bus_id, "0000:19:00.0");
+	CHECK_INT(rt.segs.meta[0].desc.flags, 0);	  /* peers see no local-only flag */
+	CHECK_INT(rt.segs.tab.seg[0].flags, KVL_SEG_GPU); /* the lcores do */
+	CHECK_INT(rt.segs.meta[0].reg[0], KVL_SEG_REG_NONE);
+	/* the budget: free VRAM as if our staging were not taken, minus the reserve */
+	CHECK_INT(kvl_staging_budget(&rt), (8 << 20) + staging - (1 << 20));
+	CHECK_INT(rt.sched_budget, (8 << 20) + staging - (1 << 20));
+	rt.gpu.free_bytes = 0; /* another process took the rest: only our staging is left */
+	CHECK_INT(kvl_staging_budget(&rt), staging - (1 << 20));
+	CHECK_STR(rt.staging_why, "");
+	gpu_world_fini();
+	CHECK_INT(vram_frees, 1); /* with the segments, by cudaFree, not rte_free */
+
+	/* auto on a tcp NIC: host staging, and why */
+	vram_allocs = vram_frees = 0;
+	CHECK_INT(gpu_world(KVL_STAGING_AUTO, false), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_HOST);
+	CHECK_INT(vram_allocs, 0);
+	CHECK_STR(rt.staging_why, "auto: nic.n0 is tcp, which cannot land bytes in VRAM yet");
+	CHECK_INT(kvl_staging_budget(&rt), 7 << 20); /* free - reserve, as before */
+	gpu_world_fini();
+	/* host: no why, whatever the NICs */
+	CHECK_INT(gpu_world(KVL_STAGING_HOST, false), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_HOST);
+	CHECK_STR(rt.staging_why, "");
+	gpu_world_fini();
+}
+
 int main(void)
 {
 	local_seg = aligned_alloc(4096, SEG_LEN);
@@ -969,6 +1059,7 @@ int main(void)
 	test_cancel();
 	test_push();
 	test_budget();
+	test_gpu_staging();
 	test_segments();
 	test_guard_lcore_silent();
 	test_guard_late_open();
