@@ -46,7 +46,9 @@ static CUresult attrs_at(const struct kvl_cudrv *d, CUdeviceptr p, struct kvl_gp
 		return CUDA_SUCCESS; /* an address CUDA cannot place: not CUDA's (UNKNOWN) */
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (managed)
+	/* an allocation of cudaMallocManaged has a range; plain pageable memory that a driver
+	 * with HMM may also call managed has none, and stays host memory */
+	if (managed && size > 0)
 		r->kind = KVL_GPUMEM_MANAGED;
 	else if (type == CU_MEMORYTYPE_DEVICE)
 		r->kind = KVL_GPUMEM_DEVICE;
