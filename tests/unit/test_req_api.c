@@ -253,11 +253,9 @@ static void emit(struct kvl_nsreq *r, uint16_t type, uint32_t step, int32_t stat
 static struct kvl_runtime rt;
 static char err[256];
 
-static void world_init(void)
+/* One tcp NIC "n0" on the fake lcore, a scheduler's [sched], an empty segment registry. */
+static void world_conf(void)
 {
-	struct kvl_seg_desc seg_d;
-	uint32_t seg_id = 0;
-
 	memset(&rt, 0, sizeof(rt));
 	rt.cfg.n_nics = 1;
 	rt.cfg.sched.staging_mb = STAGING_MB;
@@ -266,13 +264,21 @@ static void world_init(void)
 	rt.cfg.sched.max_blocks = 64;
 	rt.cfg.sched.window_min_kb = 64;
 	rt.cfg.sched.window_max_mb = 1;
-	rt.cfg.sched.max_msg_kb = 64;
-	rt.cfg.sched.budget_mb = BUDGET_MB;
 	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
 	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
 	rt.nic[0].lcore = &fake_lc;
 	rt.nic[0].io = &fake_io;
 	kvl_segs_init(&rt.segs);
+}
+
+static void world_init(void)
+{
+	struct kvl_seg_desc seg_d;
+	uint32_t seg_id = 0;
+
+	world_conf();
+	rt.cfg.sched.max_msg_kb = 64;
+	rt.cfg.sched.budget_mb = BUDGET_MB;
 	sched_created = 0;
 	/* as kvl_runtime_start() does: schedulers, the table, segments, then staging's */
 	CHECK_INT(kvl_staging_start(&rt, err, sizeof(err)), 0);
@@ -960,26 +966,14 @@ static void test_budget(void)
  * @place, the null transport or not: kvl_staging_start()'s answer. */
 static int gpu_world(int place, bool null_xport)
 {
-	memset(&rt, 0, sizeof(rt));
-	rt.cfg.n_nics = 1;
-	rt.cfg.sched.staging_mb = STAGING_MB;
-	rt.cfg.sched.slot_kb = SLOT_KB;
-	rt.cfg.sched.max_requests = MAX_REQS;
-	rt.cfg.sched.max_blocks = 64;
-	rt.cfg.sched.window_min_kb = 64;
-	rt.cfg.sched.window_max_mb = 1;
+	world_conf();
 	rt.cfg.sched.staging = place;
 	rt.cfg.sched.null_transport = null_xport;
-	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
-	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
-	rt.nic[0].lcore = &fake_lc;
-	rt.nic[0].io = &fake_io;
 	rt.gpu.open = true;
 	rt.gpu.reserve_bytes = 1 << 20;
 	rt.gpu.free_bytes = 8 << 20;
 	rt.gpu.budget_bytes = 7 << 20;
 	snprintf(rt.gpu.pci_bus_id, sizeof(rt.gpu.pci_bus_id), "0000:19:00.0");
-	kvl_segs_init(&rt.segs);
 	err[0] = '\0';
 	return kvl_staging_start(&rt, err, sizeof(err));
 }
