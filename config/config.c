@@ -62,6 +62,8 @@ static const char *const transport_names[] = { "auto", "mlx5", "verbs", "tcp", N
 static const char *const tri_names[] = { "false", "true", "auto", NULL };
 static const char *const access_names[] = { "read", "write", "readwrite", NULL };
 static const char *const fill_names[] = { "zero", "pattern", NULL };
+static const char *const seg_memory_names[] = { "host", "gpu", NULL };
+static const char *const staging_names[] = { "auto", "host", "gpu", NULL };
 
 #define K(s, field, t, fl, lo, hi, nm, d)                                                 \
 	{                                                                                 \
@@ -121,6 +123,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, max_blocks, KT_UINT, 0, 1, 16777216, NULL, "65536"),
 	K(SCH, null_transport, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, null_transport_ack, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(SCH, staging, KT_ENUM, 0, 0, 0, staging_names, "auto"),
 };
 #undef SCH
 
@@ -174,6 +177,8 @@ static const struct key_def segment_keys[] = {
 	K(SEG, access, KT_ENUM, 0, 0, 0, access_names, "read"),
 	K(SEG, fill, KT_ENUM, 0, 0, 0, fill_names, "zero"),
 	K(SEG, pattern_seed, KT_UINT, 0, 0, INT32_MAX, NULL, "1"),
+	K(SEG, memory, KT_ENUM, 0, 0, 0, seg_memory_names, "host"),
+	K(SEG, gpu, KT_UINT, 0, 0, 63, NULL, "0"),
 };
 #undef SEG
 #undef K
@@ -235,6 +240,16 @@ const char *kvl_seg_access_name(int a)
 const char *kvl_seg_fill_name(int f)
 {
 	return f >= 0 && f <= KVL_FILL_PATTERN ? fill_names[f] : "?";
+}
+
+const char *kvl_seg_memory_name(int m)
+{
+	return m >= 0 && m <= KVL_SEG_MEM_GPU ? seg_memory_names[m] : "?";
+}
+
+const char *kvl_staging_place_name(int p)
+{
+	return p >= 0 && p <= KVL_STAGING_GPU ? staging_names[p] : "?";
 }
 
 /* ---- errors ---- */
@@ -1202,6 +1217,18 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 				"bytes; at most 1 TiB per segment",
 				file, cfg->seg_origin[i].section_line, g->label,
 				(unsigned long long)total);
+		/* gpu = N (not the default) next to memory = host: memory = gpu was forgotten */
+		if (g->memory != KVL_SEG_MEM_GPU && g->gpu != 0)
+			add_error(errs,
+				  "%s:%u: segment.%s.gpu: applies only to memory = gpu, but memory "
+				  "= host; set memory = gpu or remove gpu",
+				  file, key_line(cfg, KVL_SEC_SEGMENT, (int)i, "gpu"), g->label);
+		if (g->memory == KVL_SEG_MEM_GPU && cfg->gpu.enable && g->gpu != cfg->gpu.device_id)
+			add_error(errs,
+				  "%s:%u: segment.%s.gpu: GPU %u is not the runtime's GPU "
+				  "(gpu.device_id = %u): its NICs and staging pair with that one",
+				  file, key_line(cfg, KVL_SEC_SEGMENT, (int)i, "gpu"), g->label,
+				  g->gpu, cfg->gpu.device_id);
 	}
 	if (ctl->n_peers > 0 && ctl->secret_file[0] == '\0')
 		add_error(errs,
@@ -1317,6 +1344,24 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 		add_error(errs, "%s:%u: sched.slot_kb: %u KiB is larger than staging_mb = %u MiB",
 			  file, key_line(cfg, KVL_SEC_SCHED, 0, "slot_kb"), cfg->sched.slot_kb,
 			  cfg->sched.staging_mb);
+	if (cfg->sched.staging == KVL_STAGING_GPU && !cfg->gpu.enable)
+		add_error(errs,
+			  "%s:%u: sched.staging: gpu needs gpu.enable = true (staging lives in "
+			  "that GPU's VRAM); set [gpu] enable = true, or staging = auto or host",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"));
+	/* PULLs land in staging through the NIC; over tcp that needs the bounce + copy path,
+	 * which does not exist yet. A NIC resolved to tcp at start-up is refused there. */
+	for (unsigned i = 0; i < cfg->n_nics && cfg->sched.staging == KVL_STAGING_GPU &&
+			     cfg->sched.staging_mb > 0 && !cfg->sched.null_transport;
+	     i++)
+		if (cfg->nics[i].transport == KVL_TRANSPORT_TCP)
+			add_error(errs,
+				  "%s:%u: sched.staging: gpu, but nic.%s has transport = tcp "
+				  "(%s:%u), which cannot land bytes in VRAM yet (no bounce + copy "
+				  "path); use staging = host (or auto) with tcp NICs",
+				  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"),
+				  cfg->nics[i].label, file,
+				  key_line(cfg, KVL_SEC_NIC, i, "transport"));
 	if (cfg->gpu.gpudirect == KVL_TRI_ON && !cfg->gpu.enable)
 		add_error(errs,
 			  "%s:%u: gpu.gpudirect: true needs gpu.enable = true; set enable, or "

@@ -83,6 +83,18 @@ enum kvl_seg_fill {
 	KVL_FILL_PATTERN, /* kvl_pattern_fill(): peers can verify every byte they read */
 };
 
+enum kvl_seg_memory {
+	KVL_SEG_MEM_HOST = 0, /* DPDK memory on the first NIC's NUMA node */
+	KVL_SEG_MEM_GPU,      /* VRAM of GPU @gpu (cudaMalloc) */
+};
+
+/* [sched] staging: where each NIC lcore's PULL staging lives. */
+enum kvl_staging_place {
+	KVL_STAGING_AUTO = 0, /* gpu when [gpu] enable = true and the build has CUDA, else host */
+	KVL_STAGING_HOST,
+	KVL_STAGING_GPU,
+};
+
 /* [segment.<label>]: KV memory kvlaned hosts for its peers, laid out as
  * layers x planes (K, V) x blocks of block_bytes. */
 struct kvl_segment_conf {
@@ -94,6 +106,8 @@ struct kvl_segment_conf {
 	int access; /* enum kvl_seg_access */
 	int fill;   /* enum kvl_seg_fill */
 	uint32_t pattern_seed;
+	int memory;   /* enum kvl_seg_memory */
+	uint32_t gpu; /* memory = gpu: the CUDA device ordinal */
 };
 
 struct kvl_cq_moderation_conf {
@@ -131,6 +145,7 @@ struct kvl_sched_conf {
 	uint32_t max_blocks;   /* blocks over all open requests per NIC lcore */
 	bool null_transport;   /* scheduler posts complete at once, nothing moves */
 	bool null_transport_ack;
+	int staging; /* enum kvl_staging_place */
 };
 
 struct kvl_control_conf {
@@ -265,6 +280,8 @@ const char *kvl_transport_name(int t);
 const char *kvl_tristate_name(int t);
 const char *kvl_seg_access_name(int a);
 const char *kvl_seg_fill_name(int f);
+const char *kvl_seg_memory_name(int m);
+const char *kvl_staging_place_name(int p);
 
 /*
  * Walk every key of the effective configuration, with its value as text, in file order:

@@ -293,6 +293,8 @@ int kvl_xport_status(const struct kvl_xconn *x, int err)
 {
 	if (err == -EPIPE)
 		return x->ops->broken(x->c) ?: KVL_ERR_CONN_LOST;
+	if (err == -EXDEV) /* GPU memory the transport cannot reach (tcp_data.c) */
+		return KVL_ERR_GPU_MEMORY;
 	return err == -EMSGSIZE ? KVL_ERR_TOO_LARGE : KVL_ERR_PROTOCOL;
 }
 

@@ -15,6 +15,7 @@
 #include "lifecycle.h"
 #include "peers.h"
 #include "runtime.h"
+#include "seg_place.h"
 #include "segments.h"
 #include "telemetry.h"
 
@@ -133,6 +134,14 @@ const char *kvl_listen_addr(const struct kvl_runtime *rt)
 
 /* ---- segments ---- */
 
+/* Why the thread's last segment call failed (kvl_seg_error). */
+static __thread char seg_err[512];
+
+const char *kvl_seg_error(void)
+{
+	return seg_err;
+}
+
 static int geom_desc(const struct kvl_seg_geom *g, unsigned access, struct kvl_seg_desc *d)
 {
 	memset(d, 0, sizeof(*d));
@@ -155,6 +164,8 @@ static void seg_out(const struct kvl_seg_desc *d, uint32_t id, void *base, struc
 					   .planes = d->n_planes,
 					   .blocks = d->block_count,
 					   .block_bytes = d->block_size };
+	out->mem = KVL_MEM_HOST;
+	out->gpu = -1;
 }
 
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
@@ -183,21 +194,61 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 	return 0;
 }
 
+/* The end of kvl_seg_alloc_gpu / kvl_seg_register: log a refusal (its words are in seg_err),
+ * or tell peers and the caller, with the kind of memory (@gpu: the device, -1 for host). */
+static int seg_done(struct kvl_runtime *rt, int rc, const struct kvl_seg_desc *d, uint32_t id,
+		    void *base, int gpu, struct kvl_segment *out)
+{
+	if (rc < 0) {
+		KVL_LOG(ERR, "%s", seg_err);
+		return rc;
+	}
+	kvl_control_segments_changed(rt); /* peers hear of it now, not at the next tick */
+	seg_out(d, id, base, out);
+	if (out != NULL && gpu >= 0) {
+		out->mem = KVL_MEM_GPU;
+		out->gpu = gpu;
+	}
+	return 0;
+}
+
+int kvl_seg_alloc_gpu(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
+		      unsigned access, int gpu, struct kvl_segment *out)
+{
+	struct kvl_seg_desc d;
+	uint32_t id = 0;
+	void *mem = NULL;
+	int rc = geom_desc(g, access, &d);
+
+	seg_err[0] = '\0';
+	if (rc < 0 || name == NULL) {
+		snprintf(seg_err, sizeof(seg_err), "bad geometry, access bits or name");
+		return rc < 0 ? rc : -EINVAL;
+	}
+	if (gpu == KVL_GPU_CONFIGURED)
+		gpu = rt->gpu.open ? rt->gpu.device_id : (int)rt->cfg.gpu.device_id;
+	rc = kvl_seg_place_gpu(&rt->segs, &rt->gpu, name, gpu, &d, false, 0, &id, &mem, seg_err,
+			       sizeof(seg_err));
+	return seg_done(rt, rc, &d, id, mem, gpu, out);
+}
+
 int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
 		     const struct kvl_seg_geom *g, unsigned access, struct kvl_segment *out)
 {
+	struct kvl_mem_info mi = { .kind = KVL_MEM_HOST, .device = -1 };
 	struct kvl_seg_desc d;
-	uint32_t id;
+	uint32_t id = 0;
 	int rc = geom_desc(g, access, &d);
 
-	if (rc < 0 || base == NULL)
+	seg_err[0] = '\0';
+	if (rc < 0 || base == NULL || name == NULL) {
+		snprintf(seg_err, sizeof(seg_err), "bad geometry, access bits, name or base");
 		return rc < 0 ? rc : -EINVAL;
-	rc = kvl_segs_add(&rt->segs, name, base, NULL, &d, &id);
-	if (rc == 0) {
-		kvl_control_segments_changed(rt);
-		seg_out(&d, id, base, out);
 	}
-	return rc;
+	/* host or GPU memory: detected, and refused when it is neither whole */
+	rc = kvl_seg_place_register(&rt->segs, &rt->gpu, name, base, &d, &id, &mi, seg_err,
+				    sizeof(seg_err));
+	return seg_done(rt, rc, &d, id, base, mi.kind == KVL_MEM_GPU ? mi.device : -1, out);
 }
 
 /* ---- peers ---- */

@@ -14,6 +14,7 @@
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
 #include "req_api.h"
+#include "seg_place.h"
 #include "staging.h"
 #include "verbs.h"
 
@@ -255,6 +256,18 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 				  (g->access != KVL_ACCESS_WRITE ? KVL_SEG_REMOTE_READ : 0) |
 					  (g->access != KVL_ACCESS_READ ? KVL_SEG_REMOTE_WRITE : 0),
 				  &d);
+		if (g->memory == KVL_SEG_MEM_GPU) { /* VRAM: runtime/seg_place.c */
+			char msg[KVL_ERR_LEN];
+
+			rc = kvl_seg_place_gpu(&rt->segs, &rt->gpu, g->label, (int)g->gpu, &d,
+					       g->fill == KVL_FILL_PATTERN, g->pattern_seed, &id,
+					       &mem, msg, sizeof(msg));
+			if (rc < 0) {
+				snprintf(err, errlen, "segment.%s.memory = gpu: %s", g->label, msg);
+				return rc;
+			}
+			continue;
+		}
 		mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
 		if (mem == NULL)
 			mem = rte_zmalloc("kvl_segment", d.length, 4096);

@@ -52,7 +52,9 @@ struct kvl_runtime {
 	struct kvl_control *ctl;     /* NULL when the control path is off */
 	uint64_t sched_budget;	     /* per NIC lcore, read by its stage each pass (relaxed) */
 	uint64_t budget_cap;	     /* kvl_req_budget_cap(); UINT64_MAX: none */
-	struct kvl_req_table *reqs;  /* runtime/req_api.c; NULL without a scheduler */
+	int staging_place;     /* KVL_STAGING_HOST or _GPU, as staging.c resolved [sched] staging */
+	char staging_why[192]; /* why there ("" when the INI said so plainly) */
+	struct kvl_req_table *reqs; /* runtime/req_api.c; NULL without a scheduler */
 	uint64_t next_sample_tsc;
 	unsigned poll_rr;
 	unsigned main_lcore;

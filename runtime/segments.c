@@ -10,6 +10,13 @@
 #include "segments.h"
 #include "verbs.h"
 
+const char *kvl_seg_reg_name(int m)
+{
+	static const char *const names[] = { "none", "ibv_reg_mr", "dmabuf", "peermem" };
+
+	return m >= 0 && m <= KVL_SEG_REG_PEERMEM ? names[m] : "?";
+}
+
 void kvl_segs_init(struct kvl_local_segs *s)
 {
 	memset(s, 0, sizeof(*s));
@@ -44,6 +51,39 @@ void kvl_seg_desc_make(uint32_t layers, uint32_t planes, uint32_t blocks, uint32
 	d->flags = flags;
 }
 
+/* A free slot (under the lock), or KVL_MAX_SEGS when none is left. */
+static uint32_t slot_find(const struct kvl_local_segs *s)
+{
+	uint32_t i;
+
+	for (i = 0; i < KVL_MAX_SEGS; i++)
+		if (!s->meta[i].live && s->tab.seg[i].base == NULL)
+			break; /* slots are never reused while running: lcores may hold ids */
+	return i;
+}
+
+/* Fill slot @i and publish it to the lcores (under the lock). @tab_flags may add local-only
+ * flags (KVL_SEG_GPU) to the permissions peers see in @desc. */
+static void publish(struct kvl_local_segs *s, uint32_t i, const char *name, void *base, void *owned,
+		    const struct kvl_seg_desc *desc, uint32_t tab_flags)
+{
+	struct kvl_local_seg *m = &s->meta[i];
+
+	m->desc = *desc;
+	m->desc.id = i + 1;
+	snprintf(m->desc.name, sizeof(m->desc.name), "%s", name);
+	m->base = base;
+	m->owned = owned;
+	s->tab.seg[i] = (struct kvl_seg){
+		.base = base, .len = desc->length, .id = i + 1, .flags = desc->flags | tab_flags
+	};
+	__atomic_store_n(&s->tab.live[i], true, __ATOMIC_RELEASE);
+	m->live = true;
+	if (i + 1 > s->hwm)
+		__atomic_store_n(&s->hwm, i + 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+}
+
 int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *owned,
 		 const struct kvl_seg_desc *desc, uint32_t *id)
 {
@@ -51,14 +91,13 @@ int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *o
 	uint32_t i;
 
 	pthread_mutex_lock(&s->lock);
-	for (i = 0; i < KVL_MAX_SEGS; i++)
-		if (!s->meta[i].live && s->tab.seg[i].base == NULL)
-			break; /* slots are never reused while running: lcores may hold ids */
+	i = slot_find(s);
 	if (i == KVL_MAX_SEGS) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOSPC;
 	}
 	m = &s->meta[i];
+	m->mem = (struct kvl_mem_info){ .kind = KVL_MEM_HOST, .device = -1 };
 	/* Every RDMA NIC must be able to reach it: register it on each device first. */
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++) {
 		char msg[KVL_VERBS_ERR_LEN];
@@ -75,22 +114,69 @@ int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *o
 			KVL_LOG(ERR, "segment \"%s\" on nic.%s: %s", name, s->dev_label[n], msg);
 			return rc;
 		}
+		m->reg[n] = KVL_SEG_REG_MR;
 		KVL_LOG(INFO, "segment \"%s\" (%llu MiB) registered on nic.%s in %.2f ms", name,
 			(unsigned long long)(desc->length >> 20), s->dev_label[n], ns / 1e6);
 	}
-	m->desc = *desc;
-	m->desc.id = i + 1;
-	snprintf(m->desc.name, sizeof(m->desc.name), "%s", name);
-	m->base = base;
-	m->owned = owned;
-	s->tab.seg[i] = (struct kvl_seg){
-		.base = base, .len = desc->length, .id = i + 1, .flags = desc->flags
-	};
-	__atomic_store_n(&s->tab.live[i], true, __ATOMIC_RELEASE);
-	m->live = true;
-	if (i + 1 > s->hwm)
-		__atomic_store_n(&s->hwm, i + 1, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+	publish(s, i, name, base, owned, desc, 0);
+	pthread_mutex_unlock(&s->lock);
+	*id = i + 1;
+	return 0;
+}
+
+int kvl_segs_add_gpu(struct kvl_local_segs *s, const char *name, void *base, void *owned,
+		     const struct kvl_seg_desc *desc, const struct kvl_mem_info *mem, uint32_t *id,
+		     char *err, size_t errlen)
+{
+	struct kvl_local_seg *m;
+	unsigned on = 0;
+	uint32_t i;
+
+	pthread_mutex_lock(&s->lock);
+	i = slot_find(s);
+	if (i == KVL_MAX_SEGS) {
+		pthread_mutex_unlock(&s->lock);
+		snprintf(err, errlen, "segment \"%s\": all %u segment slots are used", name,
+			 KVL_MAX_SEGS);
+		return -ENOSPC;
+	}
+	m = &s->meta[i];
+	m->mem = *mem;
+	for (unsigned n = 0; n < KVL_MAX_NICS; n++) {
+		char msg[320];
+		int rc;
+
+		if (s->dev[n] == NULL)
+			continue;
+		rc = kvl_gpu_mr_reg(s->dev[n], base, desc->length, desc->flags, &m->rkey[n],
+				    &m->reg_ns[n], &m->reg[n], msg, sizeof(msg));
+		if (rc < 0) {
+			/* what earlier devices registered stays with them until they close */
+			memset(m->reg, 0, sizeof(m->reg));
+			pthread_mutex_unlock(&s->lock);
+			snprintf(err, errlen, "segment \"%s\" (GPU %d) on nic.%s: %s", name,
+				 mem->device, s->dev_label[n], msg);
+			return rc;
+		}
+		on++;
+		KVL_LOG(INFO,
+			"segment \"%s\" (%llu MiB of GPU %d) registered on nic.%s by %s in %.2f ms",
+			name, (unsigned long long)(desc->length >> 20), mem->device,
+			s->dev_label[n], kvl_seg_reg_name(m->reg[n]), m->reg_ns[n] / 1e6);
+	}
+	if (on == 0)
+		KVL_LOG(NOTICE,
+			"segment \"%s\" is %llu MiB of GPU %d (%s); no RDMA NIC on this runtime, "
+			"so it is registered nowhere and usable locally only",
+			name, (unsigned long long)(desc->length >> 20), mem->device,
+			mem->pci_bus_id);
+	/* The CPU cannot touch it: the tcp transport refuses it (status gpu-memory) until its
+	 * bounce + copy path exists. Said once here, counted per transfer. */
+	KVL_LOG(NOTICE,
+		"segment \"%s\" is GPU memory: tcp NICs refuse transfers into or out of it "
+		"(status gpu-memory) until tcp's copy path to VRAM exists",
+		name);
+	publish(s, i, name, base, owned, desc, KVL_SEG_GPU);
 	pthread_mutex_unlock(&s->lock);
 	*id = i + 1;
 	return 0;
@@ -143,7 +229,10 @@ void kvl_segs_release(struct kvl_local_segs *s)
 	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
 		__atomic_store_n(&s->tab.live[i], false, __ATOMIC_RELEASE);
 		s->meta[i].live = false;
-		rte_free(s->meta[i].owned);
+		if (s->meta[i].mem.kind == KVL_MEM_GPU)
+			kvl_gpu_vram_free(s->meta[i].owned);
+		else
+			rte_free(s->meta[i].owned);
 		s->meta[i].owned = NULL;
 	}
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++)

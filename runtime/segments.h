@@ -9,9 +9,21 @@
 
 #include "config.h"
 #include "ctrl_proto.h"
+#include "gpu.h"
 #include "xfer.h"
 
 struct kvl_verbs_dev;
+
+/* How a segment was registered on one NIC. */
+enum kvl_seg_reg {
+	KVL_SEG_REG_NONE = 0, /* not an RDMA NIC (tcp), or none on this runtime */
+	KVL_SEG_REG_MR,	      /* host memory: ibv_reg_mr */
+	KVL_SEG_REG_DMABUF,   /* GPU memory: cuMemGetHandleForAddressRange + ibv_reg_dmabuf_mr */
+	KVL_SEG_REG_PEERMEM,  /* GPU memory: ibv_reg_mr through nvidia_peermem */
+};
+
+/* "none", "ibv_reg_mr", "dmabuf", "peermem" (telemetry's words). */
+const char *kvl_seg_reg_name(int m);
 
 /* A local segment: what peers are told (desc) and what RDMA registration gave. */
 struct kvl_local_seg {
@@ -21,6 +33,8 @@ struct kvl_local_seg {
 	void *owned; /* allocated by kvlane (rte_malloc), freed at the end; NULL if registered */
 	uint32_t rkey[KVL_MAX_NICS];   /* on each RDMA NIC's device */
 	uint64_t reg_ns[KVL_MAX_NICS]; /* what ibv_reg_mr took there (pinning every page) */
+	uint8_t reg[KVL_MAX_NICS];     /* enum kvl_seg_reg, on each NIC */
+	struct kvl_mem_info mem;       /* host or GPU (which device): detected */
 };
 
 struct kvl_local_segs {
@@ -52,6 +66,18 @@ void kvl_seg_desc_make(uint32_t layers, uint32_t planes, uint32_t blocks, uint32
  * -ENOSPC (KVL_MAX_SEGS used), or the registration's negative errno (logged). */
 int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *owned,
 		 const struct kvl_seg_desc *desc, uint32_t *id);
+
+/*
+ * The GPU twin of kvl_segs_add(): [@base, @base + @desc->length) is VRAM of @mem->device
+ * (kvl_gpu_mem_detect). It is registered on every attached RDMA device through
+ * kvl_gpumem_reg (dma-buf first, peer memory second, the method recorded), and marked
+ * KVL_SEG_GPU in the lcores' table (never in what peers see). With no RDMA device attached it
+ * is registered nowhere and usable locally. @owned (cudaMalloc'd) is freed with it. 0 with
+ * *@id set, or a negative errno with the message in @err.
+ */
+int kvl_segs_add_gpu(struct kvl_local_segs *s, const char *name, void *base, void *owned,
+		     const struct kvl_seg_desc *desc, const struct kvl_mem_info *mem, uint32_t *id,
+		     char *err, size_t errlen);
 
 /* The id of the live segment holding [p, p + len) whole, or 0 when none does (per transfer:
  * scans only the slots ever used). */

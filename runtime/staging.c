@@ -7,6 +7,7 @@
 #include <rte_cycles.h>
 #include <rte_malloc.h>
 
+#include "kvl_build_config.h"
 #include "log.h"
 #include "nic_sched.h"
 #include "runtime.h"
@@ -47,6 +48,15 @@ unsigned kvl_staging_count(const struct kvl_runtime *rt)
 
 uint64_t kvl_staging_budget(const struct kvl_runtime *rt)
 {
+	if (rt->gpu.open && rt->staging_place == KVL_STAGING_GPU) {
+		/* The staging in VRAM is ours and already out of the sampled free memory: the
+		 * budget is what free VRAM would be without it, minus the reserve. */
+		struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
+		uint64_t ours = (uint64_t)sc.slot_count * sc.slot_size * kvl_staging_count(rt),
+			 free_b = __atomic_load_n(&rt->gpu.free_bytes, __ATOMIC_RELAXED) + ours;
+
+		return free_b > rt->gpu.reserve_bytes ? free_b - rt->gpu.reserve_bytes : 0;
+	}
 	if (rt->gpu.open)
 		return kvl_gpu_budget(&rt->gpu);
 	return (uint64_t)rt->cfg.sched.budget_mb << 20;
@@ -77,15 +87,108 @@ void kvl_staging_sample(struct kvl_runtime *rt)
 	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
 }
 
+int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic)
+{
+	(void)nic; /* the per-NIC pairing of lcores/topo/ is read here once it lands */
+	return rt->gpu.device_id;
+}
+
+/* The first NIC that would have to land bytes in VRAM over tcp (no copy path yet), or -1. */
+static int tcp_nic(const struct kvl_runtime *rt)
+{
+	if (rt->cfg.sched.null_transport)
+		return -1; /* nothing lands: VRAM staging is only sized and registered */
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		if (rt->nic[i].info.transport == KVL_TRANSPORT_TCP)
+			return (int)i;
+	return -1;
+}
+
+/* [sched] staging resolved against what this host and build have: 0, or -EINVAL with why. */
+static int staging_place(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	int want = rt->cfg.sched.staging, t = tcp_nic(rt);
+
+	rt->staging_why[0] = '\0';
+	if (want == KVL_STAGING_GPU) {
+		if (t >= 0) {
+			snprintf(err, errlen,
+				 "sched.staging = gpu: nic.%s uses the tcp transport, which cannot "
+				 "land bytes in VRAM yet (no bounce + cudaMemcpyAsync path); use "
+				 "staging = host or auto with tcp NICs",
+				 rt->cfg.nics[t].label);
+			return -EINVAL;
+		}
+		if (!rt->gpu.open) { /* the configuration check asks for [gpu] enable already */
+			snprintf(err, errlen, "sched.staging = gpu needs [gpu] enable = true");
+			return -EINVAL;
+		}
+		rt->staging_place = KVL_STAGING_GPU;
+		return 0;
+	}
+	rt->staging_place = KVL_STAGING_HOST;
+	if (want == KVL_STAGING_HOST)
+		return 0;
+	if (!KVL_HAVE_CUDA || !rt->gpu.open)
+		snprintf(rt->staging_why, sizeof(rt->staging_why), "auto: %s",
+			 KVL_HAVE_CUDA ? "[gpu] enable = false" : "built without CUDA");
+	else if (t >= 0)
+		snprintf(rt->staging_why, sizeof(rt->staging_why),
+			 "auto: nic.%s is tcp, which cannot land bytes in VRAM yet",
+			 rt->cfg.nics[t].label);
+	else
+		rt->staging_place = KVL_STAGING_GPU;
+	if (rt->staging_why[0] != '\0' && rt->gpu.open)
+		KVL_LOG(NOTICE, "sched.staging = auto: host memory, since %s", rt->staging_why + 6);
+	return 0;
+}
+
+/* NIC @i's staging: VRAM of its GPU, or DPDK memory on its socket. */
+static int staging_alloc(struct kvl_runtime *rt, unsigned i, uint64_t size, char *err,
+			 size_t errlen)
+{
+	struct kvl_rt_nic *nic = &rt->nic[i];
+	int socket = nic->lcore->socket;
+
+	if (rt->staging_place == KVL_STAGING_GPU) {
+		int dev = kvl_staging_gpu_of(rt, i);
+		char why[256];
+
+		nic->staging = kvl_gpu_vram_alloc(dev, size, why, sizeof(why));
+		if (nic->staging == NULL) {
+			snprintf(err, errlen, "sched.staging = gpu: nic.%s: %s",
+				 rt->cfg.nics[i].label, why);
+			return -ENOMEM;
+		}
+		return 0;
+	}
+	nic->staging = rte_zmalloc_socket("kvl_staging", size, 4096, socket);
+	if (nic->staging == NULL)
+		nic->staging = rte_zmalloc("kvl_staging", size, 4096);
+	if (nic->staging == NULL) {
+		snprintf(err, errlen,
+			 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
+			 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
+			 rt->cfg.sched.staging_mb, rt->cfg.nics[i].label);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	const struct kvl_sched_conf *c = &rt->cfg.sched;
 	struct kvl_sched_cfg sc = sched_cfg(&rt->cfg);
 	uint64_t staging = (uint64_t)sc.slot_count * sc.slot_size;
+	int rc;
 
 	rt->budget_cap = UINT64_MAX;
+	rt->staging_place = KVL_STAGING_HOST;
 	if (c->staging_mb == 0)
 		return 0;
+	rc = staging_place(rt, err, errlen);
+	if (rc < 0)
+		return rc;
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
 		struct kvl_rt_nic *nic = &rt->nic[i];
 		int socket = nic->lcore->socket;
@@ -97,16 +200,9 @@ int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 						.null_xport = c->null_transport,
 						.levt = nic->io->evt };
 
-		nic->staging = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
-		if (nic->staging == NULL)
-			nic->staging = rte_zmalloc("kvl_staging", staging, 4096);
-		if (nic->staging == NULL) {
-			snprintf(err, errlen,
-				 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
-				 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
-				 c->staging_mb, rt->cfg.nics[i].label);
-			return -ENOMEM;
-		}
+		rc = staging_alloc(rt, i, staging, err, errlen);
+		if (rc < 0)
+			return rc;
 		nc.staging = nic->staging;
 		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
 		if (nic->info.transport != KVL_TRANSPORT_TCP && !c->null_transport &&
@@ -146,6 +242,24 @@ int kvl_staging_register(struct kvl_runtime *rt, char *err, size_t errlen)
 		/* One layer of slots; no remote access: peers see it and can do nothing. */
 		kvl_seg_desc_make(1, 1, sc.slot_count, sc.slot_size, 0, &d);
 		snprintf(name, sizeof(name), "staging.%s", rt->cfg.nics[i].label);
+		if (rt->staging_place == KVL_STAGING_GPU) {
+			struct kvl_mem_info mi = { .kind = KVL_MEM_GPU,
+						   .device = kvl_staging_gpu_of(rt, i),
+						   .alloc_start = (uintptr_t)rt->nic[i].staging,
+						   .alloc_size = d.length };
+			char msg[400];
+
+			snprintf(mi.pci_bus_id, sizeof(mi.pci_bus_id), "%s", rt->gpu.pci_bus_id);
+			rc = kvl_segs_add_gpu(&rt->segs, name, rt->nic[i].staging,
+					      rt->nic[i].staging, &d, &mi, &id, msg, sizeof(msg));
+			if (rc < 0) {
+				snprintf(err, errlen,
+					 "nic.%s: cannot register its VRAM staging: %s",
+					 rt->cfg.nics[i].label, msg);
+				return rc;
+			}
+			continue;
+		}
 		rc = kvl_segs_add(&rt->segs, name, rt->nic[i].staging, rt->nic[i].staging, &d, &id);
 		if (rc < 0) {
 			snprintf(err, errlen, "nic.%s: cannot register its staging: %s",
@@ -163,8 +277,12 @@ void kvl_staging_stop(struct kvl_runtime *rt)
 
 		kvl_nic_sched_free(nic->sched); /* and unhooks it from nic_io */
 		nic->sched = NULL;
-		if (!kvl_segs_owns(&rt->segs, nic->staging))
-			rte_free(nic->staging); /* else it goes with the segments */
+		if (kvl_segs_owns(&rt->segs, nic->staging))
+			; /* it goes with the segments */
+		else if (rt->staging_place == KVL_STAGING_GPU)
+			kvl_gpu_vram_free(nic->staging);
+		else
+			rte_free(nic->staging);
 		nic->staging = NULL;
 	}
 }

@@ -19,6 +19,13 @@ int kvl_staging_register(struct kvl_runtime *rt, char *err, size_t errlen);
 /* After the loops stopped: the schedulers, and the staging no segment owns. */
 void kvl_staging_stop(struct kvl_runtime *rt);
 
+/*
+ * The GPU whose VRAM holds NIC @nic's staging with [sched] staging = gpu: the one place where
+ * the NIC's paired GPU is read (lcores/topo/ pairs each NIC with its GPU; until that lands,
+ * every NIC pairs with [gpu] device_id).
+ */
+int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic);
+
 /* How many NIC lcores run a scheduler. */
 unsigned kvl_staging_count(const struct kvl_runtime *rt);
 

@@ -14,6 +14,7 @@ static const char *const status_names[KVL_STATUS_COUNT] = {
 	[KVL_ERR_CANCELED] = "canceled",
 	[KVL_ERR_TOO_LARGE] = "too-large",
 	[KVL_ERR_NO_PEER] = "no-peer",
+	[KVL_ERR_GPU_MEMORY] = "gpu-memory",
 };
 
 const char *kvl_status_name(int status)

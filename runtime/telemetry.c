@@ -88,7 +88,7 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
  * column form (a dict of arrays, one entry per row at the same index in every array), and one
  * row as a flat dict. Both are filled by the same row function through this sink.
  */
-#define MAX_COLS 40
+#define MAX_COLS 48 /* /kvlane/sched has 42 */
 
 struct sink {
 	struct rte_tel_data *d; /* row mode: the reply dict */
@@ -569,7 +569,15 @@ static void seg_row(void *arg, const struct kvl_local_seg *s)
 	struct sink *k = w->k;
 	uint64_t reg_ns = 0, worst = 0;
 	int rdma = 0;
+	char reg[128];
+	size_t len = 0;
+	bool gpu = s->mem.kind == KVL_MEM_GPU;
 
+	/* how each NIC reaches it: "lo:none,mlx5_0:dmabuf" (tcp NICs register nothing) */
+	reg[0] = '\0';
+	for (unsigned n = 0; n < w->rt->cfg.n_nics && len < sizeof(reg); n++)
+		len += snprintf(reg + len, sizeof(reg) - len, "%s%s:%s", n ? "," : "",
+				w->rt->cfg.nics[n].label, kvl_seg_reg_name(s->reg[n]));
 	for (unsigned n = 0; n < w->rt->cfg.n_nics; n++) {
 		if (w->rt->nic[n].vdev == NULL)
 			continue;
@@ -588,6 +596,10 @@ static void seg_row(void *arg, const struct kvl_local_seg *s)
 	put_int(k, "rdma_nics", rdma);
 	put_u64(k, "reg_us", reg_ns / 1000);	/* over every RDMA NIC */
 	put_u64(k, "reg_us_max", worst / 1000); /* the slowest one */
+	put_str(k, "kind", gpu ? "gpu" : "host");
+	put_int(k, "gpu", gpu ? s->mem.device : -1);
+	put_str(k, "pci_bus_id", gpu ? s->mem.pci_bus_id : "");
+	put_str(k, "reg", reg);
 }
 
 /* Local segments in column form, with what registering each for RDMA cost. */
@@ -689,6 +701,10 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 
 	put_str(k, "nic", rt->cfg.nics[nic].label);
 	put_str(k, "transport", rt->cfg.sched.null_transport ? "null" : "peer");
+	put_str(k, "staging", rt->staging_place == KVL_STAGING_GPU ? "gpu" : "host");
+	put_int(k, "staging_gpu",
+		rt->staging_place == KVL_STAGING_GPU ? kvl_staging_gpu_of(rt, nic) : -1);
+	put_str(k, "staging_why", rt->staging_why);
 	put_u64(k, "staging_bytes", staging - staging % ((uint64_t)rt->cfg.sched.slot_kb << 10));
 	put_u64(k, "slot_bytes", (uint64_t)rt->cfg.sched.slot_kb << 10);
 	put_u64(k, "budget", st->budget);
@@ -847,11 +863,11 @@ RTE_INIT(kvl_telemetry_register)
 		 "recoveries, resyncs, ... No parameters");
 	REGISTER("/kvlane/nic", tel_nic, "One NIC's row of /kvlane/nics. Parameter: NIC label");
 	REGISTER("/kvlane/segments", tel_segments,
-		 "Local segments in column form: id, name, length, access, rdma_nics, reg_us "
-		 "(RDMA registration time). No parameters");
+		 "Local segments, column form: id, name, length, access, kind (host/gpu), "
+		 "gpu, pci_bus_id, reg (per NIC), reg_us. No parameters");
 	REGISTER("/kvlane/sched", tel_sched,
-		 "Schedulers per NIC lcore, column form: budget, in_use, windows, active, "
-		 "waiting, counters, evicted_blocks. No parameters");
+		 "Schedulers per NIC lcore, column form: staging (host/gpu), budget, "
+		 "in_use, windows, active, waiting, counters. No parameters");
 	REGISTER("/kvlane/requests", tel_requests,
 		 "Requests in column form: req, class, window, landed, in_flight, "
 		 "evicted, steps_ready, steps_done, age_us. No parameters");

@@ -34,6 +34,9 @@ enum kvl_status {
 	KVL_ERR_CANCELED = 8,	/* the runtime stopped before the transfer finished */
 	KVL_ERR_TOO_LARGE = 9,	/* longer than the transport's largest message */
 	KVL_ERR_NO_PEER = 10,	/* unknown peer handle, or the peer is not connected */
+	/* a local or served range is GPU memory and the transport has no copy path to it (tcp,
+	 * until its bounce + cudaMemcpyAsync path exists) */
+	KVL_ERR_GPU_MEMORY = 11,
 	KVL_STATUS_COUNT
 };
 
@@ -96,11 +99,21 @@ enum kvl_access {
 	KVL_REMOTE_WRITE = 1u << 1, /* peers may WRITE into it */
 };
 
+/* What a segment's memory is. */
+enum kvl_mem_kind {
+	KVL_MEM_HOST = 0, /* the CPU can read it */
+	KVL_MEM_GPU =
+		1, /* VRAM of one GPU: only the GPU, its copy engines and GPUDirect reach it */
+};
+
 struct kvl_segment {
 	uint32_t id; /* what peers name it by */
 	void *base;
 	uint64_t length;
 	struct kvl_seg_geom geom;
+	uint32_t
+		mem; /* enum kvl_mem_kind: chosen (kvl_seg_alloc*) or detected (kvl_seg_register) */
+	int32_t gpu; /* KVL_MEM_GPU: the CUDA device ordinal; -1 for host memory */
 };
 
 /* Allocate a segment in DPDK memory (hugepages when EAL has them) on the NIC's NUMA node,
@@ -108,9 +121,36 @@ struct kvl_segment {
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		  unsigned access, struct kvl_segment *out);
 
-/* Register memory the caller owns (and keeps until kvl_stop()). */
+#define KVL_GPU_CONFIGURED (-1) /* kvl_seg_alloc_gpu(): the runtime's GPU ([gpu] device_id) */
+
+/*
+ * Allocate a segment in VRAM of GPU @gpu (a CUDA ordinal, or KVL_GPU_CONFIGURED), zeroed, and
+ * register it with every RDMA NIC (dma-buf, else peer memory). With no RDMA NIC it is
+ * registered nowhere and usable locally. The CPU cannot touch it: the tcp transport refuses
+ * transfers into or out of it (KVL_ERR_GPU_MEMORY) until its copy path exists. Returns 0, or a
+ * negative errno with the reason in kvl_seg_error(): -ENOTSUP (built without CUDA), -ENODEV
+ * (no GPU, or no GPU @gpu), -EXDEV (not the GPU of [gpu] device_id while [gpu] enable = true),
+ * -ENOMEM (VRAM), -EINVAL (geometry, access), or a registration's errno.
+ */
+int kvl_seg_alloc_gpu(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
+		      unsigned access, int gpu, struct kvl_segment *out);
+
+/*
+ * Register memory the caller owns (and keeps until kvl_stop()): host memory, or a device
+ * pointer (a cudaMalloc block or a sub-range of one, a framework tensor's storage). Which it is
+ * is detected (cuPointerGetAttributes), not declared, and returned in @out->mem / @out->gpu;
+ * GPU memory is registered as kvl_seg_alloc_gpu()'s is. Returns 0, or a negative errno with the
+ * reason in kvl_seg_error(): -ERANGE (a range crossing two allocations, running past its
+ * allocation's end, or mixing host and GPU memory), -EFAULT (neither readable host memory nor
+ * live GPU memory: unmapped, or freed), -ENOTSUP (CUDA managed memory), -EXDEV (a GPU other
+ * than [gpu] device_id while [gpu] enable = true), -EINVAL, -ENOSPC.
+ */
 int kvl_seg_register(struct kvl_runtime *rt, const char *name, void *base,
 		     const struct kvl_seg_geom *g, unsigned access, struct kvl_segment *out);
+
+/* Why the calling thread's last failed kvl_seg_alloc_gpu / kvl_seg_register was refused ("" when it
+ * had no more to say than its errno). Valid until its next call. */
+const char *kvl_seg_error(void);
 
 /* ---- peers ---- */
 
@@ -305,8 +345,9 @@ struct kvl_req_event {
 unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned max);
 
 /* Where block @block of @req is in staging, while a READY step names it and until the last
- * step naming it is DONE. 0, -ENOENT, -ERANGE (block >= n_blocks), -EAGAIN (not landed, or
- * freed). */
+ * step naming it is DONE. With [sched] staging = gpu this is a device pointer (VRAM of the
+ * NIC's GPU): read it from a kernel or with cudaMemcpy, not with the CPU. 0, -ENOENT, -ERANGE
+ * (block >= n_blocks), -EAGAIN (not landed, or freed). */
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
 
 /* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the

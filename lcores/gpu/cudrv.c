@@ -43,7 +43,9 @@ const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen)
 			   resolve("cuMemGetHandleForAddressRange", (void **)&drv.mem_get_handle) ||
 			   resolve("cuGetErrorString", (void **)&drv.get_error_string) ||
 			   resolve("cuDeviceGetAttribute", (void **)&drv.device_get_attribute) ||
-			   resolve("cuPointerGetAttribute", (void **)&drv.pointer_get_attribute)) {
+			   resolve("cuPointerGetAttribute", (void **)&drv.pointer_get_attribute) ||
+			   resolve("cuPointerGetAttributes",
+				   (void **)&drv.pointer_get_attributes)) {
 			drv_state = -1;
 		} else {
 			drv_state = 1;

@@ -20,6 +20,8 @@ struct kvl_cudrv {
 	CUresult (*get_error_string)(CUresult, const char **);
 	CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
 	CUresult (*pointer_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+	/* unlike the above, answers for any address (defaults for one CUDA does not know) */
+	CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
 };
 
 /* Resolve them once (later calls return the same table). Returns NULL with a message naming

@@ -25,41 +25,117 @@ const char *kvl_gpumem_method_name(enum kvl_gpumem_method m)
 	}
 }
 
-/* The allocation around @gptr, and the device it lives on; -EINVAL when it is not VRAM. */
-static int gpu_range(const struct kvl_cudrv *d, void *gptr, uint64_t len, CUdeviceptr *start,
-		     size_t *size, int *dev, char *err, size_t errlen)
+/* The attributes of one address; CUDA_SUCCESS with kind UNKNOWN for one it does not know. */
+static CUresult attrs_at(const struct kvl_cudrv *d, CUdeviceptr p, struct kvl_gpumem_range *r)
 {
-	CUdeviceptr p = (CUdeviceptr)(uintptr_t)gptr;
-	unsigned type = 0;
+	CUpointer_attribute a[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+				    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+				    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+				    CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+				    CU_POINTER_ATTRIBUTE_IS_MANAGED };
+	unsigned type = 0, managed = 0;
 	int ordinal = -1;
-	CUresult r;
+	CUdeviceptr start = 0;
+	size_t size = 0;
+	void *v[] = { &type, &ordinal, &start, &size, &managed };
+	CUresult rc = d->pointer_get_attributes(5, a, v, p);
 
-	r = d->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-	if (r != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE) {
-		snprintf(err, errlen,
-			 "%p is not GPU memory (%s): only cudaMalloc'd VRAM is registered here; "
-			 "host memory goes through kvl_verbs_reg",
-			 gptr, r != CUDA_SUCCESS ? kvl_cudrv_strerror(r) : "CUDA says host memory");
-		return -EINVAL;
+	memset(r, 0, sizeof(*r));
+	r->device = -1;
+	if (rc == CUDA_ERROR_INVALID_VALUE || rc == CUDA_ERROR_INVALID_CONTEXT)
+		return CUDA_SUCCESS; /* an address CUDA cannot place: not CUDA's (UNKNOWN) */
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	/* an allocation of cudaMallocManaged has a range; plain pageable memory that a driver
+	 * with HMM may also call managed has none, and stays host memory */
+	if (managed && size > 0)
+		r->kind = KVL_GPUMEM_MANAGED;
+	else if (type == CU_MEMORYTYPE_DEVICE)
+		r->kind = KVL_GPUMEM_DEVICE;
+	else if (type == CU_MEMORYTYPE_HOST)
+		r->kind = KVL_GPUMEM_HOST;
+	if (r->kind == KVL_GPUMEM_DEVICE || r->kind == KVL_GPUMEM_MANAGED) {
+		r->device = ordinal;
+		r->start = (uintptr_t)start;
+		r->size = size;
 	}
-	r = d->pointer_get_attribute(start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p);
-	if (r == CUDA_SUCCESS)
-		r = d->pointer_get_attribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p);
-	if (r == CUDA_SUCCESS)
-		r = d->pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-	if (r != CUDA_SUCCESS) {
-		snprintf(err, errlen, "%p: cannot read its allocation: %s", gptr,
-			 kvl_cudrv_strerror(r));
+	return CUDA_SUCCESS;
+}
+
+int kvl_gpumem_query(const void *p, uint64_t len, struct kvl_gpumem_range *r, char *err,
+		     size_t errlen)
+{
+	const struct kvl_cudrv *d = kvl_cudrv_get(err, errlen);
+	uintptr_t a = (uintptr_t)p, last = a + (len ? len - 1 : 0);
+	struct kvl_gpumem_range e;
+	CUresult rc;
+
+	if (d == NULL)
+		return -ENODEV;
+	rc = attrs_at(d, (CUdeviceptr)a, r);
+	if (rc == CUDA_SUCCESS && (r->kind == KVL_GPUMEM_UNKNOWN || last >= r->start + r->size))
+		rc = attrs_at(d, (CUdeviceptr)last, &e); /* where the range ends, if elsewhere */
+	if (rc != CUDA_SUCCESS) {
+		snprintf(err, errlen, "%p: cuPointerGetAttributes failed: %s", p,
+			 kvl_cudrv_strerror(rc));
 		return -EIO;
 	}
-	if (p + len > *start + *size) {
+	if (r->kind == KVL_GPUMEM_UNKNOWN || r->kind == KVL_GPUMEM_HOST) {
+		if (e.kind == KVL_GPUMEM_DEVICE || e.kind == KVL_GPUMEM_MANAGED) {
+			snprintf(err, errlen,
+				 "[%p, +%llu) starts outside GPU memory and ends inside GPU %d's "
+				 "allocation at 0x%llx (+%llu bytes): one segment is one kind of "
+				 "memory",
+				 p, (unsigned long long)len, e.device, (unsigned long long)e.start,
+				 (unsigned long long)e.size);
+			return -ERANGE;
+		}
+		return 0;
+	}
+	if (last < r->start + r->size)
+		return 0;
+	if (e.kind == KVL_GPUMEM_DEVICE || e.kind == KVL_GPUMEM_MANAGED)
 		snprintf(err, errlen,
-			 "[%p, +%llu) runs past its allocation (%llu bytes from 0x%llx)", gptr,
-			 (unsigned long long)len, (unsigned long long)*size,
-			 (unsigned long long)*start);
+			 "[%p, +%llu) crosses two GPU allocations: it starts in 0x%llx (+%llu "
+			 "bytes, GPU %d) and ends in 0x%llx (+%llu bytes, GPU %d); a segment must "
+			 "lie inside one allocation",
+			 p, (unsigned long long)len, (unsigned long long)r->start,
+			 (unsigned long long)r->size, r->device, (unsigned long long)e.start,
+			 (unsigned long long)e.size, e.device);
+	else
+		snprintf(err, errlen,
+			 "[%p, +%llu) runs %llu bytes past the end of its GPU allocation 0x%llx "
+			 "(+%llu bytes, GPU %d)",
+			 p, (unsigned long long)len,
+			 (unsigned long long)(a + len - (r->start + r->size)),
+			 (unsigned long long)r->start, (unsigned long long)r->size, r->device);
+	return -ERANGE;
+}
+
+/* The allocation around @gptr, and the device it lives on; -EINVAL when it is not VRAM. */
+static int gpu_range(void *gptr, uint64_t len, CUdeviceptr *start, size_t *size, int *dev,
+		     char *err, size_t errlen)
+{
+	struct kvl_gpumem_range r;
+	int rc = kvl_gpumem_query(gptr, len, &r, err, errlen);
+
+	if (rc == -ERANGE)
+		return -EINVAL;
+	if (rc < 0)
+		return rc;
+	if (r.kind != KVL_GPUMEM_DEVICE) {
+		snprintf(err, errlen,
+			 "%p is not GPU memory (CUDA says %s): only cudaMalloc'd VRAM is "
+			 "registered here; host memory goes through kvl_verbs_reg",
+			 gptr,
+			 r.kind == KVL_GPUMEM_HOST	? "pinned host memory"
+			 : r.kind == KVL_GPUMEM_MANAGED ? "managed memory"
+							: "not CUDA memory, or freed");
 		return -EINVAL;
 	}
-	*dev = ordinal;
+	*start = (CUdeviceptr)r.start;
+	*size = r.size;
+	*dev = r.device;
 	return 0;
 }
 
@@ -129,7 +205,7 @@ int kvl_gpumem_probe(void *gptr, uint64_t len, struct kvl_gpumem_probe *p, char 
 	memset(p, 0, sizeof(*p));
 	if (d == NULL)
 		return -ENODEV;
-	rc = gpu_range(d, gptr, len, &start, &size, &dev, err, errlen);
+	rc = gpu_range(gptr, len, &start, &size, &dev, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (d->device_get_attribute(&attr, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, dev) ==
@@ -230,7 +306,7 @@ int kvl_gpumem_reg(struct ibv_pd *pd, void *gptr, uint64_t len, uint32_t flags,
 			 (unsigned long long)len);
 		return -EINVAL;
 	}
-	rc = gpu_range(d, gptr, len, &start, &size, &dev, err, errlen);
+	rc = gpu_range(gptr, len, &start, &size, &dev, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (flags & KVL_SEG_REMOTE_READ)

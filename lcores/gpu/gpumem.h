@@ -24,6 +24,33 @@ struct kvl_gpumem_mr {
 	uint64_t ns; /* time the registration took */
 };
 
+/* What CUDA says an address is. */
+enum kvl_gpumem_kind {
+	KVL_GPUMEM_UNKNOWN = 0, /* not CUDA's: plain host memory, or memory CUDA has freed */
+	KVL_GPUMEM_HOST = 1,	/* host memory CUDA pinned (cudaHostAlloc, cudaHostRegister) */
+	KVL_GPUMEM_DEVICE = 2,	/* VRAM (cudaMalloc, cuMemAlloc, a framework's allocator) */
+	KVL_GPUMEM_MANAGED = 3, /* cudaMallocManaged: pages migrate between host and GPU */
+};
+
+struct kvl_gpumem_range {
+	enum kvl_gpumem_kind kind;
+	int device;	 /* DEVICE / MANAGED: the GPU's ordinal */
+	uintptr_t start; /* the allocation holding the first byte (DEVICE, MANAGED) */
+	uint64_t size;
+};
+
+/*
+ * What CUDA says of [p, p + len), from cuPointerGetAttributes (memory type, device ordinal,
+ * range start and size) at its first and last byte. 0 with @r filled; -ERANGE with a message
+ * when the range runs past its allocation's end (naming the allocation it crosses into, or
+ * that it leaves GPU memory), or starts outside GPU memory and ends inside it; -ENODEV when
+ * there is no CUDA driver or device (the message says which). KVL_GPUMEM_UNKNOWN is what both
+ * host memory and a freed cudaMalloc block answer: the caller tells them apart (the CPU can
+ * read one of them).
+ */
+int kvl_gpumem_query(const void *p, uint64_t len, struct kvl_gpumem_range *r, char *err,
+		     size_t errlen);
+
 /* What this host offers for GPUDirect RDMA, each with the cause when it is missing. */
 struct kvl_gpumem_probe {
 	int rdma_devices;    /* ibv_get_device_list's count */

@@ -260,6 +260,27 @@ static void conn_break(struct kvl_tcp_conn *c, int status)
 	(void)shutdown(c->fd, SHUT_RDWR);
 }
 
+/*
+ * Whether [p, p + len) touches a GPU segment of @t: this transport moves bytes with the CPU
+ * (send/recv/memcpy), which would fault on a device pointer. Until the bounce + copy path
+ * exists such a range is refused, never touched.
+ */
+static bool touches_gpu(const struct kvl_seg_table *t, const uint8_t *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	if (t == NULL)
+		return false;
+	for (unsigned i = 0; i < KVL_MAX_SEGS; i++) {
+		const struct kvl_seg *g = &t->seg[i];
+
+		if (__atomic_load_n(&t->live[i], __ATOMIC_ACQUIRE) && (g->flags & KVL_SEG_GPU) &&
+		    a < (uintptr_t)g->base + g->len && (uintptr_t)g->base < a + len)
+			return true;
+	}
+	return false;
+}
+
 int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr)
 {
 	struct req_slot *s;
@@ -275,6 +296,10 @@ int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr)
 		return -EPIPE;
 	if (c->post_seq - c->reap_seq >= c->depth)
 		return -EAGAIN;
+	if (touches_gpu(c->segs, wr->local, wr->length)) {
+		c->stats.failed[KVL_ERR_GPU_MEMORY]++;
+		return -EXDEV;
+	}
 
 	s = &c->req[c->post_seq & c->req_mask];
 	s->wr_id = wr->wr_id;
@@ -457,6 +482,8 @@ static int rx_frame(struct kvl_tcp_conn *c, const struct kvl_tcp_hdr *h)
 	case KVL_TCP_WRITE_REQ:
 		s = seg_lookup(c, h->seg_id);
 		st = kvl_seg_check(s, h->offset, h->length, KVL_OP_WRITE);
+		if (st == KVL_OK && (s->flags & KVL_SEG_GPU))
+			st = KVL_ERR_GPU_MEMORY; /* recv() into VRAM would fault */
 		if (st != KVL_OK) {
 			c->stats.refused[st]++;
 			c->pl_status = st;
@@ -468,6 +495,8 @@ static int rx_frame(struct kvl_tcp_conn *c, const struct kvl_tcp_hdr *h)
 	case KVL_TCP_READ_REQ:
 		s = seg_lookup(c, h->seg_id);
 		st = kvl_seg_check(s, h->offset, h->length, KVL_OP_READ);
+		if (st == KVL_OK && (s->flags & KVL_SEG_GPU))
+			st = KVL_ERR_GPU_MEMORY; /* sendmsg() from VRAM would fault */
 		if (st != KVL_OK) {
 			c->stats.refused[st]++;
 			queue_resp(c, h, KVL_TCP_READ_RESP, st, NULL, 0);

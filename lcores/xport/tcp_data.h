@@ -75,7 +75,10 @@ void kvl_tcp_conn_free(struct kvl_tcp_conn *c);
 /*
  * Queue one request. Returns 0; -EAGAIN when @depth requests are outstanding (try again after
  * progress); -EPIPE when the connection is broken; -EMSGSIZE over KVL_TCP_MAX_MSG; -EINVAL for
- * an unknown op. Nothing is sent until kvl_tcp_progress().
+ * an unknown op; -EXDEV when the local range touches a KVL_SEG_GPU segment of the table (no copy
+ * path to VRAM yet: counted in failed[KVL_ERR_GPU_MEMORY]). Nothing is sent until
+ * kvl_tcp_progress(). A peer's request into or out of a GPU segment is refused with
+ * KVL_ERR_GPU_MEMORY (counted in refused[]).
  */
 int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr);
 

@@ -23,6 +23,8 @@
 #define KVL_VERBS_ERR_LEN 320
 
 struct kvl_verbs_dev;
+struct ibv_mr;
+struct ibv_pd;
 struct kvl_verbs_conn;
 
 /* What a peer needs to connect its QP to ours. */
@@ -111,6 +113,14 @@ void kvl_verbs_dev_info(const struct kvl_verbs_dev *d, int *gid_index, int *gid_
  */
 int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
 		  uint64_t *ns, char *err, size_t errlen);
+
+/* The device's protection domain, for memory registered elsewhere (GPU memory: dma-buf or
+ * peer memory, lcores/gpu/gpumem.c), which kvl_verbs_adopt_mr() then hands back. */
+struct ibv_pd *kvl_verbs_dev_pd(const struct kvl_verbs_dev *d);
+
+/* Make @mr (registered on kvl_verbs_dev_pd(@d)) one of the device's regions: local ranges
+ * inside it get its lkey, and kvl_verbs_close() deregisters it. 0 or -ENOSPC (message). */
+int kvl_verbs_adopt_mr(struct kvl_verbs_dev *d, struct ibv_mr *mr, char *err, size_t errlen);
 
 /*
  * A connection: CQ + RC QP in INIT, @depth send WRs, one signaled WR every @signal_every

@@ -77,6 +77,27 @@ int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t fl
 	return 0;
 }
 
+struct ibv_pd *kvl_verbs_dev_pd(const struct kvl_verbs_dev *d)
+{
+	return d->pd;
+}
+
+int kvl_verbs_adopt_mr(struct kvl_verbs_dev *d, struct ibv_mr *mr, char *err, size_t errlen)
+{
+	unsigned n = d->n_mr;
+
+	kvl_verbs_err_clear(err, errlen);
+	if (n == MAX_MRS) {
+		kvl_verbs_errf(err, errlen,
+			       "%s: %u regions are registered already, the most one device holds",
+			       d->name, MAX_MRS);
+		return -ENOSPC;
+	}
+	d->mr[n] = (struct mr_ent){ (uintptr_t)mr->addr, mr->length, mr->lkey, mr };
+	__atomic_store_n(&d->n_mr, n + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 /* kvl_verbs_local_check() past the hinted region: every region, in order. */
 int kvl_verbs_local_find(struct kvl_verbs_conn *c, uintptr_t a, uint32_t len, uint32_t *lkey)
 {

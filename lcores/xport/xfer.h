@@ -102,6 +102,9 @@ struct kvl_xport_stats {
 enum kvl_seg_flags {
 	KVL_SEG_REMOTE_READ = 1u << 0,	/* peers may READ from it */
 	KVL_SEG_REMOTE_WRITE = 1u << 1, /* peers may WRITE into it */
+	/* Local only, never sent to peers (not a permission): the segment is GPU memory, which
+	 * the CPU cannot touch. A transport that moves bytes with the CPU (tcp) refuses it. */
+	KVL_SEG_GPU = 1u << 2,
 };
 
 struct kvl_seg {

@@ -452,6 +452,10 @@ def scenario_telemetry(ctx):
               for s in segs], [(1, "kvt", 2 * 2 * 4 * 4096, "read", 0, 0)],
              "/kvlane/segments rows (tcp only: nothing registered for RDMA)", d)
     log("/kvlane/segments: the INI's segment, its size and access, no RDMA registration")
+    check_eq([(s["kind"], s["gpu"], s["pci_bus_id"], s["reg"]) for s in segs],
+             [("host", -1, "", "lo:none")],
+             "/kvlane/segments kind, gpu, pci_bus_id, reg (host memory; tcp registers nothing)", d)
+    log("/kvlane/segments: kind host, no GPU, registration per NIC lo:none")
 
     nics = h.table_rows(h.cmd(c, "/kvlane/nics", d), NIC_COLUMNS, "/kvlane/nics", d)
     check_eq(len(nics), 1, "/kvlane/nics rows", d)
@@ -866,6 +870,20 @@ def scenario_secret_policy(ctx):
         log(f"{name} (mode {mode:03o}): exit {r.rc}: {rx.search(r.stderr).group(0)}")
 
 
+def scenario_gpu_segment_refused(ctx):
+    """A GPU segment on a GPU this host does not have (here: no GPU at all, or no CUDA in the
+    build; on a GPU host: no GPU 63): kvlaned refuses to start and names the segment and why."""
+    ini = ctx.ini("gseg.ini", minimal_ini("gseg1", extra="[segment.kv]\nblocks = 4\n"
+                                          "block_bytes = 4096\nmemory = gpu\ngpu = 63\n"))
+    r = ctx.run_ini(ini)
+    expect_rc(r, 4, "[segment.kv] memory = gpu, gpu = 63")
+    expect_kvl_message(r, r"segment\.kv\.memory = gpu: GPU segment \"kv\" cannot be placed on "
+                       r"GPU 63: (no usable CUDA device on this host|this kvlane was built "
+                       r"without CUDA|GPU 63 does not exist: this host has \d+ CUDA device)",
+                       "GPU segment on a missing GPU")
+    check("kvlaned: ready" not in r.stdout, "GPU segment: not started", "no ready", "ready", r)
+    log("[segment.kv] memory = gpu on a missing GPU: exit 4, the segment and the cause")
+
 SCENARIOS = {
     "cli": scenario_cli,
     "config_errors": scenario_config_errors,
@@ -879,6 +897,7 @@ SCENARIOS = {
     "eal_errors": scenario_eal_errors,
     "gpu_pair": scenario_gpu_pair,
     "secret_policy": scenario_secret_policy,
+    "gpu_segment_refused": scenario_gpu_segment_refused,
 }
 
 

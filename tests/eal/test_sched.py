@@ -147,6 +147,9 @@ def scenario_req_verify(ctx):
     tel = client.telemetry()
     s = sched_row(tel, client)
     check_eq(s["budget"], BUDGET, "/kvlane/sched budget ([sched] budget_mb = 1)", client)
+    check_eq((s["staging"], s["staging_gpu"], s["staging_why"]),
+             ("host", -1, "auto: [gpu] enable = false"),
+             "/kvlane/sched staging (auto, no [gpu]: host, and why)", client)
     check(s["in_use"] <= s["budget"], "/kvlane/sched in_use <= budget", f"<= {s['budget']}",
           s["in_use"], client)
     check(s["in_use"] > 0, "staging filled while no step is DONE", "> 0", s["in_use"], client)

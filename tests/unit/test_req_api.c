@@ -55,6 +55,32 @@ int kvl_gpu_sample(struct kvl_gpu *g)
 	return -ENOTSUP; /* no GPU configured: never called */
 }
 
+/* "VRAM" (runtime/gpu.c) is host memory here: the scheduler never touches its staging with
+ * the CPU, so nothing tells them apart. Counted, so a test sees what was freed. */
+static unsigned vram_allocs, vram_frees;
+
+void kvl_gpu_vram_free(void *p)
+{
+	vram_frees += p != NULL;
+	free(p);
+}
+
+void *kvl_gpu_vram_alloc(int device, uint64_t len, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	CHECK_INT(device, 0);
+	vram_allocs++;
+	return aligned_alloc(4096, len);
+}
+
+int kvl_gpu_mr_reg(struct kvl_verbs_dev *dev, void *base, uint64_t len, uint32_t flags,
+		   uint32_t *rkey, uint64_t *ns, uint8_t *method, char *err, size_t errlen)
+{
+	(void)dev, (void)base, (void)len, (void)flags, (void)rkey, (void)ns, (void)method;
+	snprintf(err, errlen, "stub");
+	return -ENOTSUP;
+}
+
 int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
 		  uint64_t *ns, char *err, size_t errlen)
 {
@@ -227,11 +253,9 @@ static void emit(struct kvl_nsreq *r, uint16_t type, uint32_t step, int32_t stat
 static struct kvl_runtime rt;
 static char err[256];
 
-static void world_init(void)
+/* One tcp NIC "n0" on the fake lcore, a scheduler's [sched], an empty segment registry. */
+static void world_conf(void)
 {
-	struct kvl_seg_desc seg_d;
-	uint32_t seg_id = 0;
-
 	memset(&rt, 0, sizeof(rt));
 	rt.cfg.n_nics = 1;
 	rt.cfg.sched.staging_mb = STAGING_MB;
@@ -240,13 +264,21 @@ static void world_init(void)
 	rt.cfg.sched.max_blocks = 64;
 	rt.cfg.sched.window_min_kb = 64;
 	rt.cfg.sched.window_max_mb = 1;
-	rt.cfg.sched.max_msg_kb = 64;
-	rt.cfg.sched.budget_mb = BUDGET_MB;
 	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "n0");
 	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
 	rt.nic[0].lcore = &fake_lc;
 	rt.nic[0].io = &fake_io;
 	kvl_segs_init(&rt.segs);
+}
+
+static void world_init(void)
+{
+	struct kvl_seg_desc seg_d;
+	uint32_t seg_id = 0;
+
+	world_conf();
+	rt.cfg.sched.max_msg_kb = 64;
+	rt.cfg.sched.budget_mb = BUDGET_MB;
 	sched_created = 0;
 	/* as kvl_runtime_start() does: schedulers, the table, segments, then staging's */
 	CHECK_INT(kvl_staging_start(&rt, err, sizeof(err)), 0);
@@ -930,6 +962,79 @@ static void test_budget(void)
 	world_fini();
 }
 
+/* A runtime with one tcp NIC and an open GPU (0: 8 MiB free, 1 MiB reserve), [sched] staging
+ * @place, the null transport or not: kvl_staging_start()'s answer. */
+static int gpu_world(int place, bool null_xport)
+{
+	world_conf();
+	rt.cfg.sched.staging = place;
+	rt.cfg.sched.null_transport = null_xport;
+	rt.gpu.open = true;
+	rt.gpu.reserve_bytes = 1 << 20;
+	rt.gpu.free_bytes = 8 << 20;
+	rt.gpu.budget_bytes = 7 << 20;
+	snprintf(rt.gpu.pci_bus_id, sizeof(rt.gpu.pci_bus_id), "0000:19:00.0");
+	err[0] = '\0';
+	return kvl_staging_start(&rt, err, sizeof(err));
+}
+
+static void gpu_world_fini(void)
+{
+	kvl_staging_stop(&rt);
+	kvl_segs_release(&rt.segs);
+	kvl_segs_fini(&rt.segs);
+}
+
+/* [sched] staging = gpu / auto with a GPU: where staging lands, what peers see of it, the budget.
+ */
+static void test_gpu_staging(void)
+{
+	uint64_t staging = (uint64_t)STAGING_MB << 20;
+
+	/* gpu on a tcp NIC: refused before anything is allocated, saying why */
+	vram_allocs = vram_frees = 0;
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, false), -EINVAL);
+	CHECK_HAS(err, "sched.staging = gpu: nic.n0 uses the tcp transport, which cannot land "
+		       "bytes in VRAM yet");
+	CHECK_INT(vram_allocs, 0);
+	gpu_world_fini();
+
+	/* gpu on the null transport: staging is "VRAM", registered as a GPU segment */
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, true), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_GPU);
+	CHECK_INT(vram_allocs, 1);
+	CHECK_INT(kvl_staging_register(&rt, err, sizeof(err)), 0);
+	CHECK_STR(rt.segs.meta[0].desc.name, "staging.n0");
+	CHECK_INT(rt.segs.meta[0].mem.kind, KVL_MEM_GPU);
+	CHECK_INT(rt.segs.meta[0].mem.device, 0);
+	CHECK_STR(rt.segs.meta[0].mem.pci_bus_id, "0000:19:00.0");
+	CHECK_INT(rt.segs.meta[0].desc.flags, 0);	  /* peers see no local-only flag */
+	CHECK_INT(rt.segs.tab.seg[0].flags, KVL_SEG_GPU); /* the lcores do */
+	CHECK_INT(rt.segs.meta[0].reg[0], KVL_SEG_REG_NONE);
+	/* the budget: free VRAM as if our staging were not taken, minus the reserve */
+	CHECK_INT(kvl_staging_budget(&rt), (8 << 20) + staging - (1 << 20));
+	CHECK_INT(rt.sched_budget, (8 << 20) + staging - (1 << 20));
+	rt.gpu.free_bytes = 0; /* another process took the rest: only our staging is left */
+	CHECK_INT(kvl_staging_budget(&rt), staging - (1 << 20));
+	CHECK_STR(rt.staging_why, "");
+	gpu_world_fini();
+	CHECK_INT(vram_frees, 1); /* with the segments, by cudaFree, not rte_free */
+
+	/* auto on a tcp NIC: host staging, and why */
+	vram_allocs = vram_frees = 0;
+	CHECK_INT(gpu_world(KVL_STAGING_AUTO, false), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_HOST);
+	CHECK_INT(vram_allocs, 0);
+	CHECK_STR(rt.staging_why, "auto: nic.n0 is tcp, which cannot land bytes in VRAM yet");
+	CHECK_INT(kvl_staging_budget(&rt), 7 << 20); /* free - reserve, as before */
+	gpu_world_fini();
+	/* host: no why, whatever the NICs */
+	CHECK_INT(gpu_world(KVL_STAGING_HOST, false), 0);
+	CHECK_INT(rt.staging_place, KVL_STAGING_HOST);
+	CHECK_STR(rt.staging_why, "");
+	gpu_world_fini();
+}
+
 int main(void)
 {
 	local_seg = aligned_alloc(4096, SEG_LEN);
@@ -948,6 +1053,7 @@ int main(void)
 	test_cancel();
 	test_push();
 	test_budget();
+	test_gpu_staging();
 	test_segments();
 	test_guard_lcore_silent();
 	test_guard_late_open();
