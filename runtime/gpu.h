@@ -37,6 +37,13 @@ int kvl_gpu_open(const struct kvl_gpu_conf *conf, struct kvl_gpu *g, char *err, 
  * calls it every [sched] resize_interval_ms. Returns 0 or a negative errno. */
 int kvl_gpu_sample(struct kvl_gpu *g);
 
+/* Pin host memory [@p, @p + @len) for CUDA (cudaHostRegister, portable and mapped): copies
+ * from it run at the pinned rate. What it took in *@ns. 0, or a negative errno with the
+ * driver's words in @err (-ENOTSUP when built without CUDA). */
+int kvl_gpu_host_register(struct kvl_gpu *g, void *p, uint64_t len, uint64_t *ns, char *err,
+			  size_t errlen);
+void kvl_gpu_host_unregister(struct kvl_gpu *g, void *p);
+
 /* The budget as last published. */
 static inline uint64_t kvl_gpu_budget(const struct kvl_gpu *g)
 {

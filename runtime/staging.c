@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include <rte_cycles.h>
-#include <rte_malloc.h>
 
 #include "log.h"
 #include "nic_sched.h"
@@ -96,17 +95,13 @@ int kvl_staging_start(struct kvl_runtime *rt, char *err, size_t errlen)
 						.budget = &rt->sched_budget,
 						.null_xport = c->null_transport,
 						.levt = nic->io->evt };
+		char what[KVL_LABEL_LEN + 32];
 
-		nic->staging = rte_zmalloc_socket("kvl_staging", staging, 4096, socket);
+		/* from the [memory] pool when there is one, else DPDK memory on its socket */
+		snprintf(what, sizeof(what), "sched.staging_mb for nic.%s", rt->cfg.nics[i].label);
+		nic->staging = kvl_segs_host_alloc(&rt->segs, what, staging, socket, err, errlen);
 		if (nic->staging == NULL)
-			nic->staging = rte_zmalloc("kvl_staging", staging, 4096);
-		if (nic->staging == NULL) {
-			snprintf(err, errlen,
-				 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
-				 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
-				 c->staging_mb, rt->cfg.nics[i].label);
 			return -ENOMEM;
-		}
 		nc.staging = nic->staging;
 		/* tcp moves one local range per request; RDMA up to KVL_WR_MAX_SGE */
 		if (nic->info.transport != KVL_TRANSPORT_TCP && !c->null_transport &&
@@ -164,7 +159,7 @@ void kvl_staging_stop(struct kvl_runtime *rt)
 		kvl_nic_sched_free(nic->sched); /* and unhooks it from nic_io */
 		nic->sched = NULL;
 		if (!kvl_segs_owns(&rt->segs, nic->staging))
-			rte_free(nic->staging); /* else it goes with the segments */
+			kvl_segs_host_free(&rt->segs, nic->staging); /* else it goes with them */
 		nic->staging = NULL;
 	}
 }
