@@ -4,8 +4,9 @@
 telemetry socket), a peer's READ of a pool-carved segment over tcp with every byte checked,
 and the start-up errors (pool too small, chunks not dividing it, hugepages short, memlock).
 
-Usage: test_memory.py {mem_carve|mem_read|mem_bad} PATH-TO-KVLANED PATH-TO-KVLANE-PERF,
-with KVL_SRC (repository root) in the environment. Exit 0 pass, 1 fail.
+Usage: test_memory.py {mem_carve|mem_read|mem_bad|mem_gpu} PATH-TO-KVLANED PATH-TO-KVLANE-PERF,
+with KVL_SRC (repository root) in the environment. Exit 0 pass, 1 fail, 77 skipped (mem_gpu
+on a host without a usable GPU, with the reason).
 """
 import json
 import os
@@ -16,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import Fail, check, check_eq, cmd, log  # noqa: E402
 
-LIMIT_S = {"mem_carve": 60, "mem_read": 120, "mem_bad": 90}
+LIMIT_S = {"mem_carve": 60, "mem_read": 120, "mem_bad": 90, "mem_gpu": 60}
 RUN_TIMEOUT_S = 30
 MIB = 1 << 20
 POOL_MB = 64     # [segment.kv] of default.ini is 32 MiB
@@ -68,7 +69,7 @@ def seg_rows(c, *procs):
                         "/kvlane/segments", *procs)
 
 
-def check_pool(c, pool_mb, chunk_kb, what, *procs):
+def check_pool(c, pool_mb, chunk_kb, what, *procs, cuda=0):
     """/kvlane/memory against /kvlane/segments: every live segment is in the pool, and the
     chunks used are exactly theirs, each rounded up to whole chunks. Returns both replies."""
     mem = cmd(c, "/kvlane/memory", *procs)
@@ -80,7 +81,7 @@ def check_pool(c, pool_mb, chunk_kb, what, *procs):
             "chunks_total": pool_mb * MIB // chunk, "chunks_used": want_used,
             "chunks_free": pool_mb * MIB // chunk - want_used, "segments": len(segs),
             "segment_bytes": sum(r["length"] for r in segs), "allocations": len(segs),
-            "page_size": page, "hugepage": huge, "cuda_registered": 0}
+            "page_size": page, "hugepage": huge, "cuda_registered": cuda}
     check_eq({k: mem.get(k) for k in want}, want,
              f"{what}: /kvlane/memory against /kvlane/segments {[(r['name'], r['length']) for r in segs]}",
              *procs)
@@ -220,8 +221,43 @@ def scenario_mem_bad(ctx):
         log("memlock: setpriv or prlimit missing; the unit test (pool) covers the message")
 
 
+# ---- mem_gpu (the gpu suite) ----
+
+def scenario_mem_gpu(ctx):
+    """With [gpu] enable, the pool is pinned for CUDA once (cudaHostRegister) and
+    /kvlane/memory says what it took."""
+    args = pool_args(POOL_MB, "gpu.enable=true", "gpu.vram_reserve_mb=0")
+    prefix = ctx.unique("gpu")
+    argv = [ctx.kvlaned_exe, *h.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c",
+            h.DEFAULT_INI, "--set", h.LISTEN_ANY, *args]
+    p = h.Proc(ctx, argv, ctx.rundir(prefix), prefix, "kvlaned gpu")
+    try:
+        p.wait_line(h.READY_RE, h.READY_TIMEOUT_S, what="kvlaned gpu: start-up")
+    except Fail:
+        rc = p.wait_exit(5)
+        if rc == 4 and ("no CUDA device is usable" in p.stderr
+                        or "built without CUDA" in p.stderr):
+            line = [ln for ln in p.err if "gpu.enable" in ln][:1]
+            print(f"skipped: mem_gpu: no usable GPU here ({line[0] if line else p.stderr})")
+            sys.exit(77)
+        raise
+    c = p.telemetry()
+    mem = cmd(c, "/kvlane/memory", p)
+    check_eq((mem.get("enabled"), mem.get("cuda_registered")), (1, 1),
+             "/kvlane/memory: the pool, registered with CUDA", p)
+    check(mem.get("cuda_reg_ns", 0) > 0, "/kvlane/memory cuda_reg_ns", "> 0",
+          mem.get("cuda_reg_ns"), p)
+    p.wait_line(r"memory: the pool registered with CUDA in [\d.]+ ms", 1, stream="err",
+                what="the CUDA registration's log line")
+    check_pool(c, POOL_MB, CHUNK_KB, "with a GPU", p, cuda=1)
+    log(f"pool 64 MiB pinned for CUDA in {mem['cuda_reg_ns'] / 1e6:.2f} ms "
+        f"(mapped and pinned in {mem['map_ns'] / 1e6:.1f} ms)")
+    c.close()
+    p.stop()
+
+
 SCENARIOS = {"mem_carve": scenario_mem_carve, "mem_read": scenario_mem_read,
-             "mem_bad": scenario_mem_bad}
+             "mem_bad": scenario_mem_bad, "mem_gpu": scenario_mem_gpu}
 
 
 def main(argv):

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit test of the [memory] pool: chunks, fragmentation, exhaustion, pages from sysfs. */
+/* Unit test of the [memory] pool: chunks, fragmentation, exhaustion, pages from sysfs, and the
+ * segment registry's use of it (runtime/segments.c included: one MR per NIC, reused). */
 #include <errno.h>
 #include <linux/capability.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "kvl_test.h"
 #include "pool.h"
+#include "segments.c"
 
 #define CHUNK 4096u
 #define NCH   16u
@@ -334,6 +336,132 @@ static void test_memlock(void)
 		       "8192 KiB: raise it (ulimit -l unlimited");
 }
 
+/* ---- the registry over the pool, with a fake verbs registration ---- */
+
+int kvl_logtype_runtime;
+
+static struct {
+	unsigned calls;
+	void *base[8];
+	uint64_t len[8];
+	uint32_t flags[8];
+	int fail; /* the next call fails with this */
+} reg;
+
+int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
+		  uint64_t *ns, char *err, size_t errlen)
+{
+	unsigned i = reg.calls++;
+
+	(void)d;
+	if (reg.fail) {
+		int rc = reg.fail;
+
+		reg.fail = 0;
+		snprintf(err, errlen, "fake: cannot register %llu bytes", (unsigned long long)len);
+		return rc;
+	}
+	if (i < 8) {
+		reg.base[i] = base;
+		reg.len[i] = len;
+		reg.flags[i] = flags;
+	}
+	*rkey = 0x100 + i;
+	*ns = 1000 + i;
+	return 0;
+}
+
+/* No EAL here: DPDK memory is the heap. */
+void *rte_zmalloc_socket(const char *type, size_t size, unsigned align, int socket)
+{
+	void *p = aligned_alloc(align ? align : 64, (size + 4095) & ~(size_t)4095);
+
+	(void)type, (void)socket;
+	if (p)
+		memset(p, 0, size);
+	return p;
+}
+
+void *rte_zmalloc(const char *type, size_t size, unsigned align)
+{
+	return rte_zmalloc_socket(type, size, align, SOCKET_ID_ANY);
+}
+
+void rte_free(void *p)
+{
+	free(p);
+}
+
+static void test_segments(void)
+{
+	static struct kvl_local_segs s; /* large: not on the stack */
+	struct kvl_verbs_dev *dev0 = (struct kvl_verbs_dev *)0x1000,
+			     *dev1 = (struct kvl_verbs_dev *)0x2000;
+	uint8_t *big = aligned_alloc(1u << 20, 4u << 20);
+	char err[320] = "";
+	struct kvl_seg_desc d;
+	uint32_t id1, id2, id3;
+	void *a, *b, *heap;
+
+	kvl_segs_init(&s);
+	CHECK_INT(kvl_pool_init_at(&s.pool, big, 4u << 20, 1u << 20), 0);
+	/* one registration of the whole pool per device, for remote read and write */
+	CHECK_INT(kvl_segs_attach(&s, 0, dev0, "a", err, sizeof(err)), 0);
+	CHECK_INT(kvl_segs_attach(&s, 1, dev1, "b", err, sizeof(err)), 0);
+	CHECK_INT(reg.calls, 2);
+	CHECK(reg.base[0] == big && reg.base[1] == big);
+	CHECK_INT(reg.len[0], 4u << 20);
+	CHECK_INT(reg.flags[1], KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE);
+	CHECK(s.pool.reg[0].done && s.pool.reg[1].done);
+	CHECK_INT(s.pool.reg[1].rkey, 0x101);
+	CHECK_INT(s.pool.reg[0].ns, 1000);
+
+	/* carved segments: no registration, the pool's rkeys */
+	a = kvl_segs_host_alloc(&s, "segment.a", 1u << 20, -1, err, sizeof(err));
+	b = kvl_segs_host_alloc(&s, "segment.b", 100, -1, err, sizeof(err));
+	CHECK(a == big && b == big + (1u << 20));
+	kvl_seg_desc_make(1, 1, 16, 65536, KVL_SEG_REMOTE_READ, &d);
+	CHECK_INT(kvl_segs_add(&s, "a", a, a, &d, &id1), 0);
+	kvl_seg_desc_make(1, 1, 1, 100, 0, &d);
+	CHECK_INT(kvl_segs_add(&s, "b", b, b, &d, &id2), 0);
+	CHECK_INT(reg.calls, 2);
+	CHECK(s.meta[id1 - 1].pooled && s.meta[id2 - 1].pooled);
+	CHECK_INT(s.meta[id1 - 1].rkey[0], 0x100);
+	CHECK_INT(s.meta[id1 - 1].rkey[1], 0x101);
+	CHECK_INT(s.meta[id2 - 1].reg_ns[0], 0);
+	CHECK_INT(kvl_pool_chunks_used(&s.pool), 2);
+	/* memory outside the pool is registered on each device, as before */
+	heap = aligned_alloc(4096, 8192);
+	kvl_seg_desc_make(1, 1, 2, 4096, KVL_SEG_REMOTE_WRITE, &d);
+	CHECK_INT(kvl_segs_add(&s, "heap", heap, NULL, &d, &id3), 0);
+	CHECK_INT(reg.calls, 4);
+	CHECK(reg.base[2] == heap && reg.len[3] == 8192);
+	CHECK(!s.meta[id3 - 1].pooled);
+	CHECK_INT(s.meta[id3 - 1].rkey[1], 0x103);
+	/* a range crossing the pool's end is not the pool's */
+	CHECK(!kvl_pool_holds(&s.pool, big + (3u << 20), (1u << 20) + 1));
+	/* exhaustion: the message names the chunks and the key */
+	CHECK(kvl_segs_host_alloc(&s, "kvl_seg_alloc(\"x\")", 3u << 20, -1, err, sizeof(err)) ==
+	      NULL);
+	CHECK_HAS(err, "kvl_seg_alloc(\"x\"): the [memory] pool has no run of free chunks for "
+		       "3072 KiB (2 of 4 chunks of 1024 KiB used, the longest free run 2 chunks); "
+		       "raise memory.pool_size_mb = 4");
+	/* the end: pooled memory goes back to the pool, nothing is rte_free'd from it */
+	kvl_segs_release(&s);
+	CHECK_INT(kvl_pool_chunks_used(&s.pool), 0);
+	free(heap);
+
+	/* a pool the device refuses: attach fails with the cause */
+	reg.fail = -ENOMEM;
+	CHECK_INT(kvl_segs_attach(&s, 0, dev0, "a", err, sizeof(err)), -ENOMEM);
+	CHECK_HAS(err, "memory: cannot register the 4 MiB pool on nic.a: fake: cannot register "
+		       "4194304 bytes");
+	CHECK(!s.pool.reg[0].done);
+	kvl_pool_destroy(&s.pool);
+	kvl_segs_fini(&s);
+	free(big);
+}
+
 int main(void)
 {
 	arena = aligned_alloc(NCH * CHUNK, NCH * CHUNK);
@@ -345,6 +473,7 @@ int main(void)
 	test_pages();
 	test_create();
 	test_memlock();
+	test_segments();
 	if (root[0]) {
 		char cmd[128];
 
