@@ -143,32 +143,34 @@ static void mkdirs(const char *path)
 	mkdir(buf, 0755);
 }
 
+static void put_num(const char *dir, const char *name, long v)
+{
+	char path[320];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fprintf(f, "%ld\n", v);
+		fclose(f);
+	}
+}
+
+/* The fixture's hugepages-<kb>kB: @nr reserved, @free_n free; @nr < 0: the size is gone. */
 static void hp_set(unsigned kb, long nr, long free_n)
 {
-	char dir[256], path[300];
-	FILE *f;
+	char dir[256], cmd[300];
 
 	snprintf(dir, sizeof(dir), "%s/kernel/mm/hugepages/hugepages-%ukB", root, kb);
 	if (nr < 0) {
-		snprintf(path, sizeof(path), "rm -rf %s", dir);
-		CHECK_INT(system(path), 0);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		CHECK_INT(system(cmd), 0);
 		return;
 	}
 	mkdirs(dir);
-	snprintf(path, sizeof(path), "%s/nr_hugepages", dir);
-	f = fopen(path, "w");
-	CHECK(f != NULL);
-	if (f) {
-		fprintf(f, "%ld\n", nr);
-		fclose(f);
-	}
-	snprintf(path, sizeof(path), "%s/free_hugepages", dir);
-	f = fopen(path, "w");
-	CHECK(f != NULL);
-	if (f) {
-		fprintf(f, "%ld\n", free_n);
-		fclose(f);
-	}
+	put_num(dir, "nr_hugepages", nr);
+	put_num(dir, "free_hugepages", free_n);
 }
 
 static int pick(unsigned mb, int tri, struct kvl_pool_pages *pg, char *err, size_t len)
@@ -371,26 +373,7 @@ int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t fl
 	return 0;
 }
 
-/* No EAL here: DPDK memory is the heap. */
-void *rte_zmalloc_socket(const char *type, size_t size, unsigned align, int socket)
-{
-	void *p = aligned_alloc(align ? align : 64, (size + 4095) & ~(size_t)4095);
-
-	(void)type, (void)socket;
-	if (p)
-		memset(p, 0, size);
-	return p;
-}
-
-void *rte_zmalloc(const char *type, size_t size, unsigned align)
-{
-	return rte_zmalloc_socket(type, size, align, SOCKET_ID_ANY);
-}
-
-void rte_free(void *p)
-{
-	free(p);
-}
+#include "heap_rte_malloc.h" /* no EAL here: DPDK memory is the heap */
 
 static void test_segments(void)
 {
