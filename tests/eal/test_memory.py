@@ -69,14 +69,16 @@ def seg_rows(c, *procs):
                         "/kvlane/segments", *procs)
 
 
-def check_pool(c, pool_mb, chunk_kb, what, *procs, cuda=0):
+def check_pool(c, pool_mb, chunk_kb, pages, what, *procs, cuda=0):
     """/kvlane/memory against /kvlane/segments: every live segment is in the pool, and the
-    chunks used are exactly theirs, each rounded up to whole chunks. Returns both replies."""
+    chunks used are exactly theirs, each rounded up to whole chunks; the pages are @pages,
+    what expected_pages() said before the process started (its pool takes them). Returns
+    both replies."""
     mem = cmd(c, "/kvlane/memory", *procs)
     segs = seg_rows(c, *procs)
     chunk = chunk_kb << 10
     want_used = sum(-(-r["length"] // chunk) for r in segs)
-    page, huge = expected_pages(pool_mb * MIB)
+    page, huge = pages
     want = {"enabled": 1, "size_bytes": pool_mb * MIB, "chunk_bytes": chunk,
             "chunks_total": pool_mb * MIB // chunk, "chunks_used": want_used,
             "chunks_free": pool_mb * MIB // chunk - want_used, "segments": len(segs),
@@ -104,15 +106,15 @@ def scenario_mem_carve(ctx):
     p.stop()
 
     # On, with the INI's [segment.kv] (32 MiB) and 4 MiB of staging on the NIC lcore.
+    pages = expected_pages(POOL_MB * MIB)
     p = ctx.kvlaned("on", args=pool_args(POOL_MB, f"sched.staging_mb={STAGING_MB}"))
     c = p.telemetry()
-    mem, segs = check_pool(c, POOL_MB, CHUNK_KB, "segment + staging", p)
+    mem, segs = check_pool(c, POOL_MB, CHUNK_KB, pages, "segment + staging", p)
     names = sorted(r["name"] for r in segs)
     check_eq(names, ["kv", "staging.lo"], "segments carved at start", p)
     check_eq(mem["chunks_used"], 32 * MIB // (CHUNK_KB << 10) + STAGING_MB * MIB //
              (CHUNK_KB << 10), "chunks used: 16 for kv + 2 for staging", p)
-    page, huge = expected_pages(POOL_MB * MIB)
-    if not huge:
+    if not pages[1]:
         # hugepage = auto without enough free: the logged note names the count and the fix
         p.wait_line(r"memory\.hugepage = auto: pool_size_mb = 64 needs 32 hugepages of 2048 "
                     r"kB and HugePages_Free is \d+ .*echo \d+ > .*nr_hugepages; using 4 KiB "
@@ -132,9 +134,10 @@ def scenario_mem_read(ctx):
     """A peer READs the pool-carved [segment.kv] over tcp, every byte checked against its
     pattern; the peer's own local segment is carved from its own pool (seen through its
     telemetry while it lingers)."""
+    pages = expected_pages(POOL_MB * MIB)
     server = ctx.kvlaned("srv", args=pool_args())
     tel = server.telemetry()
-    mem, segs = check_pool(tel, POOL_MB, CHUNK_KB, "server", server)
+    mem, segs = check_pool(tel, POOL_MB, CHUNK_KB, pages, "server", server)
     check_eq([r["name"] for r in segs], ["kv"], "server: segments", server)
 
     prefix = ctx.unique("client")
@@ -142,9 +145,20 @@ def scenario_mem_read(ctx):
             *pool_args(), "--read", "--verify", "--json", "-s", "64K,1M", "-n", "256",
             "--segment", "kv", "--seed", KV_SEED, "--seg-size", "32M", "--linger", "30",
             server.addr]
+    pages = expected_pages(POOL_MB * MIB)  # what the server left
     client = h.Proc(ctx, argv, ctx.rundir(prefix), prefix, "kvlane-perf client")
     client.wait_line(r"kvlane-perf: lingering", RUN_TIMEOUT_S + 30, stream="err",
                      what="the client's run, then lingering")
+    ctel = client.telemetry()
+    cmem, csegs = check_pool(ctel, POOL_MB, CHUNK_KB, pages, "client", client)
+    check("kvlane-perf-local" in [r["name"] for r in csegs], "client: its local segment",
+          "kvlane-perf-local among its segments (kvl_seg_alloc, carved from its pool)",
+          [r["name"] for r in csegs], client)
+    stats = cmd(tel, "/kvlane/stats", server)
+    check(stats.get("tcp/served_bytes", 0) >= 256 * (65536 + MIB), "server: tcp/served_bytes",
+          f">= {256 * (65536 + MIB)}", stats.get("tcp/served_bytes"), server)
+    ctel.close()
+    client.stop()  # its stdout is complete once it has exited
     objs = [json.loads(ln) for ln in client.out if ln.startswith("{")]
     check_eq([o.get("bytes_per_msg") for o in objs], [65536, MIB], "one JSON object per size",
              client)
@@ -153,18 +167,8 @@ def scenario_mem_read(ctx):
         want = {"op": "read", "result": "ok", "completed_ok": 256, "failed": 0,
                 "verify": True, "verified_bytes": 256 * s, "verify_error": None}
         check_eq({k: o.get(k) for k in want}, want, f"--read --verify {s} B", client, server)
-    ctel = client.telemetry()
-    cmem, csegs = check_pool(ctel, POOL_MB, CHUNK_KB, "client", client)
-    check("kvlane-perf-local" in [r["name"] for r in csegs], "client: its local segment",
-          "kvlane-perf-local among its segments (kvl_seg_alloc, carved from its pool)",
-          [r["name"] for r in csegs], client)
-    stats = cmd(tel, "/kvlane/stats", server)
-    check(stats.get("tcp/served_bytes", 0) >= 256 * (65536 + MIB), "server: tcp/served_bytes",
-          f">= {256 * (65536 + MIB)}", stats.get("tcp/served_bytes"), server)
     log(f"READ 256 x 64 KiB + 256 x 1 MiB from the pool-carved kv, every byte verified; "
         f"client pool: {cmem['chunks_used']} chunks for {[r['name'] for r in csegs]}")
-    ctel.close()
-    client.stop()
     tel.close()
     server.stop()
 
@@ -230,6 +234,7 @@ def scenario_mem_gpu(ctx):
     prefix = ctx.unique("gpu")
     argv = [ctx.kvlaned_exe, *h.EAL, "-m", "256", "--file-prefix", prefix, "--", "-c",
             h.DEFAULT_INI, "--set", h.LISTEN_ANY, *args]
+    pages = expected_pages(POOL_MB * MIB)
     p = h.Proc(ctx, argv, ctx.rundir(prefix), prefix, "kvlaned gpu")
     try:
         p.wait_line(h.READY_RE, h.READY_TIMEOUT_S, what="kvlaned gpu: start-up")
@@ -249,7 +254,7 @@ def scenario_mem_gpu(ctx):
           mem.get("cuda_reg_ns"), p)
     p.wait_line(r"memory: the pool registered with CUDA in [\d.]+ ms", 1, stream="err",
                 what="the CUDA registration's log line")
-    check_pool(c, POOL_MB, CHUNK_KB, "with a GPU", p, cuda=1)
+    check_pool(c, POOL_MB, CHUNK_KB, pages, "with a GPU", p, cuda=1)
     log(f"pool 64 MiB pinned for CUDA in {mem['cuda_reg_ns'] / 1e6:.2f} ms "
         f"(mapped and pinned in {mem['map_ns'] / 1e6:.1f} ms)")
     c.close()
