@@ -90,7 +90,7 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 							   ? KVL_VERBS_BACKEND_VERBS
 							   : KVL_VERBS_BACKEND_AUTO };
 	char msg[KVL_VERBS_ERR_LEN];
-	int gid_index, gid_type;
+	int gid_index, gid_type, rc;
 	unsigned mtu;
 	bool moderation;
 
@@ -108,8 +108,9 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 		return -ENODEV;
 	}
 	/* segments reach it; the pool is registered on it, once */
-	if (kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label, err, errlen) < 0)
-		return -ENOMEM;
+	rc = kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (strcmp(kvl_verbs_dev_backend(rt->nic[i].vdev), "mlx5") == 0) {
 		rt->nic[i].info.transport = KVL_TRANSPORT_MLX5;
 		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
