@@ -95,9 +95,11 @@ int kvl_pool_init_at(struct kvl_pool *pool, void *base, uint64_t size, uint64_t 
 
 /*
  * @len bytes (rounded up to whole chunks), zeroed, the first run of free chunks whose address
- * is a multiple of @align (a power of two; 0 or anything up to the chunk size: chunk-aligned).
- * NULL with errno ENOMEM when no run is long enough (free chunks may still be scattered), or
- * EINVAL (no pool, @len 0, @align not a power of two).
+ * is a multiple of @align (a power of two; 0: any chunk). Chunks start on a multiple of the
+ * chunk size on 4 KiB pages (the mapping is trimmed so) and of the page size on hugepages, so
+ * an @align up to that always holds. NULL with errno ENOMEM when no run is long enough (free
+ * chunks may still be scattered) or none has the alignment, or EINVAL (no pool, @len 0,
+ * @align not a power of two).
  */
 void *kvl_pool_alloc(struct kvl_pool *pool, uint64_t len, uint64_t align);
 
