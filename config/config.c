@@ -93,7 +93,7 @@ static const struct key_def cq_keys[] = {
 
 #define MEM struct kvl_memory_conf
 static const struct key_def memory_keys[] = {
-	K(MEM, pool_size_mb, KT_UINT, 0, 1, 4194304, NULL, "1024"),
+	K(MEM, pool_size_mb, KT_UINT, 0, 0, 4194304, NULL, "0"),
 	K(MEM, chunk_size_kb, KT_UINT, F_POW2, 4, 1048576, NULL, "4096"),
 	K(MEM, hugepage, KT_TRI, 0, 0, 0, NULL, "auto"),
 };
@@ -1177,6 +1177,47 @@ static bool key_set(const struct kvl_config *cfg, int sec, int idx, const char *
 	return ki >= 0 && org->key_line[ki] != 0;
 }
 
+/*
+ * With a [memory] pool, the INI's [segment.*] and every NIC lcore's staging are carved from
+ * it at start, each rounded up to whole chunks: a pool too small for them is found here, not
+ * halfway through start-up. (kvl_seg_alloc() takes what is left, at run time.)
+ */
+static void validate_pool_fits(const struct kvl_config *cfg, const char *file,
+			       struct kvl_conf_errors *errs)
+{
+	uint64_t chunk = (uint64_t)cfg->memory.chunk_size_kb << 10;
+	uint64_t pool = (uint64_t)cfg->memory.pool_size_mb << 20;
+	uint64_t segs = 0, staging = 0, stage_one, unit;
+	unsigned n_stage = cfg->sched.staging_mb > 0 ? cfg->n_nics : 0;
+
+	for (uint32_t i = 0; i < cfg->n_segments; i++) {
+		const struct kvl_segment_conf *g = &cfg->segments[i];
+		uint64_t len = (uint64_t)g->layers * g->planes * g->blocks * g->block_bytes;
+
+		segs += (len + chunk - 1) / chunk * chunk;
+	}
+	if (cfg->sched.staging_mb > 0) {
+		uint64_t slot = (uint64_t)cfg->sched.slot_kb << 10;
+
+		stage_one = ((uint64_t)cfg->sched.staging_mb << 20) / slot * slot;
+		stage_one = (stage_one + chunk - 1) / chunk * chunk;
+		staging = stage_one * cfg->n_nics;
+	}
+	if (segs + staging <= pool)
+		return;
+	/* the smallest pool_size_mb that holds them and is a whole number of chunks */
+	unit = chunk > (1u << 20) ? chunk : (1u << 20);
+	add_error(errs,
+		  "%s:%u: memory.pool_size_mb: %u MiB cannot hold %u [segment.*] (%llu MiB) + "
+		  "sched.staging_mb on %u NIC%s (%llu MiB) = %llu MiB in %u KiB chunks; raise it "
+		  "to at least %llu, or 0 to take them from DPDK memory",
+		  file, key_line(cfg, KVL_SEC_MEMORY, 0, "pool_size_mb"), cfg->memory.pool_size_mb,
+		  cfg->n_segments, (unsigned long long)(segs >> 20), n_stage,
+		  n_stage == 1 ? "" : "s", (unsigned long long)(staging >> 20),
+		  (unsigned long long)((segs + staging) >> 20), cfg->memory.chunk_size_kb,
+		  (unsigned long long)((segs + staging + unit - 1) / unit * unit >> 20));
+}
+
 static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs)
 {
 	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
@@ -1310,7 +1351,10 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 		}
 	}
 
-	if (cfg->memory.chunk_size_kb > pool_kb || pool_kb % cfg->memory.chunk_size_kb != 0) {
+	if (pool_kb == 0) {
+		/* no pool: segments and staging come from DPDK memory, as before [memory] */
+	} else if (cfg->memory.chunk_size_kb > pool_kb ||
+		   pool_kb % cfg->memory.chunk_size_kb != 0) {
 		bool blame_chunk = key_set(cfg, KVL_SEC_MEMORY, 0, "chunk_size_kb");
 
 		add_error(errs,
@@ -1321,6 +1365,8 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 				   blame_chunk ? "chunk_size_kb" : "pool_size_mb"),
 			  blame_chunk ? "chunk_size_kb" : "pool_size_mb", cfg->memory.pool_size_mb,
 			  cfg->memory.chunk_size_kb);
+	} else {
+		validate_pool_fits(cfg, file, errs);
 	}
 	if ((uint64_t)cfg->sched.window_min_kb > (uint64_t)cfg->sched.window_max_mb * 1024) {
 		bool blame_min = key_set(cfg, KVL_SEC_SCHED, 0, "window_min_kb");

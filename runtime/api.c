@@ -172,6 +172,7 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 		  unsigned access, struct kvl_segment *out)
 {
 	int socket = rt->nic[0].lcore ? rt->nic[0].lcore->socket : SOCKET_ID_ANY;
+	char what[96], msg[KVL_ERR_LEN];
 	struct kvl_seg_desc d;
 	uint32_t id;
 	void *mem;
@@ -179,14 +180,16 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 
 	if (rc < 0)
 		return rc;
-	mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
-	if (mem == NULL)
-		mem = rte_zmalloc("kvl_segment", d.length, 4096);
-	if (mem == NULL)
+	/* host memory: carved from the [memory] pool when there is one (its registration) */
+	snprintf(what, sizeof(what), "kvl_seg_alloc(\"%.64s\")", name ? name : "");
+	mem = kvl_segs_host_alloc(&rt->segs, what, d.length, socket, msg, sizeof(msg));
+	if (mem == NULL) {
+		KVL_LOG(ERR, "%s", msg);
 		return -ENOMEM;
+	}
 	rc = kvl_segs_add(&rt->segs, name, mem, mem, &d, &id);
 	if (rc < 0) {
-		rte_free(mem);
+		kvl_segs_host_free(&rt->segs, mem);
 		return rc;
 	}
 	kvl_control_segments_changed(rt); /* peers hear of it now, not at the next tick */

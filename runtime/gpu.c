@@ -51,6 +51,7 @@ static int host_check(const void *p, uint64_t len, struct kvl_mem_info *mi, char
 	mi->kind = KVL_MEM_HOST;
 	return 0;
 }
+#include "kvl_clock.h"
 
 #if KVL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -282,6 +283,30 @@ int kvl_gpu_sample(struct kvl_gpu *g)
 	return 0;
 }
 
+int kvl_gpu_host_register(struct kvl_gpu *g, void *p, uint64_t len, uint64_t *ns, char *err,
+			  size_t errlen)
+{
+	uint64_t t0 = kvl_now_ns();
+	cudaError_t ce =
+		cudaHostRegister(p, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
+
+	*ns = kvl_now_ns() - t0;
+	if (ce != cudaSuccess) {
+		(void)cudaGetLastError(); /* the error is reported here, not by the next call */
+		snprintf(err, errlen, "cudaHostRegister of %llu MiB on %s (device %d): %s",
+			 (unsigned long long)(len >> 20), g->name, g->device_id,
+			 cudaGetErrorString(ce));
+		return -EIO;
+	}
+	return 0;
+}
+
+void kvl_gpu_host_unregister(struct kvl_gpu *g, void *p)
+{
+	(void)g;
+	(void)cudaHostUnregister(p);
+}
+
 #else /* !KVL_HAVE_CUDA */
 
 #define NO_CUDA                                                                                \
@@ -351,6 +376,20 @@ int kvl_gpu_sample(struct kvl_gpu *g)
 {
 	(void)g;
 	return -ENOTSUP;
+}
+
+int kvl_gpu_host_register(struct kvl_gpu *g, void *p, uint64_t len, uint64_t *ns, char *err,
+			  size_t errlen)
+{
+	(void)g, (void)p, (void)len;
+	*ns = 0;
+	snprintf(err, errlen, "this kvlaned was built without CUDA");
+	return -ENOTSUP;
+}
+
+void kvl_gpu_host_unregister(struct kvl_gpu *g, void *p)
+{
+	(void)g, (void)p;
 }
 
 #endif

@@ -81,6 +81,12 @@ struct kvl_verbs_dev;
  */
 int kvl_gpu_mr_reg(struct kvl_verbs_dev *dev, void *base, uint64_t len, uint32_t flags,
 		   uint32_t *rkey, uint64_t *ns, uint8_t *method, char *err, size_t errlen);
+/* Pin host memory [@p, @p + @len) for CUDA (cudaHostRegister, portable and mapped): copies
+ * from it run at the pinned rate. What it took in *@ns. 0, or a negative errno with the
+ * driver's words in @err (-ENOTSUP when built without CUDA). */
+int kvl_gpu_host_register(struct kvl_gpu *g, void *p, uint64_t len, uint64_t *ns, char *err,
+			  size_t errlen);
+void kvl_gpu_host_unregister(struct kvl_gpu *g, void *p);
 
 /* The budget as last published. */
 static inline uint64_t kvl_gpu_budget(const struct kvl_gpu *g)

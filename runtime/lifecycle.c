@@ -160,7 +160,7 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 							   ? KVL_VERBS_BACKEND_VERBS
 							   : KVL_VERBS_BACKEND_AUTO };
 	char msg[KVL_VERBS_ERR_LEN];
-	int gid_index, gid_type;
+	int gid_index, gid_type, rc;
 	unsigned mtu;
 	bool moderation;
 
@@ -177,7 +177,10 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 		snprintf(err, errlen, "nic.%s (%s): %s", nc->label, nc->device, msg);
 		return -ENODEV;
 	}
-	kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label); /* segments reach it */
+	/* segments reach it; the pool is registered on it, once */
+	rc = kvl_segs_attach(&rt->segs, i, rt->nic[i].vdev, nc->label, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (strcmp(kvl_verbs_dev_backend(rt->nic[i].vdev), "mlx5") == 0) {
 		rt->nic[i].info.transport = KVL_TRANSPORT_MLX5;
 		KVL_LOG(INFO, "nic.%s (%s): mlx5 direct fast path (WQEs written to the SQ)",
@@ -240,6 +243,53 @@ static int start_io(struct kvl_runtime *rt, unsigned i, int socket, char *err, s
 	return 0;
 }
 
+/*
+ * The [memory] pool, before any NIC opens (each registers it when it attaches) and before
+ * staging and segments are carved from it: mapped and pinned on the first NIC's node, then
+ * pinned for CUDA when a GPU is open. pool_size_mb = 0: nothing.
+ */
+static int start_pool(struct kvl_runtime *rt, int numa_node, char *err, size_t errlen)
+{
+	struct kvl_pool *pool = &rt->segs.pool;
+	char msg[KVL_POOL_MSG_LEN];
+	int rc;
+
+	rc = kvl_pool_create(pool, &rt->cfg.memory, rt->sysfs_root, numa_node, err, errlen);
+	if (rc < 0 || pool->base == NULL)
+		return rc;
+	if (pool->pages.note[0] != '\0')
+		KVL_LOG(NOTICE, "%s", pool->pages.note);
+	KVL_LOG(INFO,
+		"memory: pool of %u MiB, %u chunks of %u KiB, on %s pages (%llu KiB)%s, mapped "
+		"and pinned in %.2f ms",
+		rt->cfg.memory.pool_size_mb, pool->n_chunks, rt->cfg.memory.chunk_size_kb,
+		pool->pages.hugepage ? "huge" : "4 KiB",
+		(unsigned long long)(pool->pages.page_size >> 10),
+		pool->numa_bound ? ", preferring the first NIC's NUMA node" : "",
+		pool->map_ns / 1e6);
+	if (!rt->gpu.open)
+		return 0;
+	rc = kvl_gpu_host_register(&rt->gpu, pool->base, pool->size, &pool->cuda_ns, msg,
+				   sizeof(msg));
+	if (rc < 0) {
+		snprintf(err, errlen, "memory: the pool is not pinned for CUDA: %s", msg);
+		return rc;
+	}
+	pool->cuda_registered = true;
+	KVL_LOG(INFO, "memory: the pool registered with CUDA in %.2f ms", pool->cuda_ns / 1e6);
+	return 0;
+}
+
+static void stop_pool(struct kvl_runtime *rt)
+{
+	struct kvl_pool *pool = &rt->segs.pool;
+
+	if (pool->cuda_registered)
+		kvl_gpu_host_unregister(&rt->gpu, pool->base);
+	pool->cuda_registered = false;
+	kvl_pool_destroy(pool);
+}
+
 /* The INI's [segment.*]: allocated on the first NIC's socket, filled as asked. */
 static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 {
@@ -247,6 +297,7 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 
 	for (uint32_t i = 0; i < rt->cfg.n_segments; i++) {
 		const struct kvl_segment_conf *g = &rt->cfg.segments[i];
+		char what[KVL_LABEL_LEN + 16];
 		struct kvl_seg_desc d;
 		uint32_t id;
 		void *mem;
@@ -268,22 +319,15 @@ static int alloc_conf_segments(struct kvl_runtime *rt, char *err, size_t errlen)
 			}
 			continue;
 		}
-		mem = rte_zmalloc_socket("kvl_segment", d.length, 4096, socket);
+		snprintf(what, sizeof(what), "segment.%s", g->label);
+		mem = kvl_segs_host_alloc(&rt->segs, what, d.length, socket, err, errlen);
 		if (mem == NULL)
-			mem = rte_zmalloc("kvl_segment", d.length, 4096);
-		if (mem == NULL) {
-			snprintf(err, errlen,
-				 "segment.%s: cannot allocate %llu MiB of DPDK memory; give EAL "
-				 "more "
-				 "(-m with --no-huge, or more hugepages)",
-				 g->label, (unsigned long long)(d.length >> 20));
 			return -ENOMEM;
-		}
 		if (g->fill == KVL_FILL_PATTERN)
 			kvl_pattern_fill(mem, d.length, g->pattern_seed, 0);
 		rc = kvl_segs_add(&rt->segs, g->label, mem, mem, &d, &id);
 		if (rc < 0) {
-			rte_free(mem);
+			kvl_segs_host_free(&rt->segs, mem);
 			snprintf(err, errlen, "segment.%s: no free segment slot", g->label);
 			return rc;
 		}
@@ -320,6 +364,11 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	if (rc < 0)
 		return rc;
 
+	rc = start_pool(rt, rt->cfg.n_nics ? nodes[0] : -1, err, errlen);
+	if (rc < 0) {
+		kvl_runtime_stop(rt);
+		return rc;
+	}
 	rt->tsc_hz = rte_get_tsc_hz();
 	rt->quit = false;
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
@@ -405,6 +454,7 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 		rt->nic[i].vdev = NULL;
 	}
 	kvl_segs_release(&rt->segs);
+	stop_pool(rt); /* after every NIC's MR of it and every segment in it are gone */
 }
 
 uint64_t kvl_runtime_uptime_ms(const struct kvl_runtime *rt)

@@ -28,13 +28,32 @@ void kvl_segs_fini(struct kvl_local_segs *s)
 	pthread_mutex_destroy(&s->lock);
 }
 
-void kvl_segs_attach(struct kvl_local_segs *s, unsigned nic, struct kvl_verbs_dev *dev,
-		     const char *label)
+int kvl_segs_attach(struct kvl_local_segs *s, unsigned nic, struct kvl_verbs_dev *dev,
+		    const char *label, char *err, size_t errlen)
 {
+	struct kvl_pool *pool = &s->pool;
+	char msg[KVL_VERBS_ERR_LEN];
+	int rc = 0;
+
 	pthread_mutex_lock(&s->lock);
 	s->dev[nic] = dev;
 	s->dev_label[nic] = label;
+	if (pool->base != NULL) {
+		/* Remote read and write: segments of every access share this one MR (the peer's
+		 * edge checks each segment's flags, config/README.md [memory]). */
+		rc = kvl_verbs_reg(dev, pool->base, pool->size,
+				   KVL_SEG_REMOTE_READ | KVL_SEG_REMOTE_WRITE, &pool->reg[nic].rkey,
+				   &pool->reg[nic].ns, msg, sizeof(msg));
+		pool->reg[nic].done = rc == 0;
+	}
 	pthread_mutex_unlock(&s->lock);
+	if (rc < 0)
+		snprintf(err, errlen, "memory: cannot register the %llu MiB pool on nic.%s: %s",
+			 (unsigned long long)(pool->size >> 20), label, msg);
+	else if (pool->base != NULL)
+		KVL_LOG(INFO, "memory: the %llu MiB pool registered on nic.%s in %.2f ms (one MR)",
+			(unsigned long long)(pool->size >> 20), label, pool->reg[nic].ns / 1e6);
+	return rc;
 }
 
 void kvl_seg_desc_make(uint32_t layers, uint32_t planes, uint32_t blocks, uint32_t block_bytes,
@@ -98,6 +117,7 @@ int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *o
 	}
 	m = &s->meta[i];
 	m->mem = (struct kvl_mem_info){ .kind = KVL_MEM_HOST, .device = -1 };
+	m->pooled = kvl_pool_holds(&s->pool, base, desc->length);
 	/* Every RDMA NIC must be able to reach it: register it on each device first. */
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++) {
 		char msg[KVL_VERBS_ERR_LEN];
@@ -106,6 +126,11 @@ int kvl_segs_add(struct kvl_local_segs *s, const char *name, void *base, void *o
 
 		if (s->dev[n] == NULL)
 			continue;
+		if (m->pooled && s->pool.reg[n].done) {
+			m->rkey[n] = s->pool.reg[n].rkey; /* the pool's MR: its lkey serves too */
+			m->reg_ns[n] = 0;
+			continue;
+		}
 		rc = kvl_verbs_reg(s->dev[n], base, desc->length, desc->flags, &m->rkey[n], &ns,
 				   msg, sizeof(msg));
 		m->reg_ns[n] = ns;
@@ -182,6 +207,48 @@ int kvl_segs_add_gpu(struct kvl_local_segs *s, const char *name, void *base, voi
 	return 0;
 }
 
+/* A pool allocation fails only for want of a long enough free run: say what is left. */
+static void pool_short(struct kvl_pool *pool, const char *what, uint64_t len, char *err,
+		       size_t errlen)
+{
+	snprintf(err, errlen,
+		 "%s: the [memory] pool has no run of free chunks for %llu KiB (%u of %u chunks of "
+		 "%llu KiB used, the longest free run %u chunks); raise memory.pool_size_mb = %llu",
+		 what, (unsigned long long)(len >> 10), kvl_pool_chunks_used(pool), pool->n_chunks,
+		 (unsigned long long)(pool->chunk >> 10), kvl_pool_largest_free(pool),
+		 (unsigned long long)(pool->size >> 20));
+}
+
+void *kvl_segs_host_alloc(struct kvl_local_segs *s, const char *what, uint64_t len, int socket,
+			  char *err, size_t errlen)
+{
+	void *mem;
+
+	if (s->pool.base != NULL) {
+		mem = kvl_pool_alloc(&s->pool, len, 0);
+		if (mem == NULL)
+			pool_short(&s->pool, what, len, err, errlen);
+		return mem;
+	}
+	mem = rte_zmalloc_socket("kvl_segment", len, 4096, socket);
+	if (mem == NULL)
+		mem = rte_zmalloc("kvl_segment", len, 4096);
+	if (mem == NULL)
+		snprintf(err, errlen,
+			 "%s: cannot allocate %llu MiB of DPDK memory; give EAL more (-m with "
+			 "--no-huge, or more hugepages), or carve it from a [memory] pool",
+			 what, (unsigned long long)(len >> 20));
+	return mem;
+}
+
+void kvl_segs_host_free(struct kvl_local_segs *s, void *mem)
+{
+	if (kvl_pool_holds(&s->pool, mem, 1))
+		kvl_pool_free(&s->pool, mem);
+	else
+		rte_free(mem);
+}
+
 uint32_t kvl_segs_find(const struct kvl_local_segs *s, const void *p, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)p;
@@ -232,8 +299,9 @@ void kvl_segs_release(struct kvl_local_segs *s)
 		if (s->meta[i].mem.kind == KVL_MEM_GPU)
 			kvl_gpu_vram_free(s->meta[i].owned);
 		else
-			rte_free(s->meta[i].owned);
+			kvl_segs_host_free(s, s->meta[i].owned);
 		s->meta[i].owned = NULL;
+		s->meta[i].pooled = false;
 	}
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
 		s->dev[n] = NULL;

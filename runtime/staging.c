@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include <rte_cycles.h>
-#include <rte_malloc.h>
 
 #include "kvl_build_config.h"
 #include "log.h"
@@ -149,6 +148,7 @@ static int staging_alloc(struct kvl_runtime *rt, unsigned i, uint64_t size, char
 {
 	struct kvl_rt_nic *nic = &rt->nic[i];
 	int socket = nic->lcore->socket;
+	char what[KVL_LABEL_LEN + 32];
 
 	if (rt->staging_place == KVL_STAGING_GPU) {
 		int dev = kvl_staging_gpu_of(rt, i);
@@ -162,16 +162,11 @@ static int staging_alloc(struct kvl_runtime *rt, unsigned i, uint64_t size, char
 		}
 		return 0;
 	}
-	nic->staging = rte_zmalloc_socket("kvl_staging", size, 4096, socket);
+	/* from the [memory] pool when there is one, else DPDK memory on its socket */
+	snprintf(what, sizeof(what), "sched.staging_mb for nic.%s", rt->cfg.nics[i].label);
+	nic->staging = kvl_segs_host_alloc(&rt->segs, what, size, socket, err, errlen);
 	if (nic->staging == NULL)
-		nic->staging = rte_zmalloc("kvl_staging", size, 4096);
-	if (nic->staging == NULL) {
-		snprintf(err, errlen,
-			 "sched.staging_mb: cannot allocate %u MiB of DPDK memory for "
-			 "nic.%s; give EAL more (-m with --no-huge, or more hugepages)",
-			 rt->cfg.sched.staging_mb, rt->cfg.nics[i].label);
 		return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -282,7 +277,7 @@ void kvl_staging_stop(struct kvl_runtime *rt)
 		else if (rt->staging_place == KVL_STAGING_GPU)
 			kvl_gpu_vram_free(nic->staging);
 		else
-			rte_free(nic->staging);
+			kvl_segs_host_free(&rt->segs, nic->staging);
 		nic->staging = NULL;
 	}
 }

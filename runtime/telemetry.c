@@ -391,6 +391,72 @@ static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+struct pool_walk {
+	unsigned segs;
+	uint64_t bytes;
+};
+
+static void pooled_seg(void *arg, const struct kvl_local_seg *s)
+{
+	struct pool_walk *w = arg;
+
+	if (s->pooled) {
+		w->segs++;
+		w->bytes += s->desc.length;
+	}
+}
+
+/* The [memory] pool: its geometry and pages, what is carved, what registering it took. */
+static int tel_memory(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct pool_walk w = { 0 };
+	struct kvl_pool *p;
+	uint32_t used;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	p = &rt->segs.pool;
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_int(d, "enabled", p->base != NULL);
+	if (p->base == NULL) {
+		rte_tel_data_add_dict_string(d, "note",
+					     "no pool ([memory] pool_size_mb = 0): segments and "
+					     "staging are DPDK memory, each registered alone");
+		return 0;
+	}
+	used = kvl_pool_chunks_used(p);
+	kvl_segs_visit(&rt->segs, pooled_seg, &w);
+	rte_tel_data_add_dict_u64(d, "size_bytes", p->size);
+	rte_tel_data_add_dict_u64(d, "chunk_bytes", p->chunk);
+	rte_tel_data_add_dict_u64(d, "chunks_total", p->n_chunks);
+	rte_tel_data_add_dict_u64(d, "chunks_used", used);
+	rte_tel_data_add_dict_u64(d, "chunks_free", p->n_chunks - used);
+	rte_tel_data_add_dict_u64(d, "largest_free_chunks", kvl_pool_largest_free(p));
+	rte_tel_data_add_dict_u64(d, "allocations", __atomic_load_n(&p->allocs, __ATOMIC_RELAXED));
+	rte_tel_data_add_dict_u64(d, "segments", w.segs); /* live segments inside the pool */
+	rte_tel_data_add_dict_u64(d, "segment_bytes", w.bytes);
+	rte_tel_data_add_dict_u64(d, "page_size", p->pages.page_size);
+	rte_tel_data_add_dict_int(d, "hugepage", p->pages.hugepage);
+	rte_tel_data_add_dict_string(d, "page_note", p->pages.note);
+	rte_tel_data_add_dict_int(d, "numa_node", p->numa_node);
+	rte_tel_data_add_dict_int(d, "numa_preferred", p->numa_bound);
+	rte_tel_data_add_dict_u64(d, "map_ns", p->map_ns);
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		char name[KVL_LABEL_LEN + 16];
+
+		if (!p->reg[n].done)
+			continue;
+		snprintf(name, sizeof(name), "reg_ns/%s", rt->cfg.nics[n].label);
+		rte_tel_data_add_dict_u64(d, name, p->reg[n].ns);
+	}
+	rte_tel_data_add_dict_int(d, "cuda_registered", p->cuda_registered);
+	rte_tel_data_add_dict_u64(d, "cuda_reg_ns", p->cuda_ns);
+	return 0;
+}
+
 static void stats_sub(struct kvl_xport_stats *a, const struct kvl_xport_stats *b)
 {
 	uint64_t *pa = (uint64_t *)a;
@@ -852,6 +918,9 @@ RTE_INIT(kvl_telemetry_register)
 	REGISTER("/kvlane/gpu", tel_gpu,
 		 "Staging budget (free VRAM - reserve, or [sched] budget_mb) and the "
 		 "GPU it is sampled from. No parameters");
+	REGISTER("/kvlane/memory", tel_memory,
+		 "The [memory] pool: size, chunks used/free, page size, hugepage, "
+		 "reg_ns/<nic>, cuda_reg_ns. No parameters");
 	REGISTER("/kvlane/peers", tel_peers,
 		 "Peers in column form: addr, name, state, role, last_heartbeat_ms, "
 		 "rtt_us, data_conns, bytes each way, failure. No parameters");

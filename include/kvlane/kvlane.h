@@ -116,8 +116,10 @@ struct kvl_segment {
 	int32_t gpu; /* KVL_MEM_GPU: the CUDA device ordinal; -1 for host memory */
 };
 
-/* Allocate a segment in DPDK memory (hugepages when EAL has them) on the NIC's NUMA node,
- * zeroed. Returns 0 or a negative errno (-ENOMEM: EAL has no room: raise -m). */
+/* Allocate a zeroed host segment: carved from the [memory] pool when pool_size_mb > 0 (it uses
+ * the pool's registration), else DPDK memory (hugepages when EAL has them) on the NIC's NUMA
+ * node. Returns 0 or a negative errno (-ENOMEM: the pool has no free run that long, or EAL
+ * has no room: raise pool_size_mb or -m; the cause is logged). */
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		  unsigned access, struct kvl_segment *out);
 

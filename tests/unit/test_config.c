@@ -121,7 +121,7 @@ static const struct bad_case bad_cases[] = {
 	{ "negative", "[control]\nconnect_timeout_ms = -1\n" NIC_LO,
 	  "t.ini:2: control.connect_timeout_ms:", "expected an integer in 100..600000; got \"-1\"" },
 	{ "fraction", "[memory]\npool_size_mb = 1.5\n" NIC_LO,
-	  "t.ini:2: memory.pool_size_mb:", "expected an integer in 1..4194304; got \"1.5\"" },
+	  "t.ini:2: memory.pool_size_mb:", "expected an integer in 0..4194304; got \"1.5\"" },
 	{ "empty integer", "[cq_moderation]\ncount =\n" NIC_LO,
 	  "t.ini:2: cq_moderation.count:", "expected an integer in 1..65535; got \"\"" },
 	{ "hex parsed, out of range", "[nic.r0]\ndevice = mlx5_0\nservice_level = 0x10\n",
@@ -473,7 +473,7 @@ static void check_good_values(void)
 	CHECK_STR(cfg.control.peers[2], "node-b.example:1");
 	CHECK_INT(cfg.memory.hugepage, KVL_TRI_OFF);
 	CHECK_STR(cfg.control.secret_file, "/etc/kvlane/s.key");
-	CHECK_INT(cfg.memory.pool_size_mb, 1024); /* default */
+	CHECK_INT(cfg.memory.pool_size_mb, 0); /* default: no pool */
 	CHECK_INT(cfg.n_nics, 3);
 	CHECK_STR(n->label, "r0");
 	CHECK_STR(n->device, "mlx5_0");
@@ -1190,6 +1190,65 @@ static void test_sched_keys(void)
 	}
 }
 
+/* [memory]: 0 is no pool (the default); a pool must hold what the INI carves from it. */
+static void test_memory_keys(void)
+{
+	static const char seg[] = "[segment.kv]\nlayers = 4\nplanes = 2\nblocks = 16\n"
+				  "block_bytes = 65536\n"; /* 8 MiB */
+
+	if (load_good("no [memory]", NIC_LO) == 0)
+		CHECK_INT(cfg.memory.pool_size_mb, 0);
+	if (load_good("pool 0 whatever chunk_size_kb says",
+		      "[memory]\npool_size_mb = 0\nchunk_size_kb = 1048576\n" NIC_LO) == 0)
+		CHECK_INT(cfg.memory.pool_size_mb, 0);
+	/* 8 MiB of segment + 2 NICs x 4 MiB of staging = 16 MiB: fits exactly */
+	if (load_good("segments and staging fit",
+		      "[memory]\npool_size_mb = 16\nchunk_size_kb = 1024\n[sched]\nstaging_mb = 4\n"
+		      "[nic.a]\ndevice = lo\ntransport = tcp\n"
+		      "[nic.b]\ndevice = lo\nport = 2\ntransport = tcp\n" /* line 10 */
+		      "[segment.kv]\nlayers = 4\nplanes = 2\nblocks = 16\nblock_bytes = 65536\n") ==
+	    0)
+		CHECK_INT(cfg.memory.pool_size_mb, 16);
+	expect_bad(
+		"segments + staging over the pool",
+		"[memory]\npool_size_mb = 14\nchunk_size_kb = 1024\n[sched]\nstaging_mb = 4\n"
+		"[nic.a]\ndevice = lo\ntransport = tcp\n"
+		"[nic.b]\ndevice = lo\nport = 2\ntransport = tcp\n"
+		"[segment.kv]\nlayers = 4\nplanes = 2\nblocks = 16\nblock_bytes = 65536\n",
+		1, "t.ini:2: memory.pool_size_mb:",
+		"14 MiB cannot hold 1 [segment.*] (8 MiB) + sched.staging_mb on 2 NICs (8 MiB) = "
+		"16 MiB in 1024 KiB chunks; raise it to at least 16, or 0 to take them from DPDK "
+		"memory");
+	/* each segment takes whole chunks: 3 x 1 KiB blocks still take one 2 MiB chunk each */
+	expect_bad("rounded up to whole chunks",
+		   "[memory]\npool_size_mb = 2\nchunk_size_kb = 2048\n" NIC_LO
+		   "[segment.a]\nblocks = 1\nplanes = 1\nblock_bytes = 1024\n"
+		   "[segment.b]\nblocks = 1\nplanes = 1\nblock_bytes = 1024\n",
+		   1, "t.ini:2: memory.pool_size_mb:",
+		   "2 [segment.*] (4 MiB) + sched.staging_mb on 0 NICs (0 MiB) = 4 MiB in 2048 KiB "
+		   "chunks; raise it to at least 4,");
+	/* --set blames its own line, as every other key does */
+	{
+		const char *sets[] = { "segment.kv.blocks=64" };
+		char path[] = "/tmp/kvl_test_memory_XXXXXX";
+		int fd = mkstemp(path);
+		FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+		int rc;
+
+		CHECK(f != NULL);
+		if (f == NULL)
+			return;
+		fprintf(f, "[memory]\npool_size_mb = 16\nchunk_size_kb = 1024\n" NIC_LO "%s", seg);
+		fclose(f);
+		rc = kvl_config_load_sets(path, sets, 1, &cfg, &errs);
+		CHECK_INT(rc, -EINVAL);
+		CHECK_INT(errs.count, 1);
+		CHECK_HAS(errs.msg[0], ":2: memory.pool_size_mb: 16 MiB cannot hold 1 [segment.*] "
+				       "(32 MiB)");
+		unlink(path);
+	}
+}
+
 int main(void)
 {
 	kvl_config_defaults(&defaults);
@@ -1207,5 +1266,6 @@ int main(void)
 	test_mutations();
 	test_paths_and_sets();
 	test_sched_keys();
+	test_memory_keys();
 	return kvl_test_done("config");
 }

@@ -134,25 +134,7 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 }
 
 /* Staging comes from DPDK memory; here from the heap (no EAL). */
-void *rte_zmalloc_socket(const char *type, size_t size, unsigned align, int socket)
-{
-	void *p = aligned_alloc(align ? align : 64, (size + 4095) & ~(size_t)4095);
-
-	(void)type, (void)socket;
-	if (p)
-		memset(p, 0, size);
-	return p;
-}
-
-void *rte_zmalloc(const char *type, size_t size, unsigned align)
-{
-	return rte_zmalloc_socket(type, size, align, SOCKET_ID_ANY);
-}
-
-void rte_free(void *p)
-{
-	free(p);
-}
+#include "heap_rte_malloc.h"
 
 /* ---- the fake NIC lcore ---- */
 
