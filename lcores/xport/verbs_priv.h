@@ -211,26 +211,45 @@ struct kvl_verbs_conn {
 	struct kvl_verbs_stats stats;
 };
 
-/* What a backend's post counts over its batch. */
+/* What a backend's post counts over its batch, in locals: written back once, at its end
+ * (kvl_verbs_batch_end), not per WQE. */
 struct kvl_verbs_batch {
 	uint64_t old_end; /* nic_end before the batch: slots below it are replays */
 	uint64_t written; /* the newest slot taken */
-	unsigned nic, sig;
+	unsigned nic, sig, since_sig, replayed, sge_wrs;
 };
 
-/* The QP took slot @q (@signaled or not): the batch's and the connection's counters. */
-static inline void kvl_verbs_batch_took(struct kvl_verbs_conn *c, struct kvl_verbs_batch *b,
-					const struct slot *s, uint64_t q, bool signaled)
+static inline void kvl_verbs_batch_start(const struct kvl_verbs_conn *c, struct kvl_verbs_batch *b)
 {
+	*b = (struct kvl_verbs_batch){ .old_end = c->nic_end, .since_sig = c->since_sig };
+}
+
+/* Whether the next WR the QP takes is signaled: one in @every, and always the batch's @last. */
+static inline bool kvl_verbs_batch_signal(struct kvl_verbs_batch *b, unsigned every, bool last)
+{
+	bool signaled = ++b->since_sig >= every || last;
+
 	if (signaled) {
-		c->since_sig = 0;
+		b->since_sig = 0;
 		b->sig++;
 	}
+	return signaled;
+}
+
+/* The QP took slot @q. */
+static inline void kvl_verbs_batch_took(struct kvl_verbs_batch *b, const struct slot *s, uint64_t q)
+{
 	b->nic++;
 	b->written = q;
-	if (q < b->old_end)
-		c->stats.replayed++;
-	c->stats.sge_wrs += s->n_sge > 1;
+	b->replayed += q < b->old_end;
+	b->sge_wrs += s->n_sge > 1;
+}
+
+static inline void kvl_verbs_batch_end(struct kvl_verbs_conn *c, const struct kvl_verbs_batch *b)
+{
+	c->since_sig = b->since_sig;
+	c->stats.replayed += b->replayed;
+	c->stats.sge_wrs += b->sge_wrs;
 }
 
 /* verbs_dev.c: messages and names */
@@ -277,10 +296,20 @@ void kvl_verbs_post_recvs(struct kvl_verbs_conn *c);
 
 /* verbs_ring.c: what the backends and resync report into */
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st);
-void kvl_verbs_finish_refused(struct kvl_verbs_conn *c);
+void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c);
+
+/* Refused requests at the head have nothing to wait for: complete them (none, mostly). */
+static inline void kvl_verbs_finish_refused(struct kvl_verbs_conn *c)
+{
+	if (c->n_refused != 0)
+		kvl_verbs_finish_refused_run(c);
+}
 void kvl_verbs_start_drain(struct kvl_verbs_conn *c);
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err);
+/* @n send completions that all succeeded, the newest for the WR at @seq: what @n calls of
+ * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others). */
+void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n);
 void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
 		       bool with_imm, uint32_t imm_be, uint32_t len);
 void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from);

@@ -56,8 +56,8 @@ void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
 	}
 }
 
-/* Refused requests at the head have nothing to wait for. */
-void kvl_verbs_finish_refused(struct kvl_verbs_conn *c)
+/* kvl_verbs_finish_refused() when some are refused. */
+void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c)
 {
 	while (c->n_refused != 0 && c->done_seq != c->post_seq) {
 		const struct slot *s = &c->ring[c->done_seq & c->mask];
@@ -86,15 +86,14 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err)
 {
+	if (st == KVL_OK) {
+		kvl_verbs_on_cqes_ok(c, seq, 1);
+		return;
+	}
 	c->stats.cqes++;
 	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
 	if (seq < c->done_seq || seq >= c->post_seq)
 		return;
-	if (st == KVL_OK) {
-		kvl_verbs_finish_until(c, seq + 1, KVL_OK);
-		kvl_verbs_finish_refused(c);
-		return;
-	}
 	c->stats.errors++;
 	if (!flush) {
 		c->stats.last_wc_status = wc;
@@ -109,6 +108,16 @@ void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush
 	 * side's requests (the peer's responder saw an error, the port died): resync too. */
 	kvl_verbs_start_drain(c);
 	c->flush_end = seq + 1;
+}
+
+void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	c->stats.cqes += n;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+	kvl_verbs_finish_refused(c);
 }
 
 /* A receive completed: an immediate (WRITE_WITH_IMM landed), or a flush of the queue. */
@@ -301,42 +310,23 @@ static int equal_pieces(const struct kvl_verbs_conn *c, struct slot *s)
 	return 0;
 }
 
-/* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
-static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
+/* A request of several local ranges: its SGE list checked and resolved into @s. */
+static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
 {
 	uint64_t sum = 0;
 	int st = KVL_OK;
 
-	if (c->broken)
-		return c->broken;
-	if (!c->connected)
-		return KVL_ERR_NO_PEER;
-	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
-	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
-		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
-	if (w->length > c->d->max_msg_sz || w->n_sge > c->max_sge)
-		return KVL_ERR_TOO_LARGE;
-	if (w->n_sge <= 1) {
-		/* the common case, one local range: checked without the list walk below */
-		s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
-		s->sg[0].addr = (uintptr_t)w->local;
-		s->sg[0].length = w->length;
-		st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
-		return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
-	} else {
-		s->n_sge = w->n_sge;
-		for (unsigned i = 0; i < w->n_sge; i++) {
-			s->sg[i] =
-				(struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
-			sum += w->sge[i].length;
-			if (w->sge[i].length == 0)
-				return KVL_ERR_PROTOCOL;
-		}
-		if (sum != w->length)
-			return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
-		if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
-			return KVL_ERR_TOO_LARGE;
+	s->n_sge = w->n_sge;
+	for (unsigned i = 0; i < w->n_sge; i++) {
+		s->sg[i] = (struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
+		sum += w->sge[i].length;
+		if (w->sge[i].length == 0)
+			return KVL_ERR_PROTOCOL;
 	}
+	if (sum != w->length)
+		return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
+	if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
+		return KVL_ERR_TOO_LARGE;
 	for (unsigned i = 0; i < s->n_sge && st == KVL_OK; i++)
 		st = kvl_verbs_local_check(c, (const void *)(uintptr_t)s->sg[i].addr,
 					   s->sg[i].length, &s->sg[i].lkey);
@@ -345,9 +335,41 @@ static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *
 	return st;
 }
 
+/*
+ * What the WR would complete with if it never reached the NIC; KVL_OK if it may go. The
+ * connection's own state (broken, connected) is the caller's, once per call. What stays
+ * here is what only this layer knows: the lkey of the local range (the MRs of this device),
+ * the rkey and bounds of the remote one (the table this QP was given), and the device's
+ * limits; the opcode and flag checks are two compares that keep a malformed kvl_wr from
+ * becoming a WQE.
+ */
+static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
+			uint32_t max_msg)
+{
+	int st;
+
+	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
+	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
+		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
+	if (w->length > max_msg || w->n_sge > c->max_sge)
+		return KVL_ERR_TOO_LARGE;
+	if (w->n_sge > 1)
+		return check_sges(c, w, s);
+	/* the common case, one local range: checked without the list walk */
+	s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
+	s->sg[0].addr = (uintptr_t)w->local;
+	s->sg[0].length = w->length;
+	st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
+	return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
+}
+
 unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
 {
-	uint64_t room;
+	uint64_t room, seq, sum_w, sum_r;
+	uint32_t max_msg = c->d->max_msg_sz;
+	/* decided once per call: a broken or unconnected QP refuses every request alike */
+	int down = c->broken ? c->broken : !c->connected ? KVL_ERR_NO_PEER : KVL_OK;
+	unsigned refused = 0;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -355,28 +377,38 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	room = c->depth - (c->post_seq - c->reap_seq);
 	if (n > room)
 		n = (unsigned)room;
-	for (unsigned i = 0; i < n; i++) {
+	seq = c->post_seq;
+	sum_w = c->sum_post[0];
+	sum_r = c->sum_post[1];
+	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
-		unsigned at = (unsigned)(c->post_seq++ & c->mask);
+		unsigned at = (unsigned)(seq & c->mask);
 		struct slot *s = &c->ring[at];
-		int st;
+		int st = down != KVL_OK ? down : check(c, w, s, max_msg);
 
 		s->length = w->length;
 		s->op = w->op;
 		s->flags = w->flags;
 		s->imm = w->imm;
-		st = check(c, w, s);
 		s->nic = st == KVL_OK;
-		s->status = st;
 		/* Its completion as it will read unless the NIC says otherwise (finish). */
 		c->wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
-		if (st == KVL_OK)
-			c->sum_post[w->op == KVL_OP_READ] += w->length;
-		else
-			c->n_refused++;
-		s->sum[0] = c->sum_post[0];
-		s->sum[1] = c->sum_post[1];
+		if (st == KVL_OK) {
+			if (w->op == KVL_OP_READ)
+				sum_r += w->length;
+			else
+				sum_w += w->length;
+		} else {
+			s->status = st;
+			refused++;
+		}
+		s->sum[0] = sum_w;
+		s->sum[1] = sum_r;
 	}
+	c->post_seq = seq;
+	c->sum_post[0] = sum_w;
+	c->sum_post[1] = sum_r;
+	c->n_refused += refused;
 	kvl_verbs_finish_refused(c);
 	return n;
 }

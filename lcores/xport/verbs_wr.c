@@ -83,10 +83,11 @@ static unsigned wr_poll(struct kvl_verbs_conn *c)
  * failure none of them reached the NIC. */
 static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
-	struct kvl_verbs_batch b = { .old_end = c->nic_end };
+	struct kvl_verbs_batch b;
 	uint64_t first = 0;
 	int rc;
 
+	kvl_verbs_batch_start(c, &b);
 	ibv_wr_start(c->qpx);
 	for (uint64_t q = from; q <= last; q++) {
 		const struct slot *s = &c->ring[q & c->mask];
@@ -96,7 +97,7 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 			continue;
 		if (b.nic == 0)
 			first = q;
-		signaled = ++c->since_sig >= every || q == last;
+		signaled = kvl_verbs_batch_signal(&b, every, q == last);
 		c->qpx->wr_id = q;
 		c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
 		if (s->op == KVL_OP_READ)
@@ -106,11 +107,12 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 		else
 			ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
 		ibv_wr_set_sge_list(c->qpx, s->n_sge, s->sg);
-		kvl_verbs_batch_took(c, &b, s, q, signaled);
+		kvl_verbs_batch_took(&b, s, q);
 	}
 	c->stats.posts++;
 	rc = ibv_wr_complete(c->qpx);
 	if (rc == 0) {
+		kvl_verbs_batch_end(c, &b);
 		c->nic_end = b.written + 1;
 		c->stats.posted += b.nic;
 		c->stats.signaled += b.sig;
