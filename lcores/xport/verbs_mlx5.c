@@ -213,14 +213,17 @@ static unsigned mlx5_poll(struct kvl_verbs_conn *c)
 static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
 	struct kvl_mlx5_sq *sq = &c->sq;
+	struct kvl_mlx5_sq_enc e = kvl_mlx5_sq_enc_start(sq);
 	struct kvl_mlx5_ctrl_seg *ctrl = NULL;
 	struct kvl_verbs_batch b;
+	struct slot *ring = c->ring;
+	uint64_t mask = c->mask;
 	uint16_t pi = sq->sq_pi;
 	unsigned room = kvl_mlx5_sq_room(sq), nbb = 0;
 
-	kvl_verbs_batch_start(c, &b);
+	kvl_verbs_batch_start(c, &b, from);
 	for (uint64_t q = from; q <= last; q++) {
-		struct slot *s = &c->ring[q & c->mask];
+		struct slot *s = &ring[q & mask];
 		bool signaled;
 
 		if (!s->nic)
@@ -237,7 +240,7 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 		signaled = kvl_verbs_batch_signal(&b, every, q == last);
 		/* check() made it a WQE the SQ takes (opcode, SGE count, no 0-byte SGE) */
 		nbb = kvl_mlx5_wqe_put(
-			sq, pi,
+			&e, pi,
 			&(struct kvl_mlx5_wqe){
 				.wrid = q,
 				.raddr = s->raddr,
@@ -259,7 +262,7 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 	kvl_verbs_batch_end(c, &b);
 	if (b.nic == 0)
 		return;
-	kvl_mlx5_sq_commit(sq, pi, b.nic, b.sig, ctrl, nbb);
+	kvl_mlx5_sq_commit(sq, &e, pi, b.nic, b.sig, ctrl, nbb);
 	/* The newest WQE must make a CQE, or those before it would wait for ever (it may be
 	 * unsignaled when the signaled @last was refused above). */
 	if (kvl_mlx5_sq_signal_last(sq) == 1)

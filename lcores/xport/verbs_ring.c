@@ -15,16 +15,18 @@ static void finish(struct kvl_verbs_conn *c, uint64_t q, int status)
 	const struct slot *s = &c->ring[q & c->mask];
 	struct kvl_wc *w = &c->wcs[q & c->mask];
 
+	uint32_t len = w->bytes; /* the request's length, as enqueue wrote it */
+
 	w->status = status;
-	w->bytes = status == KVL_OK ? s->length : 0;
+	w->bytes = status == KVL_OK ? len : 0;
 	c->n_refused -= !s->nic;
 	c->stats.completed++;
 	if (status != KVL_OK)
 		c->stats.failed[status]++;
 	else if (s->op == KVL_OP_WRITE)
-		c->stats.bytes_written += s->length;
+		c->stats.bytes_written += len;
 	else
-		c->stats.bytes_read += s->length;
+		c->stats.bytes_read += len;
 	c->sum_done[0] = s->sum[0];
 	c->sum_done[1] = s->sum[1];
 }
@@ -259,7 +261,6 @@ static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w,
 {
 	unsigned i = c->rseg_hint;
 	const struct kvl_verbs_rseg *r;
-	struct kvl_seg seg;
 
 	if (i >= c->n_rseg || c->rseg[i].id != w->remote_seg) {
 		i = find_rseg(c, w->remote_seg);
@@ -268,10 +269,15 @@ static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w,
 		c->rseg_hint = i;
 	}
 	r = &c->rseg[i];
-	seg = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
 	*raddr = r->addr + w->remote_off;
 	*rkey = r->rkey;
-	return kvl_seg_check(&seg, w->remote_off, w->length, w->op);
+	/* kvl_seg_check()'s rules on the QP's copy of the peer's table, without building a
+	 * struct kvl_seg for it */
+	if (!(r->flags & (w->op == KVL_OP_READ ? KVL_SEG_REMOTE_READ : KVL_SEG_REMOTE_WRITE)))
+		return KVL_ERR_ACCESS;
+	if (w->remote_off > r->len || w->length > r->len - w->remote_off)
+		return KVL_ERR_BOUNDS;
+	return KVL_OK;
 }
 
 static uint32_t gcd32(uint32_t a, uint32_t b)
@@ -370,6 +376,10 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	/* decided once per call: a broken or unconnected QP refuses every request alike */
 	int down = c->broken ? c->broken : !c->connected ? KVL_ERR_NO_PEER : KVL_OK;
 	unsigned refused = 0;
+	/* in locals: the stores into slots could alias them, and would reload them per request */
+	struct slot *ring = c->ring;
+	struct kvl_wc *wcs = c->wcs;
+	uint64_t mask = c->mask;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -382,17 +392,16 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	sum_r = c->sum_post[1];
 	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
-		unsigned at = (unsigned)(seq & c->mask);
-		struct slot *s = &c->ring[at];
+		unsigned at = (unsigned)(seq & mask);
+		struct slot *s = &ring[at];
 		int st = down != KVL_OK ? down : check(c, w, s, max_msg);
 
-		s->length = w->length;
 		s->op = w->op;
 		s->flags = w->flags;
 		s->imm = w->imm;
 		s->nic = st == KVL_OK;
 		/* Its completion as it will read unless the NIC says otherwise (finish). */
-		c->wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
+		wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
 		if (st == KVL_OK) {
 			if (w->op == KVL_OP_READ)
 				sum_r += w->length;

@@ -87,7 +87,7 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 	uint64_t first = 0;
 	int rc;
 
-	kvl_verbs_batch_start(c, &b);
+	kvl_verbs_batch_start(c, &b, from);
 	ibv_wr_start(c->qpx);
 	for (uint64_t q = from; q <= last; q++) {
 		const struct slot *s = &c->ring[q & c->mask];

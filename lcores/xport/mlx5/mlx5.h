@@ -246,26 +246,46 @@ static inline unsigned kvl_mlx5_wqe_bbs(unsigned nsge)
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w);
 
 /*
+ * What encoding WQEs reads of the SQ, copied into a local once per batch
+ * (kvl_mlx5_sq_enc_start): stores into the WQEs could alias the SQ's own fields, so a loop
+ * reading them through the SQ would load them again for every WQE.
+ */
+struct kvl_mlx5_sq_enc {
+	uint8_t *sq_addr, *sq_end;
+	uint64_t *wrid;
+	uint16_t *wqe_end;
+	uint32_t idx_mask; /* wqe_cnt - 1 */
+	uint32_t qpn8;	   /* qpn << 8, as ctrl's qpn_ds wants it */
+	uint32_t wraps;	   /* data segments that went on at the SQ's start */
+};
+
+static inline struct kvl_mlx5_sq_enc kvl_mlx5_sq_enc_start(const struct kvl_mlx5_sq *sq)
+{
+	return (struct kvl_mlx5_sq_enc){ sq->sq_addr,	  sq->sq_end,	sq->wrid, sq->wqe_end,
+					 sq->wqe_cnt - 1, sq->qpn << 8, 0 };
+}
+
+/*
  * Encode @w at WQEBB counter @pi (it may wrap past the end of the SQ) and fill the SQ's
  * per-WQE tables (wrid, end), touching nothing else of the SQ: a caller writing a batch keeps
  * its counters in registers and commits them once (kvl_mlx5_sq_commit). The caller checked
  * the WQE (opcode one of the three, nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE) and the room.
  * Returns the WQEBBs it took; *@ctrl_out is its control segment.
  */
-static inline unsigned kvl_mlx5_wqe_put(struct kvl_mlx5_sq *sq, uint16_t pi,
+static inline unsigned kvl_mlx5_wqe_put(struct kvl_mlx5_sq_enc *e, uint16_t pi,
 					const struct kvl_mlx5_wqe *w,
 					struct kvl_mlx5_ctrl_seg **ctrl_out)
 {
 	struct kvl_mlx5_ctrl_seg *ctrl;
 	struct kvl_mlx5_raddr_seg *rseg;
 	struct kvl_mlx5_data_seg *dseg;
-	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx = pi & (sq->wqe_cnt - 1);
+	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx = pi & e->idx_mask;
 	uint32_t sig_fm = htobe32((w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0);
 
-	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
+	ctrl = (struct kvl_mlx5_ctrl_seg *)(e->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
 	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
 	ctrl->opmod_idx_opcode = htobe32((uint32_t)pi << 8 | w->opcode);
-	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
+	ctrl->qpn_ds = htobe32(e->qpn8 | ds);
 	/* signature, reserved and fm_ce_se as one store: byte 11 is fm_ce_se, the rest 0 */
 	memcpy(&ctrl->signature, &sig_fm, sizeof(sig_fm));
 	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
@@ -279,18 +299,25 @@ static inline unsigned kvl_mlx5_wqe_put(struct kvl_mlx5_sq *sq, uint16_t pi,
 	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
 	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
 	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
-	for (unsigned i = 0; i < w->nsge; i++) {
-		if ((uint8_t *)dseg == sq->sq_end) {
-			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
-			sq->stats.wraps++;
+	if (w->nsge != 0) {
+		/* the first shares the WQEBB of ctrl and raddr: it never wraps */
+		dseg->byte_count = htobe32(w->sge[0].len);
+		dseg->lkey = htobe32(w->sge[0].lkey);
+		dseg->addr = htobe64(w->sge[0].addr);
+		dseg++;
+	}
+	for (unsigned i = 1; i < w->nsge; i++) {
+		if ((uint8_t *)dseg == e->sq_end) {
+			dseg = (struct kvl_mlx5_data_seg *)e->sq_addr;
+			e->wraps++;
 		}
 		dseg->byte_count = htobe32(w->sge[i].len);
 		dseg->lkey = htobe32(w->sge[i].lkey);
 		dseg->addr = htobe64(w->sge[i].addr);
 		dseg++;
 	}
-	sq->wrid[idx] = w->wrid;
-	sq->wqe_end[idx] = (uint16_t)(pi + nbb);
+	e->wrid[idx] = w->wrid;
+	e->wqe_end[idx] = (uint16_t)(pi + nbb);
 	*ctrl_out = ctrl;
 	return nbb;
 }
@@ -299,13 +326,14 @@ static inline unsigned kvl_mlx5_wqe_put(struct kvl_mlx5_sq *sq, uint16_t pi,
  * After kvl_mlx5_wqe_put() of @nwqe WQEs (@nsig of them signaled) from sq_pi to @pi, the
  * newest at @last (@last_nbb WQEBBs): the SQ's counters and statistics, once per batch.
  */
-static inline void kvl_mlx5_sq_commit(struct kvl_mlx5_sq *sq, uint16_t pi, unsigned nwqe,
-				      unsigned nsig, struct kvl_mlx5_ctrl_seg *last,
-				      unsigned last_nbb)
+static inline void kvl_mlx5_sq_commit(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_enc *e,
+				      uint16_t pi, unsigned nwqe, unsigned nsig,
+				      struct kvl_mlx5_ctrl_seg *last, unsigned last_nbb)
 {
 	sq->stats.wqes += nwqe;
 	sq->stats.wqebbs += (uint16_t)(pi - sq->sq_pi);
 	sq->stats.signaled += nsig;
+	sq->stats.wraps += e->wraps;
 	sq->last_ctrl = last;
 	sq->last_nbb = (uint16_t)last_nbb;
 	sq->pending = (uint16_t)(sq->pending + nwqe);
@@ -320,13 +348,15 @@ static inline void kvl_mlx5_sq_commit(struct kvl_mlx5_sq *sq, uint16_t pi, unsig
 static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
 {
 	struct kvl_mlx5_ctrl_seg *ctrl;
+	struct kvl_mlx5_sq_enc e;
 	unsigned nbb;
 
 	if (kvl_mlx5_wqe_bbs(w->nsge) > kvl_mlx5_sq_room(sq))
 		return -EAGAIN;
-	nbb = kvl_mlx5_wqe_put(sq, sq->sq_pi, w, &ctrl);
-	kvl_mlx5_sq_commit(sq, (uint16_t)(sq->sq_pi + nbb), 1, (w->flags & KVL_MLX5_F_SIGNAL) != 0,
-			   ctrl, nbb);
+	e = kvl_mlx5_sq_enc_start(sq);
+	nbb = kvl_mlx5_wqe_put(&e, sq->sq_pi, w, &ctrl);
+	kvl_mlx5_sq_commit(sq, &e, (uint16_t)(sq->sq_pi + nbb), 1,
+			   (w->flags & KVL_MLX5_F_SIGNAL) != 0, ctrl, nbb);
 	return 0;
 }
 
