@@ -326,10 +326,10 @@ static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct s
 	for (unsigned i = 0; i < w->n_sge; i++) {
 		s->sg[i] = (struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
 		sum += w->sge[i].length;
-		if (w->sge[i].length == 0)
+		if (w->sge[i].length == 0 && !(w->flags & KVL_WR_CHECKED))
 			return KVL_ERR_PROTOCOL;
 	}
-	if (sum != w->length)
+	if (sum != w->length && !(w->flags & KVL_WR_CHECKED))
 		return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
 	if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
 		return KVL_ERR_TOO_LARGE;
@@ -346,17 +346,18 @@ static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct s
  * connection's own state (broken, connected) is the caller's, once per call. What stays
  * here is what only this layer knows: the lkey of the local range (the MRs of this device),
  * the rkey and bounds of the remote one (the table this QP was given), and the device's
- * limits; the opcode and flag checks are two compares that keep a malformed kvl_wr from
- * becoming a WQE.
+ * limits. What kvl_post() proved (KVL_WR_CHECKED: opcode, flags, the SGE list's shape) is
+ * not checked again; a kvl_wr from elsewhere is.
  */
 static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
 			uint32_t max_msg)
 {
 	int st;
 
-	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
-	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
-		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
+	/* kvl_post() refuses these (KVL_WR_CHECKED); from elsewhere, a malformed request */
+	if (!(w->flags & KVL_WR_CHECKED) && ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
+					     ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE)))
+		return KVL_ERR_PROTOCOL;
 	if (w->length > max_msg || w->n_sge > c->max_sge)
 		return KVL_ERR_TOO_LARGE;
 	if (w->n_sge > 1)
