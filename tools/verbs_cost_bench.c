@@ -720,17 +720,18 @@ int main(int argc, char **argv)
 	       "record only: compare instructions\n\n");
 	printf("  CQE/poll: CQEs per poll that found any; each such poll also pays what an empty "
 	       "one costs, so fewer CQEs per poll means more instructions per CQE at the same "
-	       "code\n\n");
-	printf("%-5s %6s %5s | %10s %8s | %10s %9s %8s | %9s %8s | %7s %8s\n", "op", "bytes",
+	       "code; i/CQE+: per CQE beyond that, (busy polls - an empty poll each) / CQEs\n\n");
+	printf("%-5s %6s %5s | %10s %8s | %10s %9s %8s | %9s %8s | %7s %8s %7s\n", "op", "bytes",
 	       "batch", "post i/WQE", "ns/WQE", "poll i/CQE", "i/request", "ns/CQE", "empty i",
-	       "empty ns", "req/CQE", "CQE/poll");
+	       "empty ns", "req/CQE", "CQE/poll", "i/CQE+");
 	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
 		const struct bcase *k = &cases[i];
 		const struct result *r = &nat[i], *q = &cg[i];
 		double busy = (double)(q->poll_ins - q->empty_ins);
-		char a[32], b[32], c[32], d[32];
+		char a[32], b[32], c[32], d[32], e[32];
 
-		printf("%-5s %6u %5u | %10s %8.0f | %10s %9s %8.0f | %9s %8.0f | %7.1f %8.1f\n",
+		printf("%-5s %6u %5u | %10s %8.0f | %10s %9s %8.0f | %9s %8.0f | %7.1f %8.1f "
+		       "%7s\n",
 		       op_name(k->op), k->len, k->batch,
 		       fmt_ins(a, sizeof(a), have_ins, per((double)q->post_ins, q->wqes)),
 		       per((double)r->post_ns, r->wqes),
@@ -739,7 +740,11 @@ int main(int argc, char **argv)
 		       per((double)(r->poll_ns - r->empty_ns), r->cqes),
 		       fmt_ins(d, sizeof(d), have_ins, per((double)q->idle_ins, q->idle_polls)),
 		       per((double)r->idle_ns, r->idle_polls), per((double)q->completed, q->cqes),
-		       per((double)q->cqes, q->polls - q->empty_polls));
+		       per((double)q->cqes, q->polls - q->empty_polls),
+		       fmt_ins(e, sizeof(e), have_ins,
+			       per(busy - (double)(q->polls - q->empty_polls) *
+						   per((double)q->idle_ins, q->idle_polls),
+				   q->cqes)));
 	}
 	{
 		const struct result *r = &nat[CASE_SUMMARY], *q = &cg[CASE_SUMMARY];

@@ -164,7 +164,7 @@ static void cqe_other(struct kvl_verbs_conn *c)
  * of plain successes is read for its WQE index alone and completes as one (RC completes in
  * order: the newest covers the rest); anything else is decoded in full, in its place.
  */
-static unsigned poll_direct(struct kvl_verbs_conn *c)
+static inline __attribute__((always_inline)) unsigned poll_direct(struct kvl_verbs_conn *c)
 {
 	struct kvl_mlx5_cq *cq = &c->dcq;
 	const struct kvl_mlx5_cqe64 *cqe;

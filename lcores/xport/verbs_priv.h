@@ -205,7 +205,11 @@ struct kvl_verbs_conn {
 	uint64_t wait_deadline, next_req_ns, resync_timeout_ns;
 
 	struct kvl_verbs_rseg *rseg;
-	unsigned n_rseg, rseg_hint;
+	unsigned n_rseg;
+	/* A copy of the peer's segment the last request went to, and its id (UINT64_MAX: none;
+	 * set_remote forgets it): a stream stays in one. */
+	struct kvl_verbs_rseg rseg_last;
+	uint64_t rseg_last_id;
 	/* A copy of the region the last local range was in (regions never change once
 	 * published); zero-length, so matching nothing, until the first lookup. */
 	struct mr_ent mr_last;

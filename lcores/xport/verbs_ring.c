@@ -188,7 +188,8 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 
 	if (c == NULL)
 		return 0;
-	kvl_verbs_flush(c);
+	if (c->post_seq != c->nic_end) /* kvl_verbs_flush()'s own first test, without a call */
+		kvl_verbs_flush(c);
 	work = c->be->poll(c);
 	/* After the poll: a reset cleans the CQ, which must not happen inside one. */
 	if (c->phase != PH_RUN)
@@ -196,13 +197,15 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 	return work;
 }
 
-unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+/* The completions are kvl_wcs in the ring already: one or two copies. Out of line, so that
+ * a poll with nothing to reap pays for no frame. */
+static __attribute__((noinline)) unsigned reap_copy(struct kvl_verbs_conn *c, struct kvl_wc *wc,
+						    unsigned max)
 {
 	uint64_t ready = c->done_seq - c->reap_seq;
 	unsigned n = ready < max ? (unsigned)ready : max;
 	unsigned at = (unsigned)(c->reap_seq & c->mask), first = (unsigned)(c->mask + 1) - at;
 
-	/* The completions are kvl_wcs in the ring already: one or two copies. */
 	if (n == 0)
 		return 0;
 	if (first > n)
@@ -212,6 +215,11 @@ unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned ma
 		memcpy(wc + first, c->wcs, (n - first) * sizeof(*wc));
 	c->reap_seq += n;
 	return n;
+}
+
+unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	return c->done_seq == c->reap_seq ? 0 : reap_copy(c, wc, max);
 }
 
 unsigned kvl_verbs_outstanding(const struct kvl_verbs_conn *c)
@@ -255,20 +263,21 @@ static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
 }
 
 /* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
- * of the last request is tried first (ids are unique: set_remote refuses twins). */
+ * of the last request is tried first, from the connection's copy of it (ids are unique:
+ * set_remote refuses twins, and forgets the copy). */
 static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
 			       uint32_t *rkey)
 {
-	unsigned i = c->rseg_hint;
-	const struct kvl_verbs_rseg *r;
+	const struct kvl_verbs_rseg *r = &c->rseg_last;
 
-	if (i >= c->n_rseg || c->rseg[i].id != w->remote_seg) {
-		i = find_rseg(c, w->remote_seg);
+	if (w->remote_seg != c->rseg_last_id) {
+		unsigned i = find_rseg(c, w->remote_seg);
+
 		if (i == c->n_rseg)
 			return KVL_ERR_NO_SEGMENT;
-		c->rseg_hint = i;
+		c->rseg_last = c->rseg[i];
+		c->rseg_last_id = c->rseg[i].id;
 	}
-	r = &c->rseg[i];
 	*raddr = r->addr + w->remote_off;
 	*rkey = r->rkey;
 	/* kvl_seg_check()'s rules on the QP's copy of the peer's table, without building a
@@ -350,7 +359,7 @@ static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct s
  * not checked again; a kvl_wr from elsewhere is.
  */
 static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
-			uint32_t max_msg)
+			uint32_t max_msg, unsigned max_sge)
 {
 	int st;
 
@@ -358,7 +367,7 @@ static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct
 	if (!(w->flags & KVL_WR_CHECKED) && ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
 					     ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE)))
 		return KVL_ERR_PROTOCOL;
-	if (w->length > max_msg || w->n_sge > c->max_sge)
+	if (w->length > max_msg || w->n_sge > max_sge)
 		return KVL_ERR_TOO_LARGE;
 	if (w->n_sge > 1)
 		return check_sges(c, w, s);
@@ -374,6 +383,7 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 {
 	uint64_t room, seq, sum_w, sum_r;
 	uint32_t max_msg = c->d->max_msg_sz;
+	unsigned max_sge = c->max_sge;
 	/* decided once per call: a broken or unconnected QP refuses every request alike */
 	int down = c->broken ? c->broken : !c->connected ? KVL_ERR_NO_PEER : KVL_OK;
 	unsigned refused = 0;
@@ -395,7 +405,7 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 		const struct kvl_wr *w = &wr[i];
 		unsigned at = (unsigned)(seq & mask);
 		struct slot *s = &ring[at];
-		int st = down != KVL_OK ? down : check(c, w, s, max_msg);
+		int st = down != KVL_OK ? down : check(c, w, s, max_msg, max_sge);
 
 		s->op = w->op;
 		s->flags = w->flags;
