@@ -24,7 +24,8 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 	return 0;
 }
 
-void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
+static inline __attribute__((always_inline)) void cqe_decode(const void *p,
+							     struct kvl_mlx5_cqe_info *o)
 {
 	const struct kvl_mlx5_cqe64 *c = p;
 	uint32_t sop = be32toh(c->sop_qpn);
@@ -72,10 +73,16 @@ void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 		o->status = KVL_ERR_PROTOCOL;
 }
 
-void kvl_mlx5_cq_take(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *o)
+void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 {
-	kvl_mlx5_cqe_decode(
-		cq->cq_addr + (size_t)(cq->cq_ci & (cq->cqe_cnt - 1)) * KVL_MLX5_CQE_SIZE, o);
+	cqe_decode(p, o);
+}
+
+/* kvl_mlx5_cq_take(), inlined into kvl_mlx5_cq_poll's loop */
+static inline __attribute__((always_inline)) void cq_take(struct kvl_mlx5_cq *cq,
+							  struct kvl_mlx5_cqe_info *o)
+{
+	cqe_decode(cq->cq_addr + (size_t)(cq->cq_ci & (cq->cqe_cnt - 1)) * KVL_MLX5_CQE_SIZE, o);
 	cq->cq_ci++;
 	cq->stats.cqes++;
 	if (o->syndrome != 0 || o->status != KVL_OK) {
@@ -90,6 +97,11 @@ void kvl_mlx5_cq_take(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *o)
 	}
 }
 
+void kvl_mlx5_cq_take(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *o)
+{
+	cq_take(cq, o);
+}
+
 unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out, unsigned max)
 {
 	unsigned n = 0;
@@ -97,7 +109,7 @@ unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out,
 	cq->stats.polls++;
 	/* The rest of a CQE was written before its owner byte: peek orders the reads. */
 	while (n < max && kvl_mlx5_cq_peek(cq) != NULL)
-		kvl_mlx5_cq_take(cq, &out[n++]);
+		cq_take(cq, &out[n++]);
 	if (n != 0)
 		kvl_mlx5_cq_set_ci(cq);
 	return n;
