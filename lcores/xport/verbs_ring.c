@@ -379,14 +379,31 @@ static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct
 	return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
 }
 
+/* Request @w at @seq does not go to the NIC: its slot and its completion say why (@st). Out
+ * of line: the loop that takes requests keeps only what a taken one needs in registers. */
+static __attribute__((noinline)) void refuse(struct kvl_verbs_conn *c, uint64_t seq,
+					     const struct kvl_wr *w, int st)
+{
+	struct slot *s = &c->ring[seq & c->mask];
+
+	s->op = w->op;
+	s->flags = w->flags;
+	s->imm = w->imm;
+	s->nic = false;
+	s->status = st;
+	s->sum[0] = c->sum_post[0];
+	s->sum[1] = c->sum_post[1];
+	c->wcs[seq & c->mask] = (struct kvl_wc){ w->wr_id, 0, st };
+	c->n_refused++;
+}
+
 unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
 {
-	uint64_t room, seq, sum_w, sum_r;
+	uint64_t room, seq;
 	uint32_t max_msg = c->d->max_msg_sz;
 	unsigned max_sge = c->max_sge;
 	/* decided once per call: a broken or unconnected QP refuses every request alike */
 	int down = c->broken ? c->broken : !c->connected ? KVL_ERR_NO_PEER : KVL_OK;
-	unsigned refused = 0;
 	/* in locals: the stores into slots could alias them, and would reload them per request */
 	struct slot *ring = c->ring;
 	struct kvl_wc *wcs = c->wcs;
@@ -399,36 +416,27 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	if (n > room)
 		n = (unsigned)room;
 	seq = c->post_seq;
-	sum_w = c->sum_post[0];
-	sum_r = c->sum_post[1];
 	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
 		unsigned at = (unsigned)(seq & mask);
 		struct slot *s = &ring[at];
 		int st = down != KVL_OK ? down : check(c, w, s, max_msg, max_sge);
 
+		if (st != KVL_OK) {
+			refuse(c, seq, w, st);
+			continue;
+		}
 		s->op = w->op;
 		s->flags = w->flags;
 		s->imm = w->imm;
-		s->nic = st == KVL_OK;
+		s->nic = true;
 		/* Its completion as it will read unless the NIC says otherwise (finish). */
-		wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
-		if (st == KVL_OK) {
-			if (w->op == KVL_OP_READ)
-				sum_r += w->length;
-			else
-				sum_w += w->length;
-		} else {
-			s->status = st;
-			refused++;
-		}
-		s->sum[0] = sum_w;
-		s->sum[1] = sum_r;
+		wcs[at] = (struct kvl_wc){ w->wr_id, w->length, KVL_OK };
+		c->sum_post[w->op == KVL_OP_READ] += w->length;
+		s->sum[0] = c->sum_post[0];
+		s->sum[1] = c->sum_post[1];
 	}
 	c->post_seq = seq;
-	c->sum_post[0] = sum_w;
-	c->sum_post[1] = sum_r;
-	c->n_refused += refused;
 	kvl_verbs_finish_refused(c);
 	return n;
 }
