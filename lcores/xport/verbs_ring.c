@@ -80,6 +80,22 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 	c->flush_end = c->done_seq;
 }
 
+/* kvl_verbs_on_cqes_ok(), inlined where a CQE that succeeded is handled one at a time. */
+static inline void cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	c->stats.cqes += n;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+	kvl_verbs_finish_refused(c);
+}
+
+void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	cqes_ok(c, seq, n);
+}
+
 /*
  * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
  * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
@@ -89,7 +105,7 @@ void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush
 		      uint32_t vendor_err)
 {
 	if (st == KVL_OK) {
-		kvl_verbs_on_cqes_ok(c, seq, 1);
+		cqes_ok(c, seq, 1);
 		return;
 	}
 	c->stats.cqes++;
@@ -110,16 +126,6 @@ void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush
 	 * side's requests (the peer's responder saw an error, the port died): resync too. */
 	kvl_verbs_start_drain(c);
 	c->flush_end = seq + 1;
-}
-
-void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
-{
-	c->stats.cqes += n;
-	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
-	if (seq < c->done_seq || seq >= c->post_seq)
-		return;
-	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
-	kvl_verbs_finish_refused(c);
 }
 
 /* A receive completed: an immediate (WRITE_WITH_IMM landed), or a flush of the queue. */
