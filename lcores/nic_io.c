@@ -19,6 +19,9 @@
 #define KICK_TAG UINT32_MAX /* epoll data of the eventfd; connections carry their slot */
 
 _Static_assert(sizeof(struct kvl_sub) % 4 == 0, "ring elements are multiples of 4 bytes");
+_Static_assert(sizeof(struct kvl_sub) == 48 && sizeof(struct kvl_sub_ext) == sizeof(struct kvl_sub),
+	       "a submission is 48 bytes, and an extension element carries 3 SGEs in as many");
+_Static_assert(KVL_SUB_MAX_ELEMS == 4, "8 SGEs: a head and 3 extensions");
 _Static_assert(sizeof(struct kvl_wc) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_lcmd) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_levt) % 4 == 0, "ring elements are multiples of 4 bytes");
@@ -62,7 +65,7 @@ int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned de
 			close(io->efd);
 		return rc ? rc : -EMFILE;
 	}
-	io->sub = kvl_nic_ring("sub", nic, sizeof(struct kvl_sub), subs, socket, RING_F_SC_DEQ);
+	io->sub = kvl_nic_ring("sub", nic, sizeof(union kvl_sub_elem), subs, socket, RING_F_SC_DEQ);
 	io->cpl = kvl_nic_ring("cpl", nic, sizeof(struct kvl_wc), cpls, socket,
 			       RING_F_SP_ENQ | RING_F_SC_DEQ);
 	io->cmd = kvl_nic_ring("cmd", nic, sizeof(struct kvl_lcmd), 1024, socket,
@@ -322,9 +325,30 @@ unsigned kvl_nic_io_post(struct kvl_nic_io *io, const struct kvl_xconn *x, const
 	return done;
 }
 
+void kvl_sub_unpack(const union kvl_sub_elem *e, struct kvl_sub_full *out)
+{
+	const struct kvl_sub *h = &e[0].head;
+
+	/* field by field: kvl_wr's SGE array stays untouched unless there is a list */
+	out->wr.wr_id = h->wr.wr_id;
+	out->wr.local = h->wr.local;
+	out->wr.remote_off = h->wr.remote_off;
+	out->wr.length = h->wr.length;
+	out->wr.remote_seg = h->wr.remote_seg;
+	out->wr.op = h->wr.op;
+	out->wr.n_sge = h->wr.n_sge;
+	out->wr.flags = h->wr.flags;
+	out->wr.reserved = 0;
+	out->wr.imm = h->wr.imm;
+	out->slot = h->slot;
+	out->gen = h->gen;
+	for (unsigned k = 0; h->wr.n_sge > 1 && k < h->wr.n_sge; k++)
+		out->wr.sge[k] = e[1 + k / KVL_SUB_EXT_SGES].ext.sge[k % KVL_SUB_EXT_SGES];
+}
+
 /* Returns false when @sub must wait: its connection has @depth requests outstanding. An API
  * transfer is bound to its connection (the API chose it), so a broken one fails it. */
-static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub *sub)
+static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub_full *sub)
 {
 	struct kvl_conn_slot *s = sub->slot < KVL_SLOTS_PER_LCORE ? &io->slot[sub->slot] : NULL;
 	unsigned failed = 0;
@@ -346,11 +370,13 @@ static bool submit_one(struct kvl_nic_io *io, const struct kvl_sub *sub)
 /*
  * Submissions whose connection is full wait in the stash and are retried first, in order, so
  * requests on one connection keep the order the API posted them in. New ones are taken only
- * while the stash has room and the completion ring can take an immediate completion.
+ * while the stash has room and the completion ring can take an immediate completion. A
+ * request with an SGE list takes several ring elements (struct kvl_sub): when a burst ends
+ * inside one, the rest of it is taken at once (it was enqueued with its head, in one bulk).
  */
 static void do_submissions(struct kvl_nic_io *io, unsigned *work)
 {
-	struct kvl_sub sub[BURST];
+	union kvl_sub_elem e[BURST + KVL_SUB_MAX_ELEMS - 1];
 	unsigned room = cpl_room(io), keep = 0, n;
 
 	for (unsigned i = 0; i < io->n_stash; i++) {
@@ -365,16 +391,42 @@ static void do_submissions(struct kvl_nic_io *io, unsigned *work)
 	while (room > 0 && io->n_stash < BURST) {
 		unsigned max = BURST - io->n_stash;
 
-		n = rte_ring_dequeue_burst_elem(io->sub, sub, sizeof(sub[0]),
-						room < max ? room : max, NULL);
+		n = rte_ring_dequeue_burst_elem(io->sub, e, sizeof(e[0]), room < max ? room : max,
+						NULL);
 		if (n == 0)
 			return;
-		*work += n;
-		for (unsigned i = 0; i < n; i++) {
-			if (submit_one(io, &sub[i]))
+		for (unsigned i = 0; i < n;) {
+			struct kvl_sub_full f;
+			unsigned sges = e[i].head.wr.n_sge, ext = KVL_SUB_EXT(sges);
+
+			(*work)++;
+			if (sges > KVL_WR_MAX_SGE) {
+				/* never packed so by kvl_post(): fail it, read nothing behind it */
+				io->unroutable++;
+				kvl_nic_io_fail(io, e[i].head.wr.wr_id, KVL_ERR_PROTOCOL);
+				room--;
+				i++;
+				continue;
+			}
+			if (i + 1 + ext > n) {
+				unsigned more = i + 1 + ext - n;
+
+				if (rte_ring_sc_dequeue_bulk_elem(io->sub, &e[n], sizeof(e[0]),
+								  more, NULL) != more) {
+					/* cannot happen (one bulk enqueue): fail it rather than
+					 * post a list that is not all there */
+					kvl_nic_io_fail(io, e[i].head.wr.wr_id, KVL_ERR_PROTOCOL);
+					room--;
+					break;
+				}
+				n += more;
+			}
+			kvl_sub_unpack(&e[i], &f);
+			i += 1 + ext;
+			if (submit_one(io, &f))
 				room--;
 			else
-				io->stash[io->n_stash++] = sub[i];
+				io->stash[io->n_stash++] = f;
 		}
 	}
 }

@@ -17,13 +17,84 @@ struct rte_ring;
 #define KVL_MAX_PEERS_RT    64 /* peers a runtime knows at once (slots of the peer table) */
 #define KVL_NIC_IO_BURST    32
 
-/* API -> lcore: one work request for the connection in @slot (if it is still @gen). */
+/* A work request as it travels the submission ring: struct kvl_wr without its SGE array
+ * (the same fields, names and meaning). */
+struct kvl_sub_wr {
+	uint64_t wr_id;
+	void *local; /* n_sge <= 1 */
+	uint64_t remote_off;
+	uint32_t length;
+	uint32_t remote_seg;
+	uint8_t op;
+	uint8_t n_sge; /* 0 or 1: @local; 2..KVL_WR_MAX_SGE: in the extension elements */
+	uint8_t flags; /* enum kvl_wr_flags */
+	uint8_t reserved;
+	uint32_t imm;
+};
+
+/*
+ * API -> lcore: one work request for the connection in @slot (if it is still @gen), 48
+ * bytes. A request with an SGE list (n_sge >= 2) is followed in the ring, in the same bulk
+ * enqueue, by KVL_SUB_EXT(n_sge) elements of struct kvl_sub_ext carrying the list in order:
+ * the common one-range request carries no SGE array (the ring element was 176 bytes with
+ * one inline). A bulk enqueue is all or nothing, and its elements are contiguous and made
+ * visible together, so the lcore never sees a head without its list.
+ */
 struct kvl_sub {
-	struct kvl_wr wr;
+	struct kvl_sub_wr wr;
 	uint16_t slot;
 	uint16_t reserved;
 	uint32_t gen;
 };
+
+#define KVL_SUB_EXT_SGES 3 /* SGEs per extension element */
+struct kvl_sub_ext {
+	struct kvl_sge sge[KVL_SUB_EXT_SGES];
+};
+
+/* Extension elements behind a head of @n_sge SGEs. */
+#define KVL_SUB_EXT(n_sge) ((n_sge) > 1 ? ((n_sge) + KVL_SUB_EXT_SGES - 1) / KVL_SUB_EXT_SGES : 0)
+/* Ring elements one request takes at most. */
+#define KVL_SUB_MAX_ELEMS (1 + KVL_SUB_EXT(KVL_WR_MAX_SGE))
+
+/* What a submission ring element is: a head, or one of its extensions. */
+union kvl_sub_elem {
+	struct kvl_sub head;
+	struct kvl_sub_ext ext;
+};
+
+/* SGE @k of the request whose head is @e[0] (n_sge >= 2): into its extension elements. */
+static inline void kvl_sub_set_sge(union kvl_sub_elem *e, unsigned k, void *addr, uint32_t length)
+{
+	e[1 + k / KVL_SUB_EXT_SGES].ext.sge[k % KVL_SUB_EXT_SGES] =
+		(struct kvl_sge){ addr, length, 0 };
+}
+
+/* The elements one request of @n_sge SGEs takes; the unused SGEs of its last extension
+ * zeroed (so no stack garbage travels the ring). */
+static inline unsigned kvl_sub_elems(union kvl_sub_elem *e, unsigned n_sge)
+{
+	unsigned ext = KVL_SUB_EXT(n_sge);
+
+	for (unsigned k = n_sge; ext != 0 && k < ext * KVL_SUB_EXT_SGES; k++)
+		kvl_sub_set_sge(e, k, NULL, 0);
+	return 1 + ext;
+}
+
+/* A request the lcore took from the ring, whole again (kvl_sub_unpack), or waiting in the
+ * stash for room on its connection. */
+struct kvl_sub_full {
+	struct kvl_wr wr;
+	uint16_t slot;
+	uint32_t gen;
+};
+
+/*
+ * The request whose head is @e[0] and whose KVL_SUB_EXT(n_sge) extensions follow it, into
+ * @out: the head's fields, and the SGE list only when there is one (a one-range request
+ * copies 48 bytes, not kvl_wr's 168). n_sge must be <= KVL_WR_MAX_SGE.
+ */
+void kvl_sub_unpack(const union kvl_sub_elem *e, struct kvl_sub_full *out);
 
 /* control thread -> lcore */
 enum kvl_lcmd_type {
@@ -84,7 +155,7 @@ struct kvl_nic_io {
 	struct rte_ring *evt; /* struct kvl_levt, this lcore -> control thread */
 	struct rte_ring *ntf; /* struct kvl_notice, this lcore -> one kvl_poll_notices() caller */
 	/* taken from @sub while their connection was full; retried first, in order */
-	struct kvl_sub stash[KVL_NIC_IO_BURST];
+	struct kvl_sub_full stash[KVL_NIC_IO_BURST];
 	unsigned n_stash;
 	struct kvl_conn_slot slot[KVL_SLOTS_PER_LCORE];
 	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */

@@ -348,7 +348,12 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 	rte_spinlock_unlock(&pub->lock);
 	for (i = 0; i < n; i++) {
 		const struct kvl_peer_conn *c = &conn[(rr + i) % n_conns];
-		struct kvl_sub sub = {
+		/* One 48-byte element, and behind it, in the same bulk enqueue, the SGE list of
+		 * a scatter-gather transfer (lcores/nic_io.h); xfer_check() proved the list. */
+		union kvl_sub_elem e[KVL_SUB_MAX_ELEMS];
+		unsigned ne;
+
+		e[0].head = (struct kvl_sub){
 			.wr = { .wr_id = x[i].cookie,
 				.local = x[i].local,
 				.remote_off = x[i].remote_off,
@@ -356,16 +361,17 @@ int kvl_post(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_xfer *x, 
 				.remote_seg = x[i].remote_seg,
 				.op = (uint8_t)x[i].op,
 				.n_sge = (uint8_t)x[i].n_iov,
-				.flags = (x[i].flags & KVL_XFER_NOTIFY) ? KVL_WR_NOTIFY : 0,
+				.flags = KVL_WR_CHECKED |
+					 ((x[i].flags & KVL_XFER_NOTIFY) ? KVL_WR_NOTIFY : 0),
 				.imm = x[i].notify },
 			.slot = c->slot,
 			.gen = c->gen
 		};
-
 		for (uint32_t k = 0; k < x[i].n_iov; k++)
-			sub.wr.sge[k] = (struct kvl_sge){ x[i].iov[k].base, x[i].iov[k].len, 0 };
-
-		if (rte_ring_mp_enqueue_elem(rt->nic[c->nic].io->sub, &sub, sizeof(sub)) != 0)
+			kvl_sub_set_sge(e, k, x[i].iov[k].base, x[i].iov[k].len);
+		ne = kvl_sub_elems(e, x[i].n_iov);
+		if (rte_ring_mp_enqueue_bulk_elem(rt->nic[c->nic].io->sub, e, sizeof(e[0]), ne,
+						  NULL) != ne)
 			break; /* full: the caller posts the rest later */
 		kicked[c->nic] = true;
 	}

@@ -108,7 +108,7 @@ int kvl_verbs_local_find(struct kvl_verbs_conn *c, uintptr_t a, uint32_t len, ui
 		const struct mr_ent *m = &d->mr[i];
 
 		if (a >= m->base && a - m->base <= m->len && len <= m->len - (a - m->base)) {
-			c->mr_hint = i;
+			c->mr_last = *m;
 			*lkey = m->lkey;
 			return KVL_OK;
 		}

@@ -107,7 +107,7 @@ struct kvl_verbs_dev {
 struct slot {
 	uint64_t sum[2]; /* bytes written, read by the requests the QP took, up to this one */
 	uint64_t raddr;
-	uint32_t length, rkey, imm;
+	uint32_t rkey, imm; /* the length is its kvl_wc's bytes (c->wcs) until it completes */
 	uint8_t op, flags, n_sge;
 	bool nic;	/* taken for the QP; otherwise refused here and status is already set */
 	int32_t status; /* valid once completed */
@@ -205,32 +205,63 @@ struct kvl_verbs_conn {
 	uint64_t wait_deadline, next_req_ns, resync_timeout_ns;
 
 	struct kvl_verbs_rseg *rseg;
-	unsigned n_rseg, rseg_hint, mr_hint;
+	unsigned n_rseg;
+	/* A copy of the peer's segment the last request went to, and its id (UINT64_MAX: none;
+	 * set_remote forgets it): a stream stays in one. */
+	struct kvl_verbs_rseg rseg_last;
+	uint64_t rseg_last_id;
+	/* A copy of the region the last local range was in (regions never change once
+	 * published); zero-length, so matching nothing, until the first lookup. */
+	struct mr_ent mr_last;
 	/* posted: WRs given to the QP; completed: requests completed, refused ones included;
 	 * errors: error CQEs, flushes included; failed[]: requests by their error status. */
 	struct kvl_verbs_stats stats;
 };
 
-/* What a backend's post counts over its batch. */
+/* What a backend's post counts over its batch, in locals: written back once, at its end
+ * (kvl_verbs_batch_end), not per WQE. */
 struct kvl_verbs_batch {
+	uint64_t from;	  /* the first slot of the batch */
 	uint64_t old_end; /* nic_end before the batch: slots below it are replays */
 	uint64_t written; /* the newest slot taken */
-	unsigned nic, sig;
+	unsigned nic, sig, since_sig, sge_wrs;
 };
 
-/* The QP took slot @q (@signaled or not): the batch's and the connection's counters. */
-static inline void kvl_verbs_batch_took(struct kvl_verbs_conn *c, struct kvl_verbs_batch *b,
-					const struct slot *s, uint64_t q, bool signaled)
+static inline void kvl_verbs_batch_start(const struct kvl_verbs_conn *c, struct kvl_verbs_batch *b,
+					 uint64_t from)
 {
+	*b = (struct kvl_verbs_batch){ .from = from,
+				       .old_end = c->nic_end,
+				       .since_sig = c->since_sig };
+}
+
+/* Whether the next WR the QP takes is signaled: one in @every, and always the batch's @last. */
+static inline bool kvl_verbs_batch_signal(struct kvl_verbs_batch *b, unsigned every, bool last)
+{
+	bool signaled = ++b->since_sig >= every || last;
+
 	if (signaled) {
-		c->since_sig = 0;
+		b->since_sig = 0;
 		b->sig++;
 	}
+	return signaled;
+}
+
+/* The QP took slot @q. */
+static inline void kvl_verbs_batch_took(struct kvl_verbs_batch *b, const struct slot *s, uint64_t q)
+{
 	b->nic++;
 	b->written = q;
-	if (q < b->old_end)
-		c->stats.replayed++;
-	c->stats.sge_wrs += s->n_sge > 1;
+	b->sge_wrs += s->n_sge > 1;
+}
+
+static inline void kvl_verbs_batch_end(struct kvl_verbs_conn *c, const struct kvl_verbs_batch *b)
+{
+	c->since_sig = b->since_sig;
+	c->stats.sge_wrs += b->sge_wrs;
+	/* replays (a resync's) are rare: counted here, not per WQE */
+	for (uint64_t q = b->from; q < b->old_end && q <= b->written; q++)
+		c->stats.replayed += c->ring[q & c->mask].nic;
 }
 
 /* verbs_dev.c: messages and names */
@@ -248,26 +279,23 @@ int kvl_verbs_local_find(struct kvl_verbs_conn *c, uintptr_t a, uint32_t len, ui
 
 /*
  * A local range inside memory registered on this device: its lkey, or KVL_ERR_LOCAL. The
- * region the connection's last range was in is tried first (a stream stays in one); regions
- * are never removed, so a hint below n_mr stays valid.
+ * region the connection's last range was in is tried first (a stream stays in one), from the
+ * connection's own copy of it: regions are never removed nor changed once published.
  */
 static inline int kvl_verbs_local_check(struct kvl_verbs_conn *c, const void *p, uint32_t len,
 					uint32_t *lkey)
 {
-	const struct kvl_verbs_dev *d = c->d;
-	const struct mr_ent *m = &d->mr[c->mr_hint];
-	uintptr_t a = (uintptr_t)p;
+	uintptr_t off = (uintptr_t)p - c->mr_last.base; /* wraps to huge when below it */
 
 	if (len == 0) {
 		*lkey = 0;
 		return KVL_OK; /* touches no memory: no SGE is posted */
 	}
-	if (c->mr_hint < __atomic_load_n(&d->n_mr, __ATOMIC_ACQUIRE) && a >= m->base &&
-	    a - m->base <= m->len && len <= m->len - (a - m->base)) {
-		*lkey = m->lkey;
+	if (off <= c->mr_last.len && len <= c->mr_last.len - off) {
+		*lkey = c->mr_last.lkey;
 		return KVL_OK;
 	}
-	return kvl_verbs_local_find(c, a, len, lkey);
+	return kvl_verbs_local_find(c, (uintptr_t)p, len, lkey);
 }
 
 /* verbs_qp.c */
@@ -277,10 +305,20 @@ void kvl_verbs_post_recvs(struct kvl_verbs_conn *c);
 
 /* verbs_ring.c: what the backends and resync report into */
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st);
-void kvl_verbs_finish_refused(struct kvl_verbs_conn *c);
+void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c);
+
+/* Refused requests at the head have nothing to wait for: complete them (none, mostly). */
+static inline void kvl_verbs_finish_refused(struct kvl_verbs_conn *c)
+{
+	if (c->n_refused != 0)
+		kvl_verbs_finish_refused_run(c);
+}
 void kvl_verbs_start_drain(struct kvl_verbs_conn *c);
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err);
+/* @n send completions that all succeeded, the newest for the WR at @seq: what @n calls of
+ * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others). */
+void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n);
 void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
 		       bool with_imm, uint32_t imm_be, uint32_t len);
 void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from);

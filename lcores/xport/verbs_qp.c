@@ -240,6 +240,7 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	if (c == NULL)
 		goto nomem;
 	c->d = d;
+	c->rseg_last_id = UINT64_MAX; /* no peer segment seen yet */
 	c->depth = depth;
 	c->signal_every = signal_every == 0 ? 1 : signal_every > depth ? depth : signal_every;
 	c->resync_timeout_ns = 5000ull * 1000 * 1000;
@@ -498,7 +499,7 @@ int kvl_verbs_set_remote(struct kvl_verbs_conn *c, const struct kvl_verbs_rseg *
 	free(c->rseg);
 	c->rseg = copy;
 	c->n_rseg = n;
-	c->rseg_hint = 0;
+	c->rseg_last_id = UINT64_MAX;
 	return 0;
 }
 

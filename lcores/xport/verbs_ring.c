@@ -15,16 +15,18 @@ static void finish(struct kvl_verbs_conn *c, uint64_t q, int status)
 	const struct slot *s = &c->ring[q & c->mask];
 	struct kvl_wc *w = &c->wcs[q & c->mask];
 
+	uint32_t len = w->bytes; /* the request's length, as enqueue wrote it */
+
 	w->status = status;
-	w->bytes = status == KVL_OK ? s->length : 0;
+	w->bytes = status == KVL_OK ? len : 0;
 	c->n_refused -= !s->nic;
 	c->stats.completed++;
 	if (status != KVL_OK)
 		c->stats.failed[status]++;
 	else if (s->op == KVL_OP_WRITE)
-		c->stats.bytes_written += s->length;
+		c->stats.bytes_written += len;
 	else
-		c->stats.bytes_read += s->length;
+		c->stats.bytes_read += len;
 	c->sum_done[0] = s->sum[0];
 	c->sum_done[1] = s->sum[1];
 }
@@ -56,8 +58,8 @@ void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
 	}
 }
 
-/* Refused requests at the head have nothing to wait for. */
-void kvl_verbs_finish_refused(struct kvl_verbs_conn *c)
+/* kvl_verbs_finish_refused() when some are refused. */
+void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c)
 {
 	while (c->n_refused != 0 && c->done_seq != c->post_seq) {
 		const struct slot *s = &c->ring[c->done_seq & c->mask];
@@ -78,6 +80,22 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 	c->flush_end = c->done_seq;
 }
 
+/* kvl_verbs_on_cqes_ok(), inlined where a CQE that succeeded is handled one at a time. */
+static inline void cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	c->stats.cqes += n;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+	kvl_verbs_finish_refused(c);
+}
+
+void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	cqes_ok(c, seq, n);
+}
+
 /*
  * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
  * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
@@ -86,15 +104,14 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err)
 {
+	if (st == KVL_OK) {
+		cqes_ok(c, seq, 1);
+		return;
+	}
 	c->stats.cqes++;
 	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
 	if (seq < c->done_seq || seq >= c->post_seq)
 		return;
-	if (st == KVL_OK) {
-		kvl_verbs_finish_until(c, seq + 1, KVL_OK);
-		kvl_verbs_finish_refused(c);
-		return;
-	}
 	c->stats.errors++;
 	if (!flush) {
 		c->stats.last_wc_status = wc;
@@ -177,7 +194,8 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 
 	if (c == NULL)
 		return 0;
-	kvl_verbs_flush(c);
+	if (c->post_seq != c->nic_end) /* kvl_verbs_flush()'s own first test, without a call */
+		kvl_verbs_flush(c);
 	work = c->be->poll(c);
 	/* After the poll: a reset cleans the CQ, which must not happen inside one. */
 	if (c->phase != PH_RUN)
@@ -185,13 +203,15 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 	return work;
 }
 
-unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+/* The completions are kvl_wcs in the ring already: one or two copies. Out of line, so that
+ * a poll with nothing to reap pays for no frame. */
+static __attribute__((noinline)) unsigned reap_copy(struct kvl_verbs_conn *c, struct kvl_wc *wc,
+						    unsigned max)
 {
 	uint64_t ready = c->done_seq - c->reap_seq;
 	unsigned n = ready < max ? (unsigned)ready : max;
 	unsigned at = (unsigned)(c->reap_seq & c->mask), first = (unsigned)(c->mask + 1) - at;
 
-	/* The completions are kvl_wcs in the ring already: one or two copies. */
 	if (n == 0)
 		return 0;
 	if (first > n)
@@ -201,6 +221,11 @@ unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned ma
 		memcpy(wc + first, c->wcs, (n - first) * sizeof(*wc));
 	c->reap_seq += n;
 	return n;
+}
+
+unsigned kvl_verbs_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	return c->done_seq == c->reap_seq ? 0 : reap_copy(c, wc, max);
 }
 
 unsigned kvl_verbs_outstanding(const struct kvl_verbs_conn *c)
@@ -244,25 +269,30 @@ static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
 }
 
 /* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
- * of the last request is tried first (ids are unique: set_remote refuses twins). */
+ * of the last request is tried first, from the connection's copy of it (ids are unique:
+ * set_remote refuses twins, and forgets the copy). */
 static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
 			       uint32_t *rkey)
 {
-	unsigned i = c->rseg_hint;
-	const struct kvl_verbs_rseg *r;
-	struct kvl_seg seg;
+	const struct kvl_verbs_rseg *r = &c->rseg_last;
 
-	if (i >= c->n_rseg || c->rseg[i].id != w->remote_seg) {
-		i = find_rseg(c, w->remote_seg);
+	if (w->remote_seg != c->rseg_last_id) {
+		unsigned i = find_rseg(c, w->remote_seg);
+
 		if (i == c->n_rseg)
 			return KVL_ERR_NO_SEGMENT;
-		c->rseg_hint = i;
+		c->rseg_last = c->rseg[i];
+		c->rseg_last_id = c->rseg[i].id;
 	}
-	r = &c->rseg[i];
-	seg = (struct kvl_seg){ .len = r->len, .id = r->id, .flags = r->flags };
 	*raddr = r->addr + w->remote_off;
 	*rkey = r->rkey;
-	return kvl_seg_check(&seg, w->remote_off, w->length, w->op);
+	/* kvl_seg_check()'s rules on the QP's copy of the peer's table, without building a
+	 * struct kvl_seg for it */
+	if (!(r->flags & (w->op == KVL_OP_READ ? KVL_SEG_REMOTE_READ : KVL_SEG_REMOTE_WRITE)))
+		return KVL_ERR_ACCESS;
+	if (w->remote_off > r->len || w->length > r->len - w->remote_off)
+		return KVL_ERR_BOUNDS;
+	return KVL_OK;
 }
 
 static uint32_t gcd32(uint32_t a, uint32_t b)
@@ -301,42 +331,23 @@ static int equal_pieces(const struct kvl_verbs_conn *c, struct slot *s)
 	return 0;
 }
 
-/* What the WR would complete with if it never reached the NIC; KVL_OK if it may go. */
-static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
+/* A request of several local ranges: its SGE list checked and resolved into @s. */
+static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s)
 {
 	uint64_t sum = 0;
 	int st = KVL_OK;
 
-	if (c->broken)
-		return c->broken;
-	if (!c->connected)
-		return KVL_ERR_NO_PEER;
-	if ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
-	    ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE))
-		return KVL_ERR_PROTOCOL; /* kvl_post() refuses these; a malformed request */
-	if (w->length > c->d->max_msg_sz || w->n_sge > c->max_sge)
-		return KVL_ERR_TOO_LARGE;
-	if (w->n_sge <= 1) {
-		/* the common case, one local range: checked without the list walk below */
-		s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
-		s->sg[0].addr = (uintptr_t)w->local;
-		s->sg[0].length = w->length;
-		st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
-		return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
-	} else {
-		s->n_sge = w->n_sge;
-		for (unsigned i = 0; i < w->n_sge; i++) {
-			s->sg[i] =
-				(struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
-			sum += w->sge[i].length;
-			if (w->sge[i].length == 0)
-				return KVL_ERR_PROTOCOL;
-		}
-		if (sum != w->length)
-			return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
-		if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
-			return KVL_ERR_TOO_LARGE;
+	s->n_sge = w->n_sge;
+	for (unsigned i = 0; i < w->n_sge; i++) {
+		s->sg[i] = (struct ibv_sge){ (uintptr_t)w->sge[i].addr, w->sge[i].length, 0 };
+		sum += w->sge[i].length;
+		if (w->sge[i].length == 0 && !(w->flags & KVL_WR_CHECKED))
+			return KVL_ERR_PROTOCOL;
 	}
+	if (sum != w->length && !(w->flags & KVL_WR_CHECKED))
+		return KVL_ERR_PROTOCOL; /* kvl_post() computes it: a malformed request */
+	if (c->d->sge_equal_only && equal_pieces(c, s) != 0)
+		return KVL_ERR_TOO_LARGE;
 	for (unsigned i = 0; i < s->n_sge && st == KVL_OK; i++)
 		st = kvl_verbs_local_check(c, (const void *)(uintptr_t)s->sg[i].addr,
 					   s->sg[i].length, &s->sg[i].lkey);
@@ -345,9 +356,64 @@ static int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *
 	return st;
 }
 
+/*
+ * What the WR would complete with if it never reached the NIC; KVL_OK if it may go. The
+ * connection's own state (broken, connected) is the caller's, once per call. What stays
+ * here is what only this layer knows: the lkey of the local range (the MRs of this device),
+ * the rkey and bounds of the remote one (the table this QP was given), and the device's
+ * limits. What kvl_post() proved (KVL_WR_CHECKED: opcode, flags, the SGE list's shape) is
+ * not checked again; a kvl_wr from elsewhere is.
+ */
+static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
+			uint32_t max_msg, unsigned max_sge)
+{
+	int st;
+
+	/* kvl_post() refuses these (KVL_WR_CHECKED); from elsewhere, a malformed request */
+	if (!(w->flags & KVL_WR_CHECKED) && ((w->op != KVL_OP_WRITE && w->op != KVL_OP_READ) ||
+					     ((w->flags & KVL_WR_NOTIFY) && w->op != KVL_OP_WRITE)))
+		return KVL_ERR_PROTOCOL;
+	if (w->length > max_msg || w->n_sge > max_sge)
+		return KVL_ERR_TOO_LARGE;
+	if (w->n_sge > 1)
+		return check_sges(c, w, s);
+	/* the common case, one local range: checked without the list walk */
+	s->n_sge = w->length != 0; /* 0 bytes: no SGE (mlx5 reads a 0-byte one as 2 GiB) */
+	s->sg[0].addr = (uintptr_t)w->local;
+	s->sg[0].length = w->length;
+	st = kvl_verbs_local_check(c, w->local, w->length, &s->sg[0].lkey);
+	return st == KVL_OK ? remote_check(c, w, &s->raddr, &s->rkey) : st;
+}
+
+/* Request @w at @seq does not go to the NIC: its slot and its completion say why (@st). Out
+ * of line: the loop that takes requests keeps only what a taken one needs in registers. */
+static __attribute__((noinline)) void refuse(struct kvl_verbs_conn *c, uint64_t seq,
+					     const struct kvl_wr *w, int st)
+{
+	struct slot *s = &c->ring[seq & c->mask];
+
+	s->op = w->op;
+	s->flags = w->flags;
+	s->imm = w->imm;
+	s->nic = false;
+	s->status = st;
+	s->sum[0] = c->sum_post[0];
+	s->sum[1] = c->sum_post[1];
+	c->wcs[seq & c->mask] = (struct kvl_wc){ w->wr_id, 0, st };
+	c->n_refused++;
+}
+
 unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
 {
-	uint64_t room;
+	uint64_t room, seq;
+	uint32_t max_msg = c->d->max_msg_sz;
+	unsigned max_sge = c->max_sge;
+	/* decided once per call: a broken or unconnected QP refuses every request alike */
+	int down = c->broken ? c->broken : !c->connected ? KVL_ERR_NO_PEER : KVL_OK;
+	/* in locals: the stores into slots could alias them, and would reload them per request */
+	struct slot *ring = c->ring;
+	struct kvl_wc *wcs = c->wcs;
+	uint64_t mask = c->mask;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -355,28 +421,28 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	room = c->depth - (c->post_seq - c->reap_seq);
 	if (n > room)
 		n = (unsigned)room;
-	for (unsigned i = 0; i < n; i++) {
+	seq = c->post_seq;
+	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
-		unsigned at = (unsigned)(c->post_seq++ & c->mask);
-		struct slot *s = &c->ring[at];
-		int st;
+		unsigned at = (unsigned)(seq & mask);
+		struct slot *s = &ring[at];
+		int st = down != KVL_OK ? down : check(c, w, s, max_msg, max_sge);
 
-		s->length = w->length;
+		if (st != KVL_OK) {
+			refuse(c, seq, w, st);
+			continue;
+		}
 		s->op = w->op;
 		s->flags = w->flags;
 		s->imm = w->imm;
-		st = check(c, w, s);
-		s->nic = st == KVL_OK;
-		s->status = st;
+		s->nic = true;
 		/* Its completion as it will read unless the NIC says otherwise (finish). */
-		c->wcs[at] = (struct kvl_wc){ w->wr_id, st == KVL_OK ? w->length : 0, st };
-		if (st == KVL_OK)
-			c->sum_post[w->op == KVL_OP_READ] += w->length;
-		else
-			c->n_refused++;
+		wcs[at] = (struct kvl_wc){ w->wr_id, w->length, KVL_OK };
+		c->sum_post[w->op == KVL_OP_READ] += w->length;
 		s->sum[0] = c->sum_post[0];
 		s->sum[1] = c->sum_post[1];
 	}
+	c->post_seq = seq;
 	kvl_verbs_finish_refused(c);
 	return n;
 }

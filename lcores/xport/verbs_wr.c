@@ -6,44 +6,43 @@
 #include "verbs_priv.h"
 
 /*
- * Completions from the provider's CQ: every completion of a verbs-backend connection, the
- * receives of an mlx5 one. @n: work done so far in this progress call (POLL_BUDGET caps it).
+ * The started CQE of @c->cqx (ibv_start_poll returned 0), then every next one, within
+ * POLL_BUDGET. One CQE per start/end pair, never ibv_next_poll(): rxe's next_poll (rdma-core
+ * 44) already consumes and unlocks when it finds the queue empty, and the ibv_end_poll() the
+ * man page asks for then moves the consumer index past the producer: the CQ reads as full of
+ * garbage. With selective signaling CQEs are few, and a single-threaded CQ takes no lock, so
+ * the pair costs little. Out of line: an empty poll never enters it.
  */
-static inline unsigned poll_provider(struct kvl_verbs_conn *c, unsigned n)
+static __attribute__((noinline)) unsigned poll_cqx_run(struct kvl_verbs_conn *c, unsigned n)
 {
-	if (c->cqx != NULL) {
-		/*
-		 * One CQE per start/end pair, never ibv_next_poll(): rxe's next_poll (rdma-core
-		 * 44) already consumes and unlocks when it finds the queue empty, and the
-		 * ibv_end_poll() the man page asks for then moves the consumer index past the
-		 * producer: the CQ reads as full of garbage. With selective signaling CQEs are
-		 * few, and a single-threaded CQ takes no lock, so the pair costs little.
-		 */
-		struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+	struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
 
-		while (n < POLL_BUDGET && ibv_start_poll(c->cqx, &pa) == 0) {
-			uint64_t seq = c->cqx->wr_id;
-			enum ibv_wc_status st = c->cqx->status;
-			uint32_t vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
+	do {
+		uint64_t seq = c->cqx->wr_id;
+		enum ibv_wc_status st = c->cqx->status;
+		uint32_t vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
 
-			if (seq & RECV_TAG) {
-				bool imm = st == IBV_WC_SUCCESS &&
-					   ibv_wc_read_opcode(c->cqx) == IBV_WC_RECV_RDMA_WITH_IMM;
-				uint32_t v = imm ? ibv_wc_read_imm_data(c->cqx) : 0;
-				uint32_t len = imm ? ibv_wc_read_byte_len(c->cqx) : 0;
+		if (seq & RECV_TAG) {
+			bool imm = st == IBV_WC_SUCCESS &&
+				   ibv_wc_read_opcode(c->cqx) == IBV_WC_RECV_RDMA_WITH_IMM;
+			uint32_t v = imm ? ibv_wc_read_imm_data(c->cqx) : 0;
+			uint32_t len = imm ? ibv_wc_read_byte_len(c->cqx) : 0;
 
-				ibv_end_poll(c->cqx);
-				kvl_verbs_on_recv(c, seq, st, imm, v, len);
-				n++;
-				continue;
-			}
+			ibv_end_poll(c->cqx);
+			kvl_verbs_on_recv(c, seq, st, imm, v, len);
+		} else {
 			ibv_end_poll(c->cqx);
 			kvl_verbs_on_cqe(c, seq, kvl_wc_status(st), st == IBV_WC_WR_FLUSH_ERR, st,
 					 vendor);
-			n++;
 		}
-		return n;
-	}
+		n++;
+	} while (n < POLL_BUDGET && ibv_start_poll(c->cqx, &pa) == 0);
+	return n;
+}
+
+/* The provider's CQ without the extended interface: ibv_poll_cq, 16 at a time. */
+static __attribute__((noinline)) unsigned poll_cq_run(struct kvl_verbs_conn *c, unsigned n)
+{
 	for (;;) {
 		struct ibv_wc wc[16];
 		int r = ibv_poll_cq(c->cq, 16, wc);
@@ -66,6 +65,23 @@ static inline unsigned poll_provider(struct kvl_verbs_conn *c, unsigned n)
 	}
 }
 
+/*
+ * Completions from the provider's CQ: every completion of a verbs-backend connection, the
+ * receives of an mlx5 one. @n: work done so far in this progress call (POLL_BUDGET caps it).
+ * An empty CQ costs the provider's start_poll and nothing more.
+ */
+static inline unsigned poll_provider(struct kvl_verbs_conn *c, unsigned n)
+{
+	if (c->cqx != NULL) {
+		struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+
+		if (n >= POLL_BUDGET || ibv_start_poll(c->cqx, &pa) != 0)
+			return n;
+		return poll_cqx_run(c, n);
+	}
+	return poll_cq_run(c, n);
+}
+
 unsigned kvl_verbs_poll_provider(struct kvl_verbs_conn *c, unsigned n)
 {
 	return poll_provider(c, n);
@@ -83,10 +99,11 @@ static unsigned wr_poll(struct kvl_verbs_conn *c)
  * failure none of them reached the NIC. */
 static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
-	struct kvl_verbs_batch b = { .old_end = c->nic_end };
+	struct kvl_verbs_batch b;
 	uint64_t first = 0;
 	int rc;
 
+	kvl_verbs_batch_start(c, &b, from);
 	ibv_wr_start(c->qpx);
 	for (uint64_t q = from; q <= last; q++) {
 		const struct slot *s = &c->ring[q & c->mask];
@@ -96,7 +113,7 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 			continue;
 		if (b.nic == 0)
 			first = q;
-		signaled = ++c->since_sig >= every || q == last;
+		signaled = kvl_verbs_batch_signal(&b, every, q == last);
 		c->qpx->wr_id = q;
 		c->qpx->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
 		if (s->op == KVL_OP_READ)
@@ -106,11 +123,12 @@ static void wr_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsi
 		else
 			ibv_wr_rdma_write(c->qpx, s->rkey, s->raddr);
 		ibv_wr_set_sge_list(c->qpx, s->n_sge, s->sg);
-		kvl_verbs_batch_took(c, &b, s, q, signaled);
+		kvl_verbs_batch_took(&b, s, q);
 	}
 	c->stats.posts++;
 	rc = ibv_wr_complete(c->qpx);
 	if (rc == 0) {
+		kvl_verbs_batch_end(c, &b);
 		c->nic_end = b.written + 1;
 		c->stats.posted += b.nic;
 		c->stats.signaled += b.sig;

@@ -24,6 +24,11 @@ struct kvl_sge {
 
 enum kvl_wr_flags {
 	KVL_WR_NOTIFY = 1u << 0, /* WRITE only: the peer is told, with @imm, once it landed */
+	/* Proven at the edge (kvl_post's checks): @op is WRITE or READ, NOTIFY only on a WRITE,
+	 * the SGE list has no empty range and sums to @length, every local range lies in a
+	 * registered segment. A transport skips those checks; what only it knows (lkeys, its
+	 * limits, the remote table of its connection) it still checks. */
+	KVL_WR_CHECKED = 1u << 1,
 };
 
 /* One work request, as the lcore hands it to a transport. */

@@ -249,7 +249,7 @@ static void wrong_owner(void)
 	CHECK_INT(kvl_mlx5_cq_init(&cq, m.cq, m.cqe_cnt, 64, m.cq_dbrec), 0);
 	/* Six passes' worth of CQEs through a 4-entry CQ, then one with the wrong owner. */
 	for (unsigned i = 0; i < 24; i++) {
-		uint64_t wrid;
+		uint64_t wrid = 0;
 
 		w.wrid = i;
 		CHECK_INT(kvl_mlx5_sq_post(&sq, &w), 0);
@@ -312,7 +312,7 @@ static void shared_register(bool shared)
 					    .lkey = LKEY,
 					    .len = 8 };
 		struct kvl_mlx5_cqe_info e[4];
-		uint64_t wrid;
+		uint64_t wrid = 0;
 
 		for (unsigned k = 0; k < n; k++) {
 			struct kvl_mlx5_wqe w = { .wrid = r * 4 + k,

@@ -281,8 +281,133 @@ static void test_post_refused_midway(void)
 	kvl_nic_io_fini(&io);
 }
 
+/* As kvl_post() enqueues a scatter-gather transfer: its head and its SGE list, one bulk. */
+static void submit_sges(unsigned slot, uint32_t gen, uint64_t wr_id, unsigned n_sge)
+{
+	static uint8_t buf[1 << 16];
+	union kvl_sub_elem e[KVL_SUB_MAX_ELEMS];
+	uint32_t len = 0;
+	unsigned ne;
+
+	for (unsigned k = 0; k < n_sge; k++) {
+		kvl_sub_set_sge(e, k, buf + 1000 * k + wr_id, 10 + k);
+		len += 10 + k;
+	}
+	e[0].head = (struct kvl_sub){ .wr = { .wr_id = wr_id,
+					      .remote_off = wr_id * 8,
+					      .length = len,
+					      .remote_seg = 1,
+					      .op = KVL_OP_WRITE,
+					      .n_sge = (uint8_t)n_sge },
+				      .slot = (uint16_t)slot,
+				      .gen = gen };
+	ne = kvl_sub_elems(e, n_sge);
+	CHECK_INT(ne, 1 + (n_sge > 1 ? (n_sge + 2) / 3 : 0));
+	CHECK_INT(rte_ring_mp_enqueue_bulk_elem(io.sub, e, sizeof(e[0]), ne, NULL), ne);
+}
+
+/* What submit_sges() put in for @wr_id, read back from what the connection was given. */
+static void check_sges(const struct kvl_wr *w, uint64_t wr_id, unsigned n_sge)
+{
+	static uint8_t *buf;
+	uint32_t len = 0;
+
+	CHECK_INT(w->wr_id, wr_id);
+	CHECK_INT(w->n_sge, n_sge);
+	CHECK_INT(w->op, KVL_OP_WRITE);
+	CHECK_INT(w->remote_off, wr_id * 8);
+	for (unsigned k = 0; k < n_sge && k < KVL_WR_MAX_SGE; k++) {
+		if (k == 0)
+			buf = (uint8_t *)w->sge[0].addr - wr_id;
+		CHECK((uint8_t *)w->sge[k].addr == buf + 1000 * k + wr_id);
+		CHECK_INT(w->sge[k].length, 10 + k);
+		len += 10 + k;
+	}
+	CHECK_INT(w->length, len);
+}
+
+/* The ring element is 48 bytes, with no SGE array; a transfer with an SGE list travels as
+ * its head and up to 3 extension elements, and reaches the connection whole and in order
+ * among one-range transfers, whatever its list's length. */
+static void test_sge_elements(void)
+{
+	struct fake_conn c = { .room = 64 };
+	const unsigned lens[] = { 2, 3, 4, 7, 8 };
+
+	CHECK_INT(sizeof(struct kvl_sub), 48);
+	CHECK_INT(sizeof(union kvl_sub_elem), 48);
+	setup();
+	add_conn(5, 2, 7, &c);
+	for (unsigned i = 0; i < 5; i++) {
+		submit(5, 7, 100 + 2 * i, 64);
+		submit_sges(5, 7, 101 + 2 * i, lens[i]);
+	}
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, 10);
+	for (unsigned i = 0; i < 5 && 2 * i + 1 < c.n_got; i++) {
+		CHECK_INT(c.got[2 * i].wr_id, 100 + 2 * i);
+		CHECK_INT(c.got[2 * i].n_sge, 0);
+		CHECK_INT(c.got[2 * i].length, 64);
+		check_sges(&c.got[2 * i + 1], 101 + 2 * i, lens[i]);
+	}
+	kvl_nic_io_fini(&io);
+}
+
+/* A burst of the ring (KVL_NIC_IO_BURST elements) that ends inside a transfer's SGE list:
+ * the rest of it is taken at once, nothing is split or lost, the order holds. */
+static void test_sge_burst_boundary(void)
+{
+	struct fake_conn c = { .room = 128 };
+
+	setup();
+	add_conn(5, 2, 7, &c);
+	for (unsigned i = 0; i < KVL_NIC_IO_BURST - 2; i++)
+		submit(5, 7, 1 + i, 16);
+	submit_sges(5, 7, 500, 8); /* elements 31..34 of a 32-element burst */
+	submit(5, 7, 501, 16);
+	submit_sges(5, 7, 502, 2);
+	kvl_nic_io_stage(NULL, &io);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, KVL_NIC_IO_BURST + 1);
+	for (unsigned i = 0; i < KVL_NIC_IO_BURST - 2 && i < c.n_got; i++)
+		CHECK_INT(c.got[i].wr_id, 1 + i);
+	if (c.n_got == KVL_NIC_IO_BURST + 1) {
+		check_sges(&c.got[KVL_NIC_IO_BURST - 2], 500, 8);
+		CHECK_INT(c.got[KVL_NIC_IO_BURST - 1].wr_id, 501);
+		check_sges(&c.got[KVL_NIC_IO_BURST], 502, 2);
+	}
+	CHECK_INT(io.unroutable, 0);
+	kvl_nic_io_fini(&io);
+}
+
+/* A head that claims more SGEs than a request may have (never written by kvl_post()): it
+ * completes KVL_ERR_PROTOCOL, no element behind it is read as its list, the next arrives. */
+static void test_sge_bad_head(void)
+{
+	struct fake_conn c = { .room = 16 };
+	struct kvl_sub bad = { .wr = { .wr_id = 77, .length = 8, .op = KVL_OP_WRITE, .n_sge = 9 },
+			       .slot = 5,
+			       .gen = 7 };
+	struct kvl_wc wc[4];
+
+	setup();
+	add_conn(5, 2, 7, &c);
+	CHECK_INT(rte_ring_mp_enqueue_elem(io.sub, &bad, sizeof(bad)), 0);
+	submit(5, 7, 78, 32);
+	kvl_nic_io_stage(NULL, &io);
+	CHECK_INT(c.n_got, 1);
+	CHECK_INT(c.got[0].wr_id, 78);
+	CHECK_INT(take_cpl(wc, 4), 1);
+	CHECK_INT(wc[0].wr_id, 77);
+	CHECK_INT(wc[0].status, KVL_ERR_PROTOCOL);
+	kvl_nic_io_fini(&io);
+}
+
 int main(void)
 {
+	test_sge_elements();
+	test_sge_burst_boundary();
+	test_sge_bad_head();
 	test_null_burst();
 	test_post_refused_midway();
 	test_route_and_complete();

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kvlane/kvlane.h" /* enum kvl_status */
+#include "mlx5_db.h"	   /* the read barrier of the inline CQ peek */
 
 /*
  * Three layers, each usable alone (see DESIGN.md, "the mlx5 fast path"):
@@ -245,32 +246,48 @@ static inline unsigned kvl_mlx5_wqe_bbs(unsigned nsge)
 int kvl_mlx5_sq_post(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w);
 
 /*
- * kvl_mlx5_sq_post() for a caller that has checked the WQE already (opcode one of the three,
- * nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE): only the room is checked. Inline, so that a
- * caller building @w on the stack pays for no copy of it. 0 or -EAGAIN.
+ * What encoding WQEs reads of the SQ, copied into a local once per batch
+ * (kvl_mlx5_sq_enc_start): stores into the WQEs could alias the SQ's own fields, so a loop
+ * reading them through the SQ would load them again for every WQE.
  */
-static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
+struct kvl_mlx5_sq_enc {
+	uint8_t *sq_addr, *sq_end;
+	uint64_t *wrid;
+	uint16_t *wqe_end;
+	uint32_t idx_mask; /* wqe_cnt - 1 */
+	uint32_t qpn8;	   /* qpn << 8, as ctrl's qpn_ds wants it */
+	uint32_t wraps;	   /* data segments that went on at the SQ's start */
+};
+
+static inline struct kvl_mlx5_sq_enc kvl_mlx5_sq_enc_start(const struct kvl_mlx5_sq *sq)
+{
+	return (struct kvl_mlx5_sq_enc){ sq->sq_addr,	  sq->sq_end,	sq->wrid, sq->wqe_end,
+					 sq->wqe_cnt - 1, sq->qpn << 8, 0 };
+}
+
+/*
+ * Encode @w at WQEBB counter @pi (it may wrap past the end of the SQ) and fill the SQ's
+ * per-WQE tables (wrid, end), touching nothing else of the SQ: a caller writing a batch keeps
+ * its counters in registers and commits them once (kvl_mlx5_sq_commit). The caller checked
+ * the WQE (opcode one of the three, nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE) and the room.
+ * Returns the WQEBBs it took; *@ctrl_out is its control segment.
+ */
+static inline unsigned kvl_mlx5_wqe_put(struct kvl_mlx5_sq_enc *e, uint16_t pi,
+					const struct kvl_mlx5_wqe *w,
+					struct kvl_mlx5_ctrl_seg **ctrl_out)
 {
 	struct kvl_mlx5_ctrl_seg *ctrl;
 	struct kvl_mlx5_raddr_seg *rseg;
 	struct kvl_mlx5_data_seg *dseg;
-	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx;
-	uint8_t fm_ce_se;
+	unsigned ds = 2u + w->nsge, nbb = (ds + 3) / 4, idx = pi & e->idx_mask;
+	uint32_t sig_fm = htobe32((w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0);
 
-	if (nbb > kvl_mlx5_sq_room(sq))
-		return -EAGAIN;
-	fm_ce_se = (w->flags & KVL_MLX5_F_SIGNAL) ? KVL_MLX5_CTRL_CQ_UPDATE : 0;
-	idx = sq->sq_pi & (sq->wqe_cnt - 1);
-	ctrl = (struct kvl_mlx5_ctrl_seg *)(sq->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
+	ctrl = (struct kvl_mlx5_ctrl_seg *)(e->sq_addr + (size_t)idx * KVL_MLX5_WQEBB);
 	/* wqe_index is the full 16-bit counter, not the slot: CQEs report it back. */
-	ctrl->opmod_idx_opcode = htobe32((uint32_t)sq->sq_pi << 8 | w->opcode);
-	ctrl->qpn_ds = htobe32(sq->qpn << 8 | ds);
+	ctrl->opmod_idx_opcode = htobe32((uint32_t)pi << 8 | w->opcode);
+	ctrl->qpn_ds = htobe32(e->qpn8 | ds);
 	/* signature, reserved and fm_ce_se as one store: byte 11 is fm_ce_se, the rest 0 */
-	{
-		uint32_t sig_fm = htobe32(fm_ce_se);
-
-		memcpy(&ctrl->signature, &sig_fm, sizeof(sig_fm));
-	}
+	memcpy(&ctrl->signature, &sig_fm, sizeof(sig_fm));
 	ctrl->imm = w->opcode == KVL_MLX5_OP_RDMA_WRITE_IMM ? htobe32(w->imm) : 0;
 
 	/* ctrl and raddr fill the first half of a WQEBB, which never crosses the SQ's end. */
@@ -282,26 +299,64 @@ static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx
 	/* Data segments go on at the SQ's start when they reach its end, as rdma-core's
 	 * post_send does (seg == qend): the NIC reads the SQ as a ring of WQEBBs. */
 	dseg = (struct kvl_mlx5_data_seg *)(rseg + 1);
-	for (unsigned i = 0; i < w->nsge; i++) {
-		if ((uint8_t *)dseg == sq->sq_end) {
-			dseg = (struct kvl_mlx5_data_seg *)sq->sq_addr;
-			sq->stats.wraps++;
+	if (w->nsge != 0) {
+		/* the first shares the WQEBB of ctrl and raddr: it never wraps */
+		dseg->byte_count = htobe32(w->sge[0].len);
+		dseg->lkey = htobe32(w->sge[0].lkey);
+		dseg->addr = htobe64(w->sge[0].addr);
+		dseg++;
+	}
+	for (unsigned i = 1; i < w->nsge; i++) {
+		if ((uint8_t *)dseg == e->sq_end) {
+			dseg = (struct kvl_mlx5_data_seg *)e->sq_addr;
+			e->wraps++;
 		}
 		dseg->byte_count = htobe32(w->sge[i].len);
 		dseg->lkey = htobe32(w->sge[i].lkey);
 		dseg->addr = htobe64(w->sge[i].addr);
 		dseg++;
 	}
+	e->wrid[idx] = w->wrid;
+	e->wqe_end[idx] = (uint16_t)(pi + nbb);
+	*ctrl_out = ctrl;
+	return nbb;
+}
 
-	sq->wrid[idx] = w->wrid;
-	sq->wqe_end[idx] = (uint16_t)(sq->sq_pi + nbb);
-	sq->last_ctrl = ctrl;
-	sq->last_nbb = (uint16_t)nbb;
-	sq->pending++;
-	sq->sq_pi = (uint16_t)(sq->sq_pi + nbb);
-	sq->stats.wqes++;
-	sq->stats.wqebbs += nbb;
-	sq->stats.signaled += fm_ce_se != 0;
+/*
+ * After kvl_mlx5_wqe_put() of @nwqe WQEs (@nsig of them signaled) from sq_pi to @pi, the
+ * newest at @last (@last_nbb WQEBBs): the SQ's counters and statistics, once per batch.
+ */
+static inline void kvl_mlx5_sq_commit(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_sq_enc *e,
+				      uint16_t pi, unsigned nwqe, unsigned nsig,
+				      struct kvl_mlx5_ctrl_seg *last, unsigned last_nbb)
+{
+	sq->stats.wqes += nwqe;
+	sq->stats.wqebbs += (uint16_t)(pi - sq->sq_pi);
+	sq->stats.signaled += nsig;
+	sq->stats.wraps += e->wraps;
+	sq->last_ctrl = last;
+	sq->last_nbb = (uint16_t)last_nbb;
+	sq->pending = (uint16_t)(sq->pending + nwqe);
+	sq->sq_pi = pi;
+}
+
+/*
+ * kvl_mlx5_sq_post() for a caller that has checked the WQE already (opcode one of the three,
+ * nsge <= KVL_MLX5_MAX_SGE, no 0-byte SGE): only the room is checked. Inline, so that a
+ * caller building @w on the stack pays for no copy of it. 0 or -EAGAIN.
+ */
+static inline int kvl_mlx5_sq_write(struct kvl_mlx5_sq *sq, const struct kvl_mlx5_wqe *w)
+{
+	struct kvl_mlx5_ctrl_seg *ctrl;
+	struct kvl_mlx5_sq_enc e;
+	unsigned nbb;
+
+	if (kvl_mlx5_wqe_bbs(w->nsge) > kvl_mlx5_sq_room(sq))
+		return -EAGAIN;
+	e = kvl_mlx5_sq_enc_start(sq);
+	nbb = kvl_mlx5_wqe_put(&e, sq->sq_pi, w, &ctrl);
+	kvl_mlx5_sq_commit(sq, &e, (uint16_t)(sq->sq_pi + nbb), 1,
+			   (w->flags & KVL_MLX5_F_SIGNAL) != 0, ctrl, nbb);
 	return 0;
 }
 
@@ -317,7 +372,20 @@ int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq);
  * (RC completes in order; unsignaled WQEs have no CQE of their own). Gives back their WQEBBs
  * and returns its wrid in @wrid. -EPROTO when @wqe_counter is not an outstanding WQE's start.
  */
-int kvl_mlx5_sq_complete(struct kvl_mlx5_sq *sq, uint16_t wqe_counter, uint64_t *wrid);
+static inline int kvl_mlx5_sq_complete(struct kvl_mlx5_sq *sq, uint16_t wqe_counter, uint64_t *wrid)
+{
+	unsigned idx = wqe_counter & (sq->wqe_cnt - 1);
+	uint16_t out = (uint16_t)(sq->sq_pi - sq->sq_ci);
+
+	/* Only the start of a WQE the NIC still holds: a stale or corrupt counter must not move
+	 * sq_ci past WQEs it has not finished. */
+	if ((uint16_t)(wqe_counter - sq->sq_ci) >= out ||
+	    (uint16_t)(sq->wqe_end[idx] - sq->sq_ci) > out)
+		return -EPROTO;
+	*wrid = sq->wrid[idx];
+	sq->sq_ci = sq->wqe_end[idx];
+	return 0;
+}
 
 /* After the QP went through RESET: the NIC's counters start again at 0. */
 void kvl_mlx5_sq_reset(struct kvl_mlx5_sq *sq);
@@ -387,6 +455,38 @@ int kvl_mlx5_syndrome_status(uint8_t syndrome);
  * through the CQ doorbell record. Returns how many.
  */
 unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out, unsigned max);
+
+/*
+ * The CQE at cq_ci if the NIC has handed it over, else NULL; nothing is consumed. Ours when
+ * its owner bit matches the pass we are on (bit log2(cqe_cnt) of the consumer index: the NIC
+ * flips what it writes on every pass over the ring), and never while it still holds the
+ * INVALID opcode the buffer was initialised with. The caller reads the rest of the CQE only
+ * after this returned it (the NIC writes the owner byte last; the read barrier is here).
+ */
+static inline const struct kvl_mlx5_cqe64 *kvl_mlx5_cq_peek(const struct kvl_mlx5_cq *cq)
+{
+	const struct kvl_mlx5_cqe64 *cqe =
+		(const void *)(cq->cq_addr +
+			       (size_t)(cq->cq_ci & (cq->cqe_cnt - 1)) * KVL_MLX5_CQE_SIZE);
+	uint8_t op_own = ((const volatile struct kvl_mlx5_cqe64 *)cqe)->op_own;
+
+	if ((op_own >> 4) == KVL_MLX5_CQE_INVALID ||
+	    (op_own & 1) != ((cq->cq_ci & cq->cqe_cnt) != 0))
+		return NULL;
+	kvl_mlx5_dma_rmb(); /* the owner byte before the rest */
+	return cqe;
+}
+
+/* A requester CQE of a WQE that completed fine, in the plain format (no data scattered into
+ * it, not compressed): opcode REQ and format bits 0, whatever the owner bit. */
+static inline bool kvl_mlx5_cqe_req_ok(const struct kvl_mlx5_cqe64 *cqe)
+{
+	return (cqe->op_own & 0xfe) == (KVL_MLX5_CQE_REQ << 4);
+}
+
+/* Decode the CQE kvl_mlx5_cq_peek() returned into @o, count it as kvl_mlx5_cq_poll() does,
+ * and consume it (cq_ci; the doorbell record is the caller's: kvl_mlx5_cq_set_ci). */
+void kvl_mlx5_cq_take(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *o);
 
 /* Write cq_ci (24 bits) to the CQ doorbell record (mlx5_db.c); kvl_mlx5_cq_poll() does. */
 void kvl_mlx5_cq_set_ci(struct kvl_mlx5_cq *cq);

@@ -24,7 +24,8 @@ int kvl_mlx5_cq_init(struct kvl_mlx5_cq *cq, void *buf, uint32_t cqe_cnt, uint32
 	return 0;
 }
 
-void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
+static inline __attribute__((always_inline)) void cqe_decode(const void *p,
+							     struct kvl_mlx5_cqe_info *o)
 {
 	const struct kvl_mlx5_cqe64 *c = p;
 	uint32_t sop = be32toh(c->sop_qpn);
@@ -72,42 +73,43 @@ void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
 		o->status = KVL_ERR_PROTOCOL;
 }
 
+void kvl_mlx5_cqe_decode(const void *p, struct kvl_mlx5_cqe_info *o)
+{
+	cqe_decode(p, o);
+}
+
+/* kvl_mlx5_cq_take(), inlined into kvl_mlx5_cq_poll's loop */
+static inline __attribute__((always_inline)) void cq_take(struct kvl_mlx5_cq *cq,
+							  struct kvl_mlx5_cqe_info *o)
+{
+	cqe_decode(cq->cq_addr + (size_t)(cq->cq_ci & (cq->cqe_cnt - 1)) * KVL_MLX5_CQE_SIZE, o);
+	cq->cq_ci++;
+	cq->stats.cqes++;
+	if (o->syndrome != 0 || o->status != KVL_OK) {
+		cq->stats.errors++;
+		cq->stats.flushes += o->flush;
+		if (o->opcode == KVL_MLX5_CQE_REQ_ERR || o->opcode == KVL_MLX5_CQE_RESP_ERR)
+			cq->stats.syndrome[o->syndrome < KVL_MLX5_SYND_SLOTS
+						   ? o->syndrome
+						   : KVL_MLX5_SYND_SLOTS - 1]++;
+		else
+			cq->stats.unknown++;
+	}
+}
+
+void kvl_mlx5_cq_take(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *o)
+{
+	cq_take(cq, o);
+}
+
 unsigned kvl_mlx5_cq_poll(struct kvl_mlx5_cq *cq, struct kvl_mlx5_cqe_info *out, unsigned max)
 {
 	unsigned n = 0;
 
 	cq->stats.polls++;
-	while (n < max) {
-		const uint8_t *cqe =
-			cq->cq_addr + (size_t)(cq->cq_ci & (cq->cqe_cnt - 1)) * KVL_MLX5_CQE_SIZE;
-		uint8_t op_own = ((const volatile uint8_t *)cqe)[KVL_MLX5_CQE_SIZE - 1];
-		struct kvl_mlx5_cqe_info *o = &out[n];
-
-		/*
-		 * Ours when its owner bit matches the pass we are on (bit log2(cqe_cnt) of the
-		 * consumer index: the NIC flips what it writes on every pass over the ring), and
-		 * never while it still holds the INVALID opcode the buffer was initialised with.
-		 */
-		if ((op_own >> 4) == KVL_MLX5_CQE_INVALID ||
-		    (op_own & 1) != ((cq->cq_ci & cq->cqe_cnt) != 0))
-			break;
-		/* The rest of the CQE was written before its owner byte: read it after. */
-		kvl_mlx5_dma_rmb();
-		kvl_mlx5_cqe_decode(cqe, o);
-		cq->cq_ci++;
-		n++;
-		cq->stats.cqes++;
-		if (o->syndrome != 0 || o->status != KVL_OK) {
-			cq->stats.errors++;
-			cq->stats.flushes += o->flush;
-			if (o->opcode == KVL_MLX5_CQE_REQ_ERR || o->opcode == KVL_MLX5_CQE_RESP_ERR)
-				cq->stats.syndrome[o->syndrome < KVL_MLX5_SYND_SLOTS
-							   ? o->syndrome
-							   : KVL_MLX5_SYND_SLOTS - 1]++;
-			else
-				cq->stats.unknown++;
-		}
-	}
+	/* The rest of a CQE was written before its owner byte: peek orders the reads. */
+	while (n < max && kvl_mlx5_cq_peek(cq) != NULL)
+		cq_take(cq, &out[n++]);
 	if (n != 0)
 		kvl_mlx5_cq_set_ci(cq);
 	return n;

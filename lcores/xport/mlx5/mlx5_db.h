@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Barriers for the mlx5 path, private to lcores/xport/mlx5/mlx5_*.c: which one each ordering needs.
- */
+/* Barriers for the mlx5 path (mlx5_*.c and mlx5.h's inline CQ peek): which one each ordering
+ * needs. */
 #ifndef KVL_LCORES_MLX5_DB_H
 #define KVL_LCORES_MLX5_DB_H
 

@@ -73,18 +73,3 @@ int kvl_mlx5_sq_signal_last(struct kvl_mlx5_sq *sq)
 	sq->stats.signaled++;
 	return 1;
 }
-
-int kvl_mlx5_sq_complete(struct kvl_mlx5_sq *sq, uint16_t wqe_counter, uint64_t *wrid)
-{
-	unsigned idx = wqe_counter & (sq->wqe_cnt - 1);
-	uint16_t out = (uint16_t)(sq->sq_pi - sq->sq_ci);
-
-	/* Only the start of a WQE the NIC still holds: a stale or corrupt counter must not move
-	 * sq_ci past WQEs it has not finished. */
-	if ((uint16_t)(wqe_counter - sq->sq_ci) >= out ||
-	    (uint16_t)(sq->wqe_end[idx] - sq->sq_ci) > out)
-		return -EPROTO;
-	*wrid = sq->wrid[idx];
-	sq->sq_ci = sq->wqe_end[idx];
-	return 0;
-}
