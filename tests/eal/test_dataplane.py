@@ -410,11 +410,15 @@ def scenario_perf_cli(ctx):
 
     def served():
         return cmd(tel, "/kvlane/stats", server).get("tcp/served_bytes")
-    seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
-    check_eq(seen, want, "kvlane-perf server's tcp/served_bytes", server)
-    tel.close()
-    server.stop(signal.SIGINT)
-    server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1, what="server stop line")
+
+    def served_then_stop(want, what):
+        seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
+        check_eq(seen, want, what, server)
+        tel.close()
+        server.stop(signal.SIGINT)
+        server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1,
+                         what="server stop line")
+    served_then_stop(want, "kvlane-perf server's tcp/served_bytes")
     log("kvlane-perf server: served_bytes matches, SIGINT -> exit 0")
 
     # --warmup: the warm-up transfers go to the server but not into the figures
@@ -429,12 +433,7 @@ def scenario_perf_cli(ctx):
     got = {k: o.get(k) for k in ("iterations", "completed_ok", "bytes", "warmup", "nap_us")}
     check_eq(got, {"iterations": 100, "completed_ok": 100, "bytes": 4096 * 100, "warmup": 40,
                    "nap_us": 0}, "--warmup 40: fields count only the measured run", p)
-    want = 4096 * 140
-    seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
-    check_eq(seen, want, "--warmup 40: the server served warm-up and run", server)
-    tel.close()
-    server.stop(signal.SIGINT)
-    server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1, what="server stop line")
+    served_then_stop(4096 * 140, "--warmup 40: the server served warm-up and run")
     log("--warmup 40 -n 100: 100 counted, 140 served")
 
 
