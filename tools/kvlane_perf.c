@@ -46,6 +46,8 @@ enum {
 #define INTERVAL_NS	100000000ull   /* peak bandwidth and the timeline: 100 ms */
 #define BUCKET_NS	1000000ull     /* bytes are counted per 1 ms of the run for the peak */
 #define STALL_NS	30000000000ull /* nothing completes for 30 s: the runtime is stuck */
+#define NAP_AFTER_NS	100000ull      /* --nap: empty polls sched_yield this long before napping */
+#define DEFAULT_NAP_US	50u
 #define CONNECT_MS	10000u
 #define VERIFY_CHUNK	(1u << 20)
 #define MB		1048576.0 /* perftest's MB: 2^20 bytes */
@@ -72,8 +74,11 @@ struct opts {
 	bool verify, json;
 	double duration; /* 0: run ITERS */
 	const char *device;
-	int gid_index; /* -1: the INI's */
-	double linger; /* client: seconds to stay up after the run (telemetry) */
+	int gid_index;	 /* -1: the INI's */
+	double linger;	 /* client: seconds to stay up after the run (telemetry) */
+	unsigned nap_us; /* --bw: sleep this long per empty poll after NAP_AFTER_NS (0: never) */
+	unsigned warmup; /* --bw: transfers per size run before the measured ones */
+	bool nap_set;
 	const char *segment;
 	uint32_t seed;
 	uint64_t seg_size;
@@ -141,6 +146,14 @@ static const char *const help[] = {
 	"  -x, --gid-index N     RDMA: the GID index of that NIC, as perftest's -x: adds",
 	"                        --set nic.<NIC>.gid_index=N (default: the INI's, auto = the",
 	"                        RoCE v2 GID of the device's IPv4 address)",
+	"      --nap US          --bw: once kvl_poll() has found nothing for 100 us, sleep US",
+	"                        microseconds per empty poll instead of sched_yield(), so the",
+	"                        waiting main thread leaves the CPU to the NIC lcore and the",
+	"                        kernel (soft-RoCE does its copies there); 0: sched_yield()",
+	"                        only (default 50; --lat always yields, its times stay exact)",
+	"      --warmup N        --bw: before each size's measured run, N transfers of it at",
+	"                        the same window, not counted (perftest --perform_warm_up,",
+	"                        ucx_perftest -w); default 0",
 	"      --linger SECS     client: keep the runtime up SECS after the run, printing",
 	"                        \"kvlane-perf: lingering\" on stderr, so its telemetry",
 	"                        (/kvlane/stats, /kvlane/qps) can be read; SIGTERM ends it",
@@ -319,7 +332,7 @@ static bool takes_value(const char *o)
 					 "--qp",       "-t",	   "--tx-depth",  "--duration",
 					 "-d",	       "--device", "--segment",	  "--seed",
 					 "--seg-size", "-x",	   "--gid-index", "--linger",
-					 NULL };
+					 "--nap",      "--warmup", NULL };
 
 	for (unsigned i = 0; v[i]; i++)
 		if (strcmp(o, v[i]) == 0)
@@ -432,6 +445,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if (parse_uint(v, 0, 255, &n) < 0)
 				return usage_error("%s %s: expected a GID index 0..255", name, v);
 			o->gid_index = (int)n;
+		} else if (strcmp(name, "--nap") == 0) {
+			if (parse_uint(v, 0, 100000, &n) < 0)
+				return usage_error("--nap %s: expected microseconds 0..100000", v);
+			o->nap_us = (unsigned)n;
+			o->nap_set = true;
+			o->client_only = o->client_only ?: "--nap";
+		} else if (strcmp(name, "--warmup") == 0) {
+			if (parse_uint(v, 0, 1000000, &n) < 0)
+				return usage_error("--warmup %s: expected transfers 0..1000000", v);
+			o->warmup = (unsigned)n;
+			o->client_only = o->client_only ?: "--warmup";
 		} else if (strcmp(name, "--linger") == 0) {
 			char *end;
 
@@ -482,6 +506,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   o->sizes[i], o->seg_size);
 	if (dur_set && o->mode == MODE_LAT)
 		return usage_error("--duration needs --bw (--lat runs -n transfers)");
+	if (o->nap_set && o->nap_us && o->mode != MODE_BW)
+		return usage_error(
+			"--nap needs --bw (--lat always yields, so its times stay exact)");
+	if (o->warmup && (o->mode != MODE_BW || o->verify))
+		return usage_error("--warmup needs --bw without --verify");
+	if (!o->nap_set)
+		o->nap_us = o->mode == MODE_BW ? DEFAULT_NAP_US : 0;
 	if (o->mode == MODE_LAT)
 		o->depth = 1;
 	return 0;
@@ -674,8 +705,11 @@ struct client {
 
 	/* per size */
 	uint32_t size;
-	uint64_t slots; /* per pass */
-	uint64_t iters; /* 0 in --duration */
+	uint64_t slots;	      /* per pass */
+	uint64_t empty_since; /* --nap: when the polls started finding nothing (0: they find) */
+	uint64_t naps;	      /* --nap: sleeps of this size's run */
+	uint64_t first_ok_ns; /* run clock at the first OK completion (0: none yet) */
+	uint64_t iters;	      /* 0 in --duration */
 	uint64_t posted;
 	struct inflight *inf;
 	uint32_t *free_inf;
@@ -808,6 +842,8 @@ static void on_completion(struct client *c, const struct kvl_completion *k, uint
 	if (k->status >= 0 && k->status < KVL_STATUS_COUNT)
 		s->status[k->status]++;
 	if (k->status == KVL_OK) {
+		if (c->first_ok_ns == 0)
+			c->first_ok_ns = run_ns ? run_ns : 1;
 		s->ok++;
 		s->bytes_ok += k->bytes;
 		bucket_add(c, run_ns, k->bytes);
@@ -857,6 +893,35 @@ static uint64_t outstanding(const struct client *c)
 	return n;
 }
 
+/*
+ * An empty poll. The main thread only waits here: the NIC lcore does the transfers, and on
+ * soft-RoCE the kernel does their copies (responder and completer), on the same few CPUs. A
+ * sched_yield() loop never leaves its CPU idle, so the kernel's work gets only its fair
+ * share of it; after NAP_AFTER_NS of empty polls (a completion is not due soon) it sleeps
+ * --nap microseconds per poll instead, late by at most that much for a window of transfers
+ * still in flight.
+ */
+static void idle_wait(struct client *c)
+{
+	uint64_t now;
+
+	if (c->o->nap_us == 0) {
+		sched_yield(); /* two cores are shared with the lcores */
+		return;
+	}
+	now = kvl_now_ns();
+	if (c->empty_since == 0)
+		c->empty_since = now;
+	if (now - c->empty_since < NAP_AFTER_NS) {
+		sched_yield();
+	} else {
+		struct timespec ts = { 0, (long)c->o->nap_us * 1000 };
+
+		nanosleep(&ts, NULL);
+		c->naps++;
+	}
+}
+
 /* Poll once; false when nothing has completed for STALL_NS while transfers are out. */
 static bool poll_or_stall(struct client *c)
 {
@@ -871,7 +936,9 @@ static bool poll_or_stall(struct client *c)
 			c->stalled = true;
 			return false;
 		}
-		sched_yield(); /* two cores are shared with the lcores */
+		idle_wait(c);
+	} else {
+		c->empty_since = 0;
 	}
 	return true;
 }
@@ -1190,8 +1257,22 @@ static void run_size(struct client *c)
 	}
 }
 
+static void reset_size(struct client *c, uint32_t size);
+
+/* --warmup: that many transfers through the same engine first, then the counters start over
+ * (a failed warm-up is the run's result: the servers are not usable). */
 static void run_bw(struct client *c)
 {
+	if (c->o->warmup) {
+		uint64_t iters = c->iters;
+
+		c->iters = c->o->warmup;
+		run_size(c);
+		if (c->stalled || c->bad_status || all_dead(c) || stop_signal)
+			return;
+		reset_size(c, c->size);
+		c->iters = iters;
+	}
 	run_size(c);
 }
 
@@ -1293,7 +1374,13 @@ static void print_header(struct client *c, FILE *fp)
 	fprintf(fp, " Operation       : %s\n", op_name(o->op));
 	if (o->mode == MODE_BW)
 		fprintf(fp, " Window          : %u transfers in flight\n", o->depth);
-	else
+	if (o->mode == MODE_BW && o->nap_us)
+		fprintf(fp,
+			" Waiting         : sched_yield, after 100 us empty %u us naps (--nap)\n",
+			o->nap_us);
+	else if (o->mode == MODE_BW)
+		fprintf(fp, " Waiting         : sched_yield per empty poll (--nap 0)\n");
+	if (o->mode != MODE_BW)
 		fprintf(fp, " Window          : 1 (one transfer at a time)\n");
 	if (o->duration > 0)
 		fprintf(fp, " Duration        : %.3g s per size\n", o->duration);
@@ -1379,8 +1466,10 @@ static void print_json(struct client *c, const struct result *r)
 	       r->ok, r->failed, r->not_posted, r->bytes, r->secs);
 	if (o->mode == MODE_BW)
 		printf(",\"bw_peak_MBps\":%.2f,\"bw_avg_MBps\":%.2f,\"peak_intervals\":%" PRIu64
-		       ",\"msg_rate_Mpps\":%.6f",
-		       r->peak_bps / MB, r->avg_bps / MB, r->peak_intervals, r->rate / 1e6);
+		       ",\"msg_rate_Mpps\":%.6f,\"nap_us\":%u,\"naps\":%" PRIu64
+		       ",\"warmup\":%u,\"first_ok_ms\":%.3f",
+		       r->peak_bps / MB, r->avg_bps / MB, r->peak_intervals, r->rate / 1e6,
+		       o->nap_us, c->naps, o->warmup, (double)c->first_ok_ns / 1e6);
 	else
 		printf(",\"t_min_us\":%.3f,\"t_typical_us\":%.3f,\"t_p99_us\":%.3f,"
 		       "\"t_max_us\":%.3f,\"t_avg_us\":%.3f",
@@ -1471,6 +1560,7 @@ static void reset_size(struct client *c, uint32_t size)
 		c->slots = MAX_PASS_SLOTS;
 	c->iters = iters_for(c->o, size);
 	c->posted = 0;
+	c->empty_since = c->naps = c->first_ok_ns = 0;
 	c->n_free = c->o->depth;
 	for (unsigned i = 0; i < c->o->depth; i++)
 		c->free_inf[i] = c->o->depth - 1 - i;

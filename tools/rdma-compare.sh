@@ -28,16 +28,24 @@
 #   * the servers idle: perftest's and UCX's servers wait in a socket (ucx_perftest -o: the
 #     responder is not progressed in one-sided tests), kvlaned with `hybrid`. The clients poll
 #     with one thread: ib_*_bw and ucx_perftest their one; kvlane-perf its main thread
-#     (kvl_poll, sched_yield when empty) while its NIC lcore (-l 0-1) idles with `hybrid`
+#     (kvl_poll; sched_yield when empty, and after 100 us of empty polls 50 us naps, its
+#     --nap default) while its NIC lcore (-l 0-1) idles with `hybrid`
 #     (spins 100 us, then sleeps on the CQ's channel; hybrid_sleep_us 10000 on both sides:
 #     the bound only serves TCP, and waking every 50 us costs a TCG guest dearly): `yield`
 #     would keep a second vCPU of two polling and take it from rxe's kernel work (the READ
-#     responder and completer copy every byte). KVL_COMPARE_IDLE (default "hybrid yield") lists the NIC lcore's policies: one
-#     kvlane column each, the ratios use the first.
+#     responder and completer copy every byte). KVL_COMPARE_IDLE (default "hybrid
+#     hybrid_nap0") lists kvlane-perf's variants, one column each, the ratios use the first:
+#     the NIC lcore's idle policy, "_nap0" = its main thread only sched_yields (--nap 0);
+#   * the warm-up: KVL_COMPARE_WARMUP (default 16, one window; 0: none) transfers before the
+#     measured ones in all three: ib_*_bw --perform_warm_up (perftest posts -t of them),
+#     kvlane-perf --warmup, ucx_perftest -w. kvlane-perf's JSON still says when its first
+#     measured completion came (first_ok_ms, in the log);
 #   * the load: the host is shared and TCG makes every byte CPU work, so one run of each is
 #     noise. KVL_COMPARE_ROUNDS (default 3) rounds run the tools in turn per (op, size), in one
 #     boot (KVL_COMPARE_OPS: "write read"); the table shows each tool's median and the ratios are of medians. Every sample,
-#     with rxe's retransmission counters, is in the log and in OUT_DIR/samples.tsv.
+#     with rxe's retransmission counters and the guest's CPU split (/proc/stat: over the
+#     tool's whole window, and over its measured run alone, "run:"), is in the log and in
+#     OUT_DIR/samples.tsv.
 # Output: OUT_DIR/compare.tsv (the table), samples.tsv, kvlaned.log, pt-*.client/.server,
 # kl-*.json/.log, ucx-*.client/.server.
 set -u
@@ -46,7 +54,8 @@ build=${1:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 out=${2:?usage: rdma-compare.sh BUILD_DIR OUT_DIR [MIB]}
 mib=${3:-${KVL_COMPARE_MIB:-32}}
 depth=${KVL_COMPARE_TX_DEPTH:-16}
-idles=${KVL_COMPARE_IDLE:-hybrid yield}
+idles=${KVL_COMPARE_IDLE:-hybrid hybrid_nap0}
+warm=${KVL_COMPARE_WARMUP:-16}
 rounds=${KVL_COMPARE_ROUNDS:-3}
 rd=${KVL_COMPARE_RD_ATOMIC:-16}
 ops=${KVL_COMPARE_OPS:-write read}
@@ -67,14 +76,14 @@ kvl_rdma_inis "$tmp" cmp 64 hybrid yield
 # 3 rounds in one boot: 7.0, 10.6, 6.2 MB/s at 50 us against 12.0, 16.2, 31.4 at 10 ms)
 kvl_sleep() { sed -i "/^idle_policy/a hybrid_sleep_us = 10000" "$1"; }
 kvl_sleep "$tmp/b.ini"
-for pol in $idles; do
-	sed "s/^idle_policy = .*/idle_policy = $pol/" "$tmp/a.ini" > "$tmp/a-$pol.ini"
-	kvl_sleep "$tmp/a-$pol.ini"
+for v in $idles; do
+	sed "s/^idle_policy = .*/idle_policy = ${v%%_*}/" "$tmp/a.ini" > "$tmp/a-$v.ini"
+	kvl_sleep "$tmp/a-$v.ini"
 done
 eal="-l 0-1 --no-huge -m 500 --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
 mkdir -p "$RUNTIME_DIRECTORY"
-trap 'kill ${srv:-} 2> /dev/null || true; rm -rf "$tmp"' EXIT
+trap 'kill ${srv:-} ${sampler:-} 2> /dev/null || true; rm -rf "$tmp"' EXIT
 kvl_rdma_server "$build" "$tmp" "$out" compare $eal
 
 FAIL=0
@@ -100,6 +109,20 @@ cpu_delta() {
 	echo "$P0 $(cpu_read)" | awk '{ u = $5 - $1; s = $6 - $2; q = $7 - $3; i = $8 - $4; t = u + s + q + i
 		if (t > 0) printf "; cpu user %d%% sys %d%% softirq %d%% idle %d%%", 100 * u / t, 100 * s / t, 100 * q / t, 100 * i / t }'
 }
+# ... and in the measured part alone: a sampler writes "uptime cpu-line" of /proc/stat every
+# 0.1 s to $tmp/stat (for every tool alike); cpu_win T0 T1 is the split between two uptimes.
+# kvlane-perf's JSON gives its run's start (t0_mono, the guest's uptime clock) and length;
+# perftest's and UCX's run is taken as the MIB MiB at their average rate before they exit.
+( while :; do read -r u _ < /proc/uptime; read -r l < /proc/stat; echo "$u $l"; sleep 0.1; done ) > "$tmp/stat" &
+sampler=$!
+cpu_win() {
+	awk -v a="$1" -v b="$2" '$1 >= a && !n { n = 1; u0 = $3 + $4; s0 = $5; i0 = $6 + $7; q0 = $8 + $9 }
+		n && $1 <= b { u = $3 + $4; s = $5; i = $6 + $7; q = $8 + $9 }
+		END { t = (u - u0) + (s - s0) + (i - i0) + (q - q0)
+			if (t > 0) printf "; run: user %d%% sys %d%% softirq %d%% idle %d%%", 100 * (u - u0) / t, 100 * (s - s0) / t, 100 * (q - q0) / t, 100 * (i - i0) / t }' "$tmp/stat"
+}
+# cpu_tail U1 MBPS: the last MIB MiB at MBPS before uptime U1 (0.3 s for the sampler to pass it)
+cpu_tail() { [ -n "$2" ] || return 0; sleep 0.3; cpu_win $(awk -v u="$1" -v b="$2" -v m=$mib 'BEGIN { printf "%.2f %.2f", u - m / b, u }'); }
 # wait_port PORT FILE: until a server listens on PORT (30 s; FILE gets the complaint)
 wait_port() {
 	i=0
@@ -115,6 +138,7 @@ perftest() {
 	# the fairness rules (header): same -s -n -t, one QP, kvlane's ACK timeout; READs: -o
 	args="-F -s $size -n $iters -t $depth -q 1 -u $ack"
 	[ $tool = ib_read_bw ] && args="$args -o $rd"
+	[ "$warm" = 0 ] || args="$args --perform_warm_up"
 	s0=$(date +%s.%N)
 	ctr0; cpu0
 	timeout 120 $tool -d $RXE_DEV1 -x $RXE_GID1 -p $PORT $args > "$out/$name.server" 2>&1 &
@@ -123,6 +147,7 @@ perftest() {
 	wait_port $PORT "$out/$name.client"
 	timeout 120 $tool -d $RXE_DEV0 -x $RXE_GID0 -p $PORT $args $RXE_IP1 >> "$out/$name.client" 2>&1
 	crc=$?
+	read -r pu1 _ < /proc/uptime
 	wait $spid; src=$?
 	# the result row follows the " #bytes" header: bytes iters BWpeak BWavg MsgRate
 	PT=$(awk '/#bytes/{getline; print $4; exit}' "$out/$name.client")
@@ -131,17 +156,20 @@ perftest() {
 		tail -n 8 "$out/$name.client" "$out/$name.server"
 		FAIL=$((FAIL + 1)) PT=
 	fi
-	echo "compare: $tool $args: ${PT:-?} MB/s ($(el $s0) s$(ctr_delta)$(cpu_delta))"
+	echo "compare: $tool $args: ${PT:-?} MB/s ($(el $s0) s$(ctr_delta)$(cpu_delta)$(cpu_tail $pu1 "$PT"))"
 }
 # kvlane NAME OP SIZE ITERS POLICY: kvlane-perf on rxe0 against kvlaned, one QP; sets KL to the
 # average MB/s
 kvlane() {
-	name=$1 op=$2 size=$3 iters=$4 pol=$5 KL=
+	name=$1 op=$2 size=$3 iters=$4 pol=$5 KL= kx=
+	# VARIANT: the NIC lcore's idle policy, "_nap0": the main thread's empty polls only
+	# sched_yield (kvlane-perf --nap 0, as before 2026-12-01's fix), else its default --nap
+	case $pol in *_nap0) kx="--nap 0" ;; esac
 	s0=$(date +%s.%N)
 	read -r u0 _ < /proc/uptime
 	ctr0; cpu0
 	timeout 120 "$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a-$pol.ini" --segment kv --seed 1 \
-		--seg-size 64M -s $size -n $iters -t $depth --qp 1 --$op --bw --json "$RXE_IP1:18515" \
+		--seg-size 64M -s $size -n $iters -t $depth --qp 1 --$op --bw --json $kx --warmup $warm "$RXE_IP1:18515" \
 		> "$out/$name.json" 2> "$out/$name.log"
 	krc=$?
 	read -r u1 _ < /proc/uptime
@@ -152,16 +180,17 @@ import json, sys
 o = json.loads(open(sys.argv[1]).readline())
 ok = o["transport"] == "verbs" and o["failed"] == 0 and o["not_posted"] == 0 and o["completed_ok"] == int(sys.argv[2]) and o.get("result") == "ok"
 u0, u1 = float(sys.argv[3]), float(sys.argv[4])
-print("%.2f" % o["bw_avg_MBps"] if ok else "-", "start-up %.1f s, run %.2f s, exit %.1f s" % (o["t0_mono"] - u0, o["seconds"], u1 - o["t0_mono"] - o["seconds"]))' \
+print("%.2f" % o["bw_avg_MBps"] if ok else "-", "%.3f %.3f" % (o["t0_mono"], o["t0_mono"] + o["seconds"]), "start-up %.1f s, run %.2f s, first READ/WRITE done %.0f ms into it, %d naps, exit %.1f s" % (o["t0_mono"] - u0, o["seconds"], o["first_ok_ms"], o["naps"], u1 - o["t0_mono"] - o["seconds"]))' \
 		"$out/$name.json" $iters $u0 $u1 2> /dev/null)
-	KL=${res%% *} KT=${res#* }
+	KL=${res%% *} KT=${res#* } KW=
+	case $KL in ''|-) ;; *) KW=${KT%% start-up*} KT=start-up${KT#* start-up} ;; esac
 	[ "$KL" = - ] && KL=
 	if [ $krc != 0 ] || [ -z "$KL" ]; then
 		echo "compare: kvlane-perf --$op -s $size -n $iters ($pol) FAILED (exit $krc):"
 		tail -n 8 "$out/$name.log"; head -c 2000 "$out/$name.json"; echo
 		FAIL=$((FAIL + 1)) KL=
 	fi
-	echo "compare: kvlane-perf --$op -s $size -n $iters -t $depth --qp 1, idle $pol: ${KL:-?} MB/s ($(el $s0) s: ${KT:-no result}$(ctr_delta)$(cpu_delta))"
+	echo "compare: kvlane-perf --$op -s $size -n $iters -t $depth --qp 1, idle $pol: ${KL:-?} MB/s ($(el $s0) s: ${KT:-no result}$(ctr_delta)$(cpu_delta)$([ -z "$KW" ] || { sleep 0.3; cpu_win $KW; }))"
 }
 # UCX on its rc_verbs transport over rxe, at UCT level (ucx_perftest -x rc_verbs -d DEV:1,
 # put_bw / get, zero-copy): UCP's ucp_put_bw / ucp_get cannot run on rxe here. rc_verbs needs an
@@ -188,8 +217,9 @@ ucx() {
 	# perftest's server waits in its socket
 	env $UCX_ENV UCX_IB_GID_INDEX=$RXE_GID0 \
 		timeout 60 ucx_perftest $RXE_IP1 -p $PORT -x rc_verbs -d $RXE_DEV0:1 -t $test -D zcopy \
-		-s $size -n $iters -w 16 -O $depth -o -f >> "$out/$name.client" 2>&1
+		-s $size -n $iters -w $warm -O $depth -o -f >> "$out/$name.client" 2>&1
 	crc=$?
+	read -r pu1 _ < /proc/uptime
 	wait $spid; src=$?
 	# -f: one row, "iterations lat50 lat_avg lat_overall bw_avg bw_overall mr_avg mr_overall"
 	UX=$(awk 'NF == 8 && $1 == '"$iters"' { print $6 }' "$out/$name.client" | tail -n 1)
@@ -200,13 +230,13 @@ ucx() {
 		UX=
 		return 0
 	fi
-	echo "compare: ucx_perftest -x rc_verbs -t $test -D zcopy -s $size -n $iters -O $depth: $UX MB/s ($(el $s0) s$(ctr_delta)$(cpu_delta))"
+	echo "compare: ucx_perftest -x rc_verbs -t $test -D zcopy -s $size -n $iters -O $depth: $UX MB/s ($(el $s0) s$(ctr_delta)$(cpu_delta)$(cpu_tail $pu1 "$UX"))"
 }
 # median of the words on stdin ("-" when none)
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a != "-" && b != "-" && b + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
 
-echo "# compare: $(ib_write_bw --version 2> /dev/null | awk '{print "perftest " $NF; exit}'), $(ucx_info -v 2> /dev/null | awk '/Version/{print "UCX " $NF; exit}') vs kvlane-perf, $RXE_DEV0 -> $RXE_DEV1, $mib MiB per run, -t $depth, one QP, READs outstanding $rd, ACK timeout $ack, $rounds rounds, kvlane-perf idle_policy $idles, veth mtu $(cat /sys/class/net/vethA/mtu)"
+echo "# compare: $(ib_write_bw --version 2> /dev/null | awk '{print "perftest " $NF; exit}'), $(ucx_info -v 2> /dev/null | awk '/Version/{print "UCX " $NF; exit}') vs kvlane-perf, $RXE_DEV0 -> $RXE_DEV1, $mib MiB per run, -t $depth, one QP, READs outstanding $rd, ACK timeout $ack, warm-up $warm, $rounds rounds, kvlane-perf idle_policy $idles, veth mtu $(cat /sys/class/net/vethA/mtu)"
 printf 'size\top\tround\ttool\tMBps\n' > "$out/samples.tsv"
 hdr="size\top\tib_bw_MBps"
 for pol in $idles; do hdr="$hdr\tkvlane_${pol}_MBps"; done
@@ -242,6 +272,7 @@ for op in $ops; do
 		printf "$row\t$ux\t$(ratio $kl1 $pt)\t$(ratio $kl1 $ux)\n" >> "$out/compare.tsv"
 	done
 done
+kill $sampler
 kill -TERM $srv
 wait $srv || { echo "compare: kvlaned exited with status $? after SIGTERM"; tail -n 5 "$out/kvlaned.log"; FAIL=$((FAIL + 1)); }
 echo

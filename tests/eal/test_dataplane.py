@@ -304,6 +304,7 @@ def server_loss(ctx, sig):
 OPTIONS = ["-c", "--config", "--set", "-s", "--size", "-a", "--all", "-n", "--iters", "-q",
            "--qp", "--write", "--read", "--bw", "--lat", "-t", "--tx-depth", "--verify",
            "--json", "--duration", "-d", "--device", "--segment", "--seed", "--seg-size",
+           "--nap", "--warmup",
            "-h", "--help"]
 
 
@@ -343,6 +344,12 @@ def scenario_perf_cli(ctx):
                        ["--duration needs --bw"], "--duration with --lat")
     expect_usage_error(ctx, [*eal, "-c", CONFIG, "--read"], ["--read is a client option"],
                        "client option in server mode")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--lat", "--nap", "50", srv],
+                       ["--nap needs --bw"], "--nap with --lat")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--nap", "1ms", srv],
+                       ["--nap 1ms", "expected microseconds"], "--nap 1ms")
+    expect_usage_error(ctx, [*eal, "-c", CONFIG, "--read", "--verify", "--warmup", "8", srv],
+                       ["--warmup needs --bw without --verify"], "--warmup with --verify")
 
     # A kvlane-perf server for the runs.
     server = ctx.perf_start("server", ["--set", h.LISTEN_ANY])
@@ -383,6 +390,10 @@ def scenario_perf_cli(ctx):
         check_eq(o["servers"][0]["bytes"], s * 300, f"--json {s} B: the server's bytes", p)
         check(o["bw_peak_MBps"] >= o["bw_avg_MBps"] > 0, f"--json {s} B: bandwidth",
               "peak >= average > 0", (o["bw_peak_MBps"], o["bw_avg_MBps"]), p)
+        check_eq((o.get("nap_us"), o.get("warmup")), (50, 0), f"--json {s} B: --nap, --warmup "
+                 "defaults", p)
+        check(0 < o["first_ok_ms"] <= o["seconds"] * 1e3, f"--json {s} B: first_ok_ms",
+              "inside the run", (o["first_ok_ms"], o["seconds"]), p)
     log("--json --bw 4K,64K x 300: parses, bytes = size x iterations")
 
     # A verification that fails says where: the server's seed is 7, not 8.
@@ -399,12 +410,31 @@ def scenario_perf_cli(ctx):
 
     def served():
         return cmd(tel, "/kvlane/stats", server).get("tcp/served_bytes")
-    seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
-    check_eq(seen, want, "kvlane-perf server's tcp/served_bytes", server)
-    tel.close()
-    server.stop(signal.SIGINT)
-    server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1, what="server stop line")
+
+    def served_then_stop(want, what):
+        seen = wait_for(lambda: served() == want, SETTLE_TIMEOUT_S) and want or served()
+        check_eq(seen, want, what, server)
+        tel.close()
+        server.stop(signal.SIGINT)
+        server.wait_line(r"^kvlane-perf server: stopped \(SIGINT\)$", 1,
+                         what="server stop line")
+    served_then_stop(want, "kvlane-perf server's tcp/served_bytes")
     log("kvlane-perf server: served_bytes matches, SIGINT -> exit 0")
+
+    # --warmup: the warm-up transfers go to the server but not into the figures
+    server = ctx.perf_start("server2", ["--set", h.LISTEN_ANY])
+    m = server.wait_line(PERF_SERVER_RE, READY_TIMEOUT_S, what="kvlane-perf server start-up")
+    addr = m[1]
+    tel = server.telemetry()
+    rc, p = ctx.perf_run("warmup", ["--json", "--bw", "-s", "4K", "-n", "100", "--warmup", "40",
+                                    "--nap", "0", "-q", "1", addr])
+    check_eq(rc, 0, "--warmup 40: exit status", p, server)
+    o = json_lines(p, "--warmup 40")[0]
+    got = {k: o.get(k) for k in ("iterations", "completed_ok", "bytes", "warmup", "nap_us")}
+    check_eq(got, {"iterations": 100, "completed_ok": 100, "bytes": 4096 * 100, "warmup": 40,
+                   "nap_us": 0}, "--warmup 40: fields count only the measured run", p)
+    served_then_stop(4096 * 140, "--warmup 40: the server served warm-up and run")
+    log("--warmup 40 -n 100: 100 counted, 140 served")
 
 
 SCENARIOS = {
