@@ -144,11 +144,17 @@ const char *kvl_seg_error(void)
 
 static int geom_desc(const struct kvl_seg_geom *g, unsigned access, struct kvl_seg_desc *d)
 {
+	uint64_t bytes;
+
 	memset(d, 0, sizeof(*d));
 	if (g->layers == 0 || g->blocks == 0 || g->block_bytes == 0 ||
 	    (g->planes != 1 && g->planes != 2) ||
 	    (access & ~(unsigned)(KVL_REMOTE_READ | KVL_REMOTE_WRITE)))
 		return -EINVAL;
+	/* Checked before it wraps: a wrapped length registered a tiny segment peers were told
+	 * was huge (issue 16). */
+	if (kvl_seg_bytes(g->layers, g->planes, g->blocks, g->block_bytes, &bytes) != 0)
+		return -EOVERFLOW;
 	kvl_seg_desc_make(g->layers, g->planes, g->blocks, g->block_bytes, access, d);
 	return d->length > (1ull << 40) ? -E2BIG : 0;
 }

@@ -88,8 +88,11 @@ void kvl_staging_sample(struct kvl_runtime *rt)
 
 int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic)
 {
-	(void)nic; /* the per-NIC pairing of lcores/topo/ is read here once it lands */
-	return rt->gpu.device_id;
+	/* The NIC's pair from the PCI tree (lcores/topo/) when its CUDA index is known (it is the
+	 * [gpu] device), else the [gpu] device itself: the only GPU the runtime has opened. */
+	const struct kvl_gpu_pair *p = kvl_topo_gpu_for_nic(rt, nic);
+
+	return p != NULL && p->cuda_device >= 0 ? p->cuda_device : rt->gpu.device_id;
 }
 
 /* The first NIC that would have to land bytes in VRAM over tcp (no copy path yet), or -1. */

@@ -119,7 +119,10 @@ struct kvl_segment {
 /* Allocate a zeroed host segment: carved from the [memory] pool when pool_size_mb > 0 (it uses
  * the pool's registration), else DPDK memory (hugepages when EAL has them) on the NIC's NUMA
  * node. Returns 0 or a negative errno (-ENOMEM: the pool has no free run that long, or EAL
- * has no room: raise pool_size_mb or -m; the cause is logged). */
+ * has no room: raise pool_size_mb or -m; the cause is logged). For it, kvl_seg_alloc_gpu and
+ * kvl_seg_register alike: -EINVAL for a zero count, planes other than 1 or 2 or unknown
+ * access bits, -EOVERFLOW when layers x planes x blocks x block_bytes does not fit 64 bits,
+ * -E2BIG past 1 TiB. */
 int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg_geom *g,
 		  unsigned access, struct kvl_segment *out);
 

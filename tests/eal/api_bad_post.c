@@ -90,6 +90,20 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		if (strcmp(rs[i].name, "kv") == 0)
 			kv = &rs[i];
+	{
+		/* Geometry whose size wraps past 2^64 (each field fits 32 bits): refused before
+		 * anything is allocated or registered, never a tiny segment announced as huge. */
+		struct kvl_seg_geom wrap = { 1u << 20, 2, 1u << 22, 1u << 22 },
+				    big = { 1, 2, 1 << 20, 1 << 20 };
+		struct kvl_segment none;
+		static uint8_t some[4096];
+
+		expect("kvl_seg_alloc, 2^20 x 2 x 2^22 x 2^22 bytes (past 2^64)",
+		       kvl_seg_alloc(rt, "wrap", &wrap, 0, &none), -EOVERFLOW);
+		expect("kvl_seg_register of that geometry",
+		       kvl_seg_register(rt, "wrap", some, &wrap, 0, &none), -EOVERFLOW);
+		expect("kvl_seg_alloc of 2 TiB", kvl_seg_alloc(rt, "big", &big, 0, &none), -E2BIG);
+	}
 	heap = malloc(LOCAL_LEN);
 	if (kv == NULL || heap == NULL || kvl_seg_alloc(rt, "dst", &lg, 0, &dst) != 0) {
 		fprintf(stderr,
