@@ -728,6 +728,12 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "events", ct->events);
 	put_u64(k, "peer_cancels", ct->peer_cancels);
 	put_u64(k, "budget_changes", ct->budget_changes);
+	/* step flags (KVL_REQ_STEP_FLAGS): entries held, requests, refusals, READY, DONE */
+	put_u64(k, "flags_in_use", ct->flags_in_use);
+	put_u64(k, "flag_requests", ct->flag_reqs);
+	put_u64(k, "flag_nospc", ct->flag_nospc);
+	put_u64(k, "flags_ready_written", ct->ready_written);
+	put_u64(k, "flags_done_seen", ct->done_seen);
 }
 
 /* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */
