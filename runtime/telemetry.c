@@ -88,7 +88,7 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
  * column form (a dict of arrays, one entry per row at the same index in every array), and one
  * row as a flat dict. Both are filled by the same row function through this sink.
  */
-#define MAX_COLS 40
+#define MAX_COLS 64
 
 struct sink {
 	struct rte_tel_data *d; /* row mode: the reply dict */
