@@ -125,6 +125,12 @@ def run_to_end(client, tel, n_req, steps, blocks):
     check(not over, "the budget is never exceeded while requests run",
           f"in_use and windows <= {BUDGET} at every sample", over[:5], client)
     check(samples >= 5, "telemetry sampled while requests ran", ">= 5 samples", samples, client)
+    res = check_result(client, end, n_req, steps, blocks)
+    return res, end, samples
+
+
+def check_result(client, end, n_req, steps, blocks):
+    """The client's RESULT line: every request DONE, every byte of every step checked."""
     res = client.result()
     check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
     check_eq(res["order_errors"], 0, "READY steps out of order", client)
@@ -135,7 +141,7 @@ def run_to_end(client, tel, n_req, steps, blocks):
     per_req = steps * 2 * blocks + (steps - 1)
     check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
     check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
-    return res, end, samples
+    return res
 
 
 # ---- req_verify ----
@@ -406,16 +412,9 @@ def scenario_req_step_flags(ctx):
                                           "--blocks", str(blocks), "--compute-us", "1000"])
     end = client.pause("end", timeout=70)
     tel = client.telemetry()
-    res = client.result()
+    res = check_result(client, end, n_req, steps, blocks)
     check_eq(client.checks().get("flags_step_done"), -errno.EINVAL,
              "kvl_req_step_done on a flags request", client)
-    check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
-    check_eq(res["bad_bytes"], 0, "bytes that differ from the server's pattern", client)
-    check_eq(res["errors"], 0, "API errors in the client", client)
-    check_eq(res["steps_done"], n_req * steps, "steps DONE through the DONE words", client)
-    per_req = steps * 2 * blocks + (steps - 1)
-    check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
-    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
     s = sched_row(tel, client)
     check_eq((s["in_use"], s["active"], s["waiting"], s["windows"]), (0, 0, 0, 0),
              "after the end: (in_use, active, waiting, windows)", client)
