@@ -74,6 +74,23 @@ struct kvl_nic_sched *kvl_nic_sched_create(struct kvl_nic_io *io,
 		errno = e;
 		return NULL;
 	}
+	/* Step flags: one entry per step the scheduler can hold, at start (an OPEN takes a
+	 * range of them, never memory). Page-aligned: the runtime maps it for CUDA whole. */
+	ns->n_flags = cfg->sched->max_steps_total ? cfg->sched->max_steps_total
+						  : cfg->sched->max_blocks_total;
+	ns->flags = rte_zmalloc_socket("kvl_nsched_flags",
+				       (size_t)ns->n_flags * sizeof(struct kvl_nsched_flag), 4096,
+				       cfg->socket);
+	if (ns->flags == NULL)
+		ns->flags = rte_zmalloc("kvl_nsched_flags",
+					(size_t)ns->n_flags * sizeof(struct kvl_nsched_flag), 4096);
+	ns->flag_held = calloc(ns->n_flags, 1);
+	ns->watch = calloc(ns->n_flags, sizeof(*ns->watch));
+	if (ns->flags == NULL || ns->flag_held == NULL || ns->watch == NULL) {
+		kvl_nic_sched_free(ns);
+		errno = ENOMEM;
+		return NULL;
+	}
 	ns->budget_seen = cfg->sched->budget;
 	/* Every completion of this NIC takes nic_io's one path; the scheduler's (its tag in
 	 * wr_id) are taken out there, so a caller of kvl_poll() never sees one. */
@@ -95,6 +112,9 @@ void kvl_nic_sched_free(struct kvl_nic_sched *ns)
 	kvl_sched_free(ns->s);
 	free(ns->xid);
 	free(ns->byid);
+	free(ns->flag_held);
+	free(ns->watch);
+	rte_free(ns->flags);
 	rte_ring_free(ns->cmd);
 	rte_ring_free(ns->ev);
 	rte_free(ns);
@@ -263,6 +283,103 @@ static unsigned do_posts(struct kvl_nic_sched *ns, uint64_t now)
 	return work + n;
 }
 
+/* ---- step flags ---- */
+
+/* The GPU's compare (cuStreamWaitValue32 GEQ): cyclic, so no word is ever reset. */
+static inline bool reached(uint32_t word, uint32_t epoch)
+{
+	return (int32_t)(word - epoch) >= 0;
+}
+
+/*
+ * A range of @n consecutive entries, first fit, with a fresh epoch. Both words start one
+ * below it: whatever a previous user left (or writes late: a stream still draining) is an
+ * older epoch and satisfies neither the engine's wait nor the lcore's poll, and an entry
+ * unused for 2^31 epochs cannot look ahead of the new one. UINT32_MAX: no room.
+ */
+static uint32_t flag_get(struct kvl_nic_sched *ns, uint32_t n)
+{
+	uint32_t run = 0, base, epoch;
+
+	for (uint32_t i = 0; i < ns->n_flags; i++) {
+		run = ns->flag_held[i] ? 0 : run + 1;
+		if (run < n)
+			continue;
+		base = i + 1 - n;
+		epoch = ++ns->flag_epoch;
+		for (uint32_t k = base; k <= i; k++) {
+			ns->flag_held[k] = 1;
+			__atomic_store_n(&ns->flags[k].ready, epoch - 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&ns->flags[k].done, epoch - 1, __ATOMIC_RELAXED);
+		}
+		ns->ct.flags_in_use += n;
+		return base;
+	}
+	return UINT32_MAX;
+}
+
+/* The step's blocks have landed (the scheduler saw every completion, and with them the
+ * bytes: the NIC's write or the transport's copy is visible before its completion). */
+static void flag_ready(struct kvl_nic_sched *ns, struct kvl_nsreq *r, uint32_t step)
+{
+	/* release: off[] (written just before) and the completions are seen first */
+	__atomic_store_n(&ns->flags[r->flag_base + step].ready, r->flag_epoch, __ATOMIC_RELEASE);
+	ns->watch[ns->n_watch++] = (struct kvl_nsched_watch){ r, step };
+	ns->ct.ready_written++;
+}
+
+/*
+ * Its end (the scheduler's terminal event, after which it writes none of its words): stop
+ * polling its DONEs and give the range back. A failed request's steps not READY yet are
+ * released anyway: a stream waiting on them would hang otherwise (the engine hears of the
+ * failure from kvl_req_poll and throws those kernels' output away).
+ */
+static void flag_end(struct kvl_nic_sched *ns, struct kvl_nsreq *r, bool failed)
+{
+	for (uint32_t i = 0; i < ns->n_watch;)
+		if (ns->watch[i].r == r)
+			ns->watch[i] = ns->watch[--ns->n_watch];
+		else
+			i++;
+	for (uint32_t k = r->flag_base; k < r->flag_base + r->d.n_steps; k++) {
+		if (failed &&
+		    !reached(__atomic_load_n(&ns->flags[k].ready, __ATOMIC_RELAXED), r->flag_epoch))
+			__atomic_store_n(&ns->flags[k].ready, r->flag_epoch, __ATOMIC_RELEASE);
+		ns->flag_held[k] = 0;
+	}
+	ns->ct.flags_in_use -= r->d.n_steps;
+}
+
+/*
+ * DONE words of the steps announced READY and not seen DONE (bounded: those only). A DONE is
+ * what kvl_req_step_done would have sent. Returns work: the steps freed, or 1 while some are
+ * still awaited, as a stream's write cannot wake a sleeping lcore (hybrid idle).
+ */
+static unsigned do_flags(struct kvl_nic_sched *ns, uint64_t now)
+{
+	unsigned seen = 0;
+
+	for (uint32_t i = 0; i < ns->n_watch;) {
+		struct kvl_nsched_watch *w = &ns->watch[i];
+		const struct kvl_nsreq *r = w->r;
+
+		if (!reached(__atomic_load_n(&ns->flags[r->flag_base + w->step].done,
+					     __ATOMIC_ACQUIRE),
+			     r->flag_epoch)) {
+			i++;
+			continue;
+		}
+		/* refused only when a CANCEL went first: its end event cleans up */
+		(void)kvl_sched_step_done(ns->s, r->sched_id, w->step, now);
+		ns->ct.done_seen++;
+		*w = ns->watch[--ns->n_watch];
+		seen++;
+	}
+	if (seen)
+		ns->dirty = true;
+	return seen ? seen : ns->n_watch != 0;
+}
+
 /* ---- commands and events ---- */
 
 static unsigned do_commands(struct kvl_nic_sched *ns, uint64_t now)
@@ -280,12 +397,25 @@ static unsigned do_commands(struct kvl_nic_sched *ns, uint64_t now)
 			struct kvl_sched_req_desc d = r->d;
 
 			d.deadline = d.deadline ? now + d.deadline : UINT64_MAX;
-			rc = kvl_sched_open(ns->s, &d, now);
+			rc = 0;
+			if (r->want_flags) {
+				r->flag_base = flag_get(ns, r->d.n_steps);
+				r->flag_epoch = ns->flag_epoch;
+				if (r->flag_base == UINT32_MAX) {
+					rc = -ENOSPC;
+					ns->ct.flag_nospc++;
+				}
+			}
+			if (rc == 0)
+				rc = kvl_sched_open(ns->s, &d, now);
 			r->sched_id = rc;
 			if (rc < 0) {
+				if (r->want_flags && r->flag_base != UINT32_MAX)
+					flag_end(ns, r, false);
 				ns->ct.open_failed++;
 			} else {
 				ns->ct.opened++;
+				ns->ct.flag_reqs += r->want_flags != 0;
 				ns->byid[(uint32_t)rc & ns->byid_mask] = r;
 			}
 			__atomic_store_n(&r->open_rc, rc < 0 ? rc : 0, __ATOMIC_RELEASE);
@@ -326,6 +456,11 @@ static unsigned do_events(struct kvl_nic_sched *ns)
 				for (uint32_t j = r->d.step_first[ev[i].step];
 				     j < r->d.step_first[ev[i].step + 1]; j++)
 					r->off[r->d.step_blocks[j]] = UINT64_MAX;
+			if (r->want_flags)
+				flag_ready(ns, r, ev[i].step);
+		} else if (r->want_flags && (ev[i].type == KVL_SCHED_EV_REQ_DONE ||
+					     ev[i].type == KVL_SCHED_EV_REQ_FAILED)) {
+			flag_end(ns, r, ev[i].type == KVL_SCHED_EV_REQ_FAILED);
 		} else if (ev[i].type == KVL_SCHED_EV_PEER_CANCEL) {
 			struct kvl_levt le = { .type = KVL_LEVT_REQ_CANCEL,
 					       .peer = (uint32_t)ev[i].peer,
@@ -408,6 +543,8 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 		ns->dirty = true;
 	}
 	work += do_commands(ns, now);
+	if (ns->n_watch)
+		work += do_flags(ns, now); /* before posting: what a DONE frees goes out now */
 	if (ns->null.ops) {
 		/* its completions take the one completion path, as the peer connections' do */
 		struct kvl_wc wc[KVL_NSCHED_BATCH];

@@ -25,6 +25,13 @@ struct rte_ring;
  * of this NIC (the slots of struct kvl_nic_io) with wr_id = KVL_WR_SCHED_TAG | descriptor
  * index; nic_io hands such completions back here (kvl_nic_sched_take_wc) instead of to the
  * API's completion ring.
+ *
+ * Step flags (kvl_nsreq.want_flags): the request gets n_steps consecutive entries of the
+ * lcore's flag pool (struct kvl_nsched_flag) and an epoch of its own. When a step's blocks have
+ * landed (its STEP_READY event) the lcore stores READY = epoch; each pass it loads the DONE
+ * words of the steps it announced and not yet saw DONE, and a DONE >= epoch (cyclic) does what
+ * a DONE command does. The words are plain host memory: the lcore never calls CUDA (the
+ * runtime maps the pool for the GPU, runtime/req_api.c).
  */
 
 #define KVL_WR_SCHED_TAG   (1ull << 63) /* wr_id bit of the scheduler's own transfers */
@@ -37,16 +44,28 @@ enum kvl_nsched_cmd_type {
 	KVL_NSCHED_CANCEL = 3,
 };
 
+/* One step's flags. READY is written by the lcore, DONE by the engine (a stream): separate
+ * cache lines, so neither writer's line bounces for the other's (as lcores/gpu/gpusig.c). */
+struct kvl_nsched_flag {
+	uint32_t ready;
+	uint8_t pad0[60];
+	uint32_t done;
+	uint8_t pad1[60];
+};
+
 struct kvl_nsreq {
 	/* the opener's, read-only once OPEN is in the ring (d.user points back here) */
 	struct kvl_sched_req_desc d;
 	uint64_t handle; /* the opener's name for it (telemetry, cancel messages) */
 	uint32_t nic;
+	uint32_t want_flags; /* 1: give it a range of step flags */
 	/* written by the lcore */
-	int32_t open_rc;  /* 1 until OPEN is taken; then 0 or a negative errno (release) */
-	int32_t sched_id; /* the scheduler's id once open */
-	uint64_t *off;	  /* per block: staging offset, written before its STEP_READY event */
-	void *priv;	  /* the opener's own state */
+	int32_t open_rc;     /* 1 until OPEN is taken; then 0 or a negative errno (release) */
+	int32_t sched_id;    /* the scheduler's id once open */
+	uint32_t flag_base;  /* want_flags: its first entry of the flag pool (before open_rc) */
+	uint32_t flag_epoch; /* want_flags: the epoch READY and DONE carry for this use */
+	uint64_t *off;	     /* per block: staging offset, written before its STEP_READY event */
+	void *priv;	     /* the opener's own state */
 };
 
 struct kvl_nsched_cmd {
@@ -61,6 +80,9 @@ struct kvl_nsched_counters {
 	uint64_t posted, post_failed, no_conn, stalled; /* stalled: every connection was full */
 	uint64_t events, peer_cancels, peer_cancels_dropped, budget_changes;
 	uint64_t bad_completions; /* for no descriptor in flight: refused by the scheduler */
+	/* step flags: entries held now, requests given a range, OPENs refused for want of a
+	 * range, READY words written, DONE words seen (steps freed through them) */
+	uint64_t flags_in_use, flag_reqs, flag_nospc, ready_written, done_seen;
 };
 
 /* What telemetry reads: a copy the lcore refreshes, under a sequence count. */
@@ -86,6 +108,12 @@ struct kvl_nic_sched_cfg {
 	bool null_xport; /* post on a private null connection instead of the peer's */
 	/* A PEER_CANCEL event: tell the peer (the control thread sends it). NULL: count only. */
 	struct rte_ring *levt;
+};
+
+/* A step the lcore announced READY through its flag and waits to see DONE. */
+struct kvl_nsched_watch {
+	struct kvl_nsreq *r;
+	uint32_t step;
 };
 
 struct kvl_nic_sched {
@@ -115,6 +143,17 @@ struct kvl_nic_sched {
 	uint64_t tsc_mult; /* ns per cycle << 32 */
 	uint64_t (*clock)(void *arg);
 	void *clock_arg;
+	/* Step flags: the pool (allocated once here: a request takes a range, never memory), who
+	 * holds each entry, and the steps whose DONE is polled. flags_dev: the pool's device
+	 * address when the runtime mapped it for CUDA (0: none); the lcore never reads it. */
+	struct kvl_nsched_flag *flags;
+	uint8_t *flag_held;
+	uint32_t n_flags;
+	uint32_t flag_rover; /* where the next range search starts */
+	uint32_t flag_epoch; /* the last epoch given */
+	uint64_t flags_dev;
+	struct kvl_nsched_watch *watch;
+	uint32_t n_watch;
 	bool dirty; /* something changed since the last snapshot */
 	uint64_t snap_next;
 	struct kvl_nsched_counters ct;

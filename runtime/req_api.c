@@ -8,6 +8,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "kvl_build_config.h"
 #include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 #include "nic_sched.h"
@@ -16,6 +17,10 @@
 #include "runtime.h"
 #include "segments.h"
 #include "staging.h"
+
+#if KVL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 _Static_assert((int)KVL_REQ_DECODE == (int)KVL_SCHED_DECODE &&
 		       (int)KVL_REQ_PREFILL == (int)KVL_SCHED_PREFILL,
@@ -55,6 +60,57 @@ struct kvl_req_table {
 
 /* ---- the handle table ---- */
 
+/*
+ * Each NIC lcore's step-flag pool (allocated by its stage, page-aligned) mapped for the GPU,
+ * when one is open: the engine's streams then wait on and write its words. Registered, not
+ * cudaHostAlloc'd: the lcore side allocates it without CUDA. Before the loops start.
+ */
+static int map_flag_pools(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+#if KVL_HAVE_CUDA
+	if (!rt->cfg.gpu.enable || !rt->gpu.open)
+		return 0;
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++) {
+		struct kvl_nic_sched *ns = rt->nic[i].sched;
+		size_t len;
+		void *dev = NULL;
+		cudaError_t ce;
+
+		if (ns == NULL)
+			continue;
+		len = (size_t)ns->n_flags * sizeof(struct kvl_nsched_flag);
+		ce = cudaHostRegister(ns->flags, len,
+				      cudaHostRegisterMapped | cudaHostRegisterPortable);
+		if (ce == cudaSuccess)
+			ce = cudaHostGetDevicePointer(&dev, ns->flags, 0);
+		if (ce != cudaSuccess) {
+			snprintf(err, errlen,
+				 "cannot map the step flags of NIC %s (%zu bytes) for GPU %d: %s",
+				 rt->cfg.nics[i].label, len, rt->gpu.device_id,
+				 cudaGetErrorString(ce));
+			return -EIO;
+		}
+		ns->flags_dev = (uint64_t)(uintptr_t)dev;
+	}
+#else
+	(void)rt, (void)err, (void)errlen;
+#endif
+	return 0;
+}
+
+static void unmap_flag_pools(struct kvl_runtime *rt)
+{
+#if KVL_HAVE_CUDA
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		if (rt->nic[i].sched && rt->nic[i].sched->flags_dev) {
+			cudaHostUnregister(rt->nic[i].sched->flags);
+			rt->nic[i].sched->flags_dev = 0;
+		}
+#else
+	(void)rt;
+#endif
+}
+
 int kvl_req_table_start(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	uint32_t total = kvl_staging_count(rt) * rt->cfg.sched.max_requests;
@@ -74,13 +130,14 @@ int kvl_req_table_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	}
 	for (uint32_t i = 0; i < total; i++)
 		rt->reqs->next[i] = i + 1 < total ? i + 1 : UINT32_MAX;
-	return 0;
+	return map_flag_pools(rt, err, errlen);
 }
 
 void kvl_req_table_stop(struct kvl_runtime *rt)
 {
 	if (rt->reqs == NULL)
 		return;
+	unmap_flag_pools(rt);
 	for (uint32_t i = 0; i < rt->reqs->n; i++)
 		free(rt->reqs->r[i]); /* requests still open when the runtime stops */
 	for (unsigned i = 0; i < rt->reqs->n_orphans; i++)
@@ -342,7 +399,8 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		return -ENOTSUP;
 	if (d == NULL || req == NULL || d->blocks == NULL || d->step_first == NULL ||
 	    d->step_blocks == NULL || d->n_blocks == 0 || d->n_steps == 0 ||
-	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0)
+	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0 ||
+	    (d->flags & ~KVL_REQ_STEP_FLAGS) != 0)
 		return -EINVAL;
 	pub = kvl_peer_ready(&rt->peers, peer);
 	if (pub == NULL)
@@ -374,6 +432,11 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	((struct req_state *)r->priv)->user = d->user;
 	r->nic = (uint32_t)nic;
 	r->d.peer = peer;
+	if (d->flags & KVL_REQ_STEP_FLAGS) {
+		/* block_addr answers from READY on, before any event: no offset until then */
+		r->want_flags = 1;
+		memset(r->off, 0xff, (size_t)d->n_blocks * sizeof(r->off[0]));
+	}
 	r->open_rc = 1;
 	r->handle = (uint64_t)t->gen[idx] << 32 | (idx + 1);
 	c = (struct kvl_nsched_cmd){ .type = KVL_NSCHED_OPEN, .r = r };
@@ -415,6 +478,8 @@ int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step)
 		return -ENOENT;
 	if (step >= r->d.n_steps)
 		return -ERANGE;
+	if (r->want_flags)
+		return -EINVAL; /* its DONE words say it: two ways would free a step twice */
 	if (a->step_state[step] == ST_DONE)
 		return -EALREADY;
 	if (a->step_state[step] != ST_READY)
@@ -512,11 +577,49 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
 		return -ENOENT;
 	if (block >= r->d.n_blocks)
 		return -ERANGE;
+	if (r->want_flags) {
+		/* the lcore writes it before the READY word the engine saw (release/acquire) */
+		uint64_t o = __atomic_load_n(&r->off[block], __ATOMIC_RELAXED);
+
+		if (o == UINT64_MAX)
+			return -EAGAIN;
+		*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)o
+						   : rt->nic[r->nic].staging + o;
+		return 0;
+	}
 	if (!a->known[block] || a->refs[block] == 0 || r->off[block] == UINT64_MAX)
 		return -EAGAIN;
 	/* PUSH: the scheduler keeps the caller's address as the block's offset. */
 	*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)r->off[block]
 					   : rt->nic[r->nic].staging + r->off[block];
+	return 0;
+}
+
+int kvl_req_step_flags(struct kvl_runtime *rt, kvl_req_t req, struct kvl_req_flags *out)
+{
+	struct kvl_nsreq *r = lookup(rt, req);
+	const struct kvl_nic_sched *ns;
+	size_t at;
+
+	if (r == NULL)
+		return -ENOENT;
+	if (!r->want_flags || out == NULL)
+		return -EINVAL;
+	ns = rt->nic[r->nic].sched;
+	at = (size_t)r->flag_base * sizeof(struct kvl_nsched_flag);
+	*out = (struct kvl_req_flags){
+		.ready = &ns->flags[r->flag_base].ready,
+		.done = &ns->flags[r->flag_base].done,
+		.ready_dev = ns->flags_dev
+				     ? ns->flags_dev + at + offsetof(struct kvl_nsched_flag, ready)
+				     : 0,
+		.done_dev = ns->flags_dev
+				    ? ns->flags_dev + at + offsetof(struct kvl_nsched_flag, done)
+				    : 0,
+		.stride = sizeof(struct kvl_nsched_flag),
+		.epoch = r->flag_epoch,
+		.n_steps = r->d.n_steps,
+	};
 	return 0;
 }
 

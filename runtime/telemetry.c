@@ -88,7 +88,7 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
  * column form (a dict of arrays, one entry per row at the same index in every array), and one
  * row as a flat dict. Both are filled by the same row function through this sink.
  */
-#define MAX_COLS 48 /* /kvlane/sched has 42 */
+#define MAX_COLS 64 /* /kvlane/sched has 46 */
 
 struct sink {
 	struct rte_tel_data *d; /* row mode: the reply dict */
@@ -810,6 +810,12 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "events", ct->events);
 	put_u64(k, "peer_cancels", ct->peer_cancels);
 	put_u64(k, "budget_changes", ct->budget_changes);
+	/* step flags (KVL_REQ_STEP_FLAGS): entries held, requests, refusals, READY, DONE */
+	put_u64(k, "flags_in_use", ct->flags_in_use);
+	put_u64(k, "flag_requests", ct->flag_reqs);
+	put_u64(k, "flag_nospc", ct->flag_nospc);
+	put_u64(k, "flags_ready_written", ct->ready_written);
+	put_u64(k, "flags_done_seen", ct->done_seen);
 }
 
 /* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */

@@ -32,6 +32,10 @@
  *           with the pattern of seed + 1000 (READY: kvl_req_block_addr must give the local
  *           address back), pause "pushed"; then PULLs it back, every byte checked against
  *           that pattern, pause "end"
+ *   flags   every request opened with KVL_REQ_STEP_FLAGS: no kvl_req_poll for READY and no
+ *           kvl_req_step_done; this thread spins on the READY words (acquire loads), checks
+ *           every byte of the step once READY >= epoch, stores DONE = epoch (release), then
+ *           polls only for the requests' ends; pause "end"
  * --segment picks the peer's segment by name (default: its first).
  * Exit 0 when every check held, 1 otherwise.
  */
@@ -59,7 +63,7 @@ static void usage(const char *p)
 {
 	fprintf(stderr,
 		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode "
-		"verify|cancel|bad|push [--requests R] [--steps S] [--blocks B] [--seed N] "
+		"verify|cancel|bad|push|flags [--requests R] [--steps S] [--blocks B] [--seed N] "
 		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n",
 		p);
 	exit(2);
@@ -104,6 +108,8 @@ static void build(struct req *r, uint32_t i)
 	r->first[n_steps] = nref;
 }
 
+static uint32_t open_flags; /* kvl_req_desc.flags of the requests opened */
+
 static int open_req(struct req *r, uint64_t user)
 {
 	struct kvl_req_desc d = { .blocks = r->b,
@@ -113,7 +119,8 @@ static int open_req(struct req *r, uint64_t user)
 				  .step_blocks = r->refs,
 				  .user = user,
 				  .cls = KVL_REQ_DECODE,
-				  .dir = r->push ? KVL_REQ_PUSH : KVL_REQ_PULL };
+				  .dir = r->push ? KVL_REQ_PUSH : KVL_REQ_PULL,
+				  .flags = open_flags };
 
 	return kvl_req_open(rt, peer, &d, &r->h);
 }
@@ -292,6 +299,92 @@ static int mode_verify(void)
 	handles_json(js, sizeof(js));
 	pause_at("filled", js);
 	pump(true, 0, 60000);
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors ? 1 : 0;
+}
+
+/* The engine of a KVL_REQ_STEP_FLAGS request on a CPU: the words only, no call per step. */
+static int mode_flags(void)
+{
+	struct kvl_req_flags fl[MAX_REQ];
+	struct kvl_req_event ev[64];
+	uint64_t t0 = 0;
+	unsigned left = n_req;
+	char js[2048];
+
+	open_flags = KVL_REQ_STEP_FLAGS;
+	for (uint32_t i = 0; i < n_req; i++) {
+		int rc;
+
+		build(&rq[i], i);
+		rc = open_req(&rq[i], i);
+		if (rc == 0)
+			rc = kvl_req_step_flags(rt, rq[i].h, &fl[i]);
+		if (rc < 0) {
+			printf("ERROR open %u with step flags: %s\n", i, strerror(-rc));
+			return 1;
+		}
+		if (fl[i].n_steps != n_steps || fl[i].stride < 2 * sizeof(uint32_t)) {
+			printf("ERROR request %u: %u steps of stride %u\n", i, fl[i].n_steps,
+			       fl[i].stride);
+			fails++;
+		}
+	}
+	printf("CHECK flags_step_done %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+	for (struct timespec t; left;) {
+		left = 0;
+		for (uint32_t i = 0; i < n_req; i++) {
+			struct req *r = &rq[i];
+			uint32_t k = r->done;
+			const volatile uint32_t *rd;
+
+			if (k == n_steps)
+				continue;
+			left++;
+			rd = (const volatile uint32_t *)((const volatile uint8_t *)fl[i].ready +
+							 (size_t)k * fl[i].stride);
+			if ((int32_t)(__atomic_load_n(rd, __ATOMIC_ACQUIRE) - fl[i].epoch) < 0)
+				continue;
+			r->next_ready = k + 1;
+			verify_step(r, k);
+			if (compute_us)
+				usleep(compute_us);
+			__atomic_store_n((volatile uint32_t *)((volatile uint8_t *)fl[i].done +
+							       (size_t)k * fl[i].stride),
+					 fl[i].epoch, __ATOMIC_RELEASE);
+			r->done++;
+			steps_ok++;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t0 == 0)
+			t0 = (uint64_t)t.tv_sec;
+		if ((uint64_t)t.tv_sec - t0 > 60) {
+			printf("ERROR steps not READY within 60 s\n");
+			fails++;
+			break;
+		}
+	}
+	/* Only the ends now (the STEP_READY events came too: not looked at). */
+	for (unsigned spins = 0; spins < 2000000; spins++) {
+		unsigned n = kvl_req_poll(rt, ev, 64), open_left = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			struct req *r = by_handle(ev[i].req);
+
+			if (r && ev[i].type != KVL_REQ_EV_STEP_READY) {
+				r->ended = true;
+				r->status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+			}
+		}
+		for (uint32_t i = 0; i < n_req; i++)
+			open_left += !rq[i].ended;
+		if (open_left == 0)
+			break;
+		if (n == 0)
+			usleep(50);
+	}
 	handles_json(js, sizeof(js));
 	result();
 	pause_at("end", js);
@@ -625,6 +718,8 @@ int main(int argc, char **argv)
 		rc = mode_bad();
 	else if (strcmp(mode, "push") == 0)
 		rc = mode_push(ro);
+	else if (strcmp(mode, "flags") == 0)
+		rc = mode_flags();
 	else
 		usage(argv[0]);
 	kvl_stop(rt);

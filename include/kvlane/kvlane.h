@@ -264,6 +264,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
  * kvl_req_block_addr() says and reports the step DONE, which frees what no later step needs.
  * A PUSH request (kvl_req_desc.dir) goes the other way: the scheduler WRITEs the caller's
  * blocks to the peer in the same order and window, and a step is READY once they are there.
+ * With KVL_REQ_STEP_FLAGS, READY and DONE are also words in memory the GPU maps
+ * (kvl_req_step_flags): the engine's stream waits and writes them, no call per step.
  * These calls (and kvl_req_poll) are for one thread at a time. With a scheduler running,
  * kvl_post() refuses cookies with bit 63 set: that bit marks the scheduler's own transfers.
  */
@@ -300,18 +302,25 @@ struct kvl_req_desc {
 	uint64_t user;	      /* returned in every event */
 	uint32_t cls;	      /* enum kvl_req_class */
 	uint32_t dir;	      /* enum kvl_req_dir (0: PULL) */
+	uint32_t flags;	      /* KVL_REQ_* below; 0: none */
+	uint32_t reserved;    /* 0 */
 };
+
+/* kvl_req_desc.flags: READY/DONE words per step (kvl_req_step_flags) instead of
+ * kvl_req_step_done, so an engine's stream needs no kvlane call per step. */
+#define KVL_REQ_STEP_FLAGS (1u << 0)
 
 /*
  * Open a request on @peer (copied: @d may be reused at once). 0 with *@req set, or a negative
  * errno and nothing kept: -ENOTSUP (no scheduler: [sched] staging_mb = 0), -ENOTCONN (unknown
  * peer, or not ready), -EINVAL (malformed: counts, a step naming no block or a block twice,
- * a block no step names, a block index past n_blocks, a bad class or direction, a PULL block
+ * a block no step names, a block index past n_blocks, a bad class, direction or flag, a PULL block
  * with a local address, a PUSH block inside the scheduler's staging), -EMSGSIZE (a block longer
  * than [sched] slot_kb), -ENOENT (a segment the peer does not offer), -EACCES (one it does not let
  * us READ, or WRITE for a PUSH), -ERANGE (a block outside its segment), -EFAULT (PUSH: a block's
  * local bytes not inside one registered local segment), -ENOSPC ([sched] max_requests or max_blocks
- * reached), -ENOMEM.
+ * reached; KVL_REQ_STEP_FLAGS: no free run of n_steps entries in the NIC lcore's flag pool,
+ * one entry per [sched] max_blocks), -ENOMEM.
  *
  * PUSH: the scheduler WRITEs the blocks in the order the steps name them, a window ahead
  * under the same budget (what is in flight or written and not DONE counts); a step is READY
@@ -322,8 +331,9 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 		 kvl_req_t *req);
 
 /* The engine finished @step. 0, or: -ENOENT (no such request, or it ended), -ERANGE (step
- * index >= n_steps), -EINVAL (the step is not READY yet), -EALREADY (DONE already), -EAGAIN
- * (the lcore's ring is full: call again). Nothing changes on an error. */
+ * index >= n_steps), -EINVAL (the step is not READY yet, or the request was opened with
+ * KVL_REQ_STEP_FLAGS: its DONEs are its flags, one way only), -EALREADY (DONE already),
+ * -EAGAIN (the lcore's ring is full: call again). Nothing changes on an error. */
 int kvl_req_step_done(struct kvl_runtime *rt, kvl_req_t req, uint32_t step);
 
 /* End @req now: its staging is freed at once (except under READs still in flight, freed as
@@ -350,10 +360,45 @@ struct kvl_req_event {
 unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned max);
 
 /* Where block @block of @req is in staging, while a READY step names it and until the last
- * step naming it is DONE. With [sched] staging = gpu this is a device pointer (VRAM of the
+ * step naming it is DONE (KVL_REQ_STEP_FLAGS: from the READY word on; kvl_req_poll need not
+ * have shown the event). With [sched] staging = gpu this is a device pointer (VRAM of the
  * NIC's GPU): read it from a kernel or with cudaMemcpy, not with the CPU. 0, -ENOENT, -ERANGE
  * (block >= n_blocks), -EAGAIN (not landed, or freed). */
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
+
+/*
+ * Step flags of a request opened with KVL_REQ_STEP_FLAGS. Step k's READY word is at
+ * ready + k * stride bytes, its DONE word at done + k * stride (stride > 64: the two are on
+ * cache lines of their own). The NIC lcore stores READY = epoch (release) once step k's
+ * blocks have landed, right before the STEP_READY event (still sent); the engine, after the
+ * step's work, stores DONE = epoch, and the lcore (polling it) frees what no later step needs,
+ * as kvl_req_step_done does. Words are compared cyclically, ((int32_t)(word - epoch) >= 0),
+ * as a GPU's wait does: they are never reset, each request takes a fresh epoch, and a word
+ * left (or written late) by the range's previous user never satisfies it.
+ *
+ * A CPU engine waits with an acquire load of READY, then reads its blocks (kvl_req_block_addr
+ * answers from READY on, without kvl_req_poll), then stores DONE with release. A CUDA engine
+ * enqueues, up front, per step: cuStreamWaitValue32(stream, ready_dev + k * stride, epoch,
+ * CU_STREAM_WAIT_VALUE_GEQ), its kernels, then cuStreamWriteValue32(stream, done_dev + k *
+ * stride, epoch, CU_STREAM_WRITE_VALUE_DEFAULT) (ordered after the kernels' memory accesses);
+ * kvl_gpusig_wait_addr / kvl_gpusig_done_addr (lcores/gpu/gpusig.h) do exactly that.
+ * ready_dev and done_dev are 0 unless [gpu] enable = true in a build with CUDA, where the pool
+ * is mapped for the GPU at start. A request's end (kvl_req_poll: DONE or FAILED) gives the range
+ * back; a FAILED one's steps not READY get READY = epoch anyway, so that no stream hangs on
+ * them: discard what such kernels computed. 0, -ENOENT, -EINVAL (opened without the flag).
+ */
+struct kvl_req_flags {
+	volatile uint32_t *ready; /* step 0's READY word */
+	volatile uint32_t *done;  /* step 0's DONE word */
+	uint64_t ready_dev;	  /* the same words as the GPU addresses them; 0: not mapped */
+	uint64_t done_dev;
+	uint32_t stride; /* bytes from a step's words to the next step's */
+	uint32_t epoch;
+	uint32_t n_steps;
+	uint32_t reserved;
+};
+
+int kvl_req_step_flags(struct kvl_runtime *rt, kvl_req_t req, struct kvl_req_flags *out);
 
 /* Cap the staging budget at @bytes (an engine taking VRAM for itself); UINT64_MAX lifts the
  * cap. Windows shrink at once; nothing landed is dropped, unless [sched] ready_ahead > 0 and a

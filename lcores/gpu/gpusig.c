@@ -128,6 +128,45 @@ int kvl_gpusig_enqueue_done(struct kvl_gpusig *s, unsigned step, uint32_t epoch,
 	return 0;
 }
 
+/* One stream memory operation on a mapped word: the wait (GEQ) or the write. */
+static int addr_op(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, bool wait, char *err,
+		   size_t errlen)
+{
+	const struct kvl_cudrv *drv = kvl_cudrv_get(err, errlen);
+	CUresult r;
+
+	if (drv == NULL)
+		return -ENODEV;
+	if (dev_addr == 0) {
+		snprintf(err, errlen, "gpusig: no device address (the flag pool is not mapped)");
+		return -EINVAL;
+	}
+	/* the write is ordered after the kernels' memory accesses, as kvl_gpusig_enqueue_done */
+	r = wait ? drv->stream_wait_value32((CUstream)st, (CUdeviceptr)dev_addr, epoch,
+					    CU_STREAM_WAIT_VALUE_GEQ)
+		 : drv->stream_write_value32((CUstream)st, (CUdeviceptr)dev_addr, epoch,
+					     CU_STREAM_WRITE_VALUE_DEFAULT);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "gpusig: %s: %s",
+			 wait ? "cuStreamWaitValue32" : "cuStreamWriteValue32",
+			 kvl_cudrv_strerror(r));
+		return -EIO;
+	}
+	return 0;
+}
+
+int kvl_gpusig_wait_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, char *err,
+			 size_t errlen)
+{
+	return addr_op(dev_addr, epoch, st, true, err, errlen);
+}
+
+int kvl_gpusig_done_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, char *err,
+			 size_t errlen)
+{
+	return addr_op(dev_addr, epoch, st, false, err, errlen);
+}
+
 void kvl_gpusig_on_ready(struct kvl_gpusig *s, kvl_gpusig_ready_fn fn, void *arg)
 {
 	s->on_ready = fn;

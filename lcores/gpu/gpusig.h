@@ -54,6 +54,17 @@ void kvl_gpusig_on_ready(struct kvl_gpusig *s, kvl_gpusig_ready_fn fn, void *arg
 int kvl_gpusig_enqueue_done_hostfn(struct kvl_gpusig *s, unsigned step, uint32_t epoch,
 				   cudaStream_t st);
 
+/*
+ * The same two stream operations on any mapped word, by its device address: the READY and
+ * DONE words kvl_req_step_flags() gives (ready_dev + k * stride, done_dev + k * stride) for a
+ * request opened with KVL_REQ_STEP_FLAGS. Enqueue-time calls, as above. 0, -ENODEV (no
+ * driver: @err says why), -EINVAL (address 0: the pool is not mapped), -EIO.
+ */
+int kvl_gpusig_wait_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, char *err,
+			 size_t errlen);
+int kvl_gpusig_done_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, char *err,
+			 size_t errlen);
+
 /* ---- lcore side: plain loads and stores ---- */
 
 /* Publish READY[step] = @epoch (release: the step's data was seen complete before). */

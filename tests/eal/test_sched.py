@@ -3,7 +3,8 @@
 """EAL tests of the request API: kvlane-req-client pulls a kvlaned's pattern segment over TCP
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
-Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input}
+Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input|
+                      req_step_flags}
 PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
@@ -20,7 +21,7 @@ import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import check, check_eq, cmd, log  # noqa: E402
 
 LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60,
-           "req_bad_input": 60}
+           "req_bad_input": 60, "req_step_flags": 90}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -124,6 +125,12 @@ def run_to_end(client, tel, n_req, steps, blocks):
     check(not over, "the budget is never exceeded while requests run",
           f"in_use and windows <= {BUDGET} at every sample", over[:5], client)
     check(samples >= 5, "telemetry sampled while requests ran", ">= 5 samples", samples, client)
+    res = check_result(client, end, n_req, steps, blocks)
+    return res, end, samples
+
+
+def check_result(client, end, n_req, steps, blocks):
+    """The client's RESULT line: every request DONE, every byte of every step checked."""
     res = client.result()
     check_eq(res["requests_ok"], n_req, "requests that ended DONE", client)
     check_eq(res["order_errors"], 0, "READY steps out of order", client)
@@ -134,7 +141,7 @@ def run_to_end(client, tel, n_req, steps, blocks):
     per_req = steps * 2 * blocks + (steps - 1)
     check_eq(res["blocks_verified"], n_req * per_req, "blocks verified byte by byte", client)
     check_eq(end["done"], [steps] * n_req, "steps DONE per request", client)
-    return res, end, samples
+    return res
 
 
 # ---- req_verify ----
@@ -397,7 +404,43 @@ def scenario_req_bad_input(ctx):
     server.stop(signal.SIGINT)
 
 
+# ---- req_step_flags ----
+
+def scenario_req_step_flags(ctx):
+    """req_verify's workload opened with KVL_REQ_STEP_FLAGS: the client never polls for READY
+    nor calls kvl_req_step_done; it spins on the READY words, checks every byte, writes DONE,
+    and the lcore's DONE polling alone slides the windows to the end."""
+    n_req, steps, blocks = 4, 8, 4
+    server, client = start(ctx, "flags", ["--requests", str(n_req), "--steps", str(steps),
+                                          "--blocks", str(blocks), "--compute-us", "1000"])
+    end = client.pause("end", timeout=70)
+    tel = client.telemetry()
+    res = check_result(client, end, n_req, steps, blocks)
+    check_eq(client.checks().get("flags_step_done"), -errno.EINVAL,
+             "kvl_req_step_done on a flags request", client)
+    s = sched_row(tel, client)
+    check_eq((s["in_use"], s["active"], s["waiting"], s["windows"]), (0, 0, 0, 0),
+             "after the end: (in_use, active, waiting, windows)", client)
+    check_eq(s["slots_free"], s["slots"], "every staging slot free again", client)
+    check_eq(s["done_cmds"], 0, "done_cmds: no DONE command was sent", client)
+    check_eq(s["flag_requests"], n_req, "flag_requests", client)
+    check_eq(s["flags_ready_written"], n_req * steps, "READY words written", client)
+    check_eq(s["flags_done_seen"], n_req * steps, "DONE words seen", client)
+    check_eq((s["flags_in_use"], s["flag_nospc"]), (0, 0),
+             "(flags_in_use, flag_nospc): every range back in the pool", client)
+    check_eq(s["completed_err"] + s["cmd_errors"] + s["bad_completions"], 0,
+             "errors, refused commands, stray completions", client)
+    check_eq(rows(cmd(tel, "/kvlane/requests", client)), [], "/kvlane/requests after the end",
+             client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"{res['blocks_verified']} blocks ({res['bytes_verified']} bytes) verified from READY "
+        f"words; {s['flags_done_seen']} steps freed by DONE words, 0 DONE commands")
+    server.stop(signal.SIGINT)
+
+
 SCENARIOS = {
+    "req_step_flags": scenario_req_step_flags,
     "req_verify": scenario_req_verify,
     "req_ready_ahead": scenario_req_ready_ahead,
     "req_push": scenario_req_push,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu suite: READY/DONE step flags round trip through a real CUDA stream (exit 77: no GPU). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,33 @@ int main(void)
 		printf("round trip READY->DONE through the stream: p50 %.1f us, p99 %.1f us "
 		       "(%d trips)\n",
 		       rt[N / 2], rt[N * 99 / 100], N);
+	}
+	/* 8. The same by device address on words of another mapped allocation (what
+	 * kvl_req_step_flags gives): no DONE before READY, DONE = epoch after it, 0 refused. */
+	{
+		volatile uint32_t *w;
+		void *dw;
+		char err[256];
+
+		CK(cudaStreamSynchronize(st));
+		CK(cudaHostAlloc((void **)&w, 128, cudaHostAllocMapped));
+		CK(cudaHostGetDevicePointer(&dw, (void *)w, 0));
+		w[0] = 6, w[16] = 6; /* READY (offset 0) and DONE (offset 64): the epoch before 7 */
+		EXPECT(kvl_gpusig_wait_addr(0, 7, st, err, sizeof(err)) == -EINVAL, "%s", err);
+		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)dw, 7, st, err, sizeof(err)) == 0,
+		       "%s", err);
+		EXPECT(kvl_gpusig_done_addr((uint64_t)(uintptr_t)dw + 64, 7, st, err,
+					    sizeof(err)) == 0,
+		       "%s", err);
+		sleep_ms(50);
+		EXPECT(__atomic_load_n(&w[16], __ATOMIC_ACQUIRE) == 6, "DONE %u before READY",
+		       w[16]);
+		__atomic_store_n(&w[0], 7, __ATOMIC_RELEASE);
+		CK(cudaStreamSynchronize(st));
+		EXPECT(__atomic_load_n(&w[16], __ATOMIC_ACQUIRE) == 7, "DONE %u after READY",
+		       w[16]);
+		CK(cudaFreeHost((void *)w));
+		printf("ok: wait/done by device address: nothing before READY, DONE after\n");
 	}
 	CK(cudaStreamSynchronize(st));
 	for (unsigned i = 0; i < 3; i++)

@@ -343,6 +343,172 @@ static void test_take_wc(void)
 	done(ns);
 }
 
+/* ---- step flags ---- */
+
+/* Which READ of @c carries block @b (the scheduler picks the order). */
+static unsigned wr_of(const struct fake_conn *c, unsigned b)
+{
+	for (unsigned i = 0; i < c->n_got; i++)
+		if (c->got[i].remote_off == blk[b].remote_off)
+			return i;
+	CHECK(!"no READ for the block");
+	return 0;
+}
+
+static uint32_t ready_word(const struct kvl_nic_sched *ns, uint32_t step)
+{
+	return __atomic_load_n(&ns->flags[req.flag_base + step].ready, __ATOMIC_ACQUIRE);
+}
+
+/* What the engine's stream does after the step's kernels: DONE = @v. */
+static void write_done(struct kvl_nic_sched *ns, uint32_t step, uint32_t v)
+{
+	__atomic_store_n(&ns->flags[req.flag_base + step].done, v, __ATOMIC_RELEASE);
+}
+
+static unsigned count_events(struct kvl_nic_sched *ns, uint16_t type)
+{
+	struct kvl_sched_event ev[16];
+	unsigned n = events(ns, ev, 16), k = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		k += ev[i].type == type;
+	return k;
+}
+
+/*
+ * READY is written exactly when a step's last block has landed, a DONE the "stream" writes
+ * frees the step with no DONE command (the window slides: the next step's READs go out), a
+ * DONE of an older epoch frees nothing, and the range comes back at the end, to be reused
+ * with a new epoch that the last user's late DONE cannot satisfy.
+ */
+static void test_step_flags(void)
+{
+	struct kvl_nic_sched *ns;
+	struct fake_conn c = { .room = 64 };
+	struct kvl_lcmd add = { .type = KVL_LCMD_ADD_CONN,
+				.peer = 3,
+				.slot = 0,
+				.gen = 1,
+				.x = { .ops = &fake_ops, .c = &c } };
+	uint32_t e, base;
+
+	budget = 2 * SLOT; /* one step's blocks at a time: a DONE is what lets step 1 go */
+	ns = make(false, 0);
+	CHECK(ns->flags != NULL && ns->n_flags == 64); /* max_blocks_total: one per step */
+	CHECK_INT(rte_ring_enqueue_elem(io.cmd, &add, sizeof(add)), 0);
+	open_req(ns, 3);
+	req.want_flags = 1;
+	spin(ns, 2);
+	CHECK_INT(req.open_rc, 0);
+	CHECK_INT(ns->ct.flag_reqs, 1);
+	CHECK_INT(ns->ct.flags_in_use, 2);
+	e = req.flag_epoch;
+	base = req.flag_base;
+	CHECK_INT(ready_word(ns, 0), e - 1);
+	CHECK_INT(c.n_got, 2); /* step 0's blocks only: the budget */
+	fake_finish(&c, wr_of(&c, 0), KVL_OK);
+	spin(ns, 3);
+	CHECK_INT(ready_word(ns, 0), e - 1); /* block 1 still in flight: not READY */
+	CHECK_INT(ns->ct.ready_written, 0);
+	fake_finish(&c, wr_of(&c, 1), KVL_OK);
+	spin(ns, 2);
+	CHECK_INT(ready_word(ns, 0), e);
+	CHECK_INT(ready_word(ns, 1), e - 1);
+	CHECK_INT(ns->ct.ready_written, 1);
+	CHECK(off[0] < sizeof(staging) && off[1] < sizeof(staging)); /* before READY */
+	CHECK_INT(count_events(ns, KVL_SCHED_EV_STEP_READY), 1);     /* the event too */
+	/* a DONE of an earlier epoch (a previous user's stream) frees nothing */
+	write_done(ns, 0, e - 1);
+	spin(ns, 3);
+	write_done(ns, 0, e - 1000);
+	spin(ns, 3);
+	CHECK_INT(ns->ct.done_seen, 0);
+	CHECK_INT(c.n_got, 2);
+	/* this epoch's: step 0 freed, step 1's READs posted, with no DONE command */
+	write_done(ns, 0, e);
+	spin(ns, 2);
+	CHECK_INT(ns->ct.done_seen, 1);
+	CHECK_INT(ns->ct.done_cmds, 0);
+	CHECK_INT(c.n_got, 4);
+	fake_finish(&c, wr_of(&c, 2), KVL_OK);
+	fake_finish(&c, wr_of(&c, 3), KVL_OK);
+	spin(ns, 2);
+	CHECK_INT(ready_word(ns, 1), e);
+	CHECK_INT(count_events(ns, KVL_SCHED_EV_STEP_READY), 1);
+	write_done(ns, 1, e + 1); /* ahead of the epoch (cyclic GEQ): done as well */
+	spin(ns, 2);
+	CHECK_INT(count_events(ns, KVL_SCHED_EV_REQ_DONE), 1);
+	CHECK_INT(ns->ct.done_seen, 2);
+	CHECK_INT(ns->ct.flags_in_use, 0);
+	CHECK_INT(ns->n_watch, 0);
+
+	/* the range again, a new epoch; the old user's DONE (written late) is not the new one's */
+	open_req(ns, 3);
+	req.want_flags = 1;
+	spin(ns, 2);
+	CHECK_INT(req.open_rc, 0);
+	CHECK_INT(req.flag_base, base);
+	CHECK(req.flag_epoch != e);
+	e = req.flag_epoch;
+	write_done(ns, 0, e - 1);
+	fake_finish(&c, 4, KVL_OK);
+	fake_finish(&c, 5, KVL_OK);
+	spin(ns, 3);
+	CHECK_INT(ready_word(ns, 0), e);
+	CHECK_INT(ns->ct.done_seen, 2);
+	CHECK_INT(c.n_got, 6); /* not slid */
+	write_done(ns, 0, e);
+	spin(ns, 2);
+	CHECK_INT(c.n_got, 8);
+	fake_finish(&c, 6, KVL_OK);
+	fake_finish(&c, 7, KVL_OK);
+	spin(ns, 2);
+	write_done(ns, 1, e);
+	spin(ns, 2);
+	CHECK_INT(count_events(ns, KVL_SCHED_EV_REQ_DONE), 1);
+	CHECK_INT(ns->ct.flags_in_use, 0);
+
+	/* a request without the flag: DONE commands, and no flag of the pool touched */
+	c.n_got = c.outstanding = c.n_done = 0;
+	budget = (uint64_t)SLOT * NSLOT;
+	open_req(ns, 3);
+	drive_to_done(ns, &c);
+	CHECK_INT(req.open_rc, 0);
+	CHECK_INT(ns->ct.ready_written, 4);
+	CHECK_INT(ns->ct.done_seen, 4);
+	CHECK_INT(ns->ct.flag_reqs, 2);
+	CHECK_INT(ns->ct.done_cmds, 2);
+	CHECK_INT(ns->ct.bad_completions, 0);
+	done(ns);
+}
+
+/* A failed request's steps are released (no stream hangs on them) and its range returns;
+ * a request asking for more steps than the pool holds is refused with -ENOSPC. */
+static void test_step_flags_fail(void)
+{
+	struct kvl_nic_sched *ns = make(false, 0);
+
+	open_req(ns, 3); /* no connection to peer 3: its READs fail */
+	req.want_flags = 1;
+	spin(ns, 4);
+	CHECK_INT(req.open_rc, 0);
+	CHECK_INT(count_events(ns, KVL_SCHED_EV_REQ_FAILED), 1);
+	CHECK_INT(ready_word(ns, 0), req.flag_epoch);
+	CHECK_INT(ready_word(ns, 1), req.flag_epoch);
+	CHECK_INT(ns->ct.ready_written, 0);
+	CHECK_INT(ns->ct.flags_in_use, 0);
+	CHECK_INT(ns->n_watch, 0);
+	ns->n_flags = 1; /* as if the pool were one entry long */
+	open_req(ns, 3);
+	req.want_flags = 1;
+	spin(ns, 1);
+	CHECK_INT(req.open_rc, -ENOSPC);
+	CHECK_INT(ns->ct.flag_nospc, 1);
+	CHECK_INT(ns->ct.flags_in_use, 0);
+	done(ns);
+}
+
 int main(void)
 {
 	test_two_connections();
@@ -351,5 +517,7 @@ int main(void)
 	test_full_connection();
 	test_refusals();
 	test_take_wc();
+	test_step_flags();
+	test_step_flags_fail();
 	return kvl_test_done("nic_sched");
 }

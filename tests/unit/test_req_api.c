@@ -1017,6 +1017,63 @@ static void test_gpu_staging(void)
 	gpu_world_fini();
 }
 
+/* KVL_REQ_STEP_FLAGS: the words the lcore gave come back with their epoch and stride, the
+ * step's blocks are found from READY on without kvl_req_poll, step_done is refused; a request
+ * without the flag has no words; an unknown flag is refused before anything is sent. */
+static void test_step_flags(void)
+{
+	static struct kvl_nsched_flag pool[8];
+	struct kvl_req_desc d = pull_desc();
+	struct kvl_req_flags fl;
+	struct kvl_req_event ev[8];
+	struct kvl_nsreq *r;
+	kvl_req_t h, plain;
+	void *addr = NULL;
+	int rc;
+
+	d.flags = KVL_REQ_STEP_FLAGS;
+	r = world_with_req(&d, &h);
+	if (r == NULL)
+		goto out;
+	lcore_drain();
+	CHECK_INT(r->want_flags, 1);
+	fake_ns.flags = pool;
+	r->flag_base = 3; /* what the lcore's OPEN would have written */
+	r->flag_epoch = 9;
+	CHECK_INT(kvl_req_step_flags(&rt, h, &fl), 0);
+	CHECK(fl.ready == &pool[3].ready && fl.done == &pool[3].done);
+	CHECK_INT(fl.stride, sizeof(struct kvl_nsched_flag));
+	CHECK_INT(fl.epoch, 9);
+	CHECK_INT(fl.n_steps, 2);
+	CHECK_INT(fl.ready_dev, 0); /* no GPU: plain host memory */
+	CHECK_INT(fl.done_dev, 0);
+	CHECK_INT(kvl_req_step_flags(&rt, h, NULL), -EINVAL);
+	CHECK_INT(kvl_req_block_addr(&rt, h, 1, &addr), -EAGAIN); /* nothing landed */
+	r->off[0] = 0;
+	r->off[1] = 65536;
+	__atomic_store_n(&pool[3].ready, 9, __ATOMIC_RELEASE);
+	CHECK_INT(kvl_req_block_addr(&rt, h, 1, &addr), 0);
+	CHECK(addr == rt.nic[0].staging + 65536);
+	CHECK_INT(kvl_req_block_addr(&rt, h, 2, &addr), -EAGAIN);
+	CHECK_INT(kvl_req_step_done(&rt, h, 0), -EINVAL);
+	CHECK_INT(kvl_req_step_done(&rt, h, 2), -ERANGE);
+	lcore_drain();
+	CHECK_INT(lc_sim.n_done, 0); /* nothing sent */
+	d.flags = 0;
+	plain = open_ok(&d, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(kvl_req_step_flags(&rt, plain, &fl), -EINVAL);
+	CHECK_INT(kvl_req_step_flags(&rt, 12345, &fl), -ENOENT);
+	d.flags = 2;
+	CHECK_INT(kvl_req_open(&rt, 0, &d, &plain), -EINVAL);
+	emit(r, KVL_SCHED_EV_REQ_DONE, 0, 0);
+	CHECK_INT(kvl_req_poll(&rt, ev, 8), 1);
+	CHECK_INT(kvl_req_step_flags(&rt, h, &fl), -ENOENT);
+out:
+	fake_ns.flags = NULL;
+	world_fini();
+}
+
 int main(void)
 {
 	local_seg = aligned_alloc(4096, SEG_LEN);
@@ -1036,6 +1093,7 @@ int main(void)
 	test_push();
 	test_budget();
 	test_gpu_staging();
+	test_step_flags();
 	test_segments();
 	test_guard_lcore_silent();
 	test_guard_late_open();
