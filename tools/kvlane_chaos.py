@@ -60,6 +60,17 @@ TELEMETRY_CMDS = ["/kvlane/info", "/kvlane/config", "/kvlane/lcores", "/kvlane/n
                   "/kvlane/peers,99", "/kvlane/stats,x", "/", "/kvlane/requests,-1"]
 HOSTILE = ["ctl_garbage", "ctl_half_frame", "ctl_bad_header", "ctl_wrong_proof",
            "data_garbage", "data_half_bind", "data_bad_bind"]
+# Each invariant, and the kind its failures are filed under.
+INVARIANTS = [
+    ("requests", "every request ended exactly once, with a typed status"),
+    ("perf", "every perf transfer completed exactly once, with a typed status"),
+    ("bytes", "every byte reported OK matched (--verify, the clients' checks)"),
+    ("kvdemo", "every kvdemo run verified, or failed with a typed status"),
+    ("staging", "no staging slot or block leaked (/kvlane/sched in_use, active, waiting 0)"),
+    ("rss_fds", "each kvlaned's RSS and fds back near their start"),
+    ("crash", "no process crashed or hung, no kvlaned died by itself"),
+    ("other", "the run itself completed"),
+]
 FAULT_WEIGHTS = [("kill", 2), ("stop", 3), ("reset", 3), ("hostile", 4)]
 
 
@@ -111,9 +122,10 @@ class Stats:
     def fault(self, kind, n=1):
         self.add(self.faults, kind, n)
 
-    def fail(self, msg):
+    def fail(self, cat, msg):
+        """A violated invariant of kind @cat (one of INVARIANTS)."""
         with self.lock:
-            self.failures.append(msg)
+            self.failures.append((cat, msg))
         print(f"  INVARIANT FAILED: {msg}", flush=True)
 
 
@@ -155,7 +167,7 @@ class Server:
             return False
         self.history.append((self.proc.tag, exit_desc(rc)))
         if not self.killed_by_us:
-            self.run.stats.fail(f"kvlaned srv{self.i} (pid {self.proc.pid}) died by itself: "
+            self.run.stats.fail("crash", f"kvlaned srv{self.i} (pid {self.proc.pid}) died by itself: "
                                 f"{exit_desc(rc)}; stderr tail: "
                                 f"{self.proc.stderr[-600:]!r}")
         return True
@@ -329,7 +341,7 @@ class Chaos:
             try:
                 self.inject(kind, self.servers[si], param)
             except h.Fail as e:
-                self.stats.fail(f"srv{si} did not come back after a {kind}: {e}")
+                self.stats.fail("crash", f"srv{si} did not come back after a {kind}: {e}")
         self.faults_over.set()
 
     # ---- load ----
@@ -343,7 +355,7 @@ class Chaos:
                         try:
                             srv.start()
                         except h.Fail as e:
-                            self.stats.fail(f"srv{srv.i} could not be restarted: {e}")
+                            self.stats.fail("crash", f"srv{srv.i} could not be restarted: {e}")
             time.sleep(0.2)
 
     def telemetry_loop(self):
@@ -397,7 +409,7 @@ class Chaos:
         self.stats.add(st["exits"], exit_desc(r.rc))
         what = f"kvlane-perf episode against srv{srv.i}"
         if r.timed_out or r.rc < 0 or r.rc not in (0, 1):
-            self.stats.fail(f"{what}: {exit_desc(r.rc)}"
+            self.stats.fail("crash", f"{what}: {exit_desc(r.rc)}"
                             f"{' (killed at the limit)' if r.timed_out else ''}\n"
                             + r.describe()[-2000:])
             return
@@ -406,7 +418,7 @@ class Chaos:
             if r.rc == 1 and re.search(r"connect|handshake|segment", r.stderr):
                 self.stats.add(st, "connect_refused")
             else:
-                self.stats.fail(f"{what}: no JSON result\n" + r.describe()[-2000:])
+                self.stats.fail("perf", f"{what}: no JSON result\n" + r.describe()[-2000:])
             return
         for row in rows:
             for s in row["servers"]:
@@ -416,17 +428,17 @@ class Chaos:
                 for k, n in s["status"].items():
                     self.stats.add(st["status"], k, n)
                 if done != s["posted"]:
-                    self.stats.fail(f"{what}: {s['posted']} transfers posted, {done} "
+                    self.stats.fail("perf", f"{what}: {s['posted']} transfers posted, {done} "
                                     "completed")
                 bad = {k: n for k, n in s["status"].items() if k != "ok" and k not in LOST}
                 if bad:
-                    self.stats.fail(f"{what}: completions with statuses a fault cannot "
+                    self.stats.fail("perf", f"{what}: completions with statuses a fault cannot "
                                     f"explain: {bad}")
             self.stats.add(st, "verified_bytes", row["verified_bytes"])
             if row["verify_error"] is not None:
-                self.stats.fail(f"{what}: verification failed: {row['verify_error']}")
+                self.stats.fail("bytes", f"{what}: verification failed: {row['verify_error']}")
             if row["result"] != "ok" and not any(s["dead"] for s in row["servers"]):
-                self.stats.fail(f"{what}: result {row['result']} with no server lost\n"
+                self.stats.fail("perf", f"{what}: result {row['result']} with no server lost\n"
                                 + r.describe()[-2000:])
 
     def kvdemo_episode(self, srv):
@@ -440,14 +452,14 @@ class Chaos:
         what = f"kvlane-kvdemo episode against srv{srv.i}"
         out = r.stdout + "\n" + r.stderr
         if r.timed_out or r.rc < 0 or r.rc not in (0, 1):
-            self.stats.fail(f"{what}: {exit_desc(r.rc)}\n" + r.describe()[-2000:])
+            self.stats.fail("crash", f"{what}: {exit_desc(r.rc)}\n" + r.describe()[-2000:])
         elif "MISMATCH" in out:
-            self.stats.fail(f"{what}: a byte differs\n" + r.describe()[-2000:])
+            self.stats.fail("bytes", f"{what}: a byte differs\n" + r.describe()[-2000:])
         elif "giving up" in out:
-            self.stats.fail(f"{what}: transfers never completed\n" + r.describe()[-2000:])
+            self.stats.fail("kvdemo", f"{what}: transfers never completed\n" + r.describe()[-2000:])
         elif r.rc == 0:
             if "verified: every byte" not in out:
-                self.stats.fail(f"{what}: exit 0 without 'verified: every byte'")
+                self.stats.fail("kvdemo", f"{what}: exit 0 without 'verified: every byte'")
             else:
                 self.stats.add(st, "verified")
         else:
@@ -455,12 +467,12 @@ class Chaos:
             if m:
                 self.stats.add(st["status"], m[1])
                 if m[1] not in LOST:
-                    self.stats.fail(f"{what}: a READ failed with {m[1]}, which no fault "
+                    self.stats.fail("kvdemo", f"{what}: a READ failed with {m[1]}, which no fault "
                                     "explains\n" + r.describe()[-2000:])
             elif re.search(r"cannot connect|cannot list|offers no", out):
                 self.stats.add(st, "connect_refused")
             else:
-                self.stats.fail(f"{what}: exit 1 without a typed reason\n"
+                self.stats.fail("kvdemo", f"{what}: exit 1 without a typed reason\n"
                                 + r.describe()[-2000:])
 
     def episode_loop(self, kind, rng):
@@ -535,21 +547,21 @@ class Chaos:
             try:
                 c.wait_line(r"^PAUSE end", CLIENT_END_S, what=f"{c.tag}: end of its rounds")
             except h.Fail as e:
-                st.fail(f"{c.tag}: did not reach its end: {str(e)[:3000]}")
+                st.fail("requests", f"{c.tag}: did not reach its end: {str(e)[:3000]}")
                 continue
             res = c.last("RESULT")
             ended = res["done"] + sum(res["failed"].values())
             for k in ("dup_end", "stray", "never_ended", "bad_status"):
                 if res[k]:
-                    st.fail(f"{c.tag}: {k} = {res[k]}")
+                    st.fail("requests", f"{c.tag}: {k} = {res[k]}")
             if ended != res["opened"]:
-                st.fail(f"{c.tag}: {res['opened']} requests opened, {ended} ended")
+                st.fail("requests", f"{c.tag}: {res['opened']} requests opened, {ended} ended")
             if res["bad_bytes"] or res["order_errors"]:
-                st.fail(f"{c.tag}: {res['bad_bytes']} bad bytes, {res['order_errors']} "
+                st.fail("bytes", f"{c.tag}: {res['bad_bytes']} bad bytes, {res['order_errors']} "
                         "READY steps out of order")
             for k in ("step_done_errors", "cap_errors", "cancel_refused"):
                 if res[k]:
-                    st.fail(f"{c.tag}: {k} = {res[k]}")
+                    st.fail("requests", f"{c.tag}: {k} = {res[k]}")
             # Staging back to nothing, read through the client's own telemetry socket.
             sched = None
             try:
@@ -564,19 +576,20 @@ class Chaos:
                     time.sleep(0.2)
                 tel.close()
             except h.Fail as e:
-                st.fail(f"{c.tag}: /kvlane/sched unreadable: {str(e)[:500]}")
+                st.fail("staging", f"{c.tag}: /kvlane/sched unreadable: {str(e)[:500]}")
             if sched is not None and any(sched.values()):
-                st.fail(f"{c.tag}: staging not back to 0 after every request ended: "
+                st.fail("staging", f"{c.tag}: staging not back to 0 after every request ended: "
                         f"/kvlane/sched {sched}")
             c.proc.stdin.write("go\n")
             c.proc.stdin.flush()
             try:
                 rc = c.wait_exit(30)
             except h.Fail as e:
-                st.fail(str(e)[:2000])
+                st.fail("crash", str(e)[:2000])
                 rc = None
-            if rc != 0:
-                st.fail(f"{c.tag}: {exit_desc(rc)}; its ERROR lines: "
+            explained = any(f.startswith(c.tag + ":") for _, f in st.failures)
+            if rc != 0 and not (rc == 1 and explained):  # exit 1: its own checks, filed above
+                st.fail("crash" if rc is None or rc < 0 else "requests", f"{c.tag}: {exit_desc(rc)}; its ERROR lines: "
                         f"{[x for x in c.out if x.startswith('ERROR')][:10]}")
             self.result["requests"].append({"client": c.tag, "result": res, "sched": sched,
                                             "exit": exit_desc(rc)})
@@ -588,7 +601,7 @@ class Chaos:
             row = {"server": f"srv{srv.i}", "starts": srv.starts, "base": srv.base}
             if not srv.alive():
                 srv.reap()
-                st.fail(f"srv{srv.i}: not running at the end")
+                st.fail("crash", f"srv{srv.i}: not running at the end")
                 self.result["servers"].append(row)
                 continue
             deadline = now() + DRAIN_S
@@ -601,17 +614,17 @@ class Chaos:
                 time.sleep(0.5)
             row["end"] = cur
             if not ok:
-                st.fail(f"srv{srv.i}: (rss, fds) {cur} after the clients stopped, at start "
+                st.fail("rss_fds", f"srv{srv.i}: (rss, fds) {cur} after the clients stopped, at start "
                         f"{srv.base} (slack {FD_SLACK} fds, max(16 MiB, 10 %) rss)")
             srv.proc.send(signal.SIGINT)
             try:
                 rc = srv.proc.wait_exit(20, " of SIGINT")
             except h.Fail as e:
-                st.fail(str(e)[:2000])
+                st.fail("crash", str(e)[:2000])
                 rc = None
             srv.history.append((srv.proc.tag, exit_desc(rc)))
             if rc != 0:
-                st.fail(f"srv{srv.i}: {exit_desc(rc)} after SIGINT at the end")
+                st.fail("crash", f"srv{srv.i}: {exit_desc(rc)} after SIGINT at the end")
             row["exit"] = exit_desc(rc)
             self.result["servers"].append(row)
 
@@ -633,27 +646,10 @@ class Chaos:
             for k, n in r["open_refused"].items():
                 name = errno.errorcode.get(int(k), k)
                 refused[name] = refused.get(name, 0) + n
-        inv = [
-            ("every request ended exactly once, typed",
-             not any(("dup_end" in f or "stray" in f or "never_ended" in f or "opened" in f
-                      or "bad_status" in f) for f in st.failures) and reqs
-             and len(reqs) == len(self.clients)),
-            ("every perf transfer completed exactly once, typed",
-             not any("posted" in f or "statuses" in f or "result" in f for f in st.failures)),
-            ("every byte reported OK matched",
-             not any("bad bytes" in f or "verification" in f or "differs" in f
-                     for f in st.failures)),
-            ("kvdemo runs: verified or a typed failure",
-             not any(f.startswith("kvlane-kvdemo") for f in st.failures)),
-            ("staging back to 0 (/kvlane/sched in_use, active, waiting)",
-             not any("staging" in f or "/kvlane/sched" in f for f in st.failures)),
-            ("servers' RSS and fds back near their start",
-             not any("(rss, fds)" in f for f in st.failures)),
-            ("no process crashed, no kvlaned died by itself",
-             not any("died" in f or "signal" in f or "exit" in f or "not running" in f
-                     for f in st.failures)),
-            ("no other invariant failure", True),
-        ]
+        cats = {c for c, _ in st.failures}
+        if len(reqs) != len(self.clients):
+            cats.add("requests")
+        inv = [(name, cat not in cats) for cat, name in INVARIANTS]
         lines = ["", f"kvlane chaos run: seed {self.a.seed}, {self.a.duration} s, "
                  f"{self.a.servers} servers, {len(self.clients)} request clients", ""]
         lines += ["| faults injected | count |", "|---|---:|"]
@@ -696,16 +692,16 @@ class Chaos:
         for r in res.get("requests", []):
             lines.append(f"| {r['client']} | - | /kvlane/sched {r['sched']}, {r['exit']} |")
         lines += ["", "| invariant | held |", "|---|---|"]
-        all_ok = not st.failures
+        all_ok = not st.failures and all(ok for _, ok in inv)
         for name, ok in inv:
-            lines.append(f"| {name} | {'yes' if ok and (name != 'no other invariant failure' or all_ok) else 'NO'} |")
+            lines.append(f"| {name} | {'yes' if ok else 'NO'} |")
         if st.notes:
             lines += ["", "notes: " + "; ".join(st.notes[:5])]
         lines.append("")
         lines.append(f"RESULT {'PASS' if all_ok else 'FAIL'}: {len(st.failures)} invariant "
                      f"failures (seed {self.a.seed})")
-        for f in st.failures[:20]:
-            lines.append("  - " + f.replace("\n", "\n    "))
+        for c, f in st.failures[:20]:
+            lines.append(f"  - [{c}] " + f.replace("\n", "\n    "))
         print("\n".join(lines), flush=True)
         if self.a.json:
             with open(self.a.json, "w") as f:
@@ -715,7 +711,8 @@ class Chaos:
                            "requests": res.get("requests"), "servers": res.get("servers"),
                            "schedule": res.get("schedule"),
                            "invariants": {n: bool(ok) for n, ok in inv},
-                           "failures": st.failures, "pass": all_ok}, f, indent=1)
+                           "failures": [{"invariant": c, "what": f} for c, f in st.failures],
+                           "pass": all_ok}, f, indent=1)
         return 0 if all_ok else 1
 
 
@@ -761,9 +758,9 @@ def main(argv=None):
     try:
         run.run()
     except KeyboardInterrupt:
-        run.stats.fail("interrupted")
+        run.stats.fail("other", "interrupted")
     except h.Fail as e:
-        run.stats.fail(f"the run could not go on: {e}")
+        run.stats.fail("other", f"the run could not go on: {e}")
     finally:
         run.stop.set()
         for srv in run.servers:
