@@ -415,7 +415,8 @@ class Chaos:
             return
         rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
         if not rows:
-            if r.rc == 1 and re.search(r"connect|handshake|segment", r.stderr):
+            if r.rc == 1 and re.search(r"kvlane-perf: (cannot connect to|\S+: cannot list its "
+                                       r"segments)", r.stderr):
                 self.stats.add(st, "connect_refused")
             else:
                 self.stats.fail("perf", f"{what}: no JSON result\n" + r.describe()[-2000:])
@@ -469,7 +470,9 @@ class Chaos:
                 if m[1] not in LOST:
                     self.stats.fail("kvdemo", f"{what}: a READ failed with {m[1]}, which no fault "
                                     "explains\n" + r.describe()[-2000:])
-            elif re.search(r"cannot connect|cannot list|offers no", out):
+            elif "cannot post READs: Transport endpoint is not connected" in out:
+                self.stats.add(st["status"], "post refused: ENOTCONN")  # nothing posted
+            elif re.search(r"cannot connect|cannot list", out):
                 self.stats.add(st, "connect_refused")
             else:
                 self.stats.fail("kvdemo", f"{what}: exit 1 without a typed reason\n"
@@ -666,7 +669,8 @@ class Chaos:
         if reqs:
             lines.append(f"| requests opened | {tot('opened')} | done {tot('done')}, "
                          + ", ".join(f"{k} {v}" for k, v in sorted(req_failed.items()))
-                         + f"; never ended {tot('never_ended')}, twice {tot('dup_end')} |")
+                         + f"; never ended {tot('never_ended')}, twice {tot('dup_end')}; "
+                         f"canceled without our cancel {tot('canceled_unasked')} |")
             lines.append(f"| request opens refused | {sum(refused.values())} | "
                          + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) + " |")
             lines.append(f"| request blocks verified | {tot('blocks_verified')} | "
@@ -700,8 +704,8 @@ class Chaos:
         lines.append("")
         lines.append(f"RESULT {'PASS' if all_ok else 'FAIL'}: {len(st.failures)} invariant "
                      f"failures (seed {self.a.seed})")
-        for c, f in st.failures[:20]:
-            lines.append(f"  - [{c}] " + f.replace("\n", "\n    "))
+        for c, f in st.failures[:20]:  # in full above, as each happened, and in --json
+            lines.append(f"  - [{c}] " + f.split("\n", 1)[0][:400])
         print("\n".join(lines), flush=True)
         if self.a.json:
             with open(self.a.json, "w") as f:

@@ -72,7 +72,7 @@ static bool chaos;
 static struct {
 	uint64_t rounds, opened, done, failed[KVL_STATUS_COUNT], bad_status, dup_end, stray;
 	uint64_t never_ended, cancels, cancel_refused, cancel_lost, budget_moves, cap_errors;
-	uint64_t connects, connect_failures, step_done_errors, gone_blocks;
+	uint64_t connects, connect_failures, step_done_errors, gone_blocks, canceled_unasked;
 	uint64_t open_refused[CHAOS_MAX_ERRNO];
 } cs;
 
@@ -679,6 +679,10 @@ static bool chaos_round(uint64_t *next_cap)
 			} else if (ev[i].type == KVL_REQ_EV_FAILED && ev[i].status > 0 &&
 				   ev[i].status < KVL_STATUS_COUNT) {
 				cs.failed[ev[i].status]++;
+				/* canceled, and not by us: the peer's BYE (or our runtime stopping)
+				 */
+				cs.canceled_unasked +=
+					ev[i].status == KVL_ERR_CANCELED && r->status != -ECANCELED;
 				lost |= lost_status(ev[i].status);
 			} else {
 				printf("ERROR handle %" PRIu64 " ended with type %u status %d\n",
@@ -728,11 +732,11 @@ static void chaos_result(const char *tag)
 	       ", \"step_done_errors\": %" PRIu64 ", \"steps_done\": %" PRIu64
 	       ", \"blocks_verified\": %" PRIu64 ", \"bytes_verified\": %" PRIu64
 	       ", \"bad_bytes\": %" PRIu64 ", \"gone_blocks\": %" PRIu64
-	       ", \"order_errors\": %" PRIu64 "}\n",
+	       ", \"order_errors\": %" PRIu64 ", \"canceled_unasked\": %" PRIu64 "}\n",
 	       cs.bad_status, cs.dup_end, cs.stray, cs.never_ended, cs.cancels, cs.cancel_refused,
 	       cs.cancel_lost, cs.budget_moves, cs.cap_errors, cs.connects, cs.connect_failures,
 	       cs.step_done_errors, steps_ok, blocks_ok, bytes_ok, bad_bytes, cs.gone_blocks,
-	       order_errors);
+	       order_errors, cs.canceled_unasked);
 	fflush(stdout);
 }
 
