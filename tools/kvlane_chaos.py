@@ -220,7 +220,8 @@ class Chaos:
 
     def schedule(self):
         """The whole fault schedule from the seed alone: (time, kind, server, parameter)."""
-        out, t, kinds = [], 3.0, [k for k, w in FAULT_WEIGHTS for _ in range(w)]
+        out, t = [], 3.0
+        kinds = [k for k, w in FAULT_WEIGHTS for _ in range(w) if k in self.a.faults]
         while t < self.a.duration - 8:
             kind = self.rng.choice(kinds)
             srv = self.rng.randrange(self.a.servers)
@@ -733,6 +734,10 @@ def parse(argv):
     ap.add_argument("--seed", type=int, default=None,
                     help="fault schedule seed (default: random, printed)")
     ap.add_argument("--servers", type=int, default=2, help="kvlaned peers (default 2)")
+    ap.add_argument("--faults", default="kill,stop,reset,hostile",
+                    help="the fault kinds to draw from, comma-separated (default: all of "
+                    "kill,stop,reset,hostile; telemetry load, cancels and budget cap moves "
+                    "run always)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--progress", type=float, default=10, help="seconds between progress lines")
     for name, exe in (("kvlaned", "kvlaned"), ("perf", "kvlane-perf"),
@@ -740,6 +745,10 @@ def parse(argv):
         ap.add_argument(f"--{name}", default=os.path.join(build, exe),
                         help=f"path of {exe} (default {os.path.join(build, exe)})")
     a = ap.parse_args(argv)
+    a.faults = [f for f in a.faults.split(",") if f]
+    bad = [f for f in a.faults if f not in [k for k, _ in FAULT_WEIGHTS]]
+    if bad or not a.faults:
+        ap.error(f"--faults: unknown kind {bad} (kill, stop, reset, hostile)")
     if a.long:
         a.duration = int(os.environ.get("KVL_CHAOS_DURATION", LONG_DEFAULT_S))
     if a.duration < 20 or not 1 <= a.servers <= 4:
