@@ -127,6 +127,16 @@ static void build(struct req *r, uint32_t i)
 	r->first[n_steps] = nref;
 }
 
+/* @r afresh as request @i (what an earlier request left in it freed). */
+static void reset_req(struct req *r, uint32_t i)
+{
+	free(r->b);
+	free(r->first);
+	free(r->refs);
+	memset(r, 0, sizeof(*r));
+	build(r, i);
+}
+
 static int open_req(struct req *r, uint64_t user)
 {
 	struct kvl_req_desc d = { .blocks = r->b,
@@ -436,11 +446,7 @@ static int run_all(bool push, const uint8_t *local)
 		struct req *r = &rq[i];
 		int rc;
 
-		free(r->b);
-		free(r->first);
-		free(r->refs);
-		memset(r, 0, sizeof(*r));
-		build(r, i);
+		reset_req(r, i);
 		r->push = push;
 		for (uint32_t j = 0; push && j < r->n_blocks; j++)
 			r->b[j].local = (void *)(local + r->b[j].remote_off); /* mirrors the peer */
@@ -603,11 +609,7 @@ static bool chaos_round(uint64_t *next_cap)
 		struct req *r = &rq[i];
 		int rc;
 
-		free(r->b);
-		free(r->first);
-		free(r->refs);
-		memset(r, 0, sizeof(*r));
-		build(r, i);
+		reset_req(r, i);
 		rc = open_req(r, i);
 		if (rc < 0) {
 			cs.open_refused[-rc < CHAOS_MAX_ERRNO ? -rc : 0]++;
