@@ -15,7 +15,8 @@
 /*
  * kvlane-req-client EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode MODE
  *        [--requests R] [--steps S] [--blocks B] [--seed N] [--compute-us U]
- *        [--segment NAME] [--ro-segment NAME]
+ *        [--segment NAME] [--ro-segment NAME] [--duration S] [--cancel-pct P] [--cap-ms M]
+ *        [--chaos-seed N]
  *
  * Request i, step k needs the K and V blocks [i*B, i*B + B) of layer k of the peer's first
  * segment (plus, from step 1 on, the first K block of layer 0, which every step shares): the
@@ -36,6 +37,12 @@
  *           kvl_req_step_done; this thread spins on the READY words (acquire loads), checks
  *           every byte of the step once READY >= epoch, stores DONE = epoch (release), then
  *           polls only for the requests' ends; pause "end"
+ *   chaos   rounds of --requests verified requests for --duration seconds against a peer that
+ *           may die, stop or lose connections (tools/kvlane_chaos.py): each READY step is
+ *           canceled with probability --cancel-pct %, the budget cap moves every --cap-ms ms
+ *           (a random cap, or none; both drawn from --chaos-seed), and a lost peer is connected
+ * again. Every handle opened must end exactly once: "RESULT <json>" counts opens, ends by typed
+ * status, stray and duplicate events, requests that never ended; then pause "end"
  * --segment picks the peer's segment by name (default: its first).
  * Exit 0 when every check held, 1 otherwise.
  */
@@ -58,13 +65,29 @@ static uint32_t seed = 1, n_req = 4, n_steps = 8, n_blk = 4, compute_us;
 static struct req rq[MAX_REQ];
 static uint64_t bytes_ok, blocks_ok, steps_ok, bad_bytes, order_errors, fails, push_addr_errors;
 static uint32_t check_seed; /* the pattern READY blocks must hold: seed, or push's */
+static uint32_t chaos_secs = 10, cancel_pct = 10, cap_ms = 500, chaos_seed = 1;
+static const char *peer_addr, *peer_seg_name;
+
+#define CHAOS_QUIET_MS	30000 /* open requests, no event for this long: they never ended */
+#define CHAOS_MAX_ERRNO 256
+
+static uint64_t rng = 1;
+static bool chaos;
+static struct {
+	uint64_t rounds, opened, done, failed[KVL_STATUS_COUNT], bad_status, dup_end, stray;
+	uint64_t never_ended, cancels, cancel_refused, cancel_lost, budget_moves, cap_errors;
+	uint64_t connects, connect_failures, step_done_errors, gone_blocks, canceled_unasked;
+	uint64_t open_refused[CHAOS_MAX_ERRNO];
+} cs;
 
 static void usage(const char *p)
 {
 	fprintf(stderr,
 		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode "
 		"verify|cancel|bad|push|flags [--requests R] [--steps S] [--blocks B] [--seed N] "
-		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n",
+		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n"
+		"       chaos mode: --mode chaos [--duration S] [--cancel-pct P] [--cap-ms M] "
+		"[--chaos-seed N]\n",
 		p);
 	exit(2);
 }
@@ -110,6 +133,16 @@ static void build(struct req *r, uint32_t i)
 
 static uint32_t open_flags; /* kvl_req_desc.flags of the requests opened */
 
+/* @r afresh as request @i (what an earlier request left in it freed). */
+static void reset_req(struct req *r, uint32_t i)
+{
+	free(r->b);
+	free(r->first);
+	free(r->refs);
+	memset(r, 0, sizeof(*r));
+	build(r, i);
+}
+
 static int open_req(struct req *r, uint64_t user)
 {
 	struct kvl_req_desc d = { .blocks = r->b,
@@ -135,6 +168,10 @@ static void verify_step(struct req *r, uint32_t step)
 		int rc = kvl_req_block_addr(rt, r->h, r->refs[j], &p);
 		uint64_t ok;
 
+		if (rc == -ENOENT && chaos) {
+			cs.gone_blocks++; /* it failed after READY: its FAILED event follows */
+			continue;
+		}
 		if (rc < 0) {
 			printf("ERROR block_addr(step %u, block %u) = %d\n", step, r->refs[j], rc);
 			bad_bytes += b->length;
@@ -502,11 +539,7 @@ static int run_all(bool push, const uint8_t *local)
 		struct req *r = &rq[i];
 		int rc;
 
-		free(r->b);
-		free(r->first);
-		free(r->refs);
-		memset(r, 0, sizeof(*r));
-		build(r, i);
+		reset_req(r, i);
 		r->push = push;
 		for (uint32_t j = 0; push && j < r->n_blocks; j++)
 			r->b[j].local = (void *)(local + r->b[j].remote_off); /* mirrors the peer */
@@ -619,6 +652,245 @@ static int mode_push(const struct kvl_remote_seg *ro)
 	return fails || bad_bytes || order_errors || push_addr_errors ? 1 : 0;
 }
 
+/* ---- chaos: requests against a peer that may die, stop or lose its connections ---- */
+
+static uint32_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 11);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* A new cap now and then: a random one from 64 KiB to 2 MiB in slots, or none. */
+static void chaos_cap(uint64_t *next)
+{
+	uint64_t now = mono_ms(), cap;
+
+	if (cap_ms == 0 || now < *next)
+		return;
+	*next = now + cap_ms;
+	cap = rnd() % 4 == 0 ? UINT64_MAX : (uint64_t)(2 + rnd() % 63) * 32768;
+	if (kvl_req_budget_cap(rt, cap) < 0)
+		cs.cap_errors++;
+	cs.budget_moves++;
+}
+
+static bool lost_status(int st)
+{
+	return st == KVL_ERR_CONN_LOST || st == KVL_ERR_PEER_DEAD || st == KVL_ERR_NO_PEER;
+}
+
+/* One round: --requests opened, pumped until each ended once. Returns true when the peer
+ * looks lost (an open refused, or a request failed for the connection's sake). */
+static bool chaos_round(uint64_t *next_cap)
+{
+	struct kvl_req_event ev[64];
+	uint64_t last;
+	unsigned open_left = 0;
+	bool lost = false;
+
+	for (uint32_t i = 0; i < n_req; i++) {
+		struct req *r = &rq[i];
+		int rc;
+
+		reset_req(r, i);
+		rc = open_req(r, i);
+		if (rc < 0) {
+			cs.open_refused[-rc < CHAOS_MAX_ERRNO ? -rc : 0]++;
+			r->h = 0;
+			r->ended = true;
+			lost = true;
+			continue;
+		}
+		cs.opened++;
+		open_left++;
+	}
+	last = mono_ms();
+	while (open_left) {
+		unsigned n = kvl_req_poll(rt, ev, 64);
+		uint64_t now = mono_ms();
+
+		chaos_cap(next_cap);
+		if (n)
+			last = now;
+		for (unsigned i = 0; i < n; i++) {
+			struct req *r = ev[i].req ? by_handle(ev[i].req) : NULL;
+
+			if (r == NULL) {
+				printf("ERROR event for unknown handle %" PRIu64 "\n", ev[i].req);
+				cs.stray++;
+				continue;
+			}
+			if (r->ended) {
+				printf("ERROR event type %u for handle %" PRIu64 " that ended\n",
+				       ev[i].type, ev[i].req);
+				cs.dup_end++;
+				continue;
+			}
+			if (ev[i].type == KVL_REQ_EV_STEP_READY) {
+				int rc;
+
+				if (r->status == -ECANCELED)
+					continue; /* canceled: its staging is gone */
+				if (ev[i].step != r->next_ready)
+					order_errors++;
+				r->next_ready = ev[i].step + 1;
+				verify_step(r, ev[i].step);
+				if (rnd() % 100 < cancel_pct) {
+					rc = kvl_req_cancel(rt, r->h);
+					cs.cancels++;
+					if (rc == 0)
+						r->status = -ECANCELED;
+					else if (rc == -ENOENT)
+						cs.cancel_lost++; /* it failed; the event follows */
+					else
+						cs.cancel_refused++;
+					continue;
+				}
+				rc = kvl_req_step_done(rt, r->h, ev[i].step);
+				if (rc == 0) {
+					r->done++;
+					steps_ok++;
+				} else if (rc !=
+					   -ENOENT) { /* -ENOENT: it failed; the event follows */
+					printf("ERROR step_done(%u) = %d\n", ev[i].step, rc);
+					cs.step_done_errors++;
+				}
+				continue;
+			}
+			r->ended = true;
+			open_left--;
+			if (ev[i].type == KVL_REQ_EV_DONE) {
+				cs.done++;
+			} else if (ev[i].type == KVL_REQ_EV_FAILED && ev[i].status > 0 &&
+				   ev[i].status < KVL_STATUS_COUNT) {
+				cs.failed[ev[i].status]++;
+				/* canceled, and not by us: the peer's BYE (or our runtime stopping)
+				 */
+				cs.canceled_unasked +=
+					ev[i].status == KVL_ERR_CANCELED && r->status != -ECANCELED;
+				lost |= lost_status(ev[i].status);
+			} else {
+				printf("ERROR handle %" PRIu64 " ended with type %u status %d\n",
+				       ev[i].req, ev[i].type, ev[i].status);
+				cs.bad_status++;
+			}
+		}
+		if (open_left && now - last >= CHAOS_QUIET_MS) {
+			printf("ERROR %u requests never ended (no event for %u ms)\n", open_left,
+			       CHAOS_QUIET_MS);
+			cs.never_ended += open_left;
+			for (uint32_t i = 0; i < n_req; i++)
+				rq[i].ended = true; /* their late events count as stray */
+			break;
+		}
+		if (n == 0)
+			usleep(100);
+	}
+	return lost;
+}
+
+static void chaos_result(const char *tag)
+{
+	bool first = true;
+
+	printf("%s {\"rounds\": %" PRIu64 ", \"opened\": %" PRIu64 ", \"done\": %" PRIu64
+	       ", \"failed\": {",
+	       tag, cs.rounds, cs.opened, cs.done);
+	for (int st = 1; st < KVL_STATUS_COUNT; st++)
+		if (cs.failed[st]) {
+			printf("%s\"%s\": %" PRIu64, first ? "" : ", ", kvl_status_name(st),
+			       cs.failed[st]);
+			first = false;
+		}
+	printf("}, \"open_refused\": {");
+	first = true;
+	for (int e = 0; e < CHAOS_MAX_ERRNO; e++)
+		if (cs.open_refused[e]) {
+			printf("%s\"%d\": %" PRIu64, first ? "" : ", ", e, cs.open_refused[e]);
+			first = false;
+		}
+	printf("}, \"bad_status\": %" PRIu64 ", \"dup_end\": %" PRIu64 ", \"stray\": %" PRIu64
+	       ", \"never_ended\": %" PRIu64 ", \"cancels\": %" PRIu64
+	       ", \"cancel_refused\": %" PRIu64 ", \"cancel_lost\": %" PRIu64
+	       ", \"budget_moves\": %" PRIu64 ", \"cap_errors\": %" PRIu64
+	       ", \"connects\": %" PRIu64 ", \"connect_failures\": %" PRIu64
+	       ", \"step_done_errors\": %" PRIu64 ", \"steps_done\": %" PRIu64
+	       ", \"blocks_verified\": %" PRIu64 ", \"bytes_verified\": %" PRIu64
+	       ", \"bad_bytes\": %" PRIu64 ", \"gone_blocks\": %" PRIu64
+	       ", \"order_errors\": %" PRIu64 ", \"canceled_unasked\": %" PRIu64 "}\n",
+	       cs.bad_status, cs.dup_end, cs.stray, cs.never_ended, cs.cancels, cs.cancel_refused,
+	       cs.cancel_lost, cs.budget_moves, cs.cap_errors, cs.connects, cs.connect_failures,
+	       cs.step_done_errors, steps_ok, blocks_ok, bytes_ok, bad_bytes, cs.gone_blocks,
+	       order_errors, cs.canceled_unasked);
+	fflush(stdout);
+}
+
+/* The peer again after it was lost (its segment found by name, or its first). */
+static int chaos_connect(void)
+{
+	struct kvl_remote_seg rs[16];
+	char err[4096];
+	int n, rc = kvl_connect(rt, peer_addr, 3000, &peer, err, sizeof(err));
+
+	if (rc < 0) {
+		cs.connect_failures++;
+		return rc;
+	}
+	n = kvl_peer_segments(rt, peer, rs, 16);
+	if (n <= 0) {
+		cs.connect_failures++;
+		return -ENOENT;
+	}
+	seg = rs[0];
+	for (int k = 0; k < n && peer_seg_name; k++)
+		if (strcmp(rs[k].name, peer_seg_name) == 0)
+			seg = rs[k];
+	cs.connects++;
+	return 0;
+}
+
+static int mode_chaos(void)
+{
+	uint64_t end = mono_ms() + (uint64_t)chaos_secs * 1000, next_cap = 0, next_progress = 0;
+	bool up = true;
+
+	chaos = true;
+	rng = (uint64_t)chaos_seed * 0x9E3779B97F4A7C15ull + 1;
+	while (mono_ms() < end) {
+		if (!up) {
+			if (chaos_connect() < 0) {
+				usleep(200000);
+				continue;
+			}
+			up = true;
+		}
+		up = !chaos_round(&next_cap);
+		cs.rounds++;
+		if (mono_ms() >= next_progress) {
+			chaos_result("PROGRESS");
+			next_progress = mono_ms() + 2000;
+		}
+	}
+	if (kvl_req_budget_cap(rt, UINT64_MAX) < 0)
+		cs.cap_errors++;
+	chaos_result("RESULT");
+	pause_at("end", "{}");
+	return cs.bad_status || cs.dup_end || cs.stray || cs.never_ended || cs.step_done_errors ||
+			       cs.cap_errors || bad_bytes || order_errors
+		       ? 1
+		       : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sets[32], *ini = NULL, *addr = NULL, *mode = NULL, *seg_name = NULL,
@@ -664,6 +936,14 @@ int main(int argc, char **argv)
 			seg_name = argv[++i];
 		else if (strcmp(a, "--ro-segment") == 0)
 			ro_name = argv[++i];
+		else if (strcmp(a, "--duration") == 0)
+			chaos_secs = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--cancel-pct") == 0)
+			cancel_pct = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--cap-ms") == 0)
+			cap_ms = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--chaos-seed") == 0)
+			chaos_seed = (uint32_t)atoi(argv[++i]);
 		else
 			usage(argv[0]);
 	}
@@ -702,6 +982,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	check_seed = seed;
+	peer_addr = addr;
+	peer_seg_name = seg_name;
 	printf("connected peer %u, segment %u \"%s\" (%u x %u x %u x %u B)\n", peer, seg.id,
 	       seg.name, seg.geom.layers, seg.geom.planes, seg.geom.blocks, seg.geom.block_bytes);
 	if (n_steps > seg.geom.layers || (uint64_t)(n_req + 1) * n_blk > seg.geom.blocks ||
@@ -712,6 +994,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(mode, "verify") == 0)
 		rc = mode_verify();
+	else if (strcmp(mode, "chaos") == 0)
+		rc = mode_chaos();
 	else if (strcmp(mode, "cancel") == 0)
 		rc = mode_cancel();
 	else if (strcmp(mode, "bad") == 0)

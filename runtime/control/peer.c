@@ -201,8 +201,11 @@ void kvl_ctl_peer_fail(struct kvl_control *c, uint32_t p, int status, const char
 		struct kvl_ctrl_msg bye = { .type = KVL_CTRL_BYE };
 
 		/* What is queued (an AUTH_FAIL) still goes out; a connection that never
-		 * authenticated gets no BYE: nothing more from us. */
-		if (pub->state >= KVL_PEER_EXCHANGE)
+		 * authenticated gets no BYE: nothing more from us. BYE only for a clean end (we
+		 * stop, or answer the peer's): the peer fails what it had in flight with us as
+		 * canceled. Any other failure (a data connection lost, a missed heartbeat) just
+		 * closes, so the peer sees conn-lost, not a stop that did not happen. */
+		if (pub->state >= KVL_PEER_EXCHANGE && status == KVL_ERR_CANCELED)
 			queue_msg(pr, &bye);
 		kvl_ctl_flush(pr);
 		close(pr->fd);
