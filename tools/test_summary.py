@@ -9,11 +9,22 @@ import json
 import sys
 
 
+def describe_failure(label, r):
+    """One failed test as a few lines: name, meson's verdict, exit status, time, output tail."""
+    name = r.get("name", "?").split(":", 1)[-1]
+    head = f"  FAILED {name}{' [' + label + ']' if label else ''}: {r.get('result', '?')}, " \
+        f"exit {r.get('returncode', '?')}, {r.get('duration', 0):.0f} s"
+    out = (r.get("stdout") or "") + (r.get("stderr") or "")
+    tail = [line.strip()[:200] for line in out.splitlines() if line.strip()][-4:]
+    return "\n".join([head] + [f"    | {line}" for line in tail])
+
+
 def main():
     args = sys.argv[1:] or ["build/meson-logs/testlog.json"]
     count = collections.Counter()
     suites = collections.defaultdict(collections.Counter)
     results = []
+    failures = []
     for arg in args:
         path, _, label = arg.partition(":")
         try:
@@ -31,6 +42,8 @@ def main():
             kind = "passed" if res in ("OK", "EXPECTEDFAIL") else \
                 "skipped" if res == "SKIP" else "failed"
             count[kind] += 1
+            if kind == "failed":
+                failures.append((label, r))
             # "name" is "project:suite / test".
             name = r.get("name", "?").split(" / ")[0].split(":")[-1]
             suites[f"{name}:{label}" if label else name][kind] += 1
@@ -38,6 +51,9 @@ def main():
         c = suites[name]
         print(f"  suite {name}: {c['passed']} passed, {c['failed']} failed, "
               f"{c['skipped']} skipped")
+    # The failed tests last but one, so that a CI page showing only the tail still names them.
+    for label, r in failures:
+        print(describe_failure(label, r))
     if not results:
         print("test_summary: no test ran", file=sys.stderr)
         count["failed"] += 1
