@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kvl_clock.h"
 #include "pool.h"
+#include "topo.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -154,14 +154,6 @@ int kvl_pool_pick_pages(const char *sysfs_root, const struct kvl_memory_conf *co
 
 /* ---- mapping and pinning ---- */
 
-static void fmt_limit(rlim_t v, char *buf, size_t cap)
-{
-	if (v == RLIM_INFINITY)
-		snprintf(buf, cap, "unlimited");
-	else
-		snprintf(buf, cap, "%llu KiB", (unsigned long long)(v / 1024));
-}
-
 /* Prefer @node for the pages (MPOL_PREFERRED: another node when it is full, not a failure). */
 static bool prefer_node(void *base, uint64_t len, int node)
 {
@@ -281,12 +273,9 @@ int kvl_pool_create(struct kvl_pool *pool, const struct kvl_memory_conf *conf,
 		/* the system call, not mlock(): sanitizer runtimes make mlock() a no-op, and the
 		 * pool must be locked (or fail saying why) in every build */
 		int e = errno;
-		struct rlimit rl = { 0, 0 };
 		char cur[32], max[32];
 
-		getrlimit(RLIMIT_MEMLOCK, &rl);
-		fmt_limit(rl.rlim_cur, cur, sizeof(cur));
-		fmt_limit(rl.rlim_max, max, sizeof(max));
+		kvl_memlock_limits(cur, max, sizeof(cur));
 		snprintf(err, errlen,
 			 "memory.pool_size_mb = %u: cannot lock the pool in RAM (mlock: %s); the "
 			 "locked-memory limit RLIMIT_MEMLOCK (ulimit -l) is %s (hard %s) and the "

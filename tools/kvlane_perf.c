@@ -163,7 +163,8 @@ static const char *const help[] = {
 	"                        kvlaned: [segment.*] pattern_seed, default 1)",
 	"      --seg-size SIZE   server: the segment's size. Client: the most of each server's",
 	"                        segment used, and the local memory per server (default 64M, at",
-	"                        most 1G). It must fit EAL's memory (-m)",
+	"                        most 1G). It must fit where segments come from: the INI's",
+	"                        [memory] pool when pool_size_mb > 0, else EAL's memory (-m)",
 	"  -h, --help            this text",
 	"",
 	"Output: a header (transport, servers, connections, op, window), then a row per size:",
@@ -1660,7 +1661,10 @@ static int setup_local(struct client *c)
 		fprintf(stderr,
 			"%s: cannot allocate the local segment (%u x %" PRIu64 " bytes): %s%s\n",
 			prog, c->n_srv, c->area, strerror(-rc),
-			rc == -ENOMEM ? "; raise EAL's -m or lower --seg-size" : "");
+			rc == -ENOMEM
+				? "; lower --seg-size, or raise [memory] pool_size_mb (with a "
+				  "pool) or EAL's -m (without)"
+				: "");
 		return EXIT_FAIL;
 	}
 	c->local = seg.base;
@@ -1747,7 +1751,10 @@ static int run_server(struct opts *o, struct kvl_runtime *rt)
 		fprintf(stderr,
 			"%s server: cannot allocate segment \"%s\" of %" PRIu64 " bytes: %s%s\n",
 			prog, o->segment, o->seg_size, strerror(-rc),
-			rc == -ENOMEM ? "; raise EAL's -m or lower --seg-size" : "");
+			rc == -ENOMEM
+				? "; lower --seg-size, or raise [memory] pool_size_mb (with a "
+				  "pool) or EAL's -m (without)"
+				: "");
 		return EXIT_FAIL;
 	}
 	kvl_pattern_fill(seg.base, seg.length, o->seed, 0);

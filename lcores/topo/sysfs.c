@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "sysfs.h"
+#include "topo.h"
 
 void kvl_msg_init(struct kvl_msg *m, char *buf, size_t cap)
 {
@@ -151,4 +153,25 @@ void kvl_sysfs_free_list(struct dirent **names, int n)
 	for (int i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
+}
+
+static void fmt_limit(rlim_t v, char *buf, size_t cap)
+{
+	if (v == RLIM_INFINITY)
+		snprintf(buf, cap, "unlimited");
+	else
+		snprintf(buf, cap, "%llu KiB", (unsigned long long)(v / 1024));
+}
+
+void kvl_memlock_limits(char *cur, char *max, size_t cap)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+		snprintf(cur, cap, "unknown");
+		snprintf(max, cap, "unknown");
+		return;
+	}
+	fmt_limit(rl.rlim_cur, cur, cap);
+	fmt_limit(rl.rlim_max, max, cap);
 }

@@ -60,6 +60,10 @@ int kvl_nic_discover(const char *sysfs_root, const struct kvl_nic_conf *nic,
 /* Number of NUMA nodes described under devices/system/node (at least 1). */
 int kvl_numa_node_count(const char *sysfs_root);
 
+/* This process's locked-memory limit (RLIMIT_MEMLOCK, soft and hard) as text ("8192 KiB",
+ * "unlimited"), for the messages of whatever fails to pin memory under it. */
+void kvl_memlock_limits(char *cur, char *max, size_t cap);
+
 /* NUMA node of @cpu from the nodes' cpulists; -1 if no node lists it. */
 int kvl_cpu_numa_node(const char *sysfs_root, unsigned cpu);
 

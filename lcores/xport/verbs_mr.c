@@ -3,18 +3,10 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "kvl_clock.h"
+#include "topo.h"
 #include "verbs_priv.h"
-
-static void fmt_limit(rlim_t v, char *buf, size_t cap)
-{
-	if (v == RLIM_INFINITY)
-		snprintf(buf, cap, "unlimited");
-	else
-		snprintf(buf, cap, "%llu KiB", (unsigned long long)(v / 1024));
-}
 
 int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t flags, uint32_t *rkey,
 		  uint64_t *ns, char *err, size_t errlen)
@@ -50,12 +42,10 @@ int kvl_verbs_reg(struct kvl_verbs_dev *d, void *base, uint64_t len, uint32_t fl
 		*ns = t1 - t0;
 	if (mr == NULL) {
 		int e = errno ? errno : EIO;
-		struct rlimit rl;
 		char cur[32], max[32];
 
-		if ((e == ENOMEM || e == EPERM) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-			fmt_limit(rl.rlim_cur, cur, sizeof(cur));
-			fmt_limit(rl.rlim_max, max, sizeof(max));
+		if (e == ENOMEM || e == EPERM) {
+			kvl_memlock_limits(cur, max, sizeof(cur));
 			kvl_verbs_errf(
 				err, errlen,
 				"%s: cannot register %llu KiB at %p: %s; the locked-memory limit "
