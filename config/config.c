@@ -160,6 +160,8 @@ static const struct key_def nic_keys[] = {
 	K(NIC, traffic_class, KT_UINT, 0, 0, 255, NULL, "0"),
 	K(NIC, service_level, KT_UINT, F_RDMA_ONLY, 0, 15, NULL, "0"),
 	K(NIC, pkey_index, KT_UINT, F_RDMA_ONLY, 0, 65535, NULL, "0"),
+	K(NIC, ack_timeout, KT_UINT, F_RDMA_ONLY, 1, 31, NULL, "15"),
+	K(NIC, retry_count, KT_UINT, F_RDMA_ONLY, 1, 6, NULL, "6"),
 	K(NIC, qp_count, KT_UINT, 0, 1, KVL_CONF_MAX_PEER_CONNS, NULL, "2"),
 	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
 	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),

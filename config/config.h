@@ -63,6 +63,8 @@ struct kvl_nic_conf {
 	uint32_t traffic_class;
 	uint32_t service_level;
 	uint32_t pkey_index;
+	uint32_t ack_timeout; /* RC local ACK timeout: 4.096 us << n per try (1..31) */
+	uint32_t retry_count; /* RC transport retries before the request fails (1..6) */
 	uint32_t qp_count;
 	uint32_t queue_depth;
 	int numa_node;	    /* KVL_AUTO or 0..1023 */

@@ -153,6 +153,8 @@ static int open_rdma(struct kvl_runtime *rt, unsigned i, char *err, size_t errle
 					.traffic_class = (uint8_t)nc->traffic_class,
 					.service_level = (uint8_t)nc->service_level,
 					.pkey_index = (uint16_t)nc->pkey_index,
+					.ack_timeout = (uint8_t)nc->ack_timeout,
+					.retry_count = (uint8_t)nc->retry_count,
 					/* auto may fall back to verbs (logged); mlx5 must not */
 					.backend = nc->transport == KVL_TRANSPORT_MLX5
 							   ? KVL_VERBS_BACKEND_MLX5

@@ -69,7 +69,8 @@ el() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 
 # kvlaned on rxe1: a 64 MiB pattern-filled readwrite segment "kv", as e2e.sh; one client INI
 # per idle policy compared
-kvl_rdma_inis "$tmp" cmp 64 hybrid yield
+# kvlane's default ACK timeout, 15, as the peers are given (-u 15, UCX_RC_VERBS_TIMEOUT)
+KVL_RDMA_ACK_TIMEOUT=15 kvl_rdma_inis "$tmp" cmp 64 hybrid yield
 # hybrid_sleep_us 10000 on both sides: on verbs a completion, a submission or a command wakes a
 # sleeping lcore at once, the bound only serves TCP (config/README.md). At its default 50 us a
 # TCG guest spends the vCPU on wake-ups that find nothing (64 KiB READ, kvlane-perf's lcore,

@@ -75,6 +75,9 @@ struct kvl_verbs_dev_opts {
 				 * the GRH's, where there is one */
 	uint8_t service_level;	/* InfiniBand SL of the QPs (0..15) */
 	uint16_t pkey_index;	/* P_Key table entry of the QPs: must exist on the port */
+	uint8_t ack_timeout;	/* RC ACK timeout exponent, 1..31 (4.096 us << n); 0: 15 */
+	uint8_t retry_count;	/* RC transport retries, 1..6; 0: 6 (7 is refused: see
+				 * verbs_priv.h) */
 };
 
 /*
@@ -259,6 +262,7 @@ struct kvl_verbs_qp_path {
 	unsigned mtu; /* bytes */
 	uint8_t traffic_class, service_level;
 	uint16_t pkey_index;
+	uint8_t ack_timeout, retry_count; /* as the QP holds them (exponent, retries) */
 };
 int kvl_verbs_qp_path(struct kvl_verbs_conn *c, struct kvl_verbs_qp_path *p);
 

@@ -410,9 +410,19 @@ struct kvl_verbs_dev *kvl_verbs_open(const struct kvl_verbs_dev_opts *o, char *e
 			       o->name, d->port, o->pkey_index, pa.pkey_tbl_len, o->name, d->port);
 		goto fail;
 	}
+	if (o->ack_timeout > 31 || o->retry_count > RETRY_CNT) {
+		rc = EINVAL;
+		kvl_verbs_errf(err, errlen,
+			       "%s port %u: ack_timeout %u / retry_count %u: expected 1..31 and "
+			       "1..%d",
+			       o->name, d->port, o->ack_timeout, o->retry_count, RETRY_CNT);
+		goto fail;
+	}
 	d->traffic_class = o->traffic_class;
 	d->service_level = o->service_level;
 	d->pkey_index = o->pkey_index;
+	d->ack_timeout = o->ack_timeout != 0 ? o->ack_timeout : ACK_TIMEOUT;
+	d->retry_cnt = o->retry_count != 0 ? o->retry_count : RETRY_CNT;
 
 	if (o->gid_index >= 0)
 		rc = -use_gid_index(d, o->sysfs_root, o->gid_index, pa.gid_tbl_len, err, errlen);

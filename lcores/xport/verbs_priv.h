@@ -39,7 +39,8 @@
 #define RD_ATOMIC_MAX 16
 #define HOP_LIMIT     64 /* RoCE v2 crosses routers; v1 ignores it */
 #define MIN_RNR_TIMER 12 /* 0.64 ms: only SENDs meet RNR, and we post none */
-#define ACK_TIMEOUT   15 /* 4.096 us << 15 = 134 ms per try: an emulated or lossy fabric */
+/* The defaults of [nic.*] ack_timeout and retry_count. */
+#define ACK_TIMEOUT 15 /* 4.096 us << 15 = 134 ms per try: an emulated or lossy fabric */
 /*
  * Transport retries before RETRY_EXC_ERR. Not 7: soft-RoCE (kernel rxe_comp.c) reads
  * retry_cnt 7 as "retry for ever", as the spec does only for rnr_retry, and a dead peer would
@@ -88,6 +89,7 @@ struct kvl_verbs_dev {
 	const char *note;
 	uint8_t traffic_class, service_level;
 	uint16_t pkey_index;
+	uint8_t ack_timeout, retry_cnt;
 	uint8_t rd_atomic, init_rd_atomic;
 	uint32_t max_cq_count, max_cq_period;
 	/* mlx5 direct: the doorbell registers (UAR BlueFlame pairs) the device's QPs were given,

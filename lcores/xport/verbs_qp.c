@@ -117,8 +117,8 @@ int kvl_verbs_qp_start(struct kvl_verbs_conn *c, char *err, size_t errlen)
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = ACK_TIMEOUT;
-	a.retry_cnt = RETRY_CNT;
+	a.timeout = d->ack_timeout;
+	a.retry_cnt = d->retry_cnt;
 	a.rnr_retry = RNR_RETRY;
 	a.sq_psn = c->local.psn;
 	a.max_rd_atomic = d->init_rd_atomic;
@@ -582,12 +582,17 @@ int kvl_verbs_qp_path(struct kvl_verbs_conn *c, struct kvl_verbs_qp_path *p)
 
 	if (c == NULL || c->qp == NULL)
 		return -EINVAL;
-	rc = ibv_query_qp(c->qp, &a, IBV_QP_PATH_MTU | IBV_QP_AV | IBV_QP_PKEY_INDEX, &ia);
+	rc = ibv_query_qp(c->qp, &a,
+			  IBV_QP_PATH_MTU | IBV_QP_AV | IBV_QP_PKEY_INDEX | IBV_QP_TIMEOUT |
+				  IBV_QP_RETRY_CNT,
+			  &ia);
 	if (rc != 0)
 		return -rc;
 	p->mtu = 128u << a.path_mtu;
 	p->traffic_class = a.ah_attr.grh.traffic_class;
 	p->service_level = a.ah_attr.sl;
 	p->pkey_index = a.pkey_index;
+	p->ack_timeout = a.timeout;
+	p->retry_count = a.retry_cnt;
 	return 0;
 }

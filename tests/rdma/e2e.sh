@@ -22,18 +22,13 @@ tel="python3 ${KVL_SRC:?}/tools/kvlane_telemetry.py"
 # The client is a kvlane runtime too: it lingers after each run so that its own telemetry can
 # be read through its socket. -d and -x as perftest's (the device and its RoCE v2 GID index).
 for op in --write --read; do
-	"$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" -d "$RXE_DEV0" \
-		-x "${RXE_GID0:?}" --segment kv --seed 1 --seg-size 128M -s 1M -n 256 -t 16 $op \
-		--verify --json --linger 120 "$RXE_IP1:18515" \
-		> "$out/perf$op.json" 2> "$out/perf$op.log" &
-	cli=$!
-	kvl_rdma_wait_line "$out/perf$op.log" lingering $cli || true
-	$tel -f cli /kvlane/stats > "$out/cli_stats$op.json" || rc=1
-	$tel -f cli /kvlane/qps > "$out/cli_qps$op.json" || rc=1
-	kill -TERM $cli 2> /dev/null || true
-	if ! wait $cli; then
-		echo "e2e: kvlane-perf $op failed:"; cat "$out/perf$op.log" "$out/perf$op.json"; rc=1
-	fi
+	: > "$out/rxe$op.0"; : > "$out/rxe$op.1"
+	kvl_rdma_snap "$out/rxe$op.0"
+	kvl_rdma_perf e2e $op 128M 256 "/kvlane/stats /kvlane/qps" $eal || rc=1
+	kvl_rdma_snap "$out/rxe$op.1"
+	# what rxe did under this run: a failure is read beside it (retransmissions, send errors)
+	echo "e2e: rxe during $op: $(kvl_rdma_snap_diff "$out/rxe$op.0" "$out/rxe$op.1")"
+	[ $rc = 0 ] || dmesg | grep -i rxe | tail -n 20
 done
 $tel -f srv /kvlane/stats > "$out/stats.json" || rc=1
 $tel -f srv /kvlane/segments > "$out/segments.json" || rc=1

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
-# Sourced INSIDE the soft-RoCE VM by e2e.sh, loss.sh and tools/rdma-compare.sh: the two
+# Sourced INSIDE the soft-RoCE VM by e2e.sh, pool.sh, loss.sh and tools/rdma-compare.sh: the two
 # kvlane sides of the rxe0 <-> rxe1 link, so that every RDMA scenario sets them up alike.
 
 : "${RXE_DEV0:?run inside the VM harness}" "${RXE_DEV1:?}" "${RXE_IP0:?}" "${RXE_IP1:?}"
@@ -8,6 +8,15 @@
 # Writes DIR/secret (0600) and DIR/a.ini (client: rxe0, control on an ephemeral port) and
 # DIR/b.ini (server: rxe1, control on $RXE_IP1:18515, a readwrite pattern segment "kv" of
 # BLOCKS x 1 MiB).
+# The QPs' ACK timeout is 18 (1.07 s a try; KVL_RDMA_ACK_TIMEOUT overrides it), not kvlane's
+# default 15 (134 ms): the responder is an emulated kernel on a host that other work shares,
+# and at load 15+ it takes longer than 134 ms to answer, so every try resends up to 128 PSNs
+# that were never lost. Under such storms the guest's rxe (6.1) was seen failing a WRITE with
+# a remote access NAK (CI, and beside other VMs here). Nothing is lost on the veth (its
+# backlog is raised in vm/guest/rxe-setup.sh), so the longer timeout costs nothing, except
+# where a test drops packets on purpose: loss.sh keeps 15. The handshake may take 30 s (not
+# 10): at load 18 on the host the guest needs 50 s to load its modules, and a handshake over
+# its TCP took longer than 10 s (seen here).
 kvl_rdma_inis() {
 	_dir=$1 _name=$2 _blocks=$3 _pol_b=${4:-yield} _pol_a=${5:-yield}
 	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$_dir/secret"
@@ -27,6 +36,7 @@ device = $_dev
 transport = verbs
 gid_index = auto
 queue_depth = 256
+ack_timeout = ${KVL_RDMA_ACK_TIMEOUT:-18}
 [cq_moderation]
 signal_every = 16
 [segment.kv]
@@ -41,6 +51,7 @@ listen = $_ip:$_port
 secret_file = $_dir/secret
 heartbeat_interval_ms = 500
 peer_timeout_ms = 5000
+connect_timeout_ms = 30000
 INI
 	done
 }
@@ -81,4 +92,46 @@ kvl_rdma_server() {
 		cat "$_out/kvlaned.log"
 		exit 1
 	fi
+}
+
+# kvl_rdma_perf TAG OP SEG_SIZE N "TELEMETRY..." EAL...
+# One verified kvlane-perf run (OP --read or --write, N x 1 MiB, 16 in flight) from DIR $tmp's
+# a.ini on $RXE_DEV0 against the kvlaned of kvl_rdma_server. It lingers once done, so that each
+# /kvlane/NAME command of TELEMETRY is read through its own socket into $out/cli_NAME$OP.json.
+# Writes $out/perf$OP.json and .log; returns 1 (with the log) when the run or a read failed.
+kvl_rdma_perf() {
+	_tag=$1 _op=$2 _seg=$3 _n=$4 _cmds=$5 _rc=0
+	shift 5
+	"$build/kvlane-perf" "$@" --file-prefix cli -- -c "$tmp/a.ini" -d "$RXE_DEV0" \
+		-x "${RXE_GID0:?}" --segment kv --seed 1 --seg-size "$_seg" -s 1M -n "$_n" -t 16 \
+		$_op --verify --json --linger 120 "$RXE_IP1:18515" \
+		> "$out/perf$_op.json" 2> "$out/perf$_op.log" &
+	cli=$!
+	kvl_rdma_wait_line "$out/perf$_op.log" lingering $cli || true
+	for _c in $_cmds; do
+		python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f cli "$_c" \
+			> "$out/cli_${_c##*/}$_op.json" || _rc=1
+	done
+	kill -TERM $cli 2> /dev/null || true
+	if ! wait $cli; then
+		echo "$_tag: kvlane-perf $_op failed:"; cat "$out/perf$_op.log" "$out/perf$_op.json"
+		_rc=1
+	fi
+	return $_rc
+}
+
+# kvl_rdma_snap FILE: both rxe devices' hw counters, one "DEV_COUNTER VALUE" a line (appended).
+kvl_rdma_snap() {
+	for _r in $RXE_DEV0 $RXE_DEV1; do
+		for _c in /sys/class/infiniband/$_r/ports/1/hw_counters/*; do
+			read -r _v < "$_c" && echo "${_r}_${_c##*/} $_v" >> "$1"
+		done
+	done
+}
+
+# kvl_rdma_snap_diff A B: the counters that moved from snapshot A to B, "name +n" on one line
+# (what rxe did meanwhile: retransmissions, duplicates, sequence NAKs, send errors).
+kvl_rdma_snap_diff() {
+	awk 'NR == FNR { a[$1] = $2; next } $2 != a[$1] { printf "%s%s +%d", sep, $1, $2 - a[$1]; sep = ", " }
+		END { print sep == "" ? "no counter moved" : "" }' "$1" "$2"
 }

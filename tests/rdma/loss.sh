@@ -26,7 +26,8 @@ mkdir -p "$out"
 tmp=$(mktemp -d)
 t0=$(date +%s.%N)
 el() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"; }
-kvl_rdma_inis "$tmp" rdma "$mib"
+# kvlane's default ACK timeout (134 ms): the dropped packets are resent on time-outs too
+KVL_RDMA_ACK_TIMEOUT=15 kvl_rdma_inis "$tmp" rdma "$mib"
 eal="-l 0-1 --no-huge -m $((mib * 2 + 344)) --no-pci --log-level lib.eal:warning"
 export RUNTIME_DIRECTORY=$tmp/run
 mkdir -p "$RUNTIME_DIRECTORY"
@@ -54,11 +55,7 @@ snap() {
 	for d in $devs; do
 		tc -s qdisc show dev $d | awk -v d=$d '/Sent/{sub(",", "", $7); print "netem_" d "_pkts", $4; print "netem_" d "_dropped", $7; exit}' >> "$1"
 	done
-	for r in $RXE_DEV0 $RXE_DEV1; do
-		for c in /sys/class/infiniband/$r/ports/1/hw_counters/*; do
-			read -r v < "$c" && echo "${r}_${c##*/} $v" >> "$1"
-		done
-	done
+	kvl_rdma_snap "$1"
 }
 
 rc=0

@@ -1494,6 +1494,17 @@ static void test_open(void)
 	CHECK_HAS(err, "pkey_index 60000 is past the port's P_Key table");
 	printf("  %s\n", err);
 	o.pkey_index = 0;
+	o.ack_timeout = 32;
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "ack_timeout 32 / retry_count 0: expected 1..31 and 1..6");
+	o.ack_timeout = 0;
+	o.retry_count = 7; /* rxe reads 7 as "for ever": a dead peer would never be reported */
+	d = kvl_verbs_open(&o, err, sizeof(err));
+	CHECK(d == NULL);
+	CHECK_HAS(err, "retry_count 7: expected");
+	o.ack_timeout = 18;
+	o.retry_count = 3;
 	o.traffic_class = 106;
 	d = kvl_verbs_open(&o, err, sizeof(err));
 	CHECK(d != NULL);
@@ -1511,13 +1522,20 @@ static void test_open(void)
 			CHECK_INT(kvl_verbs_qp_path(c, &p), 0);
 			CHECK_INT(p.traffic_class, 106);
 			CHECK_INT(p.pkey_index, 0);
-			printf("  traffic_class 106: the QP holds %u\n", p.traffic_class);
+			CHECK_INT(p.ack_timeout, 18);
+			CHECK_INT(p.retry_count, 3);
+			printf("  traffic_class 106, ack_timeout 18, retry_count 3: the QP holds "
+			       "%u, "
+			       "%u, %u\n",
+			       p.traffic_class, p.ack_timeout, p.retry_count);
 		}
 		kvl_verbs_conn_free(c);
 		kvl_verbs_conn_free(b);
 		kvl_verbs_close(d);
 	}
 	o.traffic_class = 0;
+	o.ack_timeout = 0;
+	o.retry_count = 0;
 
 	/* a pinned index: the harness's, and an empty one */
 	o.mtu = 4096;
