@@ -282,18 +282,8 @@ int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote
 		return -ENOTCONN;
 	rte_spinlock_lock(&pub->lock);
 	n = (int)pub->n_segs;
-	for (unsigned i = 0; i < pub->n_segs && i < max; i++) {
-		const struct kvl_seg_desc *d = &pub->seg[i];
-
-		out[i] = (struct kvl_remote_seg){ .id = d->id,
-						  .access = d->flags,
-						  .length = d->length,
-						  .geom = { .layers = d->n_layers,
-							    .planes = d->n_planes,
-							    .blocks = d->block_count,
-							    .block_bytes = d->block_size } };
-		snprintf(out[i].name, sizeof(out[i].name), "%s", d->name);
-	}
+	for (unsigned i = 0; i < pub->n_segs && i < max; i++)
+		kvl_peer_seg_out(&pub->seg[i], pub->seg[i].flags, &out[i]);
 	rte_spinlock_unlock(&pub->lock);
 	return n;
 }

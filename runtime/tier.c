@@ -7,6 +7,7 @@
 #include "kvl_build_config.h"
 #include "log.h"
 #include "nic_sched.h"
+#include "peers.h"
 #include "runtime.h"
 #include "segments.h"
 #include "staging.h"
@@ -64,42 +65,39 @@ static bool tier_on(const struct kvl_runtime *rt)
 	return false;
 }
 
-int kvl_tier_segments(struct kvl_runtime *rt, struct kvl_remote_seg *out, unsigned max)
+/* The segments the tier offers now, or NULL without a tier. */
+static const struct seg_walk *offered_now(struct kvl_runtime *rt)
 {
 	static __thread struct seg_walk w; /* 64 descriptors: not on a caller's stack */
 
 	if (!tier_on(rt))
-		return -ENOTCONN;
+		return NULL;
 	w.rt = rt;
 	w.n = 0;
 	kvl_segs_visit(&rt->segs, collect, &w);
-	for (unsigned i = 0; i < w.n && i < max; i++) {
-		const struct kvl_seg_desc *d = &w.d[i];
+	return &w;
+}
 
-		/* what a request may do with it: READ, whatever peers may also do */
-		out[i] = (struct kvl_remote_seg){ .id = d->id,
-						  .access = KVL_REMOTE_READ,
-						  .length = d->length,
-						  .geom = { .layers = d->n_layers,
-							    .planes = d->n_planes,
-							    .blocks = d->block_count,
-							    .block_bytes = d->block_size } };
-		snprintf(out[i].name, sizeof(out[i].name), "%s", d->name);
-	}
-	return (int)w.n;
+int kvl_tier_segments(struct kvl_runtime *rt, struct kvl_remote_seg *out, unsigned max)
+{
+	const struct seg_walk *w = offered_now(rt);
+
+	if (w == NULL)
+		return -ENOTCONN;
+	/* what a request may do with it: READ, whatever peers may also do */
+	for (unsigned i = 0; i < w->n && i < max; i++)
+		kvl_peer_seg_out(&w->d[i], KVL_REMOTE_READ, &out[i]);
+	return (int)w->n;
 }
 
 int kvl_tier_check(struct kvl_runtime *rt, const struct kvl_req_desc *d, uint32_t slot)
 {
-	static __thread struct seg_walk w;
+	const struct seg_walk *w = offered_now(rt);
 
-	if (!tier_on(rt))
+	if (w == NULL)
 		return -ENOTCONN;
 	if (d->dir != KVL_REQ_PULL)
 		return -EACCES;
-	w.rt = rt;
-	w.n = 0;
-	kvl_segs_visit(&rt->segs, collect, &w);
 	for (uint32_t i = 0; i < d->n_blocks; i++) {
 		const struct kvl_req_block *b = &d->blocks[i];
 		const struct kvl_seg_desc *s = NULL;
@@ -108,9 +106,9 @@ int kvl_tier_check(struct kvl_runtime *rt, const struct kvl_req_desc *d, uint32_
 			return -EINVAL;
 		if (b->length > slot)
 			return -EMSGSIZE;
-		for (unsigned k = 0; k < w.n && s == NULL; k++)
-			if (w.d[k].id == b->remote_seg)
-				s = &w.d[k];
+		for (unsigned k = 0; k < w->n && s == NULL; k++)
+			if (w->d[k].id == b->remote_seg)
+				s = &w->d[k];
 		if (s == NULL)
 			return -ENOENT;
 		if (b->remote_off > s->length || b->length > s->length - b->remote_off)
@@ -153,7 +151,7 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	struct kvl_cudma_opts co = { .device = kvl_staging_gpu_of(rt, i), .depth = ENGINE_DEPTH };
 	struct kvl_cudma_conn *c;
 	char why[256];
-	int rc;
+	int rc, prev = -1, e;
 
 	if (pool->base == NULL || !pool->cuda_registered) {
 		snprintf(err, errlen,
@@ -163,11 +161,17 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 			 rt->cfg.nics[i].label);
 		return -EINVAL;
 	}
-	/* everything else at the transport's measured defaults (docs/gpu-bench.md) */
+	/* everything else at the transport's measured defaults (docs/gpu-bench.md); the
+	 * caller's thread keeps its current device (kvl_cudma_new sets the staging's) */
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
 	c = kvl_cudma_new(&co, why, sizeof(why));
+	e = errno;
+	if (prev >= 0 && prev != co.device)
+		cudaSetDevice(prev);
 	if (c == NULL) {
 		snprintf(err, errlen, "sched.tier: nic.%s: %s", rt->cfg.nics[i].label, why);
-		return -errno;
+		return -e;
 	}
 	rc = kvl_cudma_add_local(c, rt->nic[i].staging, staging_len(rt), why, sizeof(why));
 	if (rc == 0)

@@ -462,15 +462,20 @@ static int mode_cancel(void)
 }
 
 /* tieroff: [sched] tier is off, so the reserved peer is not there. */
+/* A request of one block in one step. */
+static struct kvl_req_desc one_block(struct kvl_req_block *b)
+{
+	static const uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 };
+
+	return (struct kvl_req_desc){
+		.blocks = b, .n_blocks = 1, .n_steps = 1, .step_first = first1, .step_blocks = ref0
+	};
+}
+
 static int mode_tier_off(void)
 {
 	struct kvl_req_block one = { .remote_off = 0, .remote_seg = 1, .length = 4096 };
-	uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 };
-	struct kvl_req_desc d = { .blocks = &one,
-				  .n_blocks = 1,
-				  .n_steps = 1,
-				  .step_first = first1,
-				  .step_blocks = ref0 };
+	struct kvl_req_desc d = one_block(&one);
 	struct kvl_remote_seg rs[4];
 	kvl_req_t h = 0;
 
@@ -486,12 +491,7 @@ static int mode_tier_off(void)
 static int mode_tier_bad(void)
 {
 	struct kvl_req_block one = { .remote_off = 0, .remote_seg = 999, .length = 4096 };
-	uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 };
-	struct kvl_req_desc d = { .blocks = &one,
-				  .n_blocks = 1,
-				  .n_steps = 1,
-				  .step_first = first1,
-				  .step_blocks = ref0 };
+	struct kvl_req_desc d = one_block(&one);
 	struct kvl_xfer x = {
 		.cookie = 1, .local = &one, .length = 8, .remote_seg = seg.id, .op = KVL_READ
 	};

@@ -21,22 +21,10 @@ from kvl_harness import check, check_eq, cmd, log  # noqa: E402
 LIMIT_S = {"tier_verify": 90, "tier_pool_flags": 90, "tier_bad_input": 60, "tier_off": 60}
 
 SLOT = ts.SLOT
-# The client alone: its own [segment.kv] is the tier (32 layers x 2 x 64 x 32 KiB = 128 MiB,
-# the pattern of seed 1, as kvlaned's in test_sched), a scheduler with 4 MiB of staging and a
-# 1 MiB budget so that windows bind. No [control]: the tier needs no peer.
-TIER_INI = """[runtime]
-name = tier-client
-idle_policy = yield
-[nic.lo]
-device = lo
-transport = tcp
-[sched]
-staging_mb = 4
-budget_mb = 1
-slot_kb = 32
-window_min_kb = 64
-tier = {tier}
-[segment.kv]
+# The client alone (test_sched's client INI, its [control] unused: the tier needs no peer) with
+# [sched] tier; its own [segment.kv] is the tier: 32 layers x 2 x 64 x 32 KiB = 128 MiB, the
+# pattern of seed 1, as kvlaned's segment in test_sched.
+SEGMENT = """[segment.kv]
 layers = 32
 planes = 2
 blocks = 64
@@ -44,7 +32,6 @@ block_bytes = 32768
 fill = pattern
 pattern_seed = 1
 access = {access}
-{extra}
 """
 POOL = "[memory]\npool_size_mb = 160\nchunk_size_kb = 4096\nhugepage = false\n"
 
@@ -52,7 +39,9 @@ POOL = "[memory]\npool_size_mb = 160\nchunk_size_kb = 4096\nhugepage = false\n"
 def start(ctx, mode, extra=(), tier="true", access="read", ini_extra="", mem_mb=512):
     ini = os.path.join(ctx.tmp, "tier.ini")
     with open(ini, "w") as f:
-        f.write(TIER_INI.format(tier=tier, access=access, extra=ini_extra))
+        f.write(ts.CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
+                                     sched_extra=f"tier = {tier}"))
+        f.write(SEGMENT.format(access=access) + ini_extra)
     prefix = ctx.unique("tier")
     argv = [ctx.req_client, *h.EAL, "-m", str(mem_mb), "--file-prefix", prefix, "--", "-c",
             ini, "--peer", "tier", "--mode", mode, *extra]
