@@ -19,6 +19,10 @@
 
 /* The copy engine's own request ring: a READ of several ranges takes one entry per range. */
 #define ENGINE_DEPTH 8192
+/* A batch for the engine: what the lcore's passes post while this much is in flight is handed
+ * over together (xport_tier.h), so that the copy engine's per-batch cost (an event, the join of
+ * its second stream) is paid per 8 MiB (128 blocks of 64 KiB), not per pass (32 descriptors). */
+#define FLUSH_BYTES (8ull << 20)
 /* The id the engine knows the pool by (it has one remote segment: the whole pool). */
 #define POOL_SEG 1
 
@@ -184,6 +188,7 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	}
 	o->engine = (struct kvl_xconn){ &kvl_xport_cudma, c };
 	o->engine_depth = ENGINE_DEPTH;
+	o->flush_bytes = FLUSH_BYTES;
 	o->dma_seg = POOL_SEG;
 	o->dma_base = (uintptr_t)pool->base;
 	o->dma_len = pool->size;

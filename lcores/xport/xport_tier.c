@@ -18,13 +18,28 @@ struct treq {
 	int32_t status;
 };
 
+/* One engine request (a local range of a READ) from its post here to its completion. */
+struct part {
+	uintptr_t dst;
+	uint64_t off; /* in the engine's remote segment dma_seg */
+	uint32_t len;
+	uint32_t seq; /* its READ */
+	bool done;
+};
+
 struct kvl_tier_conn {
 	struct kvl_tier_opts o;
 	struct treq *ring;
 	uint32_t mask;
 	uint32_t head, tail; /* [head, tail): taken, not reaped */
 	int failed;	     /* fail_all's status: later READs complete with it */
-	bool busy;	     /* engine copies in flight since busy_since */
+	/* Engine requests by sequence number: [phead, ptail) handed to the engine (or failed)
+	 * and not all completed, [ptail, pend) waiting to be handed over as one batch. */
+	struct part *pr;
+	uint32_t pmask;
+	uint32_t phead, ptail, pend;
+	uint64_t pending_bytes, handed_bytes;
+	bool busy; /* engine copies in flight since busy_since */
 	uint64_t busy_since;
 	struct kvl_tier_stats st;
 };
@@ -46,21 +61,29 @@ struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
 	if (o->segs == NULL || o->staging == NULL || o->staging_len == 0 ||
 	    (depth & (depth - 1)) != 0 || depth > (1u << 24) ||
 	    (o->engine.ops != NULL &&
-	     (o->engine_depth == 0 || o->dma_len == 0 || o->dma_seg == 0))) {
+	     (o->engine_depth == 0 || (o->engine_depth & (o->engine_depth - 1)) != 0 ||
+	      o->engine_depth > (1u << 24) || o->dma_len == 0 || o->dma_seg == 0))) {
 		errno = EINVAL;
 		return NULL;
 	}
 	c = calloc(1, sizeof(*c));
 	if (c != NULL)
 		c->ring = calloc(depth, sizeof(*c->ring));
-	if (c == NULL || c->ring == NULL) {
+	if (c != NULL && c->ring != NULL && o->engine.ops != NULL)
+		c->pr = calloc(o->engine_depth, sizeof(*c->pr));
+	if (c == NULL || c->ring == NULL || (o->engine.ops != NULL && c->pr == NULL)) {
+		if (c != NULL)
+			free(c->ring);
 		free(c);
 		errno = ENOMEM;
 		return NULL;
 	}
 	c->o = *o;
 	c->o.depth = depth;
+	if (c->o.flush_bytes == 0)
+		c->o.flush_bytes = 8ull << 20;
 	c->mask = depth - 1;
+	c->pmask = o->engine_depth - 1;
 	c->st.engine = o->engine.ops != NULL;
 	return c;
 }
@@ -117,32 +140,91 @@ static int check(const struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr
 	return sum == wr->length ? KVL_OK : KVL_ERR_LOCAL;
 }
 
-/* The engine's requests for one READ, one per local range: 0, or the engine's errno. */
-static int engine_post(struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t src,
-		       uint32_t seq, uint16_t *parts)
+/* The engine's requests for one READ, one per local range, queued for the next hand-over. */
+static uint16_t queue_parts(struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t src,
+			    uint32_t seq)
 {
-	const struct kvl_xport_ops *ops = c->o.engine.ops;
-	struct kvl_wr e[KVL_WR_MAX_SGE];
-	unsigned n = wr->n_sge > 1 ? wr->n_sge : 1, taken;
+	unsigned n = wr->n_sge > 1 ? wr->n_sge : 1;
 	uint64_t off = src - c->o.dma_base;
-	int err = 0;
 
 	for (unsigned k = 0; k < n; k++) {
-		void *dst = wr->n_sge > 1 ? wr->sge[k].addr : wr->local;
-		uint32_t len = wr->n_sge > 1 ? wr->sge[k].length : wr->length;
+		struct part *p = &c->pr[c->pend++ & c->pmask];
 
-		e[k] = (struct kvl_wr){ .wr_id = seq,
-					.local = dst,
-					.remote_off = off,
-					.length = len,
-					.remote_seg = c->o.dma_seg,
-					.op = KVL_OP_READ,
-					.flags = KVL_WR_CHECKED };
-		off += len;
+		p->dst = (uintptr_t)(wr->n_sge > 1 ? wr->sge[k].addr : wr->local);
+		p->len = wr->n_sge > 1 ? wr->sge[k].length : wr->length;
+		p->off = off;
+		p->seq = seq;
+		p->done = false;
+		off += p->len;
+		c->pending_bytes += p->len;
 	}
-	taken = ops->post(c->o.engine.c, e, n, &err);
-	*parts = (uint16_t)taken;
-	return taken == n ? 0 : err ? err : -EIO;
+	return (uint16_t)n;
+}
+
+/* A part that completed (@status) or can no longer be handed over. */
+static void part_done(struct kvl_tier_conn *c, struct part *p, int status)
+{
+	struct treq *r = &c->ring[p->seq & c->mask];
+
+	p->done = true;
+	r->left--;
+	if (status != KVL_OK && r->status == KVL_OK)
+		r->status = status;
+}
+
+/* Past the parts at the front that are done: their places may be used again. */
+static void parts_retire(struct kvl_tier_conn *c)
+{
+	while (c->phead != c->ptail && c->pr[c->phead & c->pmask].done)
+		c->phead++;
+}
+
+/* What waits goes to the engine as one batch (its next progress launches it). An engine that
+ * refuses for another reason than being full is broken: what waits fails with conn-lost. */
+static void hand_over(struct kvl_tier_conn *c)
+{
+	const struct kvl_xport_ops *ops = c->o.engine.ops;
+	struct kvl_wr e[64];
+
+	while (c->ptail != c->pend) {
+		unsigned n = c->pend - c->ptail < 64 ? c->pend - c->ptail : 64, taken;
+		int err = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			const struct part *p = &c->pr[(c->ptail + i) & c->pmask];
+
+			e[i] = (struct kvl_wr){ .wr_id = c->ptail + i,
+						.local = (void *)p->dst,
+						.remote_off = p->off,
+						.length = p->len,
+						.remote_seg = c->o.dma_seg,
+						.op = KVL_OP_READ,
+						.flags = KVL_WR_CHECKED };
+		}
+		if (!c->busy) {
+			c->busy = true;
+			c->busy_since = now_ns(c);
+		}
+		taken = ops->post(c->o.engine.c, e, n, &err);
+		for (unsigned i = 0; i < taken; i++) {
+			uint32_t len = c->pr[(c->ptail + i) & c->pmask].len;
+
+			c->handed_bytes += len;
+			c->pending_bytes -= len;
+		}
+		c->ptail += taken;
+		ST_ADD(c, copies, taken);
+		if (taken == n)
+			continue;
+		if (err != -EAGAIN) { /* room was kept for them: the engine is broken */
+			for (; c->ptail != c->pend; c->ptail++)
+				part_done(c, &c->pr[c->ptail & c->pmask], KVL_ERR_CONN_LOST);
+			c->pending_bytes = 0;
+			ST_ADD(c, engine_errors, 1);
+		}
+		break;
+	}
+	parts_retire(c);
 }
 
 static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
@@ -159,27 +241,14 @@ static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err
 		int st;
 
 		if (c->tail - c->head == c->o.depth ||
-		    (eops != NULL &&
-		     eops->outstanding(c->o.engine.c) + parts > c->o.engine_depth)) {
+		    (eops != NULL && c->pend - c->phead + parts > c->o.engine_depth)) {
 			*err = -EAGAIN;
 			break;
 		}
 		st = check(c, &wr[k], &src);
 		*r = (struct treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
 		if (st == KVL_OK && eops != NULL) {
-			bool was_idle = eops->outstanding(c->o.engine.c) == 0;
-
-			if (engine_post(c, &wr[k], src, c->tail, &r->left) < 0) {
-				/* room was checked: only a broken engine refuses; what it took
-				 * completes through its reap with its own status */
-				r->status = KVL_ERR_CONN_LOST;
-				ST_ADD(c, engine_errors, 1);
-			}
-			ST_ADD(c, copies, r->left);
-			if (was_idle && r->left && !c->busy) {
-				c->busy = true;
-				c->busy_since = now_ns(c);
-			}
+			r->left = queue_parts(c, &wr[k], src, c->tail);
 		} else if (st == KVL_OK) {
 			if (t0 == 0)
 				t0 = now_ns(c);
@@ -220,15 +289,15 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
 
 	while ((n = ops->reap(c->o.engine.c, wc, REAP_BURST)) > 0) {
 		for (unsigned i = 0; i < n; i++) {
-			struct treq *r = &c->ring[(uint32_t)wc[i].wr_id & c->mask];
+			struct part *p = &c->pr[(uint32_t)wc[i].wr_id & c->pmask];
 
-			r->left--;
-			if (wc[i].status != KVL_OK && r->status == KVL_OK)
-				r->status = wc[i].status;
+			c->handed_bytes -= p->len;
+			part_done(c, p, wc[i].status);
 		}
 		total += n;
 	}
-	if (c->busy && ops->outstanding(c->o.engine.c) == 0) {
+	parts_retire(c);
+	if (c->busy && c->handed_bytes == 0) {
 		ST_ADD(c, copy_ns, now_ns(c) - c->busy_since);
 		c->busy = false;
 	}
@@ -241,6 +310,12 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
 	return total;
 }
 
+/*
+ * Hand over what waits once flush_bytes of it have gathered, or at once while less than that
+ * is in flight: the engine never runs dry, and while it is busy the lcore's passes (a few
+ * descriptors each) add up to one batch of about flush_bytes, so the engine's per-batch cost
+ * (an event, a cross-stream join) is paid per megabytes, not per pass.
+ */
 static unsigned tier_progress(void *p)
 {
 	struct kvl_tier_conn *c = p;
@@ -248,10 +323,15 @@ static unsigned tier_progress(void *p)
 
 	if (c->o.engine.ops == NULL)
 		return 0;
+	if (c->ptail != c->pend &&
+	    (c->pending_bytes >= c->o.flush_bytes || c->handed_bytes < c->o.flush_bytes)) {
+		hand_over(c);
+		work++;
+	}
 	work += c->o.engine.ops->progress(c->o.engine.c);
 	work += engine_reap(c);
-	/* copies in flight: stay awake (a copy's end cannot wake a sleeping lcore) */
-	return work ? work : c->o.engine.ops->outstanding(c->o.engine.c) != 0;
+	/* copies in flight or waiting: stay awake (a copy's end cannot wake a sleeping lcore) */
+	return work ? work : c->pend != c->phead;
 }
 
 static unsigned tier_reap(void *p, struct kvl_wc *wc, unsigned max)
@@ -289,9 +369,14 @@ static void tier_fail_all(void *p, int status)
 	if (!c->failed)
 		c->failed = status;
 	if (c->o.engine.ops != NULL) {
-		/* lets what is on the stream land, then completes it with @status */
+		/* lets what is on the stream land, then completes it with @status; what was
+		 * never handed over completes with @status too */
 		c->o.engine.ops->fail_all(c->o.engine.c, status);
 		engine_reap(c);
+		for (; c->ptail != c->pend; c->ptail++)
+			part_done(c, &c->pr[c->ptail & c->pmask], status);
+		c->pending_bytes = 0;
+		parts_retire(c);
 	}
 }
 
@@ -329,6 +414,7 @@ static void tier_free(void *p)
 		return;
 	if (c->o.engine.ops != NULL)
 		c->o.engine.ops->free(c->o.engine.c);
+	free(c->pr);
 	free(c->ring);
 	free(c);
 }

@@ -31,8 +31,11 @@ struct kvl_tier_opts {
 	uint8_t *staging;		  /* where READs land */
 	uint64_t staging_len;
 	struct kvl_xconn engine; /* NULL ops: memcpy on the lcore */
-	unsigned engine_depth;	 /* requests the engine holds at most */
-	uint32_t dma_seg;	 /* engine: its remote segment id for [dma_base, +dma_len) */
+	unsigned engine_depth;	 /* requests the engine holds at most (a power of two) */
+	/* engine: what waits is handed over as one batch once this many bytes have gathered, or
+	 * at once while less than this is in flight (0: 8 MiB) */
+	uint64_t flush_bytes;
+	uint32_t dma_seg; /* engine: its remote segment id for [dma_base, +dma_len) */
 	uintptr_t dma_base;
 	uint64_t dma_len;
 	unsigned depth; /* READs posted and not reaped (0: 8192; a power of two) */
@@ -47,7 +50,7 @@ struct kvl_tier_stats {
 	uint64_t done;	   /* completed with KVL_OK */
 	uint64_t refused;  /* completed with an error status, moving nothing */
 	uint64_t bytes;	   /* moved by completed READs */
-	uint64_t copies;   /* copies made: memcpy calls, or the engine's requests */
+	uint64_t copies;   /* copies made: memcpy calls, or requests handed to the engine */
 	uint64_t batches;  /* bursts the lcore handed over (memcpy) or the engine's batches */
 	uint64_t copy_ns;  /* memcpy time, or time with engine copies in flight */
 	uint64_t inflight; /* READs taken and not reaped */

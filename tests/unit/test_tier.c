@@ -33,7 +33,7 @@ static struct kvl_wr rd(uint64_t id, uint32_t seg, uint64_t off, uint32_t len, v
 
 struct fake_req {
 	struct kvl_wr wr;
-	bool landed;
+	int status;
 };
 
 static struct fake_engine {
@@ -88,10 +88,11 @@ static unsigned fe_reap(void *c, struct kvl_wc *wc, unsigned max)
 
 	(void)c;
 	while (n < max && fe.head != fe.landed) {
-		const struct kvl_wr *w = &fe.q[fe.head++ % 64].wr;
+		const struct fake_req *q = &fe.q[fe.head++ % 64];
 
-		wc[n++] =
-			(struct kvl_wc){ .wr_id = w->wr_id, .bytes = w->length, .status = KVL_OK };
+		wc[n++] = (struct kvl_wc){ .wr_id = q->wr.wr_id,
+					   .bytes = q->status == KVL_OK ? q->wr.length : 0,
+					   .status = q->status };
 	}
 	return n;
 }
@@ -109,9 +110,12 @@ static void fe_stats(const void *c, struct kvl_xport_stats *out)
 	out->qp_posts = fe.progresses;
 }
 
+/* As cudma's: what was posted and has not completed completes with @status, moving nothing. */
 static void fe_fail_all(void *c, int status)
 {
-	(void)c, (void)status;
+	(void)c;
+	for (; fe.landed != fe.tail; fe.landed++)
+		fe.q[fe.landed % 64].status = status;
 }
 
 static int fe_broken(const void *c)
@@ -284,12 +288,14 @@ static void test_engine(void)
 	w[1].sge[1] = (struct kvl_sge){ stage + 400000, 4000, 0 };
 	w[2] = rd(3, 1, SEGLEN / 2, 64, stage); /* outside what the engine may read */
 	CHECK_INT(ops->post(c, w, 3, &err), 3);
-	CHECK_INT(fe.posts, 3); /* 1 + 2 ranges; the refused one never reaches the engine */
+	CHECK_INT(fe.posts, 0); /* handed over by progress, as one batch */
+	/* in flight: nothing is complete, nothing has landed */
+	CHECK(ops->progress(c) >= 1); /* copies in flight keep the lcore awake */
+	CHECK_INT(fe.posts, 3);	      /* 1 + 2 ranges; the refused one never reaches the engine */
 	CHECK_INT(fe.q[1].wr.remote_off, 65536);
 	CHECK_INT(fe.q[2].wr.remote_off, 65536 + 2000);
 	CHECK_INT(fe.q[2].wr.remote_seg, 1);
-	/* in flight: nothing is complete, nothing has landed */
-	CHECK(ops->progress(c) >= 1); /* copies in flight keep the lcore awake */
+	CHECK(ops->progress(c) >= 1);
 	CHECK_INT(ops->reap(c, wc, 16), 0);
 	CHECK_INT(stage[0], 0);
 	/* landed: completions in order, bytes there first */
@@ -345,6 +351,80 @@ static void test_engine(void)
 	ops->free(c);
 }
 
+/* While flush_bytes are in flight, what the lcore posts pass after pass waits and goes over as
+ * one batch once flush_bytes of it have gathered; with little in flight it goes at once. */
+static void test_engine_batches(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .engine = { &fe_ops, &fe },
+				   .engine_depth = 16,
+				   .flush_bytes = 4096,
+				   .dma_seg = 1,
+				   .dma_base = (uintptr_t)seg_mem,
+				   .dma_len = SEGLEN,
+				   .depth = 16,
+				   .clock = fake_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w;
+	struct kvl_wc wc[16];
+	unsigned progresses;
+	int err = 0;
+
+	memset(&fe, 0, sizeof(fe));
+	fe.pool_base = (uintptr_t)seg_mem;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	memset(stage, 0, STAGE);
+	fe.hold = true;
+	w = rd(1, 1, 0, 8192, stage); /* nothing in flight: goes at once */
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 1);
+	for (unsigned i = 0; i < 3; i++) { /* 8 KiB in flight: these wait */
+		w = rd(2 + i, 1, 65536 + i * 1024, 1024, stage + 65536 + i * 1024);
+		CHECK_INT(ops->post(c, &w, 1, &err), 1);
+		ops->progress(c);
+		CHECK_INT(fe.posts, 1);
+	}
+	progresses = fe.progresses;
+	w = rd(5, 1, 65536 + 3 * 1024, 1024, stage + 65536 + 3 * 1024); /* 4 KiB waiting now */
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 5); /* the four as one batch, launched by this one progress */
+	CHECK_INT(fe.progresses, progresses + 1);
+	CHECK_INT(ops->reap(c, wc, 16), 0); /* held: nothing landed, nothing complete */
+	fe.hold = false;
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 5);
+	for (unsigned i = 0; i < 5; i++) {
+		CHECK_INT(wc[i].wr_id, 1 + i);
+		CHECK_INT(wc[i].status, KVL_OK);
+	}
+	CHECK(memcmp(stage, seg_mem, 8192) == 0);
+	CHECK(memcmp(stage + 65536, seg_mem + 65536, 4096) == 0);
+	/* fail_all completes what never reached the engine with its status */
+	fe.hold = true;
+	w = rd(6, 1, 0, 8192, stage);
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	w = rd(7, 1, 0, 1024, stage);
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 6); /* 7 waits behind 8 KiB in flight */
+	fe.hold = false;
+	ops->fail_all(c, KVL_ERR_CANCELED);
+	CHECK_INT(ops->reap(c, wc, 16), 2);
+	CHECK_INT(wc[0].wr_id, 6); /* on the engine: its fail_all's status */
+	CHECK_INT(wc[0].status, KVL_ERR_CANCELED);
+	CHECK_INT(wc[1].wr_id, 7); /* never handed over: the same */
+	CHECK_INT(wc[1].status, KVL_ERR_CANCELED);
+	CHECK_INT(ops->outstanding(c), 0);
+	ops->free(c);
+}
+
 static void test_bad_opts(void)
 {
 	struct kvl_tier_opts o = { .segs = &tab, .staging = stage, .staging_len = STAGE };
@@ -371,6 +451,7 @@ int main(void)
 	add_seg(3, seg_mem, 4096, KVL_SEG_REMOTE_WRITE);
 	test_memcpy();
 	test_engine();
+	test_engine_batches();
 	test_bad_opts();
 	free(seg_mem);
 	free(gpu_mem);
