@@ -169,7 +169,10 @@ typedef uint32_t kvl_peer_t;
  * blocks into staging through the same scheduler and NIC lcore as a remote peer's: memcpy on
  * the lcore into host staging, or the copy engine and gather kernel into VRAM staging, where
  * a step is READY only once its copies have completed (a CUDA event the lcore polls). Not a
- * kvl_post() peer. Without [sched] tier both answer -ENOTCONN.
+ * kvl_post() peer (-ENOTCONN). kvl_req_open on it, beside its usual errors: -EACCES for a PUSH
+ * (the tier is only read), -ENOENT for a segment it does not offer (unknown, not readable, GPU
+ * memory, or outside the pool with VRAM staging), -ERANGE for a block outside its segment.
+ * Without [sched] tier both calls answer -ENOTCONN.
  */
 #define KVL_PEER_LOCAL_TIER ((kvl_peer_t)0xFFFFFFFEu)
 

@@ -188,8 +188,15 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 			volatile uint32_t *dw =
 				(volatile uint32_t *)((uint8_t *)fl.done + (size_t)k * fl.stride);
 
-			while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch))
-				kvl_req_poll(rt, ev, 64); /* STEP_READY events: drained */
+			while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
+				/* STEP_READY events: drained; a failure ends the run */
+				unsigned m = kvl_req_poll(rt, ev, 64);
+
+				for (unsigned i = 0; i < m; i++)
+					EXPECT(ev[i].type != KVL_REQ_EV_FAILED,
+					       "tier request failed at step %u: %s", k,
+					       kvl_status_name(ev[i].status));
+			}
 			__atomic_store_n(dw, fl.epoch, __ATOMIC_RELEASE);
 		}
 		t1 = kvl_now_ns();
