@@ -124,6 +124,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, null_transport, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, null_transport_ack, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, staging, KT_ENUM, 0, 0, 0, staging_names, "auto"),
+	K(SCH, tier, KT_BOOL, 0, 0, 0, NULL, "false"),
 };
 #undef SCH
 
@@ -1399,8 +1400,11 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 			  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"));
 	/* PULLs land in staging through the NIC; over tcp that needs the bounce + copy path,
 	 * which does not exist yet. A NIC resolved to tcp at start-up is refused there. */
-	for (unsigned i = 0; i < cfg->n_nics && cfg->sched.staging == KVL_STAGING_GPU &&
-			     cfg->sched.staging_mb > 0 && !cfg->sched.null_transport;
+	/* With the host tier, VRAM staging is what the tier lands in by the copy engine; a tcp
+	 * peer's PULL into it then fails with gpu-memory, typed, until that path exists. */
+	for (unsigned i = 0;
+	     i < cfg->n_nics && cfg->sched.staging == KVL_STAGING_GPU &&
+	     cfg->sched.staging_mb > 0 && !cfg->sched.null_transport && !cfg->sched.tier;
 	     i++)
 		if (cfg->nics[i].transport == KVL_TRANSPORT_TCP)
 			add_error(errs,
@@ -1410,6 +1414,18 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 				  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"),
 				  cfg->nics[i].label, file,
 				  key_line(cfg, KVL_SEC_NIC, i, "transport"));
+	if (cfg->sched.tier && cfg->sched.staging_mb == 0)
+		add_error(errs,
+			  "%s:%u: sched.tier: true needs a scheduler to serve it: set "
+			  "sched.staging_mb > 0 (the tier's blocks land in that staging)",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, "tier"));
+	if (cfg->sched.tier && cfg->sched.staging == KVL_STAGING_GPU &&
+	    cfg->memory.pool_size_mb == 0)
+		add_error(errs,
+			  "%s:%u: sched.tier: true with staging = gpu needs the [memory] pool "
+			  "(memory.pool_size_mb > 0): the copy engine reads only memory pinned for "
+			  "CUDA, and the tier's segments are carved from the pool",
+			  file, key_line(cfg, KVL_SEC_SCHED, 0, "tier"));
 	if (cfg->gpu.gpudirect == KVL_TRI_ON && !cfg->gpu.enable)
 		add_error(errs,
 			  "%s:%u: gpu.gpudirect: true needs gpu.enable = true; set enable, or "

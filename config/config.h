@@ -148,6 +148,7 @@ struct kvl_sched_conf {
 	bool null_transport;   /* scheduler posts complete at once, nothing moves */
 	bool null_transport_ack;
 	int staging; /* enum kvl_staging_place */
+	bool tier;   /* serve this host's KV tier (KVL_PEER_LOCAL_TIER) into staging */
 };
 
 struct kvl_control_conf {

@@ -215,6 +215,8 @@ static unsigned flush(struct kvl_nic_sched *ns, const struct routes *rt)
 			run++;
 		if (ns->null.ops) {
 			took = kvl_nic_io_post(ns->io, &ns->null, &ns->pend[i], run, &err, &failed);
+		} else if (peer == KVL_PEER_LOCAL_TIER && ns->tier.ops) {
+			took = kvl_nic_io_post(ns->io, &ns->tier, &ns->pend[i], run, &err, &failed);
 		} else if ((n = peer < KVL_MAX_PEERS_RT ? rt->n[peer] : 0) == 0) {
 			ns->ct.no_conn += run;
 			for (k = 0; k < run; k++)
@@ -461,6 +463,9 @@ static unsigned do_events(struct kvl_nic_sched *ns)
 		} else if (r->want_flags && (ev[i].type == KVL_SCHED_EV_REQ_DONE ||
 					     ev[i].type == KVL_SCHED_EV_REQ_FAILED)) {
 			flag_end(ns, r, ev[i].type == KVL_SCHED_EV_REQ_FAILED);
+		} else if (ev[i].type == KVL_SCHED_EV_PEER_CANCEL &&
+			   (uint32_t)ev[i].peer == KVL_PEER_LOCAL_TIER) {
+			continue; /* this host's tier: no peer to tell */
 		} else if (ev[i].type == KVL_SCHED_EV_PEER_CANCEL) {
 			struct kvl_levt le = { .type = KVL_LEVT_REQ_CANCEL,
 					       .peer = (uint32_t)ev[i].peer,
@@ -555,6 +560,17 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 		work += n;
 	}
 	work += do_posts(ns, now);
+	if (ns->tier.ops) {
+		/* launch what was just posted, then take what landed: READY in this same pass */
+		struct kvl_wc wc[KVL_NSCHED_BATCH];
+		unsigned n;
+
+		work += ns->tier.ops->progress(ns->tier.c);
+		n = ns->tier.ops->reap(ns->tier.c, wc, KVL_NSCHED_BATCH);
+		if (n)
+			kvl_nic_io_complete(ns->io, wc, n);
+		work += n;
+	}
 	work += do_events(ns);
 	/* Telemetry: fresh within SNAP_NS while busy, exact once the lcore goes idle. */
 	if (ns->dirty && (work == 0 || now >= ns->snap_next))

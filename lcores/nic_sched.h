@@ -133,6 +133,9 @@ struct kvl_nic_sched {
 	unsigned nic;
 	/* the null transport's connection (null_xport), reaped by this stage */
 	struct kvl_xconn null;
+	/* this host's tier (KVL_PEER_LOCAL_TIER's READs: lcores/xport/xport_tier.h), progressed
+	 * and reaped by this stage; set by the runtime before the lcore starts, freed by it */
+	struct kvl_xconn tier;
 	/* descriptors the connections refused (full): posted first next pass */
 	struct kvl_wr pend[KVL_NSCHED_BATCH];
 	uint32_t pend_peer[KVL_NSCHED_BATCH];

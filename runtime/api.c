@@ -18,6 +18,7 @@
 #include "seg_place.h"
 #include "segments.h"
 #include "telemetry.h"
+#include "tier.h"
 
 _Static_assert(sizeof(struct kvl_completion) == sizeof(struct kvl_wc) &&
 		       offsetof(struct kvl_completion, cookie) == offsetof(struct kvl_wc, wr_id) &&
@@ -271,25 +272,18 @@ int kvl_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms, k
 int kvl_peer_segments(struct kvl_runtime *rt, kvl_peer_t peer, struct kvl_remote_seg *out,
 		      unsigned max)
 {
-	struct kvl_peer_pub *pub = kvl_peer_ready(&rt->peers, peer);
+	struct kvl_peer_pub *pub;
 	int n;
 
+	if (peer == KVL_PEER_LOCAL_TIER)
+		return kvl_tier_segments(rt, out, max);
+	pub = kvl_peer_ready(&rt->peers, peer);
 	if (pub == NULL)
 		return -ENOTCONN;
 	rte_spinlock_lock(&pub->lock);
 	n = (int)pub->n_segs;
-	for (unsigned i = 0; i < pub->n_segs && i < max; i++) {
-		const struct kvl_seg_desc *d = &pub->seg[i];
-
-		out[i] = (struct kvl_remote_seg){ .id = d->id,
-						  .access = d->flags,
-						  .length = d->length,
-						  .geom = { .layers = d->n_layers,
-							    .planes = d->n_planes,
-							    .blocks = d->block_count,
-							    .block_bytes = d->block_size } };
-		snprintf(out[i].name, sizeof(out[i].name), "%s", d->name);
-	}
+	for (unsigned i = 0; i < pub->n_segs && i < max; i++)
+		kvl_peer_seg_out(&pub->seg[i], pub->seg[i].flags, &out[i]);
 	rte_spinlock_unlock(&pub->lock);
 	return n;
 }

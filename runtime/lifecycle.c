@@ -16,6 +16,7 @@
 #include "req_api.h"
 #include "seg_place.h"
 #include "staging.h"
+#include "tier.h"
 #include "verbs.h"
 
 static bool custom_sysfs(const struct kvl_runtime *rt)
@@ -405,6 +406,8 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	log_gpu_pairs(rt);
 	rc = kvl_staging_start(rt, err, errlen);
 	if (rc == 0)
+		rc = kvl_tier_start(rt, err, errlen); /* before the lcores read ns->tier */
+	if (rc == 0)
 		rc = kvl_req_table_start(rt, err, errlen);
 	if (rc < 0) {
 		kvl_runtime_stop(rt);
@@ -440,6 +443,7 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
+	kvl_tier_stop(rt);
 	kvl_staging_stop(rt);
 	kvl_req_table_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {

@@ -9,6 +9,7 @@
 #include <rte_spinlock.h>
 
 #include "config.h"
+#include "kvlane/kvlane.h"
 #include "ctrl_proto.h"
 #include "nic_io.h"
 
@@ -70,5 +71,9 @@ struct kvl_peer_pub *kvl_peer_get(struct kvl_peer_table *t, uint32_t peer);
 
 /* Slot @peer when transfers may be posted to it (READY), else NULL. */
 struct kvl_peer_pub *kvl_peer_ready(struct kvl_peer_table *t, uint32_t peer);
+
+/* What kvl_peer_segments() shows of segment @d, for a remote peer's segments and this host's
+ * tier's alike (runtime/tier.c): @access is what a request may do with it. */
+void kvl_peer_seg_out(const struct kvl_seg_desc *d, uint32_t access, struct kvl_remote_seg *out);
 
 #endif /* KVL_RUNTIME_PEERS_H */

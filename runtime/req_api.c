@@ -17,6 +17,7 @@
 #include "runtime.h"
 #include "segments.h"
 #include "staging.h"
+#include "tier.h"
 
 #if KVL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -402,8 +403,9 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0 ||
 	    (d->flags & ~KVL_REQ_STEP_FLAGS) != 0)
 		return -EINVAL;
-	pub = kvl_peer_ready(&rt->peers, peer);
-	if (pub == NULL)
+	/* this host's tier is a peer of its own (runtime/tier.c): no entry in the peer table */
+	pub = peer == KVL_PEER_LOCAL_TIER ? NULL : kvl_peer_ready(&rt->peers, peer);
+	if (pub == NULL && peer != KVL_PEER_LOCAL_TIER)
 		return -ENOTCONN;
 	/* Indices first: the copy below counts references through them. */
 	for (uint32_t k = 0; k < d->n_steps; k++)
@@ -413,13 +415,14 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	for (uint32_t j = 0; j < nref; j++)
 		if (d->step_blocks[j] >= d->n_blocks)
 			return -EINVAL;
-	rc = check_remote(pub, d, rt->cfg.sched.slot_kb << 10);
+	rc = pub ? check_remote(pub, d, rt->cfg.sched.slot_kb << 10)
+		 : kvl_tier_check(rt, d, rt->cfg.sched.slot_kb << 10);
 	if (rc < 0)
 		return rc;
 	rc = check_local(rt, d);
 	if (rc < 0)
 		return rc;
-	nic = pick_nic(rt, pub);
+	nic = pub ? pick_nic(rt, pub) : kvl_tier_nic(rt);
 	if (nic < 0)
 		return -ENOTCONN;
 	if (t->free_head == UINT32_MAX)

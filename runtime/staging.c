@@ -113,7 +113,9 @@ static int staging_place(struct kvl_runtime *rt, char *err, size_t errlen)
 
 	rt->staging_why[0] = '\0';
 	if (want == KVL_STAGING_GPU) {
-		if (t >= 0) {
+		/* [sched] tier: the tier lands there by the copy engine (runtime/tier.c); tcp
+		 * peers' PULLs into it fail with gpu-memory */
+		if (t >= 0 && !rt->cfg.sched.tier) {
 			snprintf(err, errlen,
 				 "sched.staging = gpu: nic.%s uses the tcp transport, which cannot "
 				 "land bytes in VRAM yet (no bounce + cudaMemcpyAsync path); use "

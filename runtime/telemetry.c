@@ -20,6 +20,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "nic_sched.h"
+#include "tier.h"
 #include "peers.h"
 #include "runtime.h"
 #include "segments.h"
@@ -839,6 +840,42 @@ static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d
 	return sink_finish(&k, d); /* no scheduler: an empty dict */
 }
 
+/* This host's KV tier ([sched] tier), one row per NIC lcore serving it: what it moved and how. */
+static int tel_tier(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct kvl_remote_seg segs[KVL_MAX_SEGS];
+	struct sink k = { 0 };
+	int n_segs;
+
+	(void)cmd;
+	(void)params;
+	if (rt == NULL)
+		return -EAGAIN;
+	n_segs = kvl_tier_segments(rt, segs, KVL_MAX_SEGS);
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
+		struct kvl_tier_stats t;
+
+		if (kvl_tier_stats(rt, n, &t) < 0)
+			continue;
+		put_str(&k, "nic", rt->cfg.nics[n].label);
+		put_str(&k, "method", t.engine ? "copy_engine" : "memcpy");
+		put_str(&k, "staging", kvl_staging_place_name(rt->staging_place));
+		put_int(&k, "segments", n_segs);
+		put_u64(&k, "reads", t.reads);
+		put_u64(&k, "done", t.done);
+		put_u64(&k, "refused", t.refused);
+		put_str(&k, "last_refusal", t.refused ? kvl_status_name(t.last_refusal) : "");
+		put_u64(&k, "bytes", t.bytes);
+		put_u64(&k, "copies", t.copies);
+		put_u64(&k, "batches", t.batches);
+		put_u64(&k, "copy_ns", t.copy_ns);
+		put_u64(&k, "inflight", t.inflight);
+		put_u64(&k, "engine_errors", t.engine_errors);
+	}
+	return sink_finish(&k, d); /* no tier: an empty dict */
+}
+
 /* A reply must fit DPDK's 16 KiB output buffer: at most this many request rows. */
 #define TEL_REQ_ROWS 40
 
@@ -943,6 +980,9 @@ RTE_INIT(kvl_telemetry_register)
 	REGISTER("/kvlane/sched", tel_sched,
 		 "Schedulers per NIC lcore, column form: staging (host/gpu), budget, "
 		 "in_use, windows, active, waiting, counters. No parameters");
+	REGISTER("/kvlane/tier", tel_tier,
+		 "Host KV tier per NIC lcore, column form: method, reads, done, refused, "
+		 "bytes, copies, batches, copy_ns. No parameters");
 	REGISTER("/kvlane/requests", tel_requests,
 		 "Requests in column form: req, class, window, landed, in_flight, "
 		 "evicted, steps_ready, steps_done, age_us. No parameters");

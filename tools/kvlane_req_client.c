@@ -33,6 +33,8 @@
  *           with the pattern of seed + 1000 (READY: kvl_req_block_addr must give the local
  *           address back), pause "pushed"; then PULLs it back, every byte checked against
  *           that pattern, pause "end"
+ *   tierbad (--peer tier) bad calls on this host's KV tier (CHECK lines), then verify
+ *   tieroff [sched] tier off: the reserved peer answers -ENOTCONN (CHECK lines); pause "end"
  *   flags   every request opened with KVL_REQ_STEP_FLAGS: no kvl_req_poll for READY and no
  *           kvl_req_step_done; this thread spins on the READY words (acquire loads), checks
  *           every byte of the step once READY >= epoch, stores DONE = epoch (release), then
@@ -43,7 +45,8 @@
  *           (a random cap, or none; both drawn from --chaos-seed), and a lost peer is connected
  * again. Every handle opened must end exactly once: "RESULT <json>" counts opens, ends by typed
  * status, stray and duplicate events, requests that never ended; then pause "end"
- * --segment picks the peer's segment by name (default: its first).
+ * --segment picks the peer's segment by name (default: its first). --peer tier pulls from this
+ * host's KV tier (KVL_PEER_LOCAL_TIER: its own segments, [sched] tier = true) instead of a peer.
  * Exit 0 when every check held, 1 otherwise.
  */
 
@@ -83,8 +86,9 @@ static struct {
 static void usage(const char *p)
 {
 	fprintf(stderr,
-		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT --mode "
-		"verify|cancel|bad|push|flags [--requests R] [--steps S] [--blocks B] [--seed N] "
+		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT|tier --mode "
+		"verify|cancel|bad|push|flags|tierbad|tieroff [--requests R] [--steps S] [--blocks "
+		"B] [--seed N] "
 		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n"
 		"       chaos mode: --mode chaos [--duration S] [--cancel-pct P] [--cap-ms M] "
 		"[--chaos-seed N]\n",
@@ -455,6 +459,63 @@ static int mode_cancel(void)
 	handles_json(js, sizeof(js));
 	pause_at("canceled", js);
 	return fails ? 1 : 0;
+}
+
+/* tieroff: [sched] tier is off, so the reserved peer is not there. */
+/* A request of one block in one step. */
+static struct kvl_req_desc one_block(struct kvl_req_block *b)
+{
+	static const uint32_t first1[2] = { 0, 1 }, ref0[1] = { 0 };
+
+	return (struct kvl_req_desc){
+		.blocks = b, .n_blocks = 1, .n_steps = 1, .step_first = first1, .step_blocks = ref0
+	};
+}
+
+static int mode_tier_off(void)
+{
+	struct kvl_req_block one = { .remote_off = 0, .remote_seg = 1, .length = 4096 };
+	struct kvl_req_desc d = one_block(&one);
+	struct kvl_remote_seg rs[4];
+	kvl_req_t h = 0;
+
+	printf("CHECK tier_off_segments %d\n", kvl_peer_segments(rt, KVL_PEER_LOCAL_TIER, rs, 4));
+	printf("CHECK tier_off_open %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	printf("CHECK h_unchanged %d\n", h == 0 ? 0 : -1);
+	fflush(stdout);
+	pause_at("end", "{}");
+	return 0;
+}
+
+/* tierbad: bad calls on the tier (each "CHECK name rc"), then requests verified to the end. */
+static int mode_tier_bad(void)
+{
+	struct kvl_req_block one = { .remote_off = 0, .remote_seg = 999, .length = 4096 };
+	struct kvl_req_desc d = one_block(&one);
+	struct kvl_xfer x = {
+		.cookie = 1, .local = &one, .length = 8, .remote_seg = seg.id, .op = KVL_READ
+	};
+	kvl_req_t h = 0;
+
+	printf("CHECK tier_unknown_segment %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	one.remote_seg = seg.id;
+	one.remote_off = seg.length - 100;
+	printf("CHECK tier_outside_segment %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	one.remote_off = UINT64_MAX - 10;
+	printf("CHECK tier_offset_wraps %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	one.remote_off = 0;
+	one.length = 0;
+	printf("CHECK tier_empty_block %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	one.length = 1u << 30;
+	printf("CHECK tier_block_too_long %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	one.length = 4096;
+	d.dir = KVL_REQ_PUSH; /* refused for the direction, before any local check */
+	printf("CHECK tier_push %d\n", kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h));
+	d.dir = KVL_REQ_PULL;
+	printf("CHECK tier_post %d\n", kvl_post(rt, KVL_PEER_LOCAL_TIER, &x, 1));
+	printf("CHECK h_unchanged %d\n", h == 0 ? 0 : -1);
+	fflush(stdout);
+	return mode_verify();
 }
 
 static int mode_bad(void)
@@ -957,7 +1018,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvl_start: %s\n", err);
 		return stage;
 	}
-	rc = kvl_connect(rt, addr, 5000, &peer, err, sizeof(err));
+	if (strcmp(mode, "tieroff") == 0) {
+		rc = mode_tier_off();
+		kvl_stop(rt);
+		return rc;
+	}
+	/* "tier": this host's KV tier ([sched] tier = true), no connection to make */
+	if (strcmp(addr, "tier") == 0) {
+		peer = KVL_PEER_LOCAL_TIER;
+		rc = 0;
+	} else
+		rc = kvl_connect(rt, addr, 5000, &peer, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "kvl_connect %s: %s\n", addr, err);
 		kvl_stop(rt);
@@ -965,7 +1036,7 @@ int main(int argc, char **argv)
 	}
 	n = kvl_peer_segments(rt, peer, rs, 16);
 	if (n <= 0) {
-		fprintf(stderr, "the peer offers no segment\n");
+		fprintf(stderr, "the peer offers no segment (%d)\n", n);
 		kvl_stop(rt);
 		return 1;
 	}
@@ -1004,6 +1075,8 @@ int main(int argc, char **argv)
 		rc = mode_push(ro);
 	else if (strcmp(mode, "flags") == 0)
 		rc = mode_flags();
+	else if (strcmp(mode, "tierbad") == 0)
+		rc = mode_tier_bad();
 	else
 		usage(argv[0]);
 	kvl_stop(rt);

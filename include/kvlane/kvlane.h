@@ -161,6 +161,21 @@ const char *kvl_seg_error(void);
 
 typedef uint32_t kvl_peer_t;
 
+/*
+ * This host's KV tier ([sched] tier = true): a peer handle of its own, so that one request API
+ * serves remote and local KV. kvl_peer_segments() on it lists the local host segments offered
+ * as tier (host memory that allows KVL_REMOTE_READ; with staging in VRAM, only those carved
+ * from the [memory] pool, which is pinned for the copy engine); kvl_req_open() PULLs their
+ * blocks into staging through the same scheduler and NIC lcore as a remote peer's: memcpy on
+ * the lcore into host staging, or the copy engine and gather kernel into VRAM staging, where
+ * a step is READY only once its copies have completed (a CUDA event the lcore polls). Not a
+ * kvl_post() peer (-ENOTCONN). kvl_req_open on it, beside its usual errors: -EACCES for a PUSH
+ * (the tier is only read), -ENOENT for a segment it does not offer (unknown, not readable, GPU
+ * memory, or outside the pool with VRAM staging), -ERANGE for a block outside its segment.
+ * Without [sched] tier both calls answer -ENOTCONN.
+ */
+#define KVL_PEER_LOCAL_TIER ((kvl_peer_t)0xFFFFFFFEu)
+
 /* Connect to the kvlane at @addr ("host:port" of its [control] listen), authenticate both
  * ways with the shared secret, exchange segments and open the data connections. Blocks up to
  * @timeout_ms. Returns 0, or a negative errno with the reason in @err. */

@@ -53,6 +53,9 @@ struct kvl_cudma_conn {
 	struct lseg local[KVL_MAX_SEGS];
 	unsigned n_local;
 	int failed; /* the status fail_all was given */
+	/* The current device is per thread: the thread that posts (a NIC lcore, not the one that
+	 * created the connection) makes it its own once, before its first launch. */
+	bool bound;
 	/* Scratch for one flush, depth entries each. */
 	struct kvl_cudma_copy *cp;
 	struct kvl_cudma_copy *small;
@@ -309,6 +312,10 @@ int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr)
 		return -EPIPE;
 	if (c->tail - c->head == c->o.depth)
 		return -EAGAIN;
+	if (!c->bound) {
+		cudaSetDevice(c->o.device);
+		c->bound = true;
+	}
 	r = &c->ring[c->tail & c->mask];
 	*r = (struct req){ .wr_id = wr->wr_id, .len = wr->length, .op = wr->op };
 	s = remote_lookup(c, wr->remote_seg);

@@ -21,62 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu_test.h"
-#include "kvlane/kvlane.h"
-
-static char tmp[32], prefix[40];
-
-static const char *write_ini(const char *name, const char *text)
-{
-	static char path[128];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	f = fopen(path, "w");
-	EXPECT(f != NULL, "cannot write %s", path);
-	fputs(text, f);
-	fclose(f);
-	return path;
-}
-
-/* One telemetry command through the runtime's own socket (SOCK_SEQPACKET, as any client). */
-static void tel(const char *cmd, char *out, size_t len)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char greet[1024];
-	int fd = -1;
-	ssize_t n;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/dpdk/%s/dpdk_telemetry.v2", tmp, prefix);
-	for (int i = 0; i < 200; i++) { /* the socket appears shortly after EAL starts */
-		fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			break;
-		close(fd);
-		fd = -1;
-		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-	}
-	EXPECT(fd >= 0, "no telemetry socket at %s", sa.sun_path);
-	EXPECT(read(fd, greet, sizeof(greet)) > 0, "no greeting");
-	EXPECT(write(fd, cmd, strlen(cmd)) == (ssize_t)strlen(cmd), "write %s", cmd);
-	n = read(fd, out, len - 1);
-	EXPECT(n > 0, "no reply to %s", cmd);
-	out[n] = '\0';
-	close(fd);
-}
-
-static struct kvl_runtime *start(const char *ini, const char *const *sets, unsigned n_sets,
-				 char *err, size_t errlen, int *stage)
-{
-	static char a0[] = "test_gpuseg", a1[] = "-l", a2[] = "0-1", a3[] = "--no-huge",
-		    a4[] = "-m", a5[] = "256", a6[] = "--no-pci", a7[] = "--file-prefix";
-	char *argv[] = { a0, a1, a2, a3, a4, a5, a6, a7, prefix, NULL };
-	struct kvl_start_args a = {
-		.eal_argc = 9, .eal_argv = argv, .config = ini, .sets = sets, .n_sets = n_sets
-	};
-
-	return kvl_start(&a, err, errlen, stage);
-}
+#include "gpu_rt.h"
 
 static const struct kvl_seg_geom GEOM = {
 	.layers = 2, .planes = 2, .blocks = 16, .block_bytes = 65536
@@ -93,11 +38,12 @@ static int run_auto(void)
 	int stage = 0;
 	struct kvl_runtime *rt;
 
-	rt = start(write_ini("auto.ini", INI_HEAD "[sched]\nstaging_mb = 16\nstaging = auto\n"),
-		   NULL, 0, err, sizeof(err), &stage);
+	rt = gpu_rt_start(
+		gpu_rt_write_ini("auto.ini", INI_HEAD "[sched]\nstaging_mb = 16\nstaging = auto\n"),
+		NULL, 0, err, sizeof(err), &stage);
 	EXPECT(rt != NULL, "staging = auto on tcp must start (host staging): stage %d: %s", stage,
 	       err);
-	tel("/kvlane/sched", out, sizeof(out));
+	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.400s\n", out);
 	EXPECT(strstr(out, "\"staging\":[\"host\"]") != NULL, "staging not host: %s", out);
 	EXPECT(strstr(out, "auto: nic.lo is tcp, which cannot land bytes in VRAM yet") != NULL,
@@ -119,16 +65,14 @@ int main(int argc, char **argv)
 
 	if (n == 0)
 		return GPU_TEST_SKIP;
-	snprintf(tmp, sizeof(tmp), "/tmp/kvl-gpuseg-XXXXXX");
-	EXPECT(mkdtemp(tmp) != NULL, "mkdtemp");
-	setenv("RUNTIME_DIRECTORY", tmp, 1);
-	snprintf(prefix, sizeof(prefix), "kvl-gpuseg-%d", (int)getpid());
+	gpu_rt_init("gpuseg");
 	if (strcmp(mode, "auto") == 0)
 		return run_auto();
 
 	/* (d) staging = gpu on a tcp NIC: refused before anything starts, saying why */
-	rt = start(write_ini("tcp.ini", INI_HEAD "[sched]\nstaging_mb = 16\nstaging = gpu\n"), NULL,
-		   0, err, sizeof(err), &stage);
+	rt = gpu_rt_start(
+		gpu_rt_write_ini("tcp.ini", INI_HEAD "[sched]\nstaging_mb = 16\nstaging = gpu\n"),
+		NULL, 0, err, sizeof(err), &stage);
 	EXPECT(rt == NULL && stage == KVL_START_CONFIG, "staging = gpu on tcp started (stage %d)",
 	       stage);
 	EXPECT(strstr(err, "sched.staging: gpu, but nic.lo has transport = tcp") &&
@@ -137,16 +81,16 @@ int main(int argc, char **argv)
 	printf("staging = gpu on tcp refused: %s\n", err);
 
 	/* (d) staging = gpu on the null transport: starts, staging in VRAM */
-	rt = start(write_ini("null.ini",
-			     INI_HEAD "[sched]\nstaging_mb = 16\nstaging = gpu\n"
-				      "null_transport = true\nnull_transport_ack = true\n"),
-		   NULL, 0, err, sizeof(err), &stage);
+	rt = gpu_rt_start(gpu_rt_write_ini("null.ini", INI_HEAD
+					   "[sched]\nstaging_mb = 16\nstaging = gpu\n"
+					   "null_transport = true\nnull_transport_ack = true\n"),
+			  NULL, 0, err, sizeof(err), &stage);
 	EXPECT(rt != NULL, "staging = gpu on the null transport: stage %d: %s", stage, err);
-	tel("/kvlane/sched", out, sizeof(out));
+	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.300s\n", out);
 	EXPECT(strstr(out, "\"staging\":[\"gpu\"]") && strstr(out, "\"staging_gpu\":[0]"),
 	       "staging not in VRAM of GPU 0: %s", out);
-	tel("/kvlane/segments", out, sizeof(out));
+	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
 	EXPECT(strstr(out, "\"staging.lo\"") && strstr(out, "\"kind\":[\"gpu\"]"),
 	       "staging segment not gpu: %s", out);
 
@@ -164,7 +108,7 @@ int main(int argc, char **argv)
 	rc = kvl_seg_register(rt, "host", host, &GEOM, KVL_REMOTE_READ, &hs);
 	EXPECT(rc == 0 && hs.mem == KVL_MEM_HOST && hs.gpu == -1, "host: %d %s", rc,
 	       kvl_seg_error());
-	tel("/kvlane/segments", out, sizeof(out));
+	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
 	printf("/kvlane/segments: %.600s\n", out);
 	row = strstr(out, "\"kind\":[");
 	EXPECT(row && strstr(row, "\"host\"") && strstr(out, "\"tensor_sub\""), "segments: %s",
@@ -242,7 +186,7 @@ int main(int argc, char **argv)
 	CK(cudaMemcpy(back, gs.base, GEOM_LEN, cudaMemcpyDeviceToHost));
 	EXPECT(kvl_pattern_check(back, GEOM_LEN, 7, 0) == GEOM_LEN, "bytes differ at %llu",
 	       (unsigned long long)kvl_pattern_check(back, GEOM_LEN, 7, 0));
-	tel("/kvlane/segments", out, sizeof(out));
+	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
 	EXPECT(strstr(out, "\"vram\""), "vram segment not listed: %s", out);
 
 	kvl_stop(rt); /* frees the VRAM it allocated; ours stays ours */

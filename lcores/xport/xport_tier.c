@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The host tier transport: READs of local host segments into staging, by memcpy or an engine. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvl_clock.h"
+#include "xport_tier.h"
+
+#define REAP_BURST 64
+
+/* One READ between its post and its reap. */
+struct treq {
+	uint64_t wr_id;
+	uint32_t len;
+	uint16_t left; /* engine requests not completed yet */
+	int32_t status;
+};
+
+/* One engine request (a local range of a READ) from its post here to its completion. */
+struct part {
+	uintptr_t dst;
+	uint64_t off; /* in the engine's remote segment dma_seg */
+	uint32_t len;
+	uint32_t seq; /* its READ */
+	bool done;
+};
+
+struct kvl_tier_conn {
+	struct kvl_tier_opts o;
+	struct treq *ring;
+	uint32_t mask;
+	uint32_t head, tail; /* [head, tail): taken, not reaped */
+	int failed;	     /* fail_all's status: later READs complete with it */
+	/* Engine requests by sequence number: [phead, ptail) handed to the engine (or failed)
+	 * and not all completed, [ptail, pend) waiting to be handed over as one batch. */
+	struct part *pr;
+	uint32_t pmask;
+	uint32_t phead, ptail, pend;
+	uint64_t pending_bytes, handed_bytes;
+	bool busy; /* engine copies in flight since busy_since */
+	uint64_t busy_since;
+	struct kvl_tier_stats st;
+};
+
+/* One writer (the lcore); telemetry loads each counter relaxed. */
+#define ST_ADD(c, f, v) __atomic_store_n(&(c)->st.f, (c)->st.f + (v), __ATOMIC_RELAXED)
+#define ST_SET(c, f, v) __atomic_store_n(&(c)->st.f, (v), __ATOMIC_RELAXED)
+
+static uint64_t now_ns(const struct kvl_tier_conn *c)
+{
+	return c->o.clock ? c->o.clock(c->o.clock_arg) : kvl_now_ns();
+}
+
+struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
+{
+	struct kvl_tier_conn *c;
+	unsigned depth = o->depth ? o->depth : 8192;
+
+	if (o->segs == NULL || o->staging == NULL || o->staging_len == 0 ||
+	    (depth & (depth - 1)) != 0 || depth > (1u << 24) ||
+	    (o->engine.ops != NULL &&
+	     (o->engine_depth == 0 || (o->engine_depth & (o->engine_depth - 1)) != 0 ||
+	      o->engine_depth > (1u << 24) || o->dma_len == 0 || o->dma_seg == 0))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c != NULL)
+		c->ring = calloc(depth, sizeof(*c->ring));
+	if (c != NULL && c->ring != NULL && o->engine.ops != NULL)
+		c->pr = calloc(o->engine_depth, sizeof(*c->pr));
+	if (c == NULL || c->ring == NULL || (o->engine.ops != NULL && c->pr == NULL)) {
+		if (c != NULL)
+			free(c->ring);
+		free(c);
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->o = *o;
+	c->o.depth = depth;
+	if (c->o.flush_bytes == 0)
+		c->o.flush_bytes = 8ull << 20;
+	c->mask = depth - 1;
+	c->pmask = o->engine_depth - 1;
+	c->st.engine = o->engine.ops != NULL;
+	return c;
+}
+
+void kvl_tier_stats_read(const struct kvl_tier_conn *c, struct kvl_tier_stats *out)
+{
+	const uint64_t *src = (const uint64_t *)&c->st;
+	uint64_t *dst = (uint64_t *)out;
+
+	_Static_assert(sizeof(struct kvl_tier_stats) % sizeof(uint64_t) == 0, "u64 words");
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+static bool in_staging(const struct kvl_tier_conn *c, const void *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p, s = (uintptr_t)c->o.staging;
+
+	return a >= s && a - s <= c->o.staging_len && len <= c->o.staging_len - (a - s);
+}
+
+/* The status @wr gets here, and its source address when KVL_OK. */
+static int check(const struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t *src)
+{
+	const struct kvl_seg *s;
+	uint64_t sum = 0;
+	int st;
+
+	if (c->failed)
+		return c->failed;
+	if (wr->op != KVL_OP_READ || (wr->flags & KVL_WR_NOTIFY))
+		return KVL_ERR_ACCESS; /* the tier is read from, never written to, by a request */
+	s = kvl_seg_lookup(c->o.segs, wr->remote_seg);
+	st = kvl_seg_check(s, wr->remote_off, wr->length, KVL_OP_READ);
+	if (st != KVL_OK)
+		return st;
+	if (s->flags & KVL_SEG_GPU)
+		return KVL_ERR_GPU_MEMORY; /* a host tier: VRAM is no source of it */
+	*src = (uintptr_t)s->base + wr->remote_off;
+	/* the engine reads only what was pinned for it */
+	if (c->o.engine.ops != NULL &&
+	    (*src < c->o.dma_base || *src - c->o.dma_base > c->o.dma_len ||
+	     wr->length > c->o.dma_len - (*src - c->o.dma_base)))
+		return KVL_ERR_ACCESS;
+	if (wr->n_sge <= 1)
+		return in_staging(c, wr->local, wr->length) ? KVL_OK : KVL_ERR_LOCAL;
+	if (wr->n_sge > KVL_WR_MAX_SGE)
+		return KVL_ERR_LOCAL;
+	for (unsigned k = 0; k < wr->n_sge; k++) {
+		if (!in_staging(c, wr->sge[k].addr, wr->sge[k].length))
+			return KVL_ERR_LOCAL;
+		sum += wr->sge[k].length;
+	}
+	return sum == wr->length ? KVL_OK : KVL_ERR_LOCAL;
+}
+
+/* The engine's requests for one READ, one per local range, queued for the next hand-over. */
+static uint16_t queue_parts(struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t src,
+			    uint32_t seq)
+{
+	unsigned n = wr->n_sge > 1 ? wr->n_sge : 1;
+	uint64_t off = src - c->o.dma_base;
+
+	for (unsigned k = 0; k < n; k++) {
+		struct part *p = &c->pr[c->pend++ & c->pmask];
+
+		p->dst = (uintptr_t)(wr->n_sge > 1 ? wr->sge[k].addr : wr->local);
+		p->len = wr->n_sge > 1 ? wr->sge[k].length : wr->length;
+		p->off = off;
+		p->seq = seq;
+		p->done = false;
+		off += p->len;
+		c->pending_bytes += p->len;
+	}
+	return (uint16_t)n;
+}
+
+/* A part that completed (@status) or can no longer be handed over. */
+static void part_done(struct kvl_tier_conn *c, struct part *p, int status)
+{
+	struct treq *r = &c->ring[p->seq & c->mask];
+
+	p->done = true;
+	r->left--;
+	if (status != KVL_OK && r->status == KVL_OK)
+		r->status = status;
+}
+
+/* Past the parts at the front that are done: their places may be used again. */
+static void parts_retire(struct kvl_tier_conn *c)
+{
+	while (c->phead != c->ptail && c->pr[c->phead & c->pmask].done)
+		c->phead++;
+}
+
+/* What waits goes to the engine as one batch (its next progress launches it). An engine that
+ * refuses for another reason than being full is broken: what waits fails with conn-lost. */
+static void hand_over(struct kvl_tier_conn *c)
+{
+	const struct kvl_xport_ops *ops = c->o.engine.ops;
+	struct kvl_wr e[64];
+
+	while (c->ptail != c->pend) {
+		unsigned n = c->pend - c->ptail < 64 ? c->pend - c->ptail : 64, taken;
+		int err = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			const struct part *p = &c->pr[(c->ptail + i) & c->pmask];
+
+			e[i] = (struct kvl_wr){ .wr_id = c->ptail + i,
+						.local = (void *)p->dst,
+						.remote_off = p->off,
+						.length = p->len,
+						.remote_seg = c->o.dma_seg,
+						.op = KVL_OP_READ,
+						.flags = KVL_WR_CHECKED };
+		}
+		if (!c->busy) {
+			c->busy = true;
+			c->busy_since = now_ns(c);
+		}
+		taken = ops->post(c->o.engine.c, e, n, &err);
+		for (unsigned i = 0; i < taken; i++) {
+			uint32_t len = c->pr[(c->ptail + i) & c->pmask].len;
+
+			c->handed_bytes += len;
+			c->pending_bytes -= len;
+		}
+		c->ptail += taken;
+		ST_ADD(c, copies, taken);
+		if (taken == n)
+			continue;
+		if (err != -EAGAIN) { /* room was kept for them: the engine is broken */
+			for (; c->ptail != c->pend; c->ptail++)
+				part_done(c, &c->pr[c->ptail & c->pmask], KVL_ERR_CONN_LOST);
+			c->pending_bytes = 0;
+			ST_ADD(c, engine_errors, 1);
+		}
+		break;
+	}
+	parts_retire(c);
+}
+
+static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
+{
+	struct kvl_tier_conn *c = p;
+	const struct kvl_xport_ops *eops = c->o.engine.ops;
+	uint64_t t0 = 0, copied = 0;
+	unsigned k;
+
+	for (k = 0; k < n; k++) {
+		struct treq *r = &c->ring[c->tail & c->mask];
+		unsigned parts = wr[k].n_sge > 1 ? wr[k].n_sge : 1;
+		uintptr_t src = 0;
+		int st;
+
+		if (c->tail - c->head == c->o.depth ||
+		    (eops != NULL && c->pend - c->phead + parts > c->o.engine_depth)) {
+			*err = -EAGAIN;
+			break;
+		}
+		st = check(c, &wr[k], &src);
+		*r = (struct treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
+		if (st == KVL_OK && eops != NULL) {
+			r->left = queue_parts(c, &wr[k], src, c->tail);
+		} else if (st == KVL_OK) {
+			if (t0 == 0)
+				t0 = now_ns(c);
+			if (wr[k].n_sge <= 1) {
+				memcpy(wr[k].local, (const void *)src, wr[k].length);
+				copied++;
+			} else {
+				for (unsigned s = 0; s < wr[k].n_sge; s++) {
+					memcpy(wr[k].sge[s].addr, (const void *)src,
+					       wr[k].sge[s].length);
+					src += wr[k].sge[s].length;
+				}
+				copied += wr[k].n_sge;
+			}
+		}
+		if (r->status != KVL_OK) {
+			ST_ADD(c, refused, 1);
+			ST_SET(c, last_refusal, r->status);
+		}
+		c->tail++;
+	}
+	if (copied) {
+		ST_ADD(c, copy_ns, now_ns(c) - t0);
+		ST_ADD(c, copies, copied);
+		ST_ADD(c, batches, 1);
+	}
+	ST_ADD(c, reads, k);
+	ST_SET(c, inflight, c->tail - c->head);
+	return k;
+}
+
+/* The engine's completions into their READs; the busy time once it has nothing in flight. */
+static unsigned engine_reap(struct kvl_tier_conn *c)
+{
+	const struct kvl_xport_ops *ops = c->o.engine.ops;
+	struct kvl_wc wc[REAP_BURST];
+	unsigned n, total = 0;
+
+	while ((n = ops->reap(c->o.engine.c, wc, REAP_BURST)) > 0) {
+		for (unsigned i = 0; i < n; i++) {
+			struct part *p = &c->pr[(uint32_t)wc[i].wr_id & c->pmask];
+
+			c->handed_bytes -= p->len;
+			part_done(c, p, wc[i].status);
+		}
+		total += n;
+	}
+	parts_retire(c);
+	if (c->busy && c->handed_bytes == 0) {
+		ST_ADD(c, copy_ns, now_ns(c) - c->busy_since);
+		c->busy = false;
+	}
+	if (total) {
+		struct kvl_xport_stats es;
+
+		ops->stats(c->o.engine.c, &es);
+		ST_SET(c, batches, es.qp_posts);
+	}
+	return total;
+}
+
+/*
+ * Hand over what waits once flush_bytes of it have gathered, or at once while less than that
+ * is in flight: the engine never runs dry, and while it is busy the lcore's passes (a few
+ * descriptors each) add up to one batch of about flush_bytes, so the engine's per-batch cost
+ * (an event, a cross-stream join) is paid per megabytes, not per pass.
+ */
+static unsigned tier_progress(void *p)
+{
+	struct kvl_tier_conn *c = p;
+	unsigned work = 0;
+
+	if (c->o.engine.ops == NULL)
+		return 0;
+	if (c->ptail != c->pend &&
+	    (c->pending_bytes >= c->o.flush_bytes || c->handed_bytes < c->o.flush_bytes)) {
+		hand_over(c);
+		work++;
+	}
+	work += c->o.engine.ops->progress(c->o.engine.c);
+	work += engine_reap(c);
+	/* copies in flight or waiting: stay awake (a copy's end cannot wake a sleeping lcore) */
+	return work ? work : c->pend != c->phead;
+}
+
+static unsigned tier_reap(void *p, struct kvl_wc *wc, unsigned max)
+{
+	struct kvl_tier_conn *c = p;
+	uint64_t ok = 0, bytes = 0;
+	unsigned n = 0;
+
+	while (n < max && c->head != c->tail) {
+		const struct treq *r = &c->ring[c->head & c->mask];
+
+		if (r->left != 0)
+			break; /* in posting order: the engine completes in order too */
+		wc[n++] = (struct kvl_wc){ .wr_id = r->wr_id,
+					   .bytes = r->status == KVL_OK ? r->len : 0,
+					   .status = r->status };
+		if (r->status == KVL_OK) {
+			ok++;
+			bytes += r->len;
+		}
+		c->head++;
+	}
+	if (n) {
+		ST_ADD(c, done, ok);
+		ST_ADD(c, bytes, bytes);
+		ST_SET(c, inflight, c->tail - c->head);
+	}
+	return n;
+}
+
+static void tier_fail_all(void *p, int status)
+{
+	struct kvl_tier_conn *c = p;
+
+	if (!c->failed)
+		c->failed = status;
+	if (c->o.engine.ops != NULL) {
+		/* lets what is on the stream land, then completes it with @status; what was
+		 * never handed over completes with @status too */
+		c->o.engine.ops->fail_all(c->o.engine.c, status);
+		engine_reap(c);
+		for (; c->ptail != c->pend; c->ptail++)
+			part_done(c, &c->pr[c->ptail & c->pmask], status);
+		c->pending_bytes = 0;
+		parts_retire(c);
+	}
+}
+
+static int tier_broken(const void *p)
+{
+	(void)p;
+	return 0; /* a broken engine fails its READs with a status; the tier stays routable */
+}
+
+static unsigned tier_outstanding(const void *p)
+{
+	const struct kvl_tier_conn *c = p;
+
+	return c->tail - c->head;
+}
+
+static void tier_stats(const void *p, struct kvl_xport_stats *out)
+{
+	struct kvl_tier_stats s;
+
+	kvl_tier_stats_read(p, &s);
+	memset(out, 0, sizeof(*out));
+	out->posted_read = s.reads;
+	out->done_read = s.done;
+	out->bytes_read = s.bytes;
+	out->qp_posts = s.batches;
+	out->qp_outstanding = s.inflight;
+}
+
+static void tier_free(void *p)
+{
+	struct kvl_tier_conn *c = p;
+
+	if (c == NULL)
+		return;
+	if (c->o.engine.ops != NULL)
+		c->o.engine.ops->free(c->o.engine.c);
+	free(c->pr);
+	free(c->ring);
+	free(c);
+}
+
+const struct kvl_xport_ops kvl_xport_tier = {
+	.name = "tier",
+	.post = tier_post,
+	.progress = tier_progress,
+	.reap = tier_reap,
+	.fail_all = tier_fail_all,
+	.broken = tier_broken,
+	.outstanding = tier_outstanding,
+	.stats = tier_stats,
+	.free = tier_free,
+};

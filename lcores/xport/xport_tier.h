@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The host tier transport: this host's KV in local host segments, copied into staging. */
+#ifndef KVL_LCORES_XPORT_TIER_H
+#define KVL_LCORES_XPORT_TIER_H
+
+#include <stdint.h>
+
+#include "xport.h"
+
+/*
+ * The peer KVL_PEER_LOCAL_TIER stands for: a READ names a local segment (its id in the lcores'
+ * table) and lands in the lcore's staging, as a READ from a remote peer does. A segment is a
+ * tier source when it is host memory (not KVL_SEG_GPU) that allows KVL_SEG_REMOTE_READ and,
+ * with a copy engine, lies inside the memory the engine can read (dma_base, dma_len: the
+ * [memory] pool, pinned for CUDA).
+ *
+ * Two ways to move the bytes, chosen once at creation:
+ *   - no engine (engine.ops NULL): memcpy on the lcore, inside post (host staging: a host
+ *     without a GPU, or staging = host);
+ *   - an engine: a connection with the xport ops whose remote segment @dma_seg is
+ *     [dma_base, dma_base + dma_len) and whose local memory is the staging (the copy engine and
+ *     gather kernel, lcores/gpu/xport_cudma.c). Each local range becomes one of its requests;
+ *     a READ completes when all of its have, so when it completes its bytes are in staging and
+ *     visible to the GPU (the engine completes a batch only once its CUDA event has passed,
+ *     polled in progress, never waited for).
+ * Completions come back in posting order. Refusals (a segment that is not a tier source, a
+ * range outside it, a local range outside staging) take a slot and complete with their status.
+ */
+struct kvl_tier_opts {
+	const struct kvl_seg_table *segs; /* the lcores' table (runtime/segments.c) */
+	uint8_t *staging;		  /* where READs land */
+	uint64_t staging_len;
+	struct kvl_xconn engine; /* NULL ops: memcpy on the lcore */
+	unsigned engine_depth;	 /* requests the engine holds at most (a power of two) */
+	/* engine: what waits is handed over as one batch once this many bytes have gathered, or
+	 * at once while less than this is in flight (0: 8 MiB) */
+	uint64_t flush_bytes;
+	uint32_t dma_seg; /* engine: its remote segment id for [dma_base, +dma_len) */
+	uintptr_t dma_base;
+	uint64_t dma_len;
+	unsigned depth; /* READs posted and not reaped (0: 8192; a power of two) */
+	/* the clock copy_ns is counted on (NULL: kvl_now_ns) */
+	uint64_t (*clock)(void *arg);
+	void *clock_arg;
+};
+
+/* Its counters (one writer, the lcore; kvl_tier_stats_read copies them for any thread). */
+struct kvl_tier_stats {
+	uint64_t reads;	   /* READs taken */
+	uint64_t done;	   /* completed with KVL_OK */
+	uint64_t refused;  /* completed with an error status, moving nothing */
+	uint64_t bytes;	   /* moved by completed READs */
+	uint64_t copies;   /* copies made: memcpy calls, or requests handed to the engine */
+	uint64_t batches;  /* bursts the lcore handed over (memcpy) or the engine's batches */
+	uint64_t copy_ns;  /* memcpy time, or time with engine copies in flight */
+	uint64_t inflight; /* READs taken and not reaped */
+	uint64_t engine_errors;
+	int32_t last_refusal; /* enum kvl_status of the last refused READ */
+	uint32_t engine;      /* 1: copy engine, 0: memcpy */
+};
+
+struct kvl_tier_conn;
+
+/* NULL with errno (EINVAL: no table or staging, a depth that is not a power of two; an engine
+ * without its depth or its range; ENOMEM). The engine, when given, is the tier's: freed with it. */
+struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o);
+
+/* A consistent-enough copy for telemetry (relaxed loads of each counter). */
+void kvl_tier_stats_read(const struct kvl_tier_conn *c, struct kvl_tier_stats *out);
+
+extern const struct kvl_xport_ops kvl_xport_tier;
+
+#endif /* KVL_LCORES_XPORT_TIER_H */

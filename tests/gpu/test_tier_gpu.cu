@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* gpu suite: >= 1 GiB PULLed from this host's KV tier into VRAM staging, checked on the GPU. */
+/*
+ * The whole runtime: kvl_start with [sched] tier = true, staging = gpu, the [memory] pool
+ * (pinned for CUDA); a 1 GiB segment carved from the pool (kvl_seg_alloc) filled with the
+ * pattern; one request on KVL_PEER_LOCAL_TIER opened with KVL_REQ_STEP_FLAGS, 16384 blocks of
+ * 64 KiB in 64 steps. The NIC lcore's scheduler READs them through the tier transport, whose
+ * copy engine and gather kernel (lcores/gpu/xport_cudma.c) land them in VRAM staging; READY
+ * is written only after a batch's CUDA event has passed.
+ *
+ * The engine side is one real stream, every operation enqueued before the request runs: per
+ * step, a wait on its READY word (cuStreamWaitValue32 on the device address the request API
+ * gives), a wait on a word of this test's ("the step's block addresses are in the table":
+ * the addresses are known only once the blocks landed, kvl_req_block_addr), a kernel that
+ * checks every byte of the step's blocks against the pattern, then a write of its DONE word,
+ * which is what frees the step's staging for the next steps. 256 MiB of staging for 1 GiB:
+ * each slot is used four times, so a kernel that ran before its blocks landed would read an
+ * earlier block's pattern and count it. Then /kvlane/tier through the telemetry socket, and a
+ * host segment outside the pool refused by the tier (-ENOENT: the copy engine reads only
+ * pinned memory).
+ * Exits 77 (skipped) without a GPU.
+ */
+#include <errno.h>
+#include <stdint.h>
+
+#include "gpu_rt.h"
+#include "gpusig.h"
+
+#define BLOCK	 (64u << 10)
+#define N_BLOCKS 16384u /* 1 GiB */
+#define N_STEPS	 64u
+#define PER_STEP (N_BLOCKS / N_STEPS)
+#define SEED	 7u
+#define LIMIT_S	 120.0
+
+/* The pattern of runtime/pattern.c, word by word: the same mix of (seed, word index). */
+__device__ static uint64_t pattern_word(uint32_t seed, uint64_t idx)
+{
+	uint64_t z = idx + 0x9e3779b97f4a7c15ull * ((uint64_t)seed + 1);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+struct counts {
+	unsigned long long checked, bad;
+};
+
+/* One thread block per KV block: every 8-byte word of it against the pattern at its offset in
+ * the segment (block b of the request sits at b * BLOCK there). */
+__global__ void check_step(const uint64_t *const *addr, uint32_t first, struct counts *c)
+{
+	const uint64_t *p = addr[first + blockIdx.x];
+	uint64_t base = (uint64_t)(first + blockIdx.x) * BLOCK / 8;
+	unsigned long long bad = 0;
+
+	for (uint32_t i = threadIdx.x; i < BLOCK / 8; i += blockDim.x)
+		bad += p[i] != pattern_word(SEED, base + i);
+	if (bad)
+		atomicAdd(&c->bad, bad);
+	__syncthreads();
+	if (threadIdx.x == 0)
+		atomicAdd(&c->checked, (unsigned long long)BLOCK);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static bool reached(uint32_t word, uint32_t epoch)
+{
+	return (int32_t)(word - epoch) >= 0;
+}
+
+int main(void)
+{
+	static const char ini[] =
+		"[runtime]\nname = tier-gpu\nidle_policy = poll\n"
+		"[nic.lo]\ndevice = lo\ntransport = tcp\n"
+		"[gpu]\nenable = true\ndevice_id = 0\nvram_reserve_mb = 2048\n"
+		"[memory]\npool_size_mb = 1088\nchunk_size_kb = 4096\n"
+		"[sched]\nstaging_mb = 256\nslot_kb = 64\nstaging = gpu\ntier = true\n"
+		"window_max_mb = 256\nmax_blocks = 65536\n";
+	struct kvl_seg_geom g = { 64, 2, N_BLOCKS / 128, BLOCK }; /* 64 x 2 x 128 x 64 KiB */
+	static struct kvl_req_block blocks[N_BLOCKS];
+	static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
+	struct kvl_remote_seg rs[8];
+	struct kvl_segment seg, out_of_pool;
+	struct kvl_req_desc d;
+	struct kvl_req_flags fl;
+	struct kvl_req_event ev[64];
+	char err[2048], out[16384];
+	uint64_t **tab, **tab_dev;
+	volatile uint32_t *table_ready;
+	uint32_t *table_ready_dev;
+	struct counts *cnt;
+	struct kvl_runtime *rt;
+	cudaStream_t st;
+	kvl_req_t req;
+	double t0, t_end;
+	int stage = 0, n, ended = 0, end_status = -1;
+	void *host_mem;
+
+	if (gpu_test_devices() == 0)
+		return GPU_TEST_SKIP;
+	gpu_rt_init("tiergpu");
+	CK(cudaSetDevice(0));
+	rt = gpu_rt_start(gpu_rt_write_ini("tier.ini", ini), NULL, 0, err, sizeof(err), &stage);
+	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
+	EXPECT(kvl_seg_alloc(rt, "tier", &g, KVL_REMOTE_READ, &seg) == 0, "kvl_seg_alloc 1 GiB");
+	EXPECT(seg.length == (uint64_t)N_BLOCKS * BLOCK && seg.mem == KVL_MEM_HOST,
+	       "segment %llu bytes, kind %u", (unsigned long long)seg.length, seg.mem);
+	kvl_pattern_fill(seg.base, seg.length, SEED, 0);
+	n = kvl_peer_segments(rt, KVL_PEER_LOCAL_TIER, rs, 8);
+	EXPECT(n == 1 && rs[0].id == seg.id && rs[0].length == seg.length,
+	       "the tier offers %d segments (want the pool's one, id %u)", n, seg.id);
+
+	/* host memory outside the pool: registered, but not pinned for the copy engine */
+	host_mem = aligned_alloc(4096, 1 << 20);
+	EXPECT(host_mem != NULL, "aligned_alloc");
+	{
+		struct kvl_seg_geom g1 = { 1, 1, 16, BLOCK };
+		uint32_t f1[2] = { 0, 1 }, r1[1] = { 0 };
+		struct kvl_req_block b1;
+		kvl_req_t h = 0;
+
+		EXPECT(kvl_seg_register(rt, "unpinned", host_mem, &g1, KVL_REMOTE_READ,
+					&out_of_pool) == 0,
+		       "kvl_seg_register host memory: %s", kvl_seg_error());
+		memset(&b1, 0, sizeof(b1));
+		b1.remote_seg = out_of_pool.id;
+		b1.length = BLOCK;
+		memset(&d, 0, sizeof(d));
+		d.blocks = &b1;
+		d.n_blocks = 1;
+		d.n_steps = 1;
+		d.step_first = f1;
+		d.step_blocks = r1;
+		EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &h) == -ENOENT && h == 0,
+		       "a segment outside the pool must not be a tier source with VRAM staging");
+		EXPECT(kvl_peer_segments(rt, KVL_PEER_LOCAL_TIER, rs, 8) == 1,
+		       "the unpinned segment is listed");
+		printf("outside the pool: not offered, kvl_req_open -ENOENT\n");
+	}
+
+	for (uint32_t i = 0; i < N_BLOCKS; i++) {
+		memset(&blocks[i], 0, sizeof(blocks[i]));
+		blocks[i].remote_seg = seg.id;
+		blocks[i].remote_off = (uint64_t)i * BLOCK;
+		blocks[i].length = BLOCK;
+		refs[i] = i;
+	}
+	for (uint32_t k = 0; k <= N_STEPS; k++)
+		first[k] = k * PER_STEP;
+	memset(&d, 0, sizeof(d));
+	d.blocks = blocks;
+	d.n_blocks = N_BLOCKS;
+	d.n_steps = N_STEPS;
+	d.step_first = first;
+	d.step_blocks = refs;
+	d.flags = KVL_REQ_STEP_FLAGS;
+
+	CK(cudaHostAlloc((void **)&tab, N_BLOCKS * sizeof(*tab), cudaHostAllocMapped));
+	CK(cudaHostGetDevicePointer((void **)&tab_dev, tab, 0));
+	CK(cudaHostAlloc((void **)&table_ready, N_STEPS * 64, cudaHostAllocMapped));
+	memset((void *)table_ready, 0, N_STEPS * 64);
+	CK(cudaHostGetDevicePointer((void **)&table_ready_dev, (void *)table_ready, 0));
+	CK(cudaMalloc((void **)&cnt, sizeof(*cnt)));
+	CK(cudaMemset(cnt, 0, sizeof(*cnt)));
+	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
+	t0 = now_s();
+	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
+	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
+	/* the whole stream up front: nothing is enqueued per step from here on */
+	for (uint32_t k = 0; k < N_STEPS; k++) {
+		EXPECT(kvl_gpusig_wait_addr(fl.ready_dev + (uint64_t)k * fl.stride, fl.epoch, st,
+					    err, sizeof(err)) == 0,
+		       "wait READY %u: %s", k, err);
+		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)table_ready_dev + k * 64, 1, st,
+					    err, sizeof(err)) == 0,
+		       "wait table %u: %s", k, err);
+		check_step<<<PER_STEP, 256, 0, st>>>((const uint64_t *const *)tab_dev, k * PER_STEP,
+						     cnt);
+		CK(cudaGetLastError());
+		EXPECT(kvl_gpusig_done_addr(fl.done_dev + (uint64_t)k * fl.stride, fl.epoch, st,
+					    err, sizeof(err)) == 0,
+		       "write DONE %u: %s", k, err);
+	}
+	/* The host's part: each step's block addresses once its READY word says they landed. */
+	for (uint32_t k = 0; k < N_STEPS; k++) {
+		const volatile uint32_t *rw =
+			(const volatile uint32_t *)((const uint8_t *)fl.ready +
+						    (size_t)k * fl.stride);
+
+		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
+			n = (int)kvl_req_poll(rt, ev, 64); /* STEP_READY events: drained */
+			for (int i = 0; i < n; i++)
+				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+					ended = 1;
+					end_status = ev[i].status;
+				}
+			EXPECT(!ended, "request ended before step %u was READY: %s", k,
+			       kvl_status_name(end_status));
+			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
+			       LIMIT_S);
+		}
+		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
+			void *a;
+
+			EXPECT(kvl_req_block_addr(rt, req, j, &a) == 0, "block %u address", j);
+			tab[j] = (uint64_t *)a;
+		}
+		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
+				 __ATOMIC_RELEASE);
+	}
+	while (!ended) {
+		n = (int)kvl_req_poll(rt, ev, 64);
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+				ended = 1;
+				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+			}
+		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
+	}
+	t_end = now_s();
+	CK(cudaStreamSynchronize(st));
+	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
+	{
+		struct counts h;
+
+		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
+		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
+		       "the GPU checked %llu bytes of %llu", h.checked,
+		       (unsigned long long)N_BLOCKS * BLOCK);
+		EXPECT(h.bad == 0, "%llu words differ from the pattern", h.bad);
+		printf("%u blocks (%llu bytes) checked on the GPU behind READY flags, 0 bad; "
+		       "open to DONE in %.3f s (%.1f GB/s with the checks)\n",
+		       N_BLOCKS, h.checked, t_end - t0, h.checked / (t_end - t0) / 1e9);
+	}
+	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
+	printf("/kvlane/tier: %.600s\n", out);
+	EXPECT(strstr(out, "\"method\":[\"copy_engine\"]") && strstr(out, "\"staging\":[\"gpu\"]"),
+	       "the tier's method and staging: %s", out);
+	snprintf(err, sizeof(err), "\"bytes\":[%llu]", (unsigned long long)N_BLOCKS * BLOCK);
+	EXPECT(strstr(out, err) != NULL, "/kvlane/tier bytes: want %s in %s", err, out);
+	EXPECT(strstr(out, "\"refused\":[0]") && strstr(out, "\"engine_errors\":[0]") &&
+		       strstr(out, "\"inflight\":[0]"),
+	       "refusals, engine errors or READs left: %s", out);
+	CK(cudaStreamDestroy(st));
+	kvl_stop(rt);
+	free(host_mem); /* registered memory stays the caller's until kvl_stop */
+	printf("PASS: tier_gpu (1 GiB from the host tier into VRAM staging, every byte checked on "
+	       "the GPU behind READY flags)\n");
+	return 0;
+}

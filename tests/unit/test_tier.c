@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit test of the host tier transport: memcpy path, engine path (a scripted engine), refusals. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvl_test.h"
+#include "xport_tier.h"
+
+#define STAGE  (1u << 20)
+#define SEGLEN (1u << 20)
+
+static struct kvl_seg_table tab;
+static uint8_t *seg_mem, *gpu_mem, *stage;
+
+static void add_seg(uint32_t id, uint8_t *base, uint64_t len, uint32_t flags)
+{
+	tab.seg[id - 1] = (struct kvl_seg){ .base = base, .len = len, .id = id, .flags = flags };
+	tab.live[id - 1] = true;
+}
+
+static struct kvl_wr rd(uint64_t id, uint32_t seg, uint64_t off, uint32_t len, void *local)
+{
+	return (struct kvl_wr){ .wr_id = id,
+				.local = local,
+				.remote_off = off,
+				.length = len,
+				.remote_seg = seg,
+				.op = KVL_OP_READ };
+}
+
+/* ---- a scripted engine: moves bytes only when the test lets a batch "land" ---- */
+
+struct fake_req {
+	struct kvl_wr wr;
+	int status;
+};
+
+static struct fake_engine {
+	struct fake_req q[64];
+	unsigned head, tail; /* [head, tail) posted and not reaped */
+	unsigned landed;     /* requests [head, landed) have landed */
+	bool hold;	     /* progress lands nothing while set */
+	unsigned posts, progresses;
+	uintptr_t pool_base;
+	int fail_next; /* refuse the next post with this errno */
+} fe;
+
+static unsigned fe_post(void *c, const struct kvl_wr *wr, unsigned n, int *err)
+{
+	unsigned k = 0;
+
+	(void)c;
+	for (; k < n; k++) {
+		if (fe.fail_next) {
+			*err = fe.fail_next;
+			fe.fail_next = 0;
+			break;
+		}
+		if (fe.tail - fe.head == 64) {
+			*err = -EAGAIN;
+			break;
+		}
+		fe.q[fe.tail++ % 64] = (struct fake_req){ .wr = wr[k] };
+	}
+	fe.posts += k;
+	return k;
+}
+
+static unsigned fe_progress(void *c)
+{
+	(void)c;
+	fe.progresses++;
+	if (fe.hold)
+		return 0;
+	for (; fe.landed != fe.tail; fe.landed++) {
+		const struct kvl_wr *w = &fe.q[fe.landed % 64].wr;
+
+		/* the engine's remote segment is the pool: the offset is from its base */
+		memcpy(w->local, (const void *)(fe.pool_base + w->remote_off), w->length);
+	}
+	return 1;
+}
+
+static unsigned fe_reap(void *c, struct kvl_wc *wc, unsigned max)
+{
+	unsigned n = 0;
+
+	(void)c;
+	while (n < max && fe.head != fe.landed) {
+		const struct fake_req *q = &fe.q[fe.head++ % 64];
+
+		wc[n++] = (struct kvl_wc){ .wr_id = q->wr.wr_id,
+					   .bytes = q->status == KVL_OK ? q->wr.length : 0,
+					   .status = q->status };
+	}
+	return n;
+}
+
+static unsigned fe_outstanding(const void *c)
+{
+	(void)c;
+	return fe.tail - fe.head;
+}
+
+static void fe_stats(const void *c, struct kvl_xport_stats *out)
+{
+	(void)c;
+	memset(out, 0, sizeof(*out));
+	out->qp_posts = fe.progresses;
+}
+
+/* As cudma's: what was posted and has not completed completes with @status, moving nothing. */
+static void fe_fail_all(void *c, int status)
+{
+	(void)c;
+	for (; fe.landed != fe.tail; fe.landed++)
+		fe.q[fe.landed % 64].status = status;
+}
+
+static int fe_broken(const void *c)
+{
+	(void)c;
+	return 0;
+}
+
+static void fe_free(void *c)
+{
+	(void)c;
+}
+
+static const struct kvl_xport_ops fe_ops = { .name = "fake-engine",
+					     .post = fe_post,
+					     .progress = fe_progress,
+					     .reap = fe_reap,
+					     .fail_all = fe_fail_all,
+					     .broken = fe_broken,
+					     .outstanding = fe_outstanding,
+					     .stats = fe_stats,
+					     .free = fe_free };
+
+static uint64_t fake_now;
+
+static uint64_t fake_clock(void *arg)
+{
+	(void)arg;
+	return fake_now += 100;
+}
+
+/* ---- cases ---- */
+
+/* memcpy on the lcore: bytes land at post, complete in order, refusals with their status. */
+static void test_memcpy(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .depth = 16,
+				   .clock = fake_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c = kvl_tier_new(&o);
+	struct kvl_wr w[8];
+	struct kvl_wc wc[16];
+	struct kvl_tier_stats st;
+	int err = 0;
+	unsigned n;
+
+	CHECK(c != NULL);
+	memset(stage, 0xee, STAGE);
+	w[0] = rd(10, 1, 4096, 65536, stage);
+	w[1] = rd(11, 1, 0, 1000, stage + 65536);
+	w[2] = rd(12, 9, 0, 64, stage);		    /* no such segment */
+	w[3] = rd(13, 1, SEGLEN - 10, 64, stage);   /* past its end */
+	w[4] = rd(14, 2, 0, 64, stage);		    /* a GPU segment */
+	w[5] = rd(15, 1, 0, 64, stage + STAGE - 8); /* past the staging */
+	w[6] = rd(16, 3, 0, 64, stage);		    /* not readable */
+	w[7] = rd(17, 1, 0, 64, stage);
+	w[7].op = KVL_OP_WRITE; /* the tier is read from only */
+	CHECK_INT(ops->post(c, w, 8, &err), 8);
+	CHECK(memcmp(stage, seg_mem + 4096, 65536) == 0);
+	CHECK(memcmp(stage + 65536, seg_mem, 1000) == 0);
+	CHECK_INT(ops->outstanding(c), 8);
+	n = ops->reap(c, wc, 16);
+	CHECK_INT(n, 8);
+	CHECK_INT(wc[0].wr_id, 10);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, 65536);
+	CHECK_INT(wc[1].wr_id, 11);
+	CHECK_INT(wc[1].bytes, 1000);
+	CHECK_INT(wc[2].status, KVL_ERR_NO_SEGMENT);
+	CHECK_INT(wc[3].status, KVL_ERR_BOUNDS);
+	CHECK_INT(wc[4].status, KVL_ERR_GPU_MEMORY);
+	CHECK_INT(wc[5].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[6].status, KVL_ERR_ACCESS);
+	CHECK_INT(wc[7].status, KVL_ERR_ACCESS);
+	for (unsigned i = 2; i < 8; i++)
+		CHECK_INT(wc[i].bytes, 0);
+	kvl_tier_stats_read(c, &st);
+	CHECK_INT(st.reads, 8);
+	CHECK_INT(st.done, 2);
+	CHECK_INT(st.refused, 6);
+	CHECK_INT(st.bytes, 65536 + 1000);
+	CHECK_INT(st.copies, 2);
+	CHECK_INT(st.batches, 1);
+	CHECK_INT(st.copy_ns, 100); /* one burst, timed once: the fake clock moves 100 a read */
+	CHECK_INT(st.inflight, 0);
+	CHECK_INT(st.engine, 0);
+	CHECK_INT(st.last_refusal, KVL_ERR_ACCESS);
+
+	/* A scattered READ: remote-contiguous, three local ranges. */
+	w[0] = rd(20, 1, 8192, 3000, NULL);
+	w[0].n_sge = 3;
+	w[0].sge[0] = (struct kvl_sge){ stage + 200000, 1000, 0 };
+	w[0].sge[1] = (struct kvl_sge){ stage + 100000, 1500, 0 };
+	w[0].sge[2] = (struct kvl_sge){ stage + 300000, 500, 0 };
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	CHECK(memcmp(stage + 200000, seg_mem + 8192, 1000) == 0);
+	CHECK(memcmp(stage + 100000, seg_mem + 9192, 1500) == 0);
+	CHECK(memcmp(stage + 300000, seg_mem + 10692, 500) == 0);
+	/* ranges that do not add up to the length are refused, not half copied */
+	w[1] = w[0];
+	w[1].wr_id = 21;
+	w[1].sge[2].length = 400;
+	CHECK_INT(ops->post(c, &w[1], 1, &err), 1);
+	CHECK_INT(ops->reap(c, wc, 16), 2);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, 3000);
+	CHECK_INT(wc[1].status, KVL_ERR_LOCAL);
+
+	/* Full: depth READs taken, the next waits with -EAGAIN; nothing is lost. */
+	for (unsigned i = 0; i < 16; i++) {
+		struct kvl_wr x = rd(100 + i, 1, i * 64, 64, stage + i * 64);
+
+		CHECK_INT(ops->post(c, &x, 1, &err), 1);
+	}
+	w[0] = rd(200, 1, 0, 64, stage);
+	err = 0;
+	CHECK_INT(ops->post(c, w, 1, &err), 0);
+	CHECK_INT(err, -EAGAIN);
+	CHECK_INT(ops->reap(c, wc, 16), 16);
+	CHECK_INT(wc[15].wr_id, 115);
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	CHECK_INT(ops->reap(c, wc, 16), 1);
+
+	/* After fail_all, READs complete with its status and move nothing. */
+	ops->fail_all(c, KVL_ERR_CANCELED);
+	memset(stage, 0, 64);
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	CHECK_INT(ops->reap(c, wc, 16), 1);
+	CHECK_INT(wc[0].status, KVL_ERR_CANCELED);
+	CHECK_INT(stage[0], 0);
+	ops->free(c);
+}
+
+/* With an engine: a READ completes only once every one of its copies has landed. */
+static void test_engine(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .engine = { &fe_ops, &fe },
+				   .engine_depth = 8,
+				   .dma_seg = 1,
+				   .dma_base = (uintptr_t)seg_mem,
+				   .dma_len = SEGLEN / 2, /* only the first half is "pinned" */
+				   .depth = 16,
+				   .clock = fake_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w[4];
+	struct kvl_wc wc[16];
+	struct kvl_tier_stats st;
+	int err = 0;
+
+	memset(&fe, 0, sizeof(fe));
+	fe.pool_base = (uintptr_t)seg_mem;
+	o.engine_depth = 0;
+	CHECK(kvl_tier_new(&o) == NULL); /* an engine needs its depth */
+	o.engine_depth = 8;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	memset(stage, 0, STAGE);
+	fe.hold = true;
+	w[0] = rd(1, 1, 0, 4096, stage);
+	w[1] = rd(2, 1, 65536, 6000, NULL);
+	w[1].n_sge = 2;
+	w[1].sge[0] = (struct kvl_sge){ stage + 500000, 2000, 0 };
+	w[1].sge[1] = (struct kvl_sge){ stage + 400000, 4000, 0 };
+	w[2] = rd(3, 1, SEGLEN / 2, 64, stage); /* outside what the engine may read */
+	CHECK_INT(ops->post(c, w, 3, &err), 3);
+	CHECK_INT(fe.posts, 0); /* handed over by progress, as one batch */
+	/* in flight: nothing is complete, nothing has landed */
+	CHECK(ops->progress(c) >= 1); /* copies in flight keep the lcore awake */
+	CHECK_INT(fe.posts, 3);	      /* 1 + 2 ranges; the refused one never reaches the engine */
+	CHECK_INT(fe.q[1].wr.remote_off, 65536);
+	CHECK_INT(fe.q[2].wr.remote_off, 65536 + 2000);
+	CHECK_INT(fe.q[2].wr.remote_seg, 1);
+	CHECK(ops->progress(c) >= 1);
+	CHECK_INT(ops->reap(c, wc, 16), 0);
+	CHECK_INT(stage[0], 0);
+	/* landed: completions in order, bytes there first */
+	fe.hold = false;
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 3);
+	CHECK_INT(wc[0].wr_id, 1);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[1].wr_id, 2);
+	CHECK_INT(wc[1].bytes, 6000);
+	CHECK_INT(wc[2].status, KVL_ERR_ACCESS);
+	CHECK(memcmp(stage, seg_mem, 4096) == 0);
+	CHECK(memcmp(stage + 500000, seg_mem + 65536, 2000) == 0);
+	CHECK(memcmp(stage + 400000, seg_mem + 65536 + 2000, 4000) == 0);
+	kvl_tier_stats_read(c, &st);
+	CHECK_INT(st.copies, 3);
+	CHECK_INT(st.done, 2);
+	CHECK_INT(st.bytes, 4096 + 6000);
+	CHECK_INT(st.refused, 1);
+	CHECK_INT(st.engine, 1);
+	CHECK(st.copy_ns > 0); /* busy from the first post until the engine emptied */
+	CHECK_INT(st.batches, fe.progresses);
+
+	/* The engine's room bounds what is taken: a READ of 8 ranges waits for 8 free. */
+	fe.hold = true;
+	w[0] = rd(4, 1, 0, 64, stage);
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	w[1] = rd(5, 1, 0, 8 * 64, NULL);
+	w[1].n_sge = 8;
+	for (unsigned k = 0; k < 8; k++)
+		w[1].sge[k] = (struct kvl_sge){ stage + k * 64, 64, 0 };
+	err = 0;
+	CHECK_INT(ops->post(c, &w[1], 1, &err), 0);
+	CHECK_INT(err, -EAGAIN);
+	fe.hold = false;
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 1);
+	CHECK_INT(ops->post(c, &w[1], 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 1);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, 8 * 64);
+	/* an engine that refuses (broken) fails the READ with conn-lost, never stalls it */
+	fe.fail_next = -EPIPE;
+	w[2] = rd(6, 1, 0, 64, stage);
+	CHECK_INT(ops->post(c, &w[2], 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 1);
+	CHECK_INT(wc[0].wr_id, 6);
+	CHECK_INT(wc[0].status, KVL_ERR_CONN_LOST);
+	kvl_tier_stats_read(c, &st);
+	CHECK_INT(st.engine_errors, 1);
+	ops->free(c);
+}
+
+/* While flush_bytes are in flight, what the lcore posts pass after pass waits and goes over as
+ * one batch once flush_bytes of it have gathered; with little in flight it goes at once. */
+static void test_engine_batches(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .engine = { &fe_ops, &fe },
+				   .engine_depth = 16,
+				   .flush_bytes = 4096,
+				   .dma_seg = 1,
+				   .dma_base = (uintptr_t)seg_mem,
+				   .dma_len = SEGLEN,
+				   .depth = 16,
+				   .clock = fake_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w;
+	struct kvl_wc wc[16];
+	unsigned progresses;
+	int err = 0;
+
+	memset(&fe, 0, sizeof(fe));
+	fe.pool_base = (uintptr_t)seg_mem;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	memset(stage, 0, STAGE);
+	fe.hold = true;
+	w = rd(1, 1, 0, 8192, stage); /* nothing in flight: goes at once */
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 1);
+	for (unsigned i = 0; i < 3; i++) { /* 8 KiB in flight: these wait */
+		w = rd(2 + i, 1, 65536 + i * 1024, 1024, stage + 65536 + i * 1024);
+		CHECK_INT(ops->post(c, &w, 1, &err), 1);
+		ops->progress(c);
+		CHECK_INT(fe.posts, 1);
+	}
+	progresses = fe.progresses;
+	w = rd(5, 1, 65536 + 3 * 1024, 1024, stage + 65536 + 3 * 1024); /* 4 KiB waiting now */
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 5); /* the four as one batch, launched by this one progress */
+	CHECK_INT(fe.progresses, progresses + 1);
+	CHECK_INT(ops->reap(c, wc, 16), 0); /* held: nothing landed, nothing complete */
+	fe.hold = false;
+	ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 16), 5);
+	for (unsigned i = 0; i < 5; i++) {
+		CHECK_INT(wc[i].wr_id, 1 + i);
+		CHECK_INT(wc[i].status, KVL_OK);
+	}
+	CHECK(memcmp(stage, seg_mem, 8192) == 0);
+	CHECK(memcmp(stage + 65536, seg_mem + 65536, 4096) == 0);
+	/* fail_all completes what never reached the engine with its status */
+	fe.hold = true;
+	w = rd(6, 1, 0, 8192, stage);
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	w = rd(7, 1, 0, 1024, stage);
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	ops->progress(c);
+	CHECK_INT(fe.posts, 6); /* 7 waits behind 8 KiB in flight */
+	fe.hold = false;
+	ops->fail_all(c, KVL_ERR_CANCELED);
+	CHECK_INT(ops->reap(c, wc, 16), 2);
+	CHECK_INT(wc[0].wr_id, 6); /* on the engine: its fail_all's status */
+	CHECK_INT(wc[0].status, KVL_ERR_CANCELED);
+	CHECK_INT(wc[1].wr_id, 7); /* never handed over: the same */
+	CHECK_INT(wc[1].status, KVL_ERR_CANCELED);
+	CHECK_INT(ops->outstanding(c), 0);
+	ops->free(c);
+}
+
+static void test_bad_opts(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab, .staging = stage, .staging_len = STAGE };
+
+	o.depth = 12;
+	CHECK(kvl_tier_new(&o) == NULL);
+	CHECK_INT(errno, EINVAL);
+	o.depth = 0;
+	o.segs = NULL;
+	CHECK(kvl_tier_new(&o) == NULL);
+	o.segs = &tab;
+	o.staging = NULL;
+	CHECK(kvl_tier_new(&o) == NULL);
+}
+
+int main(void)
+{
+	seg_mem = malloc(SEGLEN);
+	gpu_mem = malloc(4096);
+	stage = malloc(STAGE);
+	kvl_test_fill_random(seg_mem, SEGLEN);
+	add_seg(1, seg_mem, SEGLEN, KVL_SEG_REMOTE_READ);
+	add_seg(2, gpu_mem, 4096, KVL_SEG_REMOTE_READ | KVL_SEG_GPU);
+	add_seg(3, seg_mem, 4096, KVL_SEG_REMOTE_WRITE);
+	test_memcpy();
+	test_engine();
+	test_engine_batches();
+	test_bad_opts();
+	free(seg_mem);
+	free(gpu_mem);
+	free(stage);
+	return kvl_test_done("tier");
+}
