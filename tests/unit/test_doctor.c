@@ -137,7 +137,9 @@ static void test_bad(void)
 	       ">= 1024.8 MiB: [memory] pool 1024 MiB", "LimitMEMLOCK=infinity");
 	/* no hugepages */
 	expect("hugepages", "host", KVL_DOC_FAIL, "2048 kB: 0 reserved, 0 free",
-	       "needs 512 hugepages of 2048 kB and HugePages_Free is 0", "hugepage = auto");
+	       "the 1024 MiB pool on hugepages (hugepage = true)",
+	       "needs 512 hugepages of 2048 kB and HugePages_Free is 0");
+	CHECK_HAS(find("hugepages", "host")->fix, "reserve them: echo 512 > ");
 	/* x4 slot, Gen3 link */
 	expect("pcie_nic", "nic.rail0", KVL_DOC_WARN, "x4 at 8.0 GT/s (max x16 at 16.0 GT/s)",
 	       "trained at its maximum (x16, 16.0 GT/s)", "trained to x4 of x16");
