@@ -169,6 +169,29 @@ static void test_bad(void)
 	CHECK_INT(kvl_doctor_exit_code(&rep), 2);
 }
 
+/* root's CAP_IPC_LOCK lifts RLIMIT_MEMLOCK for mlock and memory registration alike. */
+static void test_memlock_cap(void)
+{
+	const char *huge[] = { "memory.pool_size_mb=64", "memory.hugepage=true" };
+	const char *small[] = { "memory.pool_size_mb=64", "memory.hugepage=false" };
+
+	run("doctor/bad.ini", NULL, 0, "sysfs/doctor-bad", "proc/doctor-root", "0,4-7");
+	expect("memlock", "host", KVL_DOC_PASS,
+	       "soft 64 KiB, hard 64 KiB, but the process has "
+	       "CAP_IPC_LOCK",
+	       ">= 1024.8 MiB", NULL);
+	/* a pool on hugepages with no RDMA NIC pins nothing that the limit counts */
+	run("../../config/default.ini", huge, 2, "sysfs/doctor-good", "proc/doctor-bad", NULL);
+	expect("memlock", "host", KVL_DOC_PASS, "soft 64 KiB",
+	       "nothing: the pool is on hugepages and no RDMA NIC", NULL);
+	/* on 4 KiB pages it is mlock'd: 64 MiB against 64 KiB */
+	run("../../config/default.ini", huge, 1, "sysfs/doctor-good", "proc/doctor-bad", NULL);
+	expect("memlock", "host", KVL_DOC_PASS, "soft 64 KiB", "nothing", NULL);
+	run("../../config/default.ini", small, 2, "sysfs/doctor-good", "proc/doctor-bad", NULL);
+	expect("memlock", "host", KVL_DOC_FAIL, "soft 64 KiB", ">= 64 MiB: [memory] pool 64 MiB",
+	       "memlock unlimited");
+}
+
 /* The NICs on socket 1, EAL's workers on socket 0: kvlaned would not start; allowed: WARN. */
 static void test_numa(void)
 {
@@ -287,6 +310,7 @@ int main(void)
 	test_good();
 	test_bad();
 	test_numa();
+	test_memlock_cap();
 	test_no_rdma();
 	test_host_config();
 	test_json();
