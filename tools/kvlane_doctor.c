@@ -34,12 +34,14 @@ static void usage(FILE *fp, const char *prog)
 		"  -l, --lcores LIST     the CPUs given to EAL (-l), main lcore first, e.g. 0-3:\n"
 		"                        enables the NUMA, isolation, governor and IRQ checks\n"
 		"      --json            one JSON object instead of the table\n"
-		"  -q, --quiet           print only WARN and FAIL lines and the totals\n"
+		"  -q, --quiet           print only WARN and FAIL lines and the totals, and\n"
+		"                        exit 0 on warnings (systemd's ExecStartPre)\n"
 		"      --sysfs-root DIR  read DIR instead of /sys (fixture trees in tests)\n"
 		"      --proc-root DIR   read DIR instead of /proc (limits, IRQs, kernel release)\n"
 		"  -h, --help            this text\n"
 		"\n"
-		"Exit status: 0 every check passed (or was skipped), 1 a WARN, 2 a FAIL,\n"
+		"Exit status: 0 every check passed (or was skipped), 1 a WARN (0 with -q), 2 a "
+		"FAIL,\n"
 		"3 bad command line or INI.\n",
 		prog);
 }
@@ -117,5 +119,8 @@ int main(int argc, char **argv)
 		kvl_doctor_print_json(stdout, &rep);
 	else
 		kvl_doctor_print(stdout, &rep, quiet);
+	/* --quiet is for ExecStartPre: a WARN is in the journal, only a FAIL stops the start. */
+	if (quiet && kvl_doctor_exit_code(&rep) == 1)
+		return 0;
 	return kvl_doctor_exit_code(&rep);
 }
