@@ -8,7 +8,7 @@ set -eu
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 command -v systemd-analyze > /dev/null || { echo "skipped: no systemd-analyze (Debian: systemd)"; exit 77; }
-unit=$build/tools/systemd/kvlaned@.service
+unit=$build/tools/dist/kvlaned@.service
 [ -f "$unit" ] || { echo "check-unit: $unit was not generated"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
