@@ -938,6 +938,47 @@ static void check_gpudirect(struct doc *d, bool any_gpu)
 	       "in VRAM are refused");
 }
 
+/* The GPU kvlaned opens: present, its GPUDirect RDMA attribute, free VRAM against the reserve. */
+static void check_cuda(struct doc *d, const struct kvl_doc_cuda *c)
+{
+	uint64_t budget;
+	struct kvl_doc_row *w;
+
+	if (c == NULL || !c->probed) {
+		if (d->cfg->gpu.enable) {
+			w = row(d, "cuda_gpu", "host", KVL_DOC_SKIP);
+			OBS(w, "not probed: this build has no CUDA, or the caller did not ask");
+			EXP(w, "CUDA device %u usable (kvlaned's start-up checks it)",
+			    d->cfg->gpu.device_id);
+		}
+		return;
+	}
+	if (c->rc < 0) {
+		w = row(d, "cuda_gpu", "host", c->required ? KVL_DOC_FAIL : KVL_DOC_WARN);
+		OBS(w, "%s", c->err);
+		EXP(w, "CUDA device %d usable", c->device_id);
+		FIX(w, "%s",
+		    c->required ? "the cause above says which key or driver; [gpu] enable = "
+				  "false runs without a GPU"
+				: "load the NVIDIA driver (nvidia-smi must list the GPU)");
+		return;
+	}
+	budget = c->free > c->reserve ? c->free - c->reserve : 0;
+	w = row(d, "cuda_gpu", "host", budget && c->gpudirect_rdma ? KVL_DOC_PASS : KVL_DOC_WARN);
+	OBS(w,
+	    "GPU %d of %d: %s (%s), %" PRIu64 " MiB total, %" PRIu64 " MiB free, reserve %" PRIu64
+	    " MiB: budget %" PRIu64 " MiB; GPUDirect RDMA attribute %s",
+	    c->device_id, c->device_count, c->name, c->pci, c->total >> 20, c->free >> 20,
+	    c->reserve >> 20, budget >> 20, c->gpudirect_rdma ? "1" : "0");
+	EXP(w, "free VRAM above [gpu] vram_reserve_mb, and the GPUDirect RDMA attribute set");
+	if (!budget)
+		FIX(w, "free VRAM is below the reserve: the staging budget is 0 (no VRAM staging); "
+		       "free memory on the GPU or lower [gpu] vram_reserve_mb");
+	else if (!c->gpudirect_rdma)
+		FIX(w, "the device reports no GPUDirect RDMA: VRAM cannot be an RDMA target, "
+		       "staging goes through host memory ([gpu] gpudirect = auto)");
+}
+
 /* ---- CPU: isolation, governor, NIC interrupts ---- */
 
 static void cpus_str(char *buf, size_t cap, const unsigned *c, unsigned n)
@@ -1166,6 +1207,7 @@ void kvl_doctor_run(const struct kvl_config *cfg, const struct kvl_doc_opts *o,
 	for (unsigned i = 0; i < cfg->n_nics; i++)
 		any_gpu |= pairs[i].gpu >= 0;
 	check_gpudirect(&d, any_gpu);
+	check_cuda(&d, o->cuda);
 	check_cpu(&d);
 	for (unsigned i = 0; i < cfg->n_nics; i++)
 		if (d.found[i])

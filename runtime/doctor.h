@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
@@ -46,6 +47,32 @@ struct kvl_doc_report {
 	struct kvl_doc_row rows[KVL_DOC_MAX_ROWS];
 };
 
+/*
+ * What CUDA says about the GPU kvlaned would open ([gpu] device_id), for the cuda_gpu check.
+ * This file does not call CUDA: the caller fills it (kvl_doctor_probe_cuda, doctor_gpu.c,
+ * through runtime/gpu.c's kvl_gpu_open, the start-up's own).
+ */
+struct kvl_doc_cuda {
+	bool probed;
+	bool required; /* [gpu] enable = true: a failure stops kvlaned */
+	int rc;	       /* kvl_gpu_open's: 0 or a negative errno with @err */
+	char err[320];
+	int device_id;
+	int device_count;
+	char name[128];
+	char pci[32];
+	bool gpudirect_rdma; /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED */
+	uint64_t total, free, reserve;
+};
+
+/*
+ * Open the GPU as kvlaned would: when @cfg's [gpu] enable is true, or when @host_mode (no
+ * INI) and sysfs under @sysfs_root shows an NVIDIA GPU (then device 0, no reserve). Leaves
+ * @c->probed false when neither. Needs CUDA: link kvl_runtime_lib (gpu.c) with it.
+ */
+void kvl_doctor_probe_cuda(const struct kvl_config *cfg, bool host_mode, const char *sysfs_root,
+			   struct kvl_doc_cuda *c);
+
 struct kvl_doc_opts {
 	const char *sysfs_root; /* NULL: "/sys" */
 	const char *proc_root;	/* NULL: "/proc" */
@@ -53,6 +80,7 @@ struct kvl_doc_opts {
 	 * lcore checks are skipped. */
 	const char *lcores;
 	bool have_ini; /* false: @cfg's NICs are every RDMA device found (no -c given) */
+	const struct kvl_doc_cuda *cuda; /* NULL: not probed (the unit tests fill their own) */
 };
 
 /* Run every check on @cfg's NICs in the checklist's order. @r is filled; never fails. */

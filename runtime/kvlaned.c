@@ -102,6 +102,7 @@ static int run_doctor(const struct kvl_args *a)
 {
 	static struct kvl_conf_errors errs;
 	static struct kvl_doc_report rep;
+	static struct kvl_doc_cuda cuda;
 	static struct kvl_config cfg;
 	struct kvl_doc_opts o = { .sysfs_root = a->sysfs_root, .have_ini = true };
 	char lcores[256];
@@ -110,6 +111,8 @@ static int run_doctor(const struct kvl_args *a)
 		return 0; /* the start-up reports the INI's errors, as without --doctor */
 	if (kvl_doctor_eal_lcores(a->eal_argc, a->eal_argv, lcores, sizeof(lcores)) == 0)
 		o.lcores = lcores;
+	kvl_doctor_probe_cuda(&cfg, false, a->sysfs_root, &cuda);
+	o.cuda = &cuda;
 	kvl_doctor_run(&cfg, &o, &rep);
 	printf("kvlaned: --doctor (kvlane-doctor's checks on %s):\n", a->config);
 	kvl_doctor_print(stdout, &rep, true);

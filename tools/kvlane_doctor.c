@@ -22,6 +22,7 @@ static void usage(FILE *fp, const char *prog)
 		"[memory]; PCIe width and speed of the NIC and its GPU (trained down?) and the\n"
 		"ceiling against the port's rate; NIC <-> NUMA node <-> lcores; GPU <-> NIC\n"
 		"distance (PIX/PXB/PHB/NODE/SYS); GPUDirect (nvidia_peermem or dma-buf); the\n"
+		"CUDA device, its GPUDirect RDMA attribute and free VRAM against the reserve; the\n"
 		"polling cores' isolation, governor and the NIC's IRQs. docs/doctor.md explains\n"
 		"every line.\n"
 		"\n"
@@ -38,6 +39,9 @@ static void usage(FILE *fp, const char *prog)
 		"                        exit 0 on warnings (systemd's ExecStartPre)\n"
 		"      --sysfs-root DIR  read DIR instead of /sys (fixture trees in tests)\n"
 		"      --proc-root DIR   read DIR instead of /proc (limits, IRQs, kernel release)\n"
+		"      --no-gpu          do not open the GPU through CUDA (the cuda_gpu check);\n"
+		"                        by default it is opened as kvlaned would, when [gpu]\n"
+		"                        enable = true, or without -c when sysfs shows a GPU\n"
 		"  -h, --help            this text\n"
 		"\n"
 		"Exit status: 0 every check passed (or was skipped), 1 a WARN (0 with -q), 2 a "
@@ -51,10 +55,11 @@ int main(int argc, char **argv)
 	static struct kvl_config cfg;
 	static struct kvl_conf_errors errs;
 	static struct kvl_doc_report rep;
+	static struct kvl_doc_cuda cuda;
 	struct kvl_doc_opts o = { 0 };
 	const char *ini = NULL, *sets[32];
 	unsigned n_sets = 0;
-	bool json = false, quiet = false;
+	bool json = false, quiet = false, no_gpu = false;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -88,6 +93,8 @@ int main(int argc, char **argv)
 			o.sysfs_root = v;
 		} else if (strcmp(a, "--proc-root") == 0) {
 			o.proc_root = v;
+		} else if (strcmp(a, "--no-gpu") == 0) {
+			no_gpu = true;
 		} else if (strcmp(a, "--json") == 0) {
 			json = true;
 		} else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
@@ -113,6 +120,10 @@ int main(int argc, char **argv)
 		o.have_ini = true;
 	} else {
 		kvl_doctor_host_config(o.sysfs_root, &cfg);
+	}
+	if (!no_gpu) {
+		kvl_doctor_probe_cuda(&cfg, !o.have_ini, o.sysfs_root, &cuda);
+		o.cuda = &cuda;
 	}
 	kvl_doctor_run(&cfg, &o, &rep);
 	if (json)

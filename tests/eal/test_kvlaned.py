@@ -922,7 +922,7 @@ def scenario_doctor(ctx):
     exe = doctor_exe()
     r = h.Run([exe, "-c", ini, "--sysfs-root", os.path.join(KVL_FIXTURES, "sysfs", "doctor-bad"),
                "--proc-root", os.path.join(KVL_FIXTURES, "proc", "doctor-bad"), "-l", "0,4-7",
-               "--json"], ctx.rundir(), RUN_TIMEOUT_S)
+               "--json", "--no-gpu"], ctx.rundir(), RUN_TIMEOUT_S)
     expect_rc(r, 2, "kvlane-doctor --json on doctor-bad")
     j = json.loads(r.stdout)
     rows = {(c["check"], c["subject"]): c for c in j["checks"]}

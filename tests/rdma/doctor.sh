@@ -25,10 +25,10 @@ for dev in "$RXE_DEV0" "$RXE_DEV1"; do
 	ibv_devinfo -d "$dev" -i 1 > "$out/devinfo-$dev.txt" || true
 done
 rc=0
-"$build/kvlane-doctor" -c "$out/doctor.ini" -l 0-1 > "$out/table.txt" || rc=$?
+"$build/kvlane-doctor" -c "$out/doctor.ini" -l 0-2 > "$out/table.txt" || rc=$?
 cat "$out/table.txt"
 drc=0
-"$build/kvlane-doctor" -c "$out/doctor.ini" -l 0-1 --json > "$out/doctor.json" || drc=$?
+"$build/kvlane-doctor" -c "$out/doctor.ini" -l 0-2 --json > "$out/doctor.json" || drc=$?
 [ "$rc" = "$drc" ] || { echo "doctor: table exit $rc, --json exit $drc"; exit 1; }
 python3 - "$out" "$drc" <<'PY'
 import json, os, re, sys

@@ -253,6 +253,57 @@ static void test_host_config(void)
 	expect("mtu", "nic.rxe0", KVL_DOC_PASS, "less 80 B of RoCE headers", NULL, NULL);
 }
 
+/* cuda_gpu judges what the CUDA probe (doctor_gpu.c, kvl_gpu_open) reported. */
+static void run_cuda(const struct kvl_doc_cuda *c)
+{
+	struct kvl_doc_opts o = { .sysfs_root = fx("sysfs/doctor-good"),
+				  .proc_root = fx("proc/doctor-good"),
+				  .have_ini = true,
+				  .cuda = c };
+
+	CHECK_INT(kvl_config_load_sets(fx("doctor/good.ini"), NULL, 0, &cfg, &errs), 0);
+	kvl_doctor_run(&cfg, &o, &rep);
+}
+
+static void test_cuda(void)
+{
+	struct kvl_doc_cuda c = { .probed = true,
+				  .required = true,
+				  .device_id = 0,
+				  .device_count = 1,
+				  .name = "NVIDIA H200",
+				  .pci = "0000:03:00.0",
+				  .gpudirect_rdma = true,
+				  .total = 143771ull << 20,
+				  .free = 143000ull << 20,
+				  .reserve = 2048ull << 20 };
+
+	run_cuda(&c);
+	expect("cuda_gpu", "host", KVL_DOC_PASS,
+	       "GPU 0 of 1: NVIDIA H200 (0000:03:00.0), 143771 MiB total, 143000 MiB free, "
+	       "reserve 2048 MiB: budget 140952 MiB; GPUDirect RDMA attribute 1",
+	       NULL, NULL);
+	c.free = 1000ull << 20; /* another process holds the GPU */
+	run_cuda(&c);
+	expect("cuda_gpu", "host", KVL_DOC_WARN, "budget 0 MiB", "vram_reserve_mb",
+	       "staging budget is 0");
+	c.free = 143000ull << 20;
+	c.gpudirect_rdma = false;
+	run_cuda(&c);
+	expect("cuda_gpu", "host", KVL_DOC_WARN, "GPUDirect RDMA attribute 0", NULL,
+	       "staging goes through host memory");
+	c.rc = -ENODEV;
+	snprintf(c.err, sizeof(c.err), "gpu.enable = true but no CUDA device is usable: no device");
+	run_cuda(&c);
+	expect("cuda_gpu", "host", KVL_DOC_FAIL, "no CUDA device is usable", "CUDA device 0 usable",
+	       "[gpu] enable = false");
+	c.required = false; /* no INI: a GPU in sysfs the driver does not serve */
+	run_cuda(&c);
+	expect("cuda_gpu", "host", KVL_DOC_WARN, "no CUDA device is usable", NULL, "nvidia-smi");
+	run_cuda(NULL); /* [gpu] enable = true but nobody probed */
+	expect("cuda_gpu", "host", KVL_DOC_SKIP, "not probed", NULL, NULL);
+}
+
 /* --json: one object, every row, strings escaped; the exit code inside matches. */
 static void test_json(void)
 {
@@ -277,7 +328,7 @@ static void test_json(void)
 	CHECK_HAS(buf, "FAIL  port_state    nic.rail0 (mlx5_0)\n      observed: port 1 state DOWN");
 	CHECK_HAS(buf,
 		  "      fix:      the port is administratively down: ip link set dev ens1f0 up\n");
-	CHECK_HAS(buf, "kvlane-doctor: 11 pass, 10 warn, 4 fail, 0 skipped");
+	CHECK_HAS(buf, "kvlane-doctor: 11 pass, 10 warn, 4 fail, 1 skipped");
 	free(buf);
 }
 
@@ -311,6 +362,7 @@ int main(void)
 	test_bad();
 	test_numa();
 	test_memlock_cap();
+	test_cuda();
 	test_no_rdma();
 	test_host_config();
 	test_json();
