@@ -779,6 +779,32 @@ static void check_numa_lcores(struct doc *d)
 		}
 		return;
 	}
+	/* EAL refuses a CPU the host does not have ("lcore 2 unavailable"): say so first. */
+	{
+		static uint64_t online[MAX_CPUS / 64];
+		char path[PATH_MAX], list[512], missing[256] = "";
+		struct kvl_msg m;
+
+		kvl_msg_init(&m, missing, sizeof(missing));
+		kvl_sysfs_path(path, sizeof(path), d->sys, "devices/system/cpu/online");
+		if (kvl_sysfs_read(path, list, sizeof(list)) > 0 &&
+		    kvl_parse_cpulist(list, online, MAX_CPUS) > 0)
+			for (unsigned k = 0; k < d->n_cpus; k++)
+				if (d->cpus[k] >= MAX_CPUS ||
+				    !(online[d->cpus[k] / 64] >> (d->cpus[k] % 64) & 1))
+					kvl_msg_add(&m, "%s%u", m.len ? "," : "", d->cpus[k]);
+		if (missing[0]) {
+			w = row(d, "numa_lcores", "host", KVL_DOC_FAIL);
+			OBS(w, "CPU %s of the EAL list is not online here (online: %s)", missing,
+			    list);
+			EXP(w, "every EAL lcore an online CPU");
+			FIX(w,
+			    "give EAL CPUs from %s (-l), or map lcores onto them with --lcores "
+			    "'0@0,1@1,...' when the host has fewer cores than lcores",
+			    list);
+			return;
+		}
+	}
 	/* EAL's main lcore (the first) runs control; each NIC needs a worker of its own. */
 	for (unsigned k = 1; k < d->n_cpus && n < MAX_CPUS; k++) {
 		lc[n].lcore_id = d->cpus[k];

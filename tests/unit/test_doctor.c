@@ -204,6 +204,12 @@ static void test_numa(void)
 	expect("numa_lcores", "nic.rail0", KVL_DOC_WARN,
 	       "NIC on node 1, polled by lcore 1 (CPU 1, node 0)", "its lcore on the NIC's node 1",
 	       "add a core of node 1");
+	/* a CPU the host does not have: EAL would refuse it */
+	run("doctor/bad.ini", NULL, 0, "sysfs/doctor-bad", "proc/doctor-bad", "0,4-9");
+	expect("numa_lcores", "host", KVL_DOC_FAIL,
+	       "CPU 8,9 of the EAL list is not online here "
+	       "(online: 0-7)",
+	       "online CPU", "--lcores");
 	/* without the lcores the check says what it needs instead of guessing */
 	run("doctor/bad.ini", NULL, 0, "sysfs/doctor-bad", "proc/doctor-bad", NULL);
 	expect("numa_lcores", "nic.rail0", KVL_DOC_SKIP, "NIC on NUMA node 1 (CPUs 4-7)",
