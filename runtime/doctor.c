@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "doctor.h"
@@ -839,7 +840,8 @@ static void check_numa_lcores(struct doc *d)
 	}
 }
 
-static void check_gpu_pairs(struct doc *d, struct kvl_gpu_pair *pairs)
+/* Returns how many GPUs sysfs shows (0 on none or an error). */
+static int check_gpu_pairs(struct doc *d, struct kvl_gpu_pair *pairs)
 {
 	struct kvl_nic_info infos[KVL_MAX_NICS];
 	struct kvl_nic_conf nics[KVL_MAX_NICS];
@@ -865,7 +867,25 @@ static void check_gpu_pairs(struct doc *d, struct kvl_gpu_pair *pairs)
 		if (d->cfg->gpu.enable)
 			FIX(w, "load the NVIDIA driver (nvidia-smi lists the GPUs), or set [gpu] "
 			       "enable = false");
-		return;
+		return 0;
+	}
+	if (n == 0) {
+		char list[256];
+		struct kvl_msg m;
+
+		kvl_msg_init(&m, list, sizeof(list));
+		for (int g = 0; g < ng; g++)
+			kvl_msg_add(&m, "%s%s", g ? ", " : "", gpus[g].addr);
+		w = row(d, "gpu_nic", "host", KVL_DOC_SKIP);
+		OBS(w, "%d GPU%s (%s) and no NIC found to pair with", ng, ng == 1 ? "" : "s", list);
+		EXP(w, "a GPU <-> NIC distance once a NIC is there");
+		for (int g = 0; g < ng; g++) {
+			char subj[64];
+
+			put(subj, sizeof(subj), "gpu %d (%s)", g, gpus[g].addr);
+			check_pcie(d, "pcie_gpu", subj, gpus[g].addr, 0);
+		}
+		return ng;
 	}
 	rc = kvl_pair_gpus(d->sys, nics, infos, NULL, n, pairs + KVL_MAX_NICS, err, sizeof(err));
 	if (rc < 0) {
@@ -873,7 +893,7 @@ static void check_gpu_pairs(struct doc *d, struct kvl_gpu_pair *pairs)
 		OBS(w, "%s", err);
 		EXP(w, "each [nic.*] gpu names a GPU of this host");
 		FIX(w, "set [nic.*] gpu = auto, or to one of the GPUs listed");
-		return;
+		return ng;
 	}
 	for (unsigned k = 0; k < n; k++) {
 		const struct kvl_gpu_pair *p = &pairs[KVL_MAX_NICS + k];
@@ -899,6 +919,7 @@ static void check_gpu_pairs(struct doc *d, struct kvl_gpu_pair *pairs)
 			    "nearest, %s here), or move the card",
 			    d->cfg->nics[i].label, kvl_pci_dist_name(p->best));
 	}
+	return ng;
 }
 
 static void check_pcie_gpus(struct doc *d, const struct kvl_gpu_pair *pairs)
@@ -1137,6 +1158,256 @@ static void check_irqs(struct doc *d, unsigned i)
 		    s);
 }
 
+/* ---- firewall: UDP 4791 (RoCE v2) and the control port ---- */
+
+/* @port in an iptables "--dport N", "--dport A:B" or "--dports A,B:C" value. */
+static bool port_in_list(const char *v, unsigned port)
+{
+	while (*v && *v != ' ') {
+		char *end;
+		unsigned long a = strtoul(v, &end, 10), b = a;
+
+		if (end == v)
+			return false;
+		if (*end == ':' || *end == '-')
+			b = strtoul(end + 1, &end, 10);
+		if (port >= a && port <= b)
+			return true;
+		if (*end != ',')
+			return false;
+		v = end + 1;
+	}
+	return false;
+}
+
+/*
+ * What the INPUT chain of `iptables-save` does to a new @proto packet to @port: the first
+ * rule that matches only on protocol and port decides (rules with other matches, such as a
+ * source address or an interface, are passed over: they may not apply), else the chain's
+ * policy. Returns "DROP", "REJECT", "ACCEPT" (or another target), with the deciding line in
+ * @rule; NULL when the text has no INPUT chain.
+ */
+static const char *ipt_verdict(const char *text, const char *proto, unsigned port, char *rule,
+			       size_t cap)
+{
+	static char target[32], policy[32];
+	char policy_line[128] = "";
+	const char *line = text, *nl;
+	bool have = false;
+
+	for (; line && *line; line = nl ? nl + 1 : NULL) {
+		char tok[512], *p, *save = NULL;
+		size_t n;
+		bool other = false, pmatch = true, dmatch = true, jump = false;
+
+		nl = strchr(line, '\n');
+		n = nl ? (size_t)(nl - line) : strlen(line);
+		if (n >= sizeof(tok))
+			continue;
+		memcpy(tok, line, n);
+		tok[n] = '\0';
+		if (strncmp(tok, ":INPUT ", 7) == 0) {
+			have = true;
+			kvl_copy_str(policy_line, sizeof(policy_line), tok);
+			sscanf(tok + 7, "%31s", policy);
+			continue;
+		}
+		if (strncmp(tok, "-A INPUT ", 9) != 0)
+			continue;
+		for (p = strtok_r(tok + 9, " ", &save); p; p = strtok_r(NULL, " ", &save)) {
+			char *v = strtok_r(NULL, " ", &save);
+
+			if (v == NULL)
+				break;
+			if (strcmp(p, "-j") == 0) {
+				jump = true;
+				kvl_copy_str(target, sizeof(target), v);
+				break;
+			}
+			if (strcmp(p, "-p") == 0)
+				pmatch = strcmp(v, proto) == 0;
+			else if (strcmp(p, "--dport") == 0 || strcmp(p, "--dports") == 0)
+				dmatch = port_in_list(v, port);
+			else if (strcmp(p, "-m") != 0)
+				other = true;
+		}
+		if (!jump || other || !pmatch || !dmatch)
+			continue;
+		put(rule, cap, "%.*s", (int)n, line);
+		return target;
+	}
+	if (!have)
+		return NULL;
+	put(rule, cap, "%s, the chain's policy", policy_line);
+	return policy;
+}
+
+/*
+ * The same over `nft list ruleset`: in a chain hooked on input, the first rule whose only
+ * match is "<proto> dport <port>" (a number, a range or a set holding it), or that has no
+ * match at all, decides; else the chain's policy. Rules matching anything else (addresses,
+ * interfaces, conntrack state) are passed over.
+ */
+static bool nft_port_match(const char *d, unsigned port)
+{
+	bool set = *d == '{';
+
+	if (set)
+		d++;
+	for (;;) {
+		char *end;
+		unsigned long a, b;
+
+		while (*d == ' ' || *d == ',')
+			d++;
+		a = strtoul(d, &end, 10);
+		if (end == d)
+			return false;
+		b = a;
+		if (*end == '-')
+			b = strtoul(end + 1, &end, 10);
+		if (port >= a && port <= b)
+			return true;
+		if (!set)
+			return false;
+		d = end;
+	}
+}
+
+static const char *nft_verdict(const char *text, const char *proto, unsigned port, char *rule,
+			       size_t cap)
+{
+	static char verdict[16];
+	const char *line = text, *nl;
+	bool in_input = false, found = false;
+
+	for (; line && *line; line = nl ? nl + 1 : NULL) {
+		char buf[512], want[16], *t, *v;
+		size_t n;
+
+		nl = strchr(line, '\n');
+		n = nl ? (size_t)(nl - line) : strlen(line);
+		if (n >= sizeof(buf))
+			continue;
+		memcpy(buf, line, n);
+		buf[n] = '\0';
+		for (t = buf; *t == ' ' || *t == '\t'; t++)
+			;
+		if (strncmp(t, "chain ", 6) == 0) {
+			in_input = false;
+			continue;
+		}
+		if (strncmp(t, "type filter hook input", 22) == 0) {
+			in_input = found = true;
+			v = strstr(t, "policy ");
+			kvl_copy_str(verdict, sizeof(verdict), v ? v + 7 : "accept");
+			verdict[strcspn(verdict, "; ")] = '\0';
+			put(rule, cap, "%s, the input chain's policy", t);
+			continue;
+		}
+		if (!in_input)
+			continue;
+		v = strrchr(t, ' ');
+		v = v ? v + 1 : t;
+		if (strcmp(v, "accept") != 0 && strcmp(v, "drop") != 0 && strcmp(v, "reject") != 0)
+			continue;
+		snprintf(want, sizeof(want), "%s dport ", proto);
+		if (v != t && (strncmp(t, want, strlen(want)) != 0 ||
+			       !nft_port_match(t + strlen(want), port)))
+			continue; /* another match (ip saddr, iifname, ct state), or another port */
+		kvl_copy_str(rule, cap, t);
+		kvl_copy_str(verdict, sizeof(verdict), v);
+		return verdict;
+	}
+	return found ? verdict : NULL;
+}
+
+static bool dropping(const char *v)
+{
+	return v && (strcasecmp(v, "DROP") == 0 || strcasecmp(v, "REJECT") == 0);
+}
+
+static void check_firewall(struct doc *d, const struct kvl_doc_firewall *f)
+{
+	static const char *const proto[2] = { "udp", "tcp" };
+	static const char *const what[2] = { "RoCE v2", "the control port" };
+	const char *colon = strrchr(d->cfg->control.listen, ':');
+	bool rdma = false;
+
+	if (f == NULL || !f->read)
+		return;
+	for (unsigned i = 0; i < d->cfg->n_nics; i++)
+		rdma |= nic_is_rdma(d, i);
+	if (!f->iptables[0] && !f->nft[0]) {
+		struct kvl_doc_row *w = row(d, "firewall", "host", KVL_DOC_SKIP);
+
+		OBS(w, "%s", f->why[0] ? f->why : "no rules could be read");
+		EXP(w, "UDP 4791 and the control port not dropped on input");
+		return;
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		char r1[256] = "", r2[256] = "";
+		const char *v1, *v2;
+		struct kvl_doc_row *w;
+		unsigned port = 4791;
+
+		if (k == 0 && !rdma)
+			continue;
+		if (k == 1) {
+			/* no control path, or an ephemeral port: nothing to look up */
+			if (d->cfg->control.secret_file[0] == '\0' || colon == NULL ||
+			    (port = (unsigned)strtoul(colon + 1, NULL, 10)) == 0)
+				continue;
+		}
+		v1 = f->iptables[0] ? ipt_verdict(f->iptables, proto[k], port, r1, sizeof(r1))
+				    : NULL;
+		v2 = f->nft[0] ? nft_verdict(f->nft, proto[k], port, r2, sizeof(r2)) : NULL;
+		w = row(d, "firewall", "host",
+			dropping(v1) || dropping(v2) ? KVL_DOC_WARN : KVL_DOC_PASS);
+		OBS(w, "%s %u (%s): iptables %s%s%s%s; nft %s%s%s%s", proto[k], port, what[k],
+		    v1 ? v1 : "no INPUT chain", v1 ? " (" : "", v1 ? r1 : "", v1 ? ")" : "",
+		    v2 ? v2 : "no input hook", v2 ? " (" : "", v2 ? r2 : "", v2 ? ")" : "");
+		EXP(w, "%s %u accepted on input", proto[k], port);
+		if (w->verdict == KVL_DOC_WARN && k == 0)
+			FIX(w,
+			    "accept it: iptables -I INPUT -p udp --dport 4791 -j ACCEPT (nft: udp "
+			    "dport 4791 accept); hardware RoCE bypasses the host's filter, "
+			    "soft-RoCE (rxe) and the switches' ACLs do not");
+		else if (w->verdict == KVL_DOC_WARN)
+			FIX(w,
+			    "accept it: iptables -I INPUT -p tcp --dport %u -j ACCEPT (nft: tcp "
+			    "dport %u accept), or peers cannot connect",
+			    port, port);
+	}
+}
+
+static void read_cmd(const char *cmd, char *buf, size_t cap)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n = 0, got;
+
+	buf[0] = '\0';
+	if (p == NULL)
+		return;
+	while (n + 1 < cap && (got = fread(buf + n, 1, cap - 1 - n, p)) > 0)
+		n += got;
+	buf[n] = '\0';
+	if (pclose(p) != 0)
+		buf[0] = '\0'; /* absent, or not allowed: nothing read */
+}
+
+void kvl_doctor_read_firewall(struct kvl_doc_firewall *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->read = true;
+	read_cmd("iptables-save 2>/dev/null", f->iptables, sizeof(f->iptables));
+	read_cmd("nft list ruleset 2>/dev/null", f->nft, sizeof(f->nft));
+	if (!f->iptables[0] && !f->nft[0])
+		snprintf(f->why, sizeof(f->why),
+			 "neither iptables-save nor nft list ruleset gave rules (not installed, no "
+			 "rules, or not root)");
+}
+
 /* ---- the run ---- */
 
 static bool class_has(const char *sys, const char *cls, const char *name)
@@ -1227,13 +1498,12 @@ void kvl_doctor_run(const struct kvl_config *cfg, const struct kvl_doc_opts *o,
 		if (d.found[i])
 			check_pcie_nic(&d, i);
 	memset(pairs, 0, sizeof(pairs));
-	check_gpu_pairs(&d, pairs);
+	any_gpu = check_gpu_pairs(&d, pairs) > 0;
 	check_pcie_gpus(&d, pairs);
 	check_numa_lcores(&d);
-	for (unsigned i = 0; i < cfg->n_nics; i++)
-		any_gpu |= pairs[i].gpu >= 0;
 	check_gpudirect(&d, any_gpu);
 	check_cuda(&d, o->cuda);
+	check_firewall(&d, o->firewall);
 	check_cpu(&d);
 	for (unsigned i = 0; i < cfg->n_nics; i++)
 		if (d.found[i])

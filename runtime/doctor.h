@@ -73,6 +73,18 @@ struct kvl_doc_cuda {
 void kvl_doctor_probe_cuda(const struct kvl_config *cfg, bool host_mode, const char *sysfs_root,
 			   struct kvl_doc_cuda *c);
 
+/* The host's packet filter as text, for the firewall check: `iptables-save` and
+ * `nft list ruleset` output ("" when that tool is absent or refused). */
+struct kvl_doc_firewall {
+	bool read; /* false: not asked for; the check is skipped */
+	char iptables[16384];
+	char nft[16384];
+	char why[160]; /* why neither could be read */
+};
+
+/* Run iptables-save and nft list ruleset (as the caller's user: root reads them). */
+void kvl_doctor_read_firewall(struct kvl_doc_firewall *f);
+
 struct kvl_doc_opts {
 	const char *sysfs_root; /* NULL: "/sys" */
 	const char *proc_root;	/* NULL: "/proc" */
@@ -81,6 +93,7 @@ struct kvl_doc_opts {
 	const char *lcores;
 	bool have_ini; /* false: @cfg's NICs are every RDMA device found (no -c given) */
 	const struct kvl_doc_cuda *cuda; /* NULL: not probed (the unit tests fill their own) */
+	const struct kvl_doc_firewall *firewall; /* NULL: not read */
 };
 
 /* Run every check on @cfg's NICs in the checklist's order. @r is filled; never fails. */

@@ -103,6 +103,7 @@ static int run_doctor(const struct kvl_args *a)
 	static struct kvl_conf_errors errs;
 	static struct kvl_doc_report rep;
 	static struct kvl_doc_cuda cuda;
+	static struct kvl_doc_firewall fw;
 	static struct kvl_config cfg;
 	struct kvl_doc_opts o = { .sysfs_root = a->sysfs_root, .have_ini = true };
 	char lcores[256];
@@ -113,6 +114,10 @@ static int run_doctor(const struct kvl_args *a)
 		o.lcores = lcores;
 	kvl_doctor_probe_cuda(&cfg, false, a->sysfs_root, &cuda);
 	o.cuda = &cuda;
+	if (strcmp(a->sysfs_root, "/sys") == 0) { /* a fixture tree's host is not this one */
+		kvl_doctor_read_firewall(&fw);
+		o.firewall = &fw;
+	}
 	kvl_doctor_run(&cfg, &o, &rep);
 	printf("kvlaned: --doctor (kvlane-doctor's checks on %s):\n", a->config);
 	kvl_doctor_print(stdout, &rep, true);

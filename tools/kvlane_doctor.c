@@ -23,7 +23,8 @@ static void usage(FILE *fp, const char *prog)
 		"ceiling against the port's rate; NIC <-> NUMA node <-> lcores; GPU <-> NIC\n"
 		"distance (PIX/PXB/PHB/NODE/SYS); GPUDirect (nvidia_peermem or dma-buf); the\n"
 		"CUDA device, its GPUDirect RDMA attribute and free VRAM against the reserve; the\n"
-		"polling cores' isolation, governor and the NIC's IRQs. docs/doctor.md explains\n"
+		"polling cores' isolation, governor and the NIC's IRQs; UDP 4791 and the control\n"
+		"port against iptables-save / nft list ruleset. docs/doctor.md explains\n"
 		"every line.\n"
 		"\n"
 		"Without -c, every RDMA device of the host is checked with the INI defaults.\n"
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
 	static struct kvl_conf_errors errs;
 	static struct kvl_doc_report rep;
 	static struct kvl_doc_cuda cuda;
+	static struct kvl_doc_firewall fw;
 	struct kvl_doc_opts o = { 0 };
 	const char *ini = NULL, *sets[32];
 	unsigned n_sets = 0;
@@ -124,6 +126,10 @@ int main(int argc, char **argv)
 	if (!no_gpu) {
 		kvl_doctor_probe_cuda(&cfg, !o.have_ini, o.sysfs_root, &cuda);
 		o.cuda = &cuda;
+	}
+	if (!o.sysfs_root) { /* a fixture tree is not this host: its packet filter is not it */
+		kvl_doctor_read_firewall(&fw);
+		o.firewall = &fw;
 	}
 	kvl_doctor_run(&cfg, &o, &rep);
 	if (json)

@@ -310,6 +310,76 @@ static void test_cuda(void)
 	expect("cuda_gpu", "host", KVL_DOC_SKIP, "not probed", NULL, NULL);
 }
 
+/* The GPU machine's case: a GPU, no NIC, peermem missing. */
+static void test_gpu_only(void)
+{
+	run(NULL, NULL, 0, "sysfs/doctor-gpu-only", "proc/doctor-bad", "0-1");
+	expect("rdma_devices", "host", KVL_DOC_FAIL, "does not exist", NULL, "mlx5_ib");
+	expect("gpu_nic", "host", KVL_DOC_SKIP, "1 GPU (0000:06:00.0) and no NIC", NULL, NULL);
+	expect("pcie_gpu", "gpu 0 (0000:06:00.0)", KVL_DOC_PASS, "x16 at 32.0 GT/s", NULL, NULL);
+	expect("gpudirect", "host", KVL_DOC_WARN, "nvidia_peermem not loaded", NULL,
+	       "modprobe nvidia_peermem");
+}
+
+/* UDP 4791 and the control port against iptables-save and nft list ruleset texts. */
+static void test_firewall(void)
+{
+	static struct kvl_doc_firewall f;
+	const char *ctl[] = { "control.listen=0.0.0.0:18515", "control.secret_file=/dev/null" };
+	struct kvl_doc_opts o = { .sysfs_root = fx("sysfs/doctor-good"),
+				  .proc_root = fx("proc/doctor-good"),
+				  .lcores = "0-1",
+				  .have_ini = true,
+				  .firewall = &f };
+	const struct kvl_doc_row *w;
+
+	CHECK_INT(kvl_config_load_sets(fx("doctor/good.ini"), ctl, 2, &cfg, &errs), 0);
+	memset(&f, 0, sizeof(f));
+	f.read = true;
+	snprintf(f.iptables, sizeof(f.iptables),
+		 "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+		 "-A INPUT -s 10.0.0.0/8 -p udp -m udp --dport 4791 -j ACCEPT\n"
+		 "-A INPUT -p tcp -m multiport --dports 22,18000:19000 -j ACCEPT\nCOMMIT\n");
+	kvl_doctor_run(&cfg, &o, &rep);
+	w = find("firewall", "host");
+	CHECK(w != NULL);
+	if (w) {
+		/* the source-restricted ACCEPT may not apply: the policy DROP decides */
+		CHECK_STR(kvl_doc_verdict_name(w->verdict), "WARN");
+		CHECK_HAS(w->observed, "udp 4791 (RoCE v2): iptables DROP (:INPUT DROP [0:0], the "
+				       "chain's policy)");
+		CHECK_HAS(w->fix, "iptables -I INPUT -p udp --dport 4791 -j ACCEPT");
+		w++; /* the control port's row follows */
+		CHECK_STR(w->check, "firewall");
+		CHECK_STR(kvl_doc_verdict_name(w->verdict), "PASS");
+		CHECK_HAS(w->observed, "tcp 18515 (the control port): iptables ACCEPT (-A INPUT -p "
+				       "tcp -m multiport --dports 22,18000:19000 -j ACCEPT)");
+	}
+	memset(&f, 0, sizeof(f));
+	f.read = true;
+	snprintf(f.nft, sizeof(f.nft),
+		 "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority "
+		 "filter; policy accept;\n\t\tct state established,related accept\n"
+		 "\t\tudp dport { 4000-4800, 5000 } drop\n\t}\n\tchain output {\n\t\ttype "
+		 "filter hook output priority filter; policy accept;\n\t}\n}\n");
+	kvl_doctor_run(&cfg, &o, &rep);
+	w = find("firewall", "host");
+	CHECK(w != NULL);
+	if (w) {
+		CHECK_STR(kvl_doc_verdict_name(w->verdict), "WARN");
+		CHECK_HAS(w->observed, "nft drop (udp dport { 4000-4800, 5000 } drop)");
+		w++;
+		CHECK_STR(kvl_doc_verdict_name(w->verdict), "PASS");
+		CHECK_HAS(w->observed, "tcp 18515 (the control port): iptables no INPUT chain; nft "
+				       "accept (type filter hook input");
+	}
+	memset(&f, 0, sizeof(f));
+	f.read = true;
+	snprintf(f.why, sizeof(f.why), "neither gave rules");
+	kvl_doctor_run(&cfg, &o, &rep);
+	expect("firewall", "host", KVL_DOC_SKIP, "neither gave rules", NULL, NULL);
+}
+
 /* --json: one object, every row, strings escaped; the exit code inside matches. */
 static void test_json(void)
 {
@@ -369,6 +439,8 @@ int main(void)
 	test_numa();
 	test_memlock_cap();
 	test_cuda();
+	test_gpu_only();
+	test_firewall();
 	test_no_rdma();
 	test_host_config();
 	test_json();
