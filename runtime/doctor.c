@@ -1180,6 +1180,25 @@ static bool port_in_list(const char *v, unsigned port)
 	return false;
 }
 
+/* The next line of @*text into @buf (terminated, at most @cap - 1 bytes: longer lines come
+ * back empty); false at the end. */
+static bool next_line(const char **text, char *buf, size_t cap)
+{
+	const char *line = *text, *nl;
+	size_t n;
+
+	if (line == NULL || *line == '\0')
+		return false;
+	nl = strchr(line, '\n');
+	n = nl ? (size_t)(nl - line) : strlen(line);
+	*text = nl ? nl + 1 : NULL;
+	if (n >= cap)
+		n = 0;
+	memcpy(buf, line, n);
+	buf[n] = '\0';
+	return true;
+}
+
 /*
  * What the INPUT chain of `iptables-save` does to a new @proto packet to @port: the first
  * rule that matches only on protocol and port decides (rules with other matches, such as a
@@ -1192,20 +1211,15 @@ static const char *ipt_verdict(const char *text, const char *proto, unsigned por
 {
 	static char target[32], policy[32];
 	char policy_line[128] = "";
-	const char *line = text, *nl;
+	const char *line = text;
+	char tok[512], whole[512];
 	bool have = false;
 
-	for (; line && *line; line = nl ? nl + 1 : NULL) {
-		char tok[512], *p, *save = NULL;
-		size_t n;
+	while (next_line(&line, tok, sizeof(tok))) {
 		bool other = false, pmatch = true, dmatch = true, jump = false;
+		char *p, *save = NULL;
 
-		nl = strchr(line, '\n');
-		n = nl ? (size_t)(nl - line) : strlen(line);
-		if (n >= sizeof(tok))
-			continue;
-		memcpy(tok, line, n);
-		tok[n] = '\0';
+		kvl_copy_str(whole, sizeof(whole), tok);
 		if (strncmp(tok, ":INPUT ", 7) == 0) {
 			have = true;
 			kvl_copy_str(policy_line, sizeof(policy_line), tok);
@@ -1233,7 +1247,7 @@ static const char *ipt_verdict(const char *text, const char *proto, unsigned por
 		}
 		if (!jump || other || !pmatch || !dmatch)
 			continue;
-		put(rule, cap, "%.*s", (int)n, line);
+		put(rule, cap, "%s", whole);
 		return target;
 	}
 	if (!have)
@@ -1278,19 +1292,13 @@ static const char *nft_verdict(const char *text, const char *proto, unsigned por
 			       size_t cap)
 {
 	static char verdict[16];
-	const char *line = text, *nl;
+	const char *line = text;
 	bool in_input = false, found = false;
+	char buf[512];
 
-	for (; line && *line; line = nl ? nl + 1 : NULL) {
-		char buf[512], want[16], *t, *v;
-		size_t n;
+	while (next_line(&line, buf, sizeof(buf))) {
+		char want[16], *t, *v;
 
-		nl = strchr(line, '\n');
-		n = nl ? (size_t)(nl - line) : strlen(line);
-		if (n >= sizeof(buf))
-			continue;
-		memcpy(buf, line, n);
-		buf[n] = '\0';
 		for (t = buf; *t == ' ' || *t == '\t'; t++)
 			;
 		if (strncmp(t, "chain ", 6) == 0) {
