@@ -30,6 +30,10 @@ void kvl_args_usage(const char *prog, FILE *fp)
 		"                        are then not opened)\n"
 		"      --run-seconds N   stop by itself after N seconds (default 0: run until\n"
 		"                        SIGINT or SIGTERM)\n"
+		"      --doctor          run kvlane-doctor's checks on the INI's NICs and this\n"
+		"                        host first (the lcore checks read -l); print the WARN\n"
+		"                        and FAIL lines with their fixes, and refuse to start on\n"
+		"                        a FAIL (exit 4); docs/doctor.md\n"
 		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text\n"
 		"\n"
@@ -110,6 +114,8 @@ int kvl_args_parse(int argc, char **argv, struct kvl_args *a, char *err, size_t 
 					"\"%s\"",
 					v);
 			a->run_seconds = (unsigned)n;
+		} else if (strcmp(o, "--doctor") == 0) {
+			a->doctor = true;
 		} else if (strcmp(o, "-p") == 0 || strcmp(o, "--print-config") == 0) {
 			a->print_config = true;
 		} else if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {

@@ -18,6 +18,7 @@ struct kvl_args {
 	unsigned n_sets;
 	unsigned run_seconds; /* --run-seconds (0: until SIGINT/SIGTERM) */
 	bool print_config;    /* -p / --print-config */
+	bool doctor;	      /* --doctor: run kvlane-doctor's checks first, refuse on a FAIL */
 	bool help;	      /* -h / --help, anywhere on the line */
 	bool version;	      /* -V / --version */
 };

@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "control/control.h"
+#include "doctor.h"
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
 #include "runtime.h"
@@ -92,6 +93,46 @@ static void print_summary(const struct kvl_runtime *rt, double secs)
 	       (unsigned long long)tot.iterations, kvl_lcore_busy_pct(&tot));
 }
 
+/*
+ * --doctor: kvlane-doctor's checks on the INI's NICs before anything starts. Returns 0 to go
+ * on, or the exit status: a FAIL is a condition kvlaned does not start under, or under which
+ * nothing can move on that NIC (runtime/doctor.h), so it refuses and names each with its fix.
+ */
+static int run_doctor(const struct kvl_args *a)
+{
+	static struct kvl_conf_errors errs;
+	static struct kvl_doc_report rep;
+	static struct kvl_doc_cuda cuda;
+	static struct kvl_doc_firewall fw;
+	static struct kvl_config cfg;
+	struct kvl_doc_opts o = { .sysfs_root = a->sysfs_root, .have_ini = true };
+	char lcores[256];
+
+	if (kvl_config_load_sets(a->config, a->sets, a->n_sets, &cfg, &errs) < 0)
+		return 0; /* the start-up reports the INI's errors, as without --doctor */
+	if (kvl_doctor_eal_lcores(a->eal_argc, a->eal_argv, lcores, sizeof(lcores)) == 0)
+		o.lcores = lcores;
+	kvl_doctor_probe_cuda(&cfg, false, a->sysfs_root, &cuda);
+	o.cuda = &cuda;
+	if (strcmp(a->sysfs_root, "/sys") == 0) { /* a fixture tree's host is not this one */
+		kvl_doctor_read_firewall(&fw);
+		o.firewall = &fw;
+	}
+	kvl_doctor_run(&cfg, &o, &rep);
+	printf("kvlaned: --doctor (kvlane-doctor's checks on %s):\n", a->config);
+	kvl_doctor_print(stdout, &rep, true);
+	if (rep.count[KVL_DOC_FAIL] == 0)
+		return 0;
+	for (unsigned k = 0; k < rep.n; k++)
+		if (rep.rows[k].verdict == KVL_DOC_FAIL)
+			fprintf(stderr, "kvlaned: --doctor: FAIL %s %s: %s; fix: %s\n",
+				rep.rows[k].check, rep.rows[k].subject, rep.rows[k].observed,
+				rep.rows[k].fix);
+	fprintf(stderr, "kvlaned: --doctor found %u FAIL%s: not started\n", rep.count[KVL_DOC_FAIL],
+		rep.count[KVL_DOC_FAIL] == 1 ? "" : "s");
+	return EXIT_HOST;
+}
+
 int main(int argc, char **argv)
 {
 	static struct kvl_conf_errors errs;
@@ -127,6 +168,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvlaned: %s: %u error%s; nothing started\n", a.config,
 			errs.count + errs.dropped, errs.count + errs.dropped == 1 ? "" : "s");
 		return EXIT_CONFIG;
+	}
+	if (a.doctor) {
+		rc = run_doctor(&a);
+		if (rc)
+			return rc;
 	}
 	rc = install_signals();
 	if (rc < 0) {

@@ -216,6 +216,24 @@ static const char *transport_word(int t)
 	}
 }
 
+/* "4: ACTIVE", "5: LinkUp": the number is the IB spec's state, the word is for people. */
+static void port_word(const char *sysfs_root, const char *dev, const char *port, const char *attr,
+		      char *out, size_t cap)
+{
+	char path[PATH_MAX], buf[64];
+	const char *word;
+
+	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/ports/%s/%s", dev, port,
+			   attr) < 0 ||
+	    kvl_sysfs_read(path, buf, sizeof(buf)) <= 0)
+		return;
+	word = strchr(buf, ':');
+	word = word ? word + 1 : buf;
+	while (*word == ' ')
+		word++;
+	kvl_copy_str(out, cap, word);
+}
+
 static int discover_rdma(const char *sysfs_root, const struct kvl_nic_conf *nic,
 			 struct kvl_nic_info *info, struct kvl_msg *m)
 {
@@ -278,16 +296,16 @@ static int discover_rdma(const char *sysfs_root, const struct kvl_nic_conf *nic,
 	else if (parent[0])
 		info->numa_node = netdev_numa(sysfs_root, parent, 0);
 
-	/* "4: ACTIVE": the number is the IB spec's port state, the word is for people. */
-	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/ports/%s/state", dev,
+	port_word(sysfs_root, dev, port, "state", info->state, sizeof(info->state));
+	port_word(sysfs_root, dev, port, "phys_state", info->phys_state, sizeof(info->phys_state));
+	/* "100 Gb/sec (4X EDR)", "2.5 Gb/sec (1X SDR)": the number is what matters. */
+	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/ports/%s/rate", dev,
 			   port) == 0 &&
 	    kvl_sysfs_read(path, buf, sizeof(buf)) > 0) {
-		const char *word = strchr(buf, ':');
+		double gb = strtod(buf, NULL);
 
-		word = word ? word + 1 : buf;
-		while (*word == ' ')
-			word++;
-		kvl_copy_str(info->state, sizeof(info->state), word);
+		if (gb > 0 && gb < 1e6)
+			info->rate_mbps = (uint32_t)(gb * 1000.0 + 0.5);
 	}
 	if (kvl_sysfs_path(path, sizeof(path), sysfs_root, IB_CLASS "/%s/ports/%s/link_layer", dev,
 			   port) == 0 &&

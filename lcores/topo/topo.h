@@ -43,6 +43,8 @@ struct kvl_nic_info {
 	char driver[32];     /* "mlx5_core", "rdma_rxe", ... ("" if none, e.g. lo) */
 	char link_layer[16]; /* "Ethernet", "InfiniBand"; "" for a netdev */
 	char state[16];	     /* RDMA port: "ACTIVE", "DOWN", ...; netdev: operstate */
+	char phys_state[16]; /* RDMA port: "LinkUp", "Disabled", "Polling", ... ("" unknown) */
+	uint32_t rate_mbps;  /* RDMA port: its rate ("100 Gb/sec (4X EDR)"); 0 unknown */
 	char netdev[32];     /* RoCE: netdev behind the port; tcp: the device itself */
 	uint32_t netdev_mtu; /* 0 if unknown */
 };
@@ -191,5 +193,43 @@ struct kvl_gpu_pair {
 int kvl_pair_gpus(const char *sysfs_root, const struct kvl_nic_conf *nics,
 		  const struct kvl_nic_info *infos, const char *const *where, unsigned n,
 		  struct kvl_gpu_pair *out, char *err, size_t errlen);
+
+/* ---- what the operators' checklists read (links.c; kvlane-doctor) ---- */
+
+#define KVL_MAX_GIDS 256
+
+/* One non-empty entry of a port's GID table, as `show_gids` prints it. */
+struct kvl_gid_entry {
+	int index;
+	char gid[48];	 /* "fe80:0000:...", as sysfs writes it */
+	int type;	 /* 0 InfiniBand, 1 RoCE v1, 2 RoCE v2, -1 unknown (as verbs_dev.c) */
+	char netdev[32]; /* gid_attrs/ndevs/<i> ("" where unreadable: InfiniBand) */
+	bool ipv4;	 /* ::ffff:a.b.c.d, the GID of an IPv4 address */
+	char ipv4_addr[16];
+};
+
+/*
+ * The non-empty GIDs of @dev port @port (ports/<p>/gids/<i>, gid_attrs/types/<i>,
+ * gid_attrs/ndevs/<i>), lowest index first. Returns the count (up to @max) or a negative
+ * errno (-ENOENT: no gids directory).
+ */
+int kvl_port_gids(const char *sysfs_root, const char *dev, unsigned port, struct kvl_gid_entry *out,
+		  unsigned max);
+
+/* A PCI function's link as it trained and as it could (current_link_* / max_link_*). */
+struct kvl_pci_link {
+	unsigned cur_width, max_width; /* lanes; 0 unknown */
+	double cur_gts, max_gts;       /* GT/s per lane ("16.0 GT/s PCIe"); 0 unknown */
+};
+
+/* Read @addr's link under bus/pci/devices. 0, or -ENOENT when sysfs shows no link fields. */
+int kvl_pci_link_read(const char *sysfs_root, const char *addr, struct kvl_pci_link *out);
+
+/* Payload bandwidth of @lanes at @gts GT/s in Gb/s after line coding (8b/10b up to 5 GT/s,
+ * 128b/130b from 8 GT/s), before TLP overhead. */
+double kvl_pci_link_gbps(unsigned lanes, double gts);
+
+/* A kernel module is loaded (or built in with parameters): <sysfs>/module/<name> exists. */
+bool kvl_module_loaded(const char *sysfs_root, const char *name);
 
 #endif /* KVL_LCORES_TOPO_H */

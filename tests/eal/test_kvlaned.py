@@ -884,6 +884,65 @@ def scenario_gpu_segment_refused(ctx):
     check("kvlaned: ready" not in r.stdout, "GPU segment: not started", "no ready", "ready", r)
     log("[segment.kv] memory = gpu on a missing GPU: exit 4, the segment and the cause")
 
+def doctor_exe():
+    build = os.environ.get("KVL_BUILD") or os.path.join(KVL_SRC, "build")
+    return os.path.join(build, "kvlane-doctor")
+
+
+def scenario_doctor(ctx):
+    """kvlaned --doctor refuses to start on a FAIL, naming it with its fix, before EAL; starts
+    when there is none. kvlane-doctor itself: --json, exit status, this host (no RDMA)."""
+    bad = ["--sysfs-root", os.path.join(KVL_FIXTURES, "sysfs", "doctor-bad"), "--doctor"]
+    ini = os.path.join(KVL_FIXTURES, "doctor", "bad.ini")
+    r = ctx.run_ini(ini, lcores=["-l", "0,4-5"], kvl_extra=bad)
+    expect_rc(r, 4, "--doctor on doctor-bad")
+    expect_no_runtime_dir(r, "--doctor on doctor-bad")
+    for pat in (r"^kvlaned: --doctor: FAIL port_state nic\.rail0 \(mlx5_0\): port 1 state DOWN, "
+                r"physical state Disabled; fix: .*ip link set dev ens1f0 up",
+                r"^kvlaned: --doctor: FAIL gid nic\.rail0 \(mlx5_0\): no RoCE v2 GID",
+                r"^kvlaned: --doctor: FAIL hugepages host: .*fix: .*echo 512 >",
+                r"^kvlaned: --doctor found \d+ FAILs: not started$"):
+        expect_kvl_message(r, pat, "--doctor refusal")
+    check("WARN  mtu           nic.rail0 (mlx5_0)" in r.stdout, "the WARN lines are printed too",
+          "the mtu WARN on stdout", r.stdout[-600:], r)
+    check("nic.rail1" not in " ".join(ln for ln in kvl_lines(r) if "FAIL port_state" in ln),
+          "a fine port is not refused", "no port_state FAIL for rail1", kvl_lines(r), r)
+    log("--doctor on doctor-bad: exit 4 before EAL, port_state/gid/hugepages FAILs with fixes")
+
+    good = ctx.ini("good.ini", minimal_ini("doctor", nics={"r0": "device = mlx5_0\n"}))
+    d = ctx.start(good, kvl_extra=["--sysfs-root",
+                                   os.path.join(KVL_FIXTURES, "sysfs", "doctor-good"), "--doctor"])
+    d.wait_ready()
+    d.stop(signal.SIGTERM)
+    out = "\n".join(d.out)
+    check(re.search(r"kvlane-doctor: \d+ pass, 0 warn, 0 fail", out) is not None,
+          "--doctor with nothing wrong", "0 warn, 0 fail, then ready", out[-600:], d)
+    log("--doctor on doctor-good: no FAIL, kvlaned starts and stops cleanly")
+
+    exe = doctor_exe()
+    r = h.Run([exe, "-c", ini, "--sysfs-root", os.path.join(KVL_FIXTURES, "sysfs", "doctor-bad"),
+               "--proc-root", os.path.join(KVL_FIXTURES, "proc", "doctor-bad"), "-l", "0,4-7",
+               "--json", "--no-gpu"], ctx.rundir(), RUN_TIMEOUT_S)
+    expect_rc(r, 2, "kvlane-doctor --json on doctor-bad")
+    j = json.loads(r.stdout)
+    rows = {(c["check"], c["subject"]): c for c in j["checks"]}
+    check_eq(rows[("mtu", "nic.rail0 (mlx5_0)")]["verdict"], "WARN", "mtu 1024 vs 4096", r)
+    check_eq(rows[("memlock", "host")]["verdict"], "FAIL", "memlock 64 KiB", r)
+    check_eq((j["summary"]["fail"], j["exit"]), (4, 2), "summary fail count and exit", r)
+    r = h.Run([exe], ctx.rundir(), RUN_TIMEOUT_S)
+    if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"):
+        log("this host has RDMA devices: the no-RDMA case is covered by the unit test")
+    else:
+        expect_rc(r, 2, "kvlane-doctor on this host (no RDMA device)")
+        check("FAIL  rdma_devices  host" in r.stdout and "rdma_rxe" in r.stdout,
+              "no RDMA here: a FAIL naming rdma_rxe", "FAIL rdma_devices ... rdma_rxe",
+              r.stdout[:800], r)
+        log("kvlane-doctor on this host: exit 2, rdma_devices FAIL with the modprobe fix")
+    r = h.Run([exe, "--help"], ctx.rundir(), RUN_TIMEOUT_S)
+    expect_rc(r, 0, "kvlane-doctor --help")
+    check("Exit status: 0" in r.stdout, "--help", "the exit statuses", r.stdout[-300:], r)
+
+
 SCENARIOS = {
     "cli": scenario_cli,
     "config_errors": scenario_config_errors,
@@ -898,6 +957,7 @@ SCENARIOS = {
     "gpu_pair": scenario_gpu_pair,
     "secret_policy": scenario_secret_policy,
     "gpu_segment_refused": scenario_gpu_segment_refused,
+    "doctor": scenario_doctor,
 }
 
 

@@ -46,6 +46,22 @@ static void test_options(void)
 	CHECK_INT(a.run_seconds, 7);
 }
 
+/* --doctor: the checks before the start; off unless asked, and never taken from EAL's side. */
+static void test_doctor(void)
+{
+	char *on[] = { "kvlaned", "-l", "0-1", "--", "-c", "x.ini", "--doctor", NULL };
+	char *off[] = { "kvlaned", "--doctor", "--", "-c", "x.ini", NULL };
+	struct kvl_args a;
+	char err[256];
+
+	CHECK_INT(parse(on, 7, &a, err), 0);
+	CHECK(a.doctor);
+	CHECK_STR(a.config, "x.ini");
+	CHECK_INT(a.eal_argc, 3);
+	CHECK_INT(parse(off, 5, &a, err), 0);
+	CHECK(!a.doctor); /* before "--" it is EAL's argument */
+}
+
 static void test_help_anywhere(void)
 {
 	char *before[] = { "kvlaned", "--help", NULL };
@@ -108,6 +124,7 @@ int main(void)
 	test_split();
 	test_options();
 	test_help_anywhere();
+	test_doctor();
 	test_errors();
 	return kvl_test_done("args");
 }
