@@ -8,8 +8,10 @@ import os
 import socket
 import sys
 import tempfile
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -131,6 +133,9 @@ def test_registered_bytearray_cannot_be_resized(rt):
         buf.extend(b"x")  # kvlane holds the export: the memory cannot move under it
 
 
+KEPT = []  # weak references to objects registered and dropped by the test: alive until close()
+
+
 def test_numpy_and_torch(rt):
     np = pytest.importorskip("numpy")
     a = np.zeros((4, 4096), dtype=np.uint8)
@@ -138,12 +143,32 @@ def test_numpy_and_torch(rt):
     assert seg.base == a.ctypes.data and seg.length == a.nbytes
     with pytest.raises(TypeError, match="C-contiguous buffer"):
         rt.register(a[:, ::2])
+    KEPT.append(weakref.ref(a))
+    del a
+    gc.collect()
+    assert KEPT[-1]() is not None, "a registered array was freed while registered"
     torch = pytest.importorskip("torch")
     t = torch.zeros((8, 1024), dtype=torch.float32)
     seg = rt.register(t, name="py-torch")
     assert seg.base == t.data_ptr() and seg.length == t.numel() * 4
     with pytest.raises(ValueError, match="not contiguous"):
         rt.register(t.t())
+    KEPT.append(weakref.ref(t))
+    del t
+    gc.collect()
+    assert KEPT[-1]() is not None, "a registered tensor was freed while registered"
+
+
+def test_cuda_tensor(rt):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    t = torch.zeros((16, 4096), dtype=torch.uint8, device="cuda")
+    seg = rt.register(t, name="py-cuda")
+    # detected as device memory (cuPointerGetAttributes), not declared
+    assert seg.mem == 1 and seg.gpu == t.device.index and seg.base == t.data_ptr()
+    with pytest.raises(ValueError, match="not contiguous"):
+        rt.register(t[:, ::2])
 
 
 def test_request_api_pull(rt, peer):
@@ -240,6 +265,9 @@ def test_after_close(rt, peer):
     rt.close()
     assert rt.closed
     rt.close()  # twice is fine
+    gc.collect()
+    assert all(w() is None for w in KEPT), "close() keeps registered objects alive"
+    assert KEPT or "numpy" not in sys.modules
     for call in (lambda: rt.connect("127.0.0.1:1"), lambda: rt.poll(),
                  lambda: rt.peer_segments(peer), lambda: rt.register(bytearray(16)),
                  lambda: rt.post(peer, [kvlane.Xfer(1, seg.base, 0, 16, 1, 2)]),
