@@ -96,14 +96,32 @@ _TYPESTR_BYTES = {"b1": 1, "i1": 1, "u1": 1, "i2": 2, "u2": 2, "f2": 2, "i4": 4,
 
 
 def _memory_of(obj):
-    """(address, nbytes, what) of @obj's memory: a PyTorch tensor (data_ptr), an object with
-    __cuda_array_interface__, or a C-contiguous buffer; and the object to keep alive."""
+    """(address, nbytes, what, keep) of @obj's memory: a PyTorch tensor (data_ptr), a
+    C-contiguous buffer, a DLPack capsule (or __dlpack__), an object with
+    __cuda_array_interface__, in that order; keep: what must stay alive while registered."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # torch.Tensor
         if not obj.is_contiguous():
             raise ValueError("register: the tensor is not contiguous (shape %s, stride %s): "
                              "kvlane registers one range; pass tensor.contiguous()"
                              % (tuple(obj.shape), tuple(obj.stride())))
         return obj.data_ptr(), obj.numel() * obj.element_size(), "tensor on %s" % obj.device, obj
+    try:
+        addr, n, _ro, view = _kvlane.buffer_address(obj)
+        return addr, n, "buffer", (obj, view)
+    except (TypeError, BufferError, ValueError) as e:
+        why = e  # not a buffer, or not a C-contiguous one: DLPack says which
+    if type(obj).__name__ == "PyCapsule" or hasattr(obj, "__dlpack__"):
+        cap = obj if type(obj).__name__ == "PyCapsule" else obj.__dlpack__()
+        try:
+            addr, n, dev, dev_id, contiguous = _kvlane.dlpack_address(cap)
+        except ValueError as e:
+            raise TypeError("register: not a DLPack capsule that is still unconsumed (%s)" % e) \
+                from None
+        if not contiguous:
+            raise ValueError("register: the DLPack tensor is not contiguous: kvlane registers "
+                             "one range")
+        # the capsule owns the producer's memory: kept with the object until close()
+        return addr, n, "DLPack tensor (device type %d:%d)" % (dev, dev_id), (obj, cap)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         shape, typestr = tuple(cai["shape"]), cai["typestr"]
@@ -120,13 +138,9 @@ def _memory_of(obj):
                 raise ValueError("register: the CUDA array is not C-contiguous (strides %s)"
                                  % (tuple(strides),))
         return cai["data"][0], math.prod(shape) * item, "CUDA array", obj
-    try:
-        addr, n, _ro, view = _kvlane.buffer_address(obj)
-    except (TypeError, BufferError, ValueError) as e:
-        raise TypeError("register: expected a PyTorch tensor, an object with "
-                        "__cuda_array_interface__ or a C-contiguous buffer (bytearray, numpy "
-                        "array, mmap); got %s (%s)" % (type(obj).__name__, e)) from None
-    return addr, n, "buffer", (obj, view)
+    raise TypeError("register: expected a PyTorch tensor, a DLPack capsule or __dlpack__, an "
+                    "object with __cuda_array_interface__ or a C-contiguous buffer (bytearray, "
+                    "numpy array, mmap); got %s (%s)" % (type(obj).__name__, why))
 
 
 def pattern_check(obj, seed, offset=0):
@@ -204,8 +218,9 @@ class Runtime:
 
     def register(self, obj, name=None, geom=None,
                  access=Access.KVL_REMOTE_READ | Access.KVL_REMOTE_WRITE):
-        """kvl_seg_register the memory of obj (a tensor, CPU or CUDA, through data_ptr(); an
-        object with __cuda_array_interface__; a C-contiguous buffer: bytearray, numpy, mmap).
+        """kvl_seg_register the memory of obj (a tensor, CPU or CUDA, through data_ptr(); a
+        DLPack capsule or an object with __dlpack__; an object with __cuda_array_interface__;
+        a C-contiguous buffer: bytearray, numpy, mmap).
         geom defaults to one block of all its bytes. obj is kept until close()."""
         if self.closed:
             self._h.listen_addr()  # raises Error(EBADF) with the reason

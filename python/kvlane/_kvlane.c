@@ -786,6 +786,52 @@ static PyObject *mod_buffer_address(PyObject *self, PyObject *obj)
 	}
 }
 
+/*
+ * DLPack (dmlc/dlpack's ABI, version-0 capsules named "dltensor"): the struct layout as the
+ * spec fixes it, written here so the binding needs no header beyond Python's.
+ */
+struct dl_tensor {
+	void *data;
+	int32_t device_type; /* 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed */
+	int32_t device_id;
+	int32_t ndim;
+	uint8_t code, bits;
+	uint16_t lanes;
+	int64_t *shape;
+	int64_t *strides; /* NULL: compact row-major */
+	uint64_t byte_offset;
+};
+
+/* dlpack_address(capsule): (address, nbytes, device_type, device_id, contiguous). The capsule
+ * is not consumed (not renamed): the caller keeps it, and with it the producer's memory. */
+static PyObject *mod_dlpack_address(PyObject *self, PyObject *cap)
+{
+	const struct dl_tensor *t;
+	uint64_t n = 1, item, want;
+	int contiguous = 1;
+
+	(void)self;
+	t = PyCapsule_GetPointer(cap, "dltensor");
+	if (t == NULL)
+		return NULL; /* not an unconsumed DLPack capsule: ValueError / TypeError from Python
+			      */
+	if (t->ndim < 0 || (t->ndim > 0 && t->shape == NULL) || t->bits % 8 != 0)
+		return raise_errno(-EINVAL, "dlpack: malformed tensor");
+	item = (uint64_t)t->bits / 8 * (t->lanes ? t->lanes : 1);
+	for (int32_t i = 0; i < t->ndim; i++)
+		n *= (uint64_t)t->shape[i];
+	/* compact row-major or nothing: kvlane registers one range */
+	want = 1;
+	for (int32_t i = t->ndim - 1; t->strides && i >= 0; i--) {
+		if (t->shape[i] != 1 && (uint64_t)t->strides[i] != want)
+			contiguous = 0;
+		want *= (uint64_t)t->shape[i];
+	}
+	return Py_BuildValue("(KKiii)", (unsigned long long)((uintptr_t)t->data + t->byte_offset),
+			     (unsigned long long)(n * item), (int)t->device_type, (int)t->device_id,
+			     contiguous);
+}
+
 static PyObject *mod_status_name(PyObject *self, PyObject *arg)
 {
 	long s = PyLong_AsLong(arg);
@@ -820,6 +866,8 @@ static PyMethodDef mod_methods[] = {
 	{ "buffer_address", mod_buffer_address, METH_O,
 	  "(address, length, readonly, view) of a C-contiguous buffer" },
 	{ "status_name", mod_status_name, METH_O, "kvl_status_name()" },
+	{ "dlpack_address", mod_dlpack_address, METH_O,
+	  "(address, nbytes, device_type, device_id, contiguous) of a DLPack capsule" },
 	{ NULL, NULL, 0, NULL },
 };
 
