@@ -71,6 +71,18 @@ def main():
                  "--file-prefix", "kvl_install_%d" % os.getpid()], env=renv, check=False)
         if p.returncode != 0 or "ok kvl_stop" not in p.stdout:
             sys.exit("FAIL: the installed-tree program failed (exit %d)" % p.returncode)
+        # the Python binding, where it was built: imported from the installed tree alone
+        exts = glob.glob(os.path.join(dest, "**", "kvlane", "_kvlane.abi3.so"), recursive=True)
+        if glob.glob(os.path.join(build, "python", "kvlane", "_kvlane.abi3.so")):
+            if len(exts) != 1 or not os.path.exists(os.path.join(os.path.dirname(exts[0]),
+                                                                 "__init__.py")):
+                sys.exit("FAIL: the Python binding is not installed: %s" % exts)
+            penv = dict(renv, PYTHONPATH=os.path.dirname(os.path.dirname(exts[0])))
+            p = run([sys.executable, "-c", "import kvlane, kvlane._kvlane as k; "
+                     "print(kvlane.__file__, k.__file__, hex(kvlane.VERSION), "
+                     "str(kvlane.Status.KVL_ERR_BOUNDS))"], env=penv, check=False)
+            if p.returncode != 0 or p.stdout.count(dest) != 2 or "bounds" not in p.stdout:
+                sys.exit("FAIL: the installed binding does not import from the installed tree")
     print("ok: installed tree (kvlane.pc, kvlane.h, libkvlane.so) builds and runs a program")
 
 
