@@ -412,43 +412,65 @@ static PyObject *Handle_post(Handle *h, PyObject *args)
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
-static PyObject *Handle_poll(Handle *h, PyObject *args)
-{
-	struct kvl_runtime *rt = open_rt(h);
+/*
+ * The three polls (completions, notices, request events): up to @max (at most 256) items
+ * taken by @take into a stack array, each made a tuple by @item. Items taken are gone from
+ * kvlane: a tuple that cannot be built (out of memory) loses them, with MemoryError raised.
+ */
+union poll_buf {
 	struct kvl_completion c[256];
-	unsigned max = 64, n;
-	PyObject *list;
+	struct kvl_notice n[256];
+	struct kvl_req_event e[256];
+};
 
-	if (rt == NULL || !PyArg_ParseTuple(args, "|I", &max))
-		return NULL;
-	n = kvl_poll(rt, c, max < 256 ? max : 256);
-	list = PyList_New(n);
-	for (unsigned i = 0; list && i < n; i++) {
-		PyObject *t = Py_BuildValue("(KIi)", (unsigned long long)c[i].cookie, c[i].bytes,
-					    (int)c[i].status);
-
-		if (t == NULL) {
-			Py_CLEAR(list); /* the completions are gone: nothing better to do */
-			break;
-		}
-		PyList_SetItem(list, i, t);
-	}
-	return list;
+static unsigned take_completions(struct kvl_runtime *rt, union poll_buf *b, unsigned max)
+{
+	return kvl_poll(rt, b->c, max);
 }
 
-static PyObject *Handle_poll_notices(Handle *h, PyObject *args)
+static PyObject *completion_item(const union poll_buf *b, unsigned i)
+{
+	return Py_BuildValue("(KIi)", (unsigned long long)b->c[i].cookie, b->c[i].bytes,
+			     (int)b->c[i].status);
+}
+
+static unsigned take_notices(struct kvl_runtime *rt, union poll_buf *b, unsigned max)
+{
+	return kvl_poll_notices(rt, b->n, max);
+}
+
+static PyObject *notice_item(const union poll_buf *b, unsigned i)
+{
+	return Py_BuildValue("(III)", b->n[i].peer, b->n[i].value, b->n[i].length);
+}
+
+static unsigned take_req_events(struct kvl_runtime *rt, union poll_buf *b, unsigned max)
+{
+	return kvl_req_poll(rt, b->e, max);
+}
+
+static PyObject *req_event_item(const union poll_buf *b, unsigned i)
+{
+	return Py_BuildValue("(KKIIi)", (unsigned long long)b->e[i].req,
+			     (unsigned long long)b->e[i].user, b->e[i].type, b->e[i].step,
+			     (int)b->e[i].status);
+}
+
+static PyObject *poll_list(Handle *h, PyObject *args,
+			   unsigned (*take)(struct kvl_runtime *, union poll_buf *, unsigned),
+			   PyObject *(*item)(const union poll_buf *, unsigned))
 {
 	struct kvl_runtime *rt = open_rt(h);
-	struct kvl_notice nt[256];
+	union poll_buf b;
 	unsigned max = 64, n;
 	PyObject *list;
 
 	if (rt == NULL || !PyArg_ParseTuple(args, "|I", &max))
 		return NULL;
-	n = kvl_poll_notices(rt, nt, max < 256 ? max : 256);
+	n = take(rt, &b, max < 256 ? max : 256);
 	list = PyList_New(n);
 	for (unsigned i = 0; list && i < n; i++) {
-		PyObject *t = Py_BuildValue("(III)", nt[i].peer, nt[i].value, nt[i].length);
+		PyObject *t = item(&b, i);
 
 		if (t == NULL) {
 			Py_CLEAR(list);
@@ -457,6 +479,21 @@ static PyObject *Handle_poll_notices(Handle *h, PyObject *args)
 		PyList_SetItem(list, i, t);
 	}
 	return list;
+}
+
+static PyObject *Handle_poll(Handle *h, PyObject *args)
+{
+	return poll_list(h, args, take_completions, completion_item);
+}
+
+static PyObject *Handle_poll_notices(Handle *h, PyObject *args)
+{
+	return poll_list(h, args, take_notices, notice_item);
+}
+
+static PyObject *Handle_req_poll(Handle *h, PyObject *args)
+{
+	return poll_list(h, args, take_req_events, req_event_item);
 }
 
 /* A sequence of ints as a uint32_t array (malloc'd). */
@@ -584,31 +621,6 @@ out:
 	free(sf);
 	free(sb);
 	return rc < 0 ? NULL : PyLong_FromUnsignedLongLong(req);
-}
-
-static PyObject *Handle_req_poll(Handle *h, PyObject *args)
-{
-	struct kvl_runtime *rt = open_rt(h);
-	struct kvl_req_event ev[256];
-	unsigned max = 64, n;
-	PyObject *list;
-
-	if (rt == NULL || !PyArg_ParseTuple(args, "|I", &max))
-		return NULL;
-	n = kvl_req_poll(rt, ev, max < 256 ? max : 256);
-	list = PyList_New(n);
-	for (unsigned i = 0; list && i < n; i++) {
-		PyObject *t = Py_BuildValue("(KKIIi)", (unsigned long long)ev[i].req,
-					    (unsigned long long)ev[i].user, ev[i].type, ev[i].step,
-					    (int)ev[i].status);
-
-		if (t == NULL) {
-			Py_CLEAR(list);
-			break;
-		}
-		PyList_SetItem(list, i, t);
-	}
-	return list;
 }
 
 static PyObject *Handle_req_step_done(Handle *h, PyObject *args)
