@@ -210,6 +210,55 @@ def test_request_api_pull(rt, peer):
         rt.step_done(req, 0)
 
 
+def test_request_api_step_flags(rt, peer):
+    # a CPU engine on the READY/DONE words alone: no poll per step, no step_done
+    kv = kv_seg(rt, peer)
+    bb = kv.geom.block_bytes
+    offs = [7 * bb, 300 * bb, 301 * bb]
+    req = rt.open_request(peer, [kvlane.Block(kv.id, o, bb) for o in offs], [[0], [1, 2]],
+                          step_flags=True)
+    f = rt.step_flags(req)
+    assert f.n_steps == 2 and f.stride >= 64
+    ready = kvlane._kvlane.memory(f.ready, f.n_steps * f.stride).cast("I")
+    done = kvlane._kvlane.memory(f.done, f.n_steps * f.stride).cast("I")
+    words = f.stride // 4
+    for k, blocks in enumerate([[0], [1, 2]]):
+        end = time.monotonic() + WAIT_S
+        while ((ready[k * words] - f.epoch) & 0xFFFFFFFF) >= 0x80000000:
+            assert time.monotonic() < end, "step %d never READY" % k
+        for b in blocks:
+            assert kvlane.pattern_check((rt.block_addr(req, b), bb), SEED, offs[b]) == bb
+        with pytest.raises(kvlane.Error, match="EINVAL"):
+            rt.step_done(req, k)  # a flags request's DONE is its word, one way only
+        done[k * words] = f.epoch
+    seen, end = [], time.monotonic() + WAIT_S
+    while kvlane.ReqEventType.KVL_REQ_EV_DONE not in seen and time.monotonic() < end:
+        seen += [ev.type for ev in rt.poll_requests() if ev.req == req]
+    assert seen[-1:] == [kvlane.ReqEventType.KVL_REQ_EV_DONE], seen
+
+
+def test_request_api_push(rt, peer):
+    inbox = kv_seg(rt, peer, "inbox")
+    src = bytearray(os.urandom(2 * 65536))
+    s = rt.register(src, name="py-push", geom=(1, 1, 2, 65536))
+    req = rt.open_request(peer, [kvlane.Block(inbox.id, (6 + i) * 65536, 65536,
+                                              s.base + i * 65536) for i in range(2)],
+                          [[0], [1]], dir=kvlane.ReqDir.KVL_REQ_PUSH)
+    seen, end = [], time.monotonic() + WAIT_S
+    while kvlane.ReqEventType.KVL_REQ_EV_DONE not in seen and time.monotonic() < end:
+        for ev in rt.poll_requests():
+            seen.append(ev.type)
+            if ev.type == kvlane.ReqEventType.KVL_REQ_EV_STEP_READY:
+                rt.step_done(req, ev.step)
+    assert seen[-1:] == [kvlane.ReqEventType.KVL_REQ_EV_DONE], seen
+    back = bytearray(2 * 65536)
+    d = rt.register(back, name="py-push-back")
+    assert rt.post(peer, [kvlane.Xfer(30, d.base, 6 * 65536, len(back), inbox.id,
+                                      kvlane.Op.KVL_READ)]) == 1
+    (c,) = wait_completions(rt, 1)
+    assert c.status == kvlane.Status.KVL_OK and back == src
+
+
 def test_bad_input(rt, peer):
     kv = kv_seg(rt, peer)
     with pytest.raises(TypeError, match="expected a PyTorch tensor"):
