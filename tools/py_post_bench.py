@@ -35,6 +35,8 @@ def client(a):
         Xfer, READ, post, poll = kvlane.Xfer, kvlane.Op.KVL_READ, rt.post, rt.poll
         yield_ = os.sched_yield
         n_posted = n_done = bad = 0
+        in_calls = 0.0  # seconds inside post() and poll() calls that took or gave something
+        clock = time.perf_counter
         off = 0
         t0 = time.perf_counter()
         while n_done < a.iters:
@@ -45,8 +47,13 @@ def client(a):
                     xs.append(Xfer(n_posted + len(xs), local.base + off, off, a.size, seg.id,
                                    READ))
                     off = off + a.size if off + 2 * a.size <= span else 0
+                c0 = clock()
                 n_posted += post(peer, xs)
+                in_calls += clock() - c0
+            c0 = clock()
             got = poll(64)
+            if got:
+                in_calls += clock() - c0
             if not got:
                 yield_()  # as kvlane-perf --nap 0 does on an empty poll
             for c in got:
@@ -54,7 +61,8 @@ def client(a):
                 bad += c.status != 0
         dt = time.perf_counter() - t0
     print(json.dumps({"bytes": a.size, "iters": a.iters, "bad": bad,
-                      "mb_s": a.iters * a.size / dt / (1 << 20)}))
+                      "mb_s": a.iters * a.size / dt / (1 << 20),
+                      "us_per_xfer_in_calls": in_calls / a.iters * 1e6}))
 
 
 def perf_c(a, perf, server, rundir):
@@ -96,7 +104,7 @@ def main():
                     break
             else:
                 sys.exit("kvlane-perf server did not start")
-            c_mb, py_mb = [], []
+            c_mb, py_mb, py_us = [], [], []
             for r in range(a.rounds):
                 j = perf_c(a, a.perf, server, tmp)
                 c_mb.append(j["bw_avg_MBps"])
@@ -110,10 +118,14 @@ def main():
                 if pj["bad"]:
                     sys.exit("python client: %d transfers failed" % pj["bad"])
                 py_mb.append(pj["mb_s"])
-                print("round %d: C %.0f MB/s, Python %.0f MB/s" % (r + 1, c_mb[-1], py_mb[-1]))
+                py_us.append(pj["us_per_xfer_in_calls"])
+                print("round %d: C %.0f MB/s, Python %.0f MB/s (%.2f us per transfer inside "
+                      "post+poll, Xfer building not counted)"
+                      % (r + 1, c_mb[-1], py_mb[-1], py_us[-1]))
             c, py = statistics.median(c_mb), statistics.median(py_mb)
             print("size=%d depth=%d iters=%d C_median_mb_s=%.0f python_median_mb_s=%.0f "
-                  "ratio=%.2f" % (a.size, a.depth, a.iters, c, py, py / c))
+                  "ratio=%.2f python_us_per_xfer_in_calls=%.2f"
+                  % (a.size, a.depth, a.iters, c, py, py / c, statistics.median(py_us)))
         finally:
             srv.terminate()
             srv.wait(10)
