@@ -90,9 +90,8 @@ static int eal_argv_from_ini(const struct kvl_eal_conf *e, char *prog)
 	if (e->extra_args[0]) {
 		char *args = p;
 
-		EAL_ARG("%s", e->extra_args);
+		EAL_ARG("%s", e->extra_args); /* copied, then cut in place into arguments */
 		n--;
-		p = args;
 		for (char *t = strtok_r(args, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
 			if (n >= EAL_INI_MAX_ARGS - 2)
 				return -E2BIG;

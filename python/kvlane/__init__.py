@@ -168,6 +168,10 @@ class Runtime:
         if not isinstance(config, str):
             raise TypeError("Runtime: config must be a str (the INI file's path), got %s"
                             % type(config).__name__)
+        for what, v in (("sets", sets), ("eal", eal)):
+            if isinstance(v, (str, bytes)):
+                raise TypeError("Runtime: %s must be a list of str, not one %s"
+                                % (what, type(v).__name__))
         self._h = _kvlane.Handle(config, list(sets or []), list(eal or []), sysfs_root)
         self._kept = []  # objects registered: alive until close()
 

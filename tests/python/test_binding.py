@@ -322,6 +322,10 @@ def test_second_runtime_refused(rt):
     assert e.value.errno == 114 and "EAL starts once per process" in str(e.value)  # EALREADY
     with pytest.raises(TypeError, match="config must be a str"):
         kvlane.Runtime(config=None)
+    with pytest.raises(TypeError, match="sets must be a list of str"):
+        kvlane.Runtime(config="x.ini", sets="runtime.name=x")
+    with pytest.raises(TypeError, match="item 1 is not a str"):
+        kvlane.Runtime(config="x.ini", eal=["--no-huge", 256])
 
 
 def test_after_close(rt, peer):
