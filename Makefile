@@ -10,7 +10,8 @@ MESON_OPTS ?=
 # rdma suite's VM boots Debian's own kernel package, fetched with apt-get download).
 DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format \
 	libdpdk-dev dpdk-dev python3-pyelftools libibverbs-dev ibverbs-providers \
-	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev \
+	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev python3-dev python3-pytest \
+	python3-numpy python3-torch \
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

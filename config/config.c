@@ -26,6 +26,8 @@ enum key_type {
 	KT_ADDR_LIST, /* struct kvl_control_conf peers/n_peers: comma-separated host:port */
 	KT_PATH,      /* char[size]: a file path; relative ones are taken from the INI's folder */
 	KT_GPU_SEL,   /* char[size]: auto | none | a GPU index | a PCI address (normalised) */
+	KT_LCORES,    /* char[size]: an EAL --lcores map: digits and @ ( ) , - only */
+	KT_ARGS,      /* char[size]: options split on blanks; no quotes, '\\' or ';' */
 };
 
 #define F_REQUIRED  0x1
@@ -148,6 +150,20 @@ static const struct key_def telemetry_keys[] = {
 };
 #undef TEL
 
+/* ---- [eal] (issue 17) ---- */
+#define EAL struct kvl_eal_conf
+static const struct key_def eal_keys[] = {
+	K(EAL, lcores, KT_LCORES, 0, 0, KVL_EAL_LCORES_LEN - 1, NULL, ""),
+	K(EAL, memory_mb, KT_UINT, 0, 0, 4194304, NULL, "0"),
+	K(EAL, file_prefix, KT_NAME, 0, 0, KVL_NAME_LEN - 1, NULL, ""),
+	K(EAL, in_memory, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(EAL, no_huge, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(EAL, no_pci, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(EAL, extra_args, KT_ARGS, 0, 0, KVL_EAL_ARGS_LEN - 1, NULL, ""),
+};
+#undef EAL
+/* ---- end [eal] ---- */
+
 /* [nic.*] gpu = <index>: as many GPUs as the topology scans (KVL_MAX_GPUS in topo.h). */
 #define KVL_MAX_GPU_INDEX 63
 
@@ -209,6 +225,7 @@ static const struct section_def sections[KVL_SEC_COUNT] = {
 	SEC(KVL_SEC_SCHED, "sched", sched_keys, sched),
 	SEC(KVL_SEC_CONTROL, "control", control_keys, control),
 	SEC(KVL_SEC_TELEMETRY, "telemetry", telemetry_keys, telemetry),
+	SEC(KVL_SEC_EAL, "eal", eal_keys, eal),
 	MULTI(KVL_SEC_NIC, "nic", nic_keys, nics, n_nics, nic_origin, KVL_MAX_NICS),
 	MULTI(KVL_SEC_SEGMENT, "segment", segment_keys, segments, n_segments, seg_origin,
 	      KVL_MAX_SEG_CONF),
@@ -639,6 +656,27 @@ static const char *set_value(const struct key_def *k, void *base, const char *va
 		return parse_peers(value, k, (struct kvl_control_conf *)base, why, whylen);
 	case KT_GPU_SEL:
 		return parse_gpu_sel(value, k, field, why, whylen);
+	case KT_LCORES:
+		len = strlen(value);
+		if (len > (size_t)k->max)
+			return "a shorter lcore map";
+		/* EAL's --lcores grammar: lcore sets, '@' and cpu sets, in ( ) and , - lists */
+		for (size_t i = 0; i < len; i++)
+			if (!isdigit((unsigned char)value[i]) && !strchr("@(),-", value[i]))
+				return "an EAL --lcores map of digits, '@', '(', ')', ',' and '-' "
+				       "(like 0@(0-1),1@1)";
+		memcpy(field, value, len + 1);
+		return NULL;
+	case KT_ARGS:
+		len = strlen(value);
+		if (len > (size_t)k->max)
+			return "shorter arguments";
+		/* split on blanks, never through a shell: a quote would be taken literally */
+		for (size_t i = 0; i < len; i++)
+			if (!isprint((unsigned char)value[i]) || strchr("\"'\\;", value[i]))
+				return "options separated by blanks, without quotes, '\\' or ';'";
+		memcpy(field, value, len + 1);
+		return NULL;
 	case KT_PATH:
 		len = strlen(value);
 		if (len > (size_t)k->max)
@@ -681,6 +719,8 @@ static void format_value(const struct key_def *k, const void *base, char *out, s
 	case KT_ADDR:
 	case KT_PATH:
 	case KT_GPU_SEL:
+	case KT_LCORES:
+	case KT_ARGS:
 		snprintf(out, outlen, "%s", field);
 		break;
 	case KT_ADDR_LIST: {
@@ -819,9 +859,10 @@ static void suggest_section(char *out, size_t outlen, const char *name)
 	if (cand)
 		snprintf(out, outlen, "; did you mean [%s]?", cand);
 	else
-		snprintf(out, outlen,
-			 "; sections are [runtime], [nic.<label>], [segment.<label>], "
-			 "[cq_moderation], [memory], [gpu], [sched], [control], [telemetry]");
+		snprintf(
+			out, outlen,
+			"; sections are [runtime], [nic.<label>], [segment.<label>], "
+			"[cq_moderation], [memory], [gpu], [sched], [control], [telemetry], [eal]");
 }
 
 static bool label_ok(const char *l)
@@ -1221,6 +1262,59 @@ static void validate_pool_fits(const struct kvl_config *cfg, const char *file,
 		  (unsigned long long)((segs + staging + unit - 1) / unit * unit >> 20));
 }
 
+/* ---- [eal] (issue 17) ---- */
+/*
+ * What EAL itself would refuse, found at the INI's line: --in-memory with --no-huge, and an
+ * option in extra_args that has a key of its own (said twice, EAL keeps one silently) or "--"
+ * (it would end EAL's arguments there).
+ */
+static void validate_eal(const struct kvl_config *cfg, const char *file,
+			 struct kvl_conf_errors *errs)
+{
+	static const struct {
+		const char *opt, *key;
+	} own[] = { { "-l", "lcores" },
+		    { "--lcores", "lcores" },
+		    { "-m", "memory_mb" },
+		    { "--file-prefix", "file_prefix" },
+		    { "--in-memory", "in_memory" },
+		    { "--no-huge", "no_huge" },
+		    { "--no-pci", "no_pci" },
+		    { "--", NULL } };
+	const struct kvl_eal_conf *e = &cfg->eal;
+	char args[KVL_EAL_ARGS_LEN], *save = NULL;
+
+	if (e->in_memory && e->no_huge)
+		add_error(errs,
+			  "%s:%u: eal.no_huge: EAL cannot combine --no-huge with --in-memory "
+			  "(eal.in_memory = true); without hugepages set no_huge alone",
+			  file, key_line(cfg, KVL_SEC_EAL, 0, "no_huge"));
+	snprintf(args, sizeof(args), "%s", e->extra_args);
+	for (char *t = strtok_r(args, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
+		for (unsigned i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+			size_t n = strlen(own[i].opt);
+
+			/* "--opt", "--opt=v"; "-l0-1" and "-m256" glue their values on */
+			if (strncmp(t, own[i].opt, n) != 0 ||
+			    (t[n] != '\0' && t[n] != '=' && !(own[i].opt[1] != '-' && own[i].key)))
+				continue;
+			if (own[i].key)
+				add_error(errs,
+					  "%s:%u: eal.extra_args: %s has its own key, eal.%s: "
+					  "set it there",
+					  file, key_line(cfg, KVL_SEC_EAL, 0, "extra_args"), t,
+					  own[i].key);
+			else
+				add_error(
+					errs,
+					"%s:%u: eal.extra_args: \"--\" would end EAL's arguments; "
+					"kvlane's own settings are INI keys",
+					file, key_line(cfg, KVL_SEC_EAL, 0, "extra_args"));
+			break;
+		}
+}
+/* ---- end [eal] ---- */
+
 static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs)
 {
 	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
@@ -1371,6 +1465,7 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 	} else {
 		validate_pool_fits(cfg, file, errs);
 	}
+	validate_eal(cfg, file, errs);
 	if ((uint64_t)cfg->sched.window_min_kb > (uint64_t)cfg->sched.window_max_mb * 1024) {
 		bool blame_min = key_set(cfg, KVL_SEC_SCHED, 0, "window_min_kb");
 		const char *key = blame_min ? "window_min_kb" : "window_max_mb";

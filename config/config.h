@@ -166,6 +166,22 @@ struct kvl_telemetry_conf {
 	bool enable;
 };
 
+/* ---- [eal] (issue 17): EAL's arguments when kvl_start() is passed none ---- */
+#define KVL_EAL_LCORES_LEN 128
+#define KVL_EAL_ARGS_LEN   256
+
+/* What an engine that embeds kvlane (no command line of its own for EAL) gives EAL. */
+struct kvl_eal_conf {
+	char lcores[KVL_EAL_LCORES_LEN];   /* --lcores map ("0@(0-1),1@1"); "": EAL's default */
+	uint32_t memory_mb;		   /* -m; 0: EAL's default */
+	char file_prefix[KVL_NAME_LEN];	   /* --file-prefix; "": EAL's default (rte) */
+	bool in_memory;			   /* --in-memory (hugepages, no files) */
+	bool no_huge;			   /* --no-huge (anonymous memory; not with in_memory) */
+	bool no_pci;			   /* --no-pci */
+	char extra_args[KVL_EAL_ARGS_LEN]; /* more EAL options, split on blanks */
+};
+/* ---- end [eal] ---- */
+
 /* Where each value came from, for messages that name file and line. 0 = default. */
 struct kvl_conf_origin {
 	uint32_t section_line;
@@ -180,6 +196,7 @@ enum kvl_section_id {
 	KVL_SEC_SCHED,
 	KVL_SEC_CONTROL,
 	KVL_SEC_TELEMETRY,
+	KVL_SEC_EAL,
 	KVL_SEC_NIC,	 /* repeated: [nic.<label>] */
 	KVL_SEC_SEGMENT, /* repeated: [segment.<label>] */
 	KVL_SEC_COUNT,
@@ -194,6 +211,7 @@ struct kvl_config {
 	struct kvl_sched_conf sched;
 	struct kvl_control_conf control;
 	struct kvl_telemetry_conf telemetry;
+	struct kvl_eal_conf eal;
 	struct kvl_nic_conf nics[KVL_MAX_NICS];
 	uint32_t n_nics;
 	struct kvl_segment_conf segments[KVL_MAX_SEG_CONF];

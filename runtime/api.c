@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The public C API (include/kvlane/kvlane.h): start/stop, segments, peers, post and poll. */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,22 +36,122 @@ _Static_assert((int)KVL_REMOTE_READ == (int)KVL_SEG_REMOTE_READ &&
 
 /* ---- start and stop ---- */
 
-/* EAL's argv plus "--no-telemetry" when the INI turns telemetry off. */
-static char **eal_argv_for(const struct kvl_start_args *a, const struct kvl_config *cfg, int *argc)
+/* ---- [eal] (issue 17): EAL inside a library ---- */
+
+/*
+ * EAL starts once per process (a second rte_eal_init fails, also after rte_eal_cleanup), so
+ * kvlane allows one runtime per process and says so: 0 never started, 1 starting or running,
+ * 2 stopped (it cannot start again).
+ */
+static _Atomic int eal_state;
+
+#define EAL_INI_MAX_ARGS 64
+
+/* Built from [eal] for rte_eal_init, which keeps pointers to the strings: static, and used
+ * once, by the one start that passed the eal_state guard. */
+static struct {
+	char text[KVL_EAL_ARGS_LEN + KVL_EAL_LCORES_LEN + KVL_NAME_LEN + 32];
+	char *argv[EAL_INI_MAX_ARGS];
+} eal_ini;
+
+/* [eal] as EAL's argv after @prog; the count, or -E2BIG past EAL_INI_MAX_ARGS. */
+static int eal_argv_from_ini(const struct kvl_eal_conf *e, char *prog)
 {
-	char **v = calloc((size_t)a->eal_argc + 2, sizeof(*v));
+	char *p = eal_ini.text, *end = eal_ini.text + sizeof(eal_ini.text), *save = NULL;
 	int n = 0;
 
+#define EAL_ARG(...)                                                          \
+	do {                                                                  \
+		int len_ = snprintf(p, (size_t)(end - p), __VA_ARGS__);       \
+		if (n >= EAL_INI_MAX_ARGS - 2 || len_ < 0 || len_ >= end - p) \
+			return -E2BIG;                                        \
+		eal_ini.argv[n++] = p;                                        \
+		p += len_ + 1;                                                \
+	} while (0)
+	eal_ini.argv[n++] = prog;
+	if (e->lcores[0]) {
+		EAL_ARG("--lcores");
+		EAL_ARG("%s", e->lcores);
+	}
+	if (e->memory_mb) {
+		EAL_ARG("-m");
+		EAL_ARG("%u", e->memory_mb);
+	}
+	if (e->file_prefix[0]) {
+		EAL_ARG("--file-prefix");
+		EAL_ARG("%s", e->file_prefix);
+	}
+	if (e->in_memory)
+		EAL_ARG("--in-memory");
+	if (e->no_huge)
+		EAL_ARG("--no-huge");
+	if (e->no_pci)
+		EAL_ARG("--no-pci");
+	/* checked by the INI's parser: printable, no quotes; split on blanks as documented */
+	if (e->extra_args[0]) {
+		char *args = p;
+
+		EAL_ARG("%s", e->extra_args); /* copied, then cut in place into arguments */
+		n--;
+		for (char *t = strtok_r(args, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+			if (n >= EAL_INI_MAX_ARGS - 2)
+				return -E2BIG;
+			eal_ini.argv[n++] = t;
+		}
+	}
+#undef EAL_ARG
+	eal_ini.argv[n] = NULL;
+	return n;
+}
+
+/*
+ * EAL's argv: the caller's, or [eal]'s when the caller passes none (no argv, or only a
+ * program name: an engine, or kvlaned run without "EAL options --"); plus "--no-telemetry"
+ * when the INI turns telemetry off.
+ */
+static char **eal_argv_for(const struct kvl_start_args *a, const struct kvl_config *cfg, int *argc)
+{
+	char **src = a->eal_argv;
+	int n_src = a->eal_argc, n = 0;
+	char **v;
+
+	if (n_src <= 1 || src == NULL) {
+		n_src = eal_argv_from_ini(&cfg->eal, n_src == 1 && src ? src[0] : (char *)"kvlane");
+		if (n_src < 0)
+			return NULL;
+		src = eal_ini.argv;
+	}
+	v = calloc((size_t)n_src + 2, sizeof(*v));
 	if (v == NULL)
 		return NULL;
-	for (int i = 0; i < a->eal_argc; i++)
-		v[n++] = a->eal_argv[i];
+	for (int i = 0; i < n_src; i++)
+		v[n++] = src[i];
 	if (!cfg->telemetry.enable)
 		v[n++] = (char *)"--no-telemetry";
 	v[n] = NULL;
 	*argc = n;
 	return v;
 }
+
+/* Refuse a second start in this process, before anything is read or opened. */
+static bool eal_start_refused(char *err, size_t errlen, int *stage)
+{
+	int st = atomic_load(&eal_state);
+
+	if (st == 0)
+		return false;
+	snprintf(err, errlen,
+		 "kvl_start: EAL %s in this process, and EAL starts once per process: one kvlane "
+		 "runtime per process%s",
+		 st == 1 ? "already runs (an earlier kvl_start)"
+			 : "was started and stopped (kvl_stop) already",
+		 st == 1 ? "; use the runtime that kvl_start returned"
+			 : "; start kvlane again in a new process");
+	*stage = KVL_START_EAL;
+	errno = EALREADY;
+	return true;
+}
+/* ---- end [eal] ---- */
 
 struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t errlen, int *stage)
 {
@@ -59,6 +162,10 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 	size_t len = 0;
 
 	err[0] = '\0';
+	if (eal_start_refused(err, errlen, stage)) {
+		free(rt);
+		return NULL;
+	}
 	if (rt == NULL) {
 		snprintf(err, errlen, "out of memory");
 		*stage = KVL_START_HOST;
@@ -83,15 +190,39 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 		*stage = KVL_START_HOST;
 		goto fail;
 	}
+	{
+		int idle = 0;
+
+		/* two threads racing here: one starts EAL, the other is refused */
+		if (!atomic_compare_exchange_strong(&eal_state, &idle, 1)) {
+			eal_start_refused(err, errlen, stage);
+			goto fail;
+		}
+	}
 	eal_argv = eal_argv_for(a, &rt->cfg, &eal_argc);
 	if (eal_argv == NULL) {
-		snprintf(err, errlen, "out of memory");
+		snprintf(err, errlen, "out of memory, or [eal] makes over %d EAL arguments",
+			 EAL_INI_MAX_ARGS - 2);
+		atomic_store(&eal_state, 0);
 		*stage = KVL_START_HOST;
 		goto fail;
 	}
 	rc = rte_eal_init(eal_argc, eal_argv);
 	free(eal_argv); /* EAL keeps pointers to the strings, not to this array */
+	if (rc < 0 && rte_errno == EALREADY) {
+		/* the host program started EAL itself: kvlane cannot take it over */
+		snprintf(err, errlen,
+			 "EAL initialisation failed: EAL was already initialised in this process "
+			 "(by the host program, or an earlier start EAL did not undo); EAL starts "
+			 "once per process");
+		atomic_store(&eal_state, 0);
+		*stage = KVL_START_EAL;
+		errno = EALREADY;
+		goto fail;
+	}
 	if (rc < 0) {
+		/* a refused argument list leaves EAL startable (its own run-once is undone) */
+		atomic_store(&eal_state, 0);
 		/* Some EAL failures (a --file-prefix already in use) leave rte_errno at 0: then
 		 * EAL's own lines above are the explanation. */
 		snprintf(err, errlen, "EAL initialisation failed: %s; check the EAL arguments",
@@ -104,6 +235,7 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 		if (err[0] == '\0')
 			snprintf(err, errlen, "%s", strerror(-rc));
 		rte_eal_cleanup();
+		atomic_store(&eal_state, 2); /* cleaned up: EAL cannot start again */
 		*stage = KVL_START_HOST;
 		goto fail;
 	}
@@ -124,6 +256,7 @@ void kvl_stop(struct kvl_runtime *rt)
 	/* The lcore states stay: a telemetry reply may still be reading them, and
 	 * rte_eal_cleanup() releases EAL memory as a whole. */
 	rte_eal_cleanup();
+	atomic_store(&eal_state, 2);
 	kvl_segs_fini(&rt->segs);
 	free(rt);
 }

@@ -18,6 +18,7 @@ void kvl_args_usage(const char *prog, FILE *fp)
 		"and housekeeping and each NIC needs one more worker lcore, e.g.\n"
 		"  %s -l 0-1 --no-huge -m 256 --no-pci --file-prefix demo -- -c "
 		"config/default.ini\n"
+		"With none (%s -- -c FILE.ini), EAL's come from the INI's [eal] section.\n"
 		"\n"
 		"kvlane options (after --):\n"
 		"  -c, --config FILE     INI configuration (required; see config/README.md)\n"
@@ -40,7 +41,7 @@ void kvl_args_usage(const char *prog, FILE *fp)
 		"Exit status: 0 stopped cleanly (also on SIGINT/SIGTERM), 2 bad command line,\n"
 		"3 configuration error, 4 host error (NIC not found, no lcore for a NIC),\n"
 		"5 EAL initialisation failed.\n",
-		prog, prog);
+		prog, prog, prog);
 }
 
 static int fail(char *err, size_t errlen, const char *fmt, const char *arg)

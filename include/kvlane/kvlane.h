@@ -48,7 +48,9 @@ const char *kvl_status_name(int status);
 struct kvl_runtime;
 
 struct kvl_start_args {
-	int eal_argc; /* as for rte_eal_init(): argv[0], then EAL arguments */
+	/* as for rte_eal_init(): argv[0], then EAL arguments; 0 (or argv[0] alone): EAL's
+	 * arguments come from the INI's [eal] section (config/README.md) */
+	int eal_argc;
 	char **eal_argv;
 	const char *config;	 /* INI file */
 	const char *const *sets; /* "section.key=value" overrides, applied after the file */
@@ -66,7 +68,9 @@ enum kvl_start_stage {
 /*
  * Load the INI, check the host, start EAL (once per process), the NIC lcores, the control
  * thread (when [control] secret_file is set) and the [segment.*] of the INI. Returns the
- * runtime, or NULL with the reason in @err and the failing stage in *@stage.
+ * runtime, or NULL with the reason in @err and the failing stage in *@stage. EAL starts once
+ * per process: a second kvl_start, while the first runtime runs or after kvl_stop, returns
+ * NULL with errno EALREADY and stage KVL_START_EAL, touching nothing.
  */
 struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t errlen, int *stage);
 

@@ -1260,6 +1260,45 @@ static void test_memory_keys(void)
 	}
 }
 
+/* ---- [eal] (issue 17): EAL's arguments from the INI ---- */
+static void test_eal_keys(void)
+{
+	if (load_good("no [eal]", NIC_LO) == 0) {
+		CHECK_STR(cfg.eal.lcores, "");
+		CHECK_INT(cfg.eal.memory_mb, 0);
+		CHECK(!cfg.eal.no_huge && !cfg.eal.in_memory && !cfg.eal.no_pci);
+	}
+	if (load_good("every [eal] key",
+		      "[eal]\nlcores = 0@(0-1),1@(0-1)\nmemory_mb = 256\nfile_prefix = eng_1\n"
+		      "no_huge = true\nno_pci = true\n"
+		      "extra_args = --log-level=lib.eal:info  --vdev=net_null0\n" NIC_LO) == 0) {
+		CHECK_STR(cfg.eal.lcores, "0@(0-1),1@(0-1)");
+		CHECK_INT(cfg.eal.memory_mb, 256);
+		CHECK_STR(cfg.eal.file_prefix, "eng_1");
+		CHECK(cfg.eal.no_huge && cfg.eal.no_pci && !cfg.eal.in_memory);
+		CHECK_STR(cfg.eal.extra_args, "--log-level=lib.eal:info  --vdev=net_null0");
+	}
+	expect_bad("lcores with a letter", "[eal]\nlcores = 0-a\n" NIC_LO, 1,
+		   "t.ini:2: eal.lcores:", "an EAL --lcores map of digits");
+	expect_bad("file_prefix with a slash", "[eal]\nfile_prefix = a/b\n" NIC_LO, 1,
+		   "t.ini:2: eal.file_prefix:", "a name of letters");
+	expect_bad("memory_mb not a number", "[eal]\nmemory_mb = lots\n" NIC_LO, 1,
+		   "t.ini:2: eal.memory_mb:", "an integer in 0..4194304");
+	expect_bad("no_huge with in_memory", "[eal]\nin_memory = true\nno_huge = yes\n" NIC_LO, 1,
+		   "t.ini:3: eal.no_huge:", "EAL cannot combine --no-huge with --in-memory");
+	expect_bad("a quote in extra_args", "[eal]\nextra_args = --vdev='net_null0'\n" NIC_LO, 1,
+		   "t.ini:2: eal.extra_args:", "without quotes");
+	expect_bad("an own key in extra_args", "[eal]\nno_pci = true\nextra_args = -m256\n" NIC_LO,
+		   1, "t.ini:3: eal.extra_args:", "-m256 has its own key, eal.memory_mb");
+	expect_bad("--lcores= in extra_args", "[eal]\nextra_args = --lcores=0@0\n" NIC_LO, 1,
+		   "t.ini:2: eal.extra_args:", "has its own key, eal.lcores");
+	expect_bad("-- in extra_args", "[eal]\nextra_args = --no-shconf -- x\n" NIC_LO, 1,
+		   "t.ini:2: eal.extra_args:", "\"--\" would end EAL's arguments");
+	/* --log-level starts like neither -l nor --lcores: taken */
+	if (load_good("--log-level is not -l", "[eal]\nextra_args = --log-level=8\n" NIC_LO) == 0)
+		CHECK_STR(cfg.eal.extra_args, "--log-level=8");
+}
+
 int main(void)
 {
 	kvl_config_defaults(&defaults);
@@ -1278,5 +1317,6 @@ int main(void)
 	test_paths_and_sets();
 	test_sched_keys();
 	test_memory_keys();
+	test_eal_keys();
 	return kvl_test_done("config");
 }
