@@ -68,6 +68,16 @@ struct kvl_tcp_conn;
  */
 struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, unsigned depth);
 
+/*
+ * The same over TLS: @ssl (OpenSSL's SSL, its handshake done, on @fd) carries every byte. It
+ * is taken over with the fd on success (freed with the connection), the caller's on failure.
+ * Where OpenSSL turned on kernel TLS for it (SSL_OP_ENABLE_KTLS) the kernel encrypts; either
+ * way nothing blocks: a record that cannot go or is not whole yet waits for the next progress.
+ */
+struct ssl_st;
+struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
+					  const struct kvl_seg_table *segs, unsigned depth);
+
 /* Close the socket and free everything. Outstanding requests are dropped without completions:
  * call kvl_tcp_fail_all() first to report them. */
 void kvl_tcp_conn_free(struct kvl_tcp_conn *c);
