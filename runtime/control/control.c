@@ -828,3 +828,8 @@ uint64_t kvl_control_data_preauth_evicted(const struct kvl_runtime *rt)
 {
 	return rt->ctl ? __atomic_load_n(&rt->ctl->data_preauth_evicted, __ATOMIC_RELAXED) : 0;
 }
+
+uint64_t kvl_control_tls_failures(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? __atomic_load_n(&rt->ctl->tls_failures, __ATOMIC_RELAXED) : 0;
+}
