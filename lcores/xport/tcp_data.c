@@ -34,6 +34,14 @@
 /* TLS: frames smaller than this are gathered into one record (a record per 32-byte header
  * would cost 22 bytes and a syscall each); larger payloads are written from where they lie. */
 #define TLS_GATHER 16384u
+/*
+ * TLS writes a record per write(): once the socket's buffer is full (16 KiB at the start,
+ * tcp_wmem[1], before autotuning grows it) the tail of a frame waits for the peer's ACK of the
+ * head, and the peer, which cannot answer half a frame, delays that ACK (up to 40 ms). One
+ * sendmsg() of a whole frame goes past the limit instead. A fixed buffer that holds a window
+ * of frames keeps TLS clear of it (kvl_tcp_tls_sockopts, applied before the handshake).
+ */
+#define TLS_SNDBUF (4 << 20)
 
 enum tx_kind {
 	TX_REQ,	      /* our request: fully sent lets its response be accepted */
@@ -333,6 +341,13 @@ fail:
 	free(c);
 	errno = flags ? flags : ENOMEM;
 	return NULL;
+}
+
+void kvl_tcp_tls_sockopts(int fd)
+{
+	int sz = TLS_SNDBUF;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 }
 
 struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,

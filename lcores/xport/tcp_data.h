@@ -75,6 +75,9 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
  * way nothing blocks: a record that cannot go or is not whole yet waits for the next progress.
  */
 struct ssl_st;
+/* Socket options of a TLS data connection (a send buffer that holds a window of records):
+ * set them on the fd before its handshake. */
+void kvl_tcp_tls_sockopts(int fd);
 struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
 					  const struct kvl_seg_table *segs, unsigned depth);
 

@@ -306,6 +306,7 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 		pc->state = PC_WAIT_CHALLENGE;
 		if (c->tls == NULL)
 			return;
+		kvl_tcp_tls_sockopts(pc->fd);
 		pc->ssl = kvl_ctl_tls_new(c, pc->fd, false, &pc->tls_first);
 		if (pc->ssl == NULL) {
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,

@@ -419,6 +419,7 @@ static void accept_data(struct kvl_control *c, unsigned nic)
 	pc->state = PC_WAIT_BIND;
 	if (c->tls) {
 		/* The challenge goes over TLS, once its handshake is done (bind.c). */
+		kvl_tcp_tls_sockopts(fd);
 		pc->ssl = kvl_ctl_tls_new(c, fd, true, &pc->tls_first);
 		pc->tls_hs = true;
 		pc->tls_events = POLLIN;

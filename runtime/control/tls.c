@@ -106,6 +106,11 @@ int kvl_ctl_tls_init(struct kvl_control *c, char *err, size_t errlen)
 	SSL_CTX_set_mode(c->tls,
 			 SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_clear_mode(c->tls, SSL_MODE_AUTO_RETRY);
+	/* Without kernel TLS every record costs two read()s (its header, then the rest) unless
+	 * TLS reads ahead: then one read() takes several records. Everything after the handshake
+	 * is read through SSL_read, so bytes read ahead are never lost (kvl_ctl_tls_pending). */
+	SSL_CTX_set_read_ahead(c->tls, 1);
+	SSL_CTX_set_default_read_buffer_len(c->tls, 256 * 1024);
 	SSL_CTX_set_psk_use_session_callback(c->tls, use_session);
 	SSL_CTX_set_psk_find_session_callback(c->tls, find_session);
 	probe = SSL_new(c->tls);
