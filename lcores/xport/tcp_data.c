@@ -183,30 +183,33 @@ static ssize_t plain_recv(struct kvl_tcp_conn *c, struct msghdr *m)
 	return recvmsg(c->fd, m, MSG_DONTWAIT);
 }
 
-/* What an SSL call's failure means here: -1 with errno EAGAIN (retry later, nothing spins:
- * the lcore comes back next turn), 0 for the peer's end, or -1 with a hard error. */
-static ssize_t tls_fail(struct kvl_tcp_conn *c, int rc, size_t done)
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done)
 {
-	int e = SSL_get_error(c->ssl, rc);
+	int e = SSL_get_error(ssl, rc);
 
 	ERR_clear_error();
-	if (done > 0)
+	if (rc > 0 || done > 0)
 		return (ssize_t)done;
 	switch (e) {
 	case SSL_ERROR_WANT_READ:
 	case SSL_ERROR_WANT_WRITE:
-		errno = EAGAIN;
+		errno = EAGAIN; /* come back later: nothing spins on it */
 		return -1;
 	case SSL_ERROR_ZERO_RETURN:
-		return 0;
+		return 0; /* close_notify: the peer's end, as EOF */
 	case SSL_ERROR_SYSCALL:
-		if (errno == 0 || errno == EAGAIN)
-			errno = errno ? errno : ECONNRESET;
+		if (errno == 0)
+			errno = ECONNRESET; /* the socket ended without close_notify */
 		return -1;
 	default:
 		errno = EPROTO; /* records that do not decrypt: the stream is not our peer's */
 		return -1;
 	}
+}
+
+static ssize_t tls_fail(struct kvl_tcp_conn *c, int rc, size_t done)
+{
+	return kvl_tcp_tls_result(c->ssl, rc, done);
 }
 
 /*

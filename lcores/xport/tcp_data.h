@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "xfer.h"
 
@@ -75,6 +76,14 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
  * way nothing blocks: a record that cannot go or is not whole yet waits for the next progress.
  */
 struct ssl_st;
+/*
+ * The one map from an SSL_read_ex/SSL_write_ex result (@rc, @done bytes) to a byte count as
+ * recv()/send() give it: @done when anything moved, 0 for the peer's close_notify, else -1
+ * with errno EAGAIN (TLS wants the socket: retry later), EPROTO (records that do not
+ * decrypt), or the socket's error (ECONNRESET when it ended without close_notify).
+ */
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done);
+
 /* Socket options of a TLS data connection (a send buffer that holds a window of records):
  * set them on the fd before its handshake. */
 void kvl_tcp_tls_sockopts(int fd);

@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 
 #include "ctl.h"
+#include "tcp_data.h"
 
 /*
  * Peers authenticate with an external PSK derived from the shared secret (no certificates to
@@ -236,31 +237,6 @@ int kvl_ctl_tls_step(SSL *ssl, struct kvl_tls_first *first, short *events, char 
 	return -EBADMSG;
 }
 
-/* recv()/send() over TLS: a byte count, or -1 with errno (EAGAIN when TLS wants more). */
-static ssize_t tls_result(SSL *ssl, int rc, size_t done)
-{
-	int e = SSL_get_error(ssl, rc);
-
-	if (rc > 0)
-		return (ssize_t)done;
-	ERR_clear_error();
-	switch (e) {
-	case SSL_ERROR_WANT_READ:
-	case SSL_ERROR_WANT_WRITE:
-		errno = EAGAIN;
-		return -1;
-	case SSL_ERROR_ZERO_RETURN:
-		return 0; /* close_notify: the peer's end, as EOF */
-	case SSL_ERROR_SYSCALL:
-		if (errno == 0)
-			return 0;
-		return -1;
-	default:
-		errno = EPROTO; /* bad records: a bad frame, like any other */
-		return -1;
-	}
-}
-
 ssize_t kvl_ctl_recv(int fd, SSL *ssl, void *buf, size_t len)
 {
 	size_t n = 0;
@@ -271,7 +247,7 @@ ssize_t kvl_ctl_recv(int fd, SSL *ssl, void *buf, size_t len)
 	ERR_clear_error();
 	errno = 0;
 	rc = SSL_read_ex(ssl, buf, len, &n);
-	return tls_result(ssl, rc, n);
+	return kvl_tcp_tls_result(ssl, rc, n);
 }
 
 ssize_t kvl_ctl_send(int fd, SSL *ssl, const void *buf, size_t len)
@@ -284,7 +260,7 @@ ssize_t kvl_ctl_send(int fd, SSL *ssl, const void *buf, size_t len)
 	ERR_clear_error();
 	errno = 0;
 	rc = SSL_write_ex(ssl, buf, len, &n);
-	return tls_result(ssl, rc, n);
+	return kvl_tcp_tls_result(ssl, rc, n);
 }
 
 bool kvl_ctl_tls_pending(SSL *ssl)

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvl_harness as h  # noqa: E402  (its own folder)
 import test_dataplane as dp  # noqa: E402
 import test_peers as tp  # noqa: E402
+from kvlane_chaos import free_port  # noqa: E402  (tools/, on the path through kvl_harness)
 from kvl_harness import Fail, check, check_eq, cmd, log, wait_for  # noqa: E402
 
 LIMIT_S = {"tls_move": 120, "tls_sniff": 120, "tls_mismatch": 90, "tls_stranger": 90,
@@ -65,14 +66,6 @@ def log_lines(p):
 def wait_log(p, needle, timeout, what):
     got = wait_for(lambda: any(needle in ln for ln in log_lines(p)), timeout)
     check(got, what, f"a line with {needle!r}", "none", p)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def verify_run(ctx, srv, op, tls, sizes="16K,1M", iters=100):
@@ -315,7 +308,7 @@ COST_ITERS = int(os.environ.get("KVL_TLS_COST_ITERS", "2000"))
 
 def bw_run(ctx, srv, tls, op, size):
     args = [*tls, f"--{op}", "--bw", "--json", "-s", size, "-n", str(COST_ITERS),
-            "--segment", "kv", "--seg-size", "16M", "--nap", "0", srv.addr]
+            "--segment", "kv", "--seg-size", "16M", srv.addr]
     rc, p = ctx.perf_run(f"bw_{op}", args, mem_mb=512, timeout=200)
     check_eq(rc, 0, f"kvlane-perf {' '.join(args)}: exit status", p, srv)
     o = dp.json_lines(p, "kvlane-perf --bw")[0]
@@ -337,7 +330,8 @@ def scenario_tls_cost(ctx):
                                          size))
             best = {m: max(v) for m, v in got.items()}
             rows.append((op, size, best["off"], best["on"], best["on"] / best["off"]))
-            log(f"{op} {size}: tls off {got['off']}, on {got['on']} GB/s")
+            log(f"{op} {size}: tls off {[round(x, 3) for x in got['off']]}, on "
+                f"{[round(x, 3) for x in got['on']]} GB/s")
     print("| op | size | tls off GB/s | tls on GB/s | on/off |", flush=True)
     print("|---|---|---|---|---|", flush=True)
     for op, size, off, on, r in rows:
