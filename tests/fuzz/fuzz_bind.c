@@ -84,6 +84,22 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
 	return malloc(16);
 }
 
+/* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection,
+ * and tls.c's I/O is never reached. */
+void kvl_tcp_tls_sockopts(int fd)
+{
+	(void)fd;
+	abort();
+}
+
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done)
+{
+	(void)ssl;
+	(void)rc;
+	(void)done;
+	abort();
+}
+
 /* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection. */
 struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
 					  const struct kvl_seg_table *segs, unsigned depth)
