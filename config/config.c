@@ -66,6 +66,7 @@ static const char *const access_names[] = { "read", "write", "readwrite", NULL }
 static const char *const fill_names[] = { "zero", "pattern", NULL };
 static const char *const seg_memory_names[] = { "host", "gpu", NULL };
 static const char *const staging_names[] = { "auto", "host", "gpu", NULL };
+static const char *const tls_names[] = { "off", "on", NULL };
 
 #define K(s, field, t, fl, lo, hi, nm, d)                                                 \
 	{                                                                                 \
@@ -141,6 +142,8 @@ static const struct key_def control_keys[] = {
 	K(CTL, connect_timeout_ms, KT_UINT, 0, 100, 600000, NULL, "10000"),
 	K(CTL, heartbeat_interval_ms, KT_UINT, 0, 10, 600000, NULL, "1000"),
 	K(CTL, peer_timeout_ms, KT_UINT, 0, 20, 3600000, NULL, "5000"),
+	/* TLS 1.3 under the control and tcp data connections (runtime/control/tls.c) */
+	K(CTL, tls, KT_ENUM, 0, 0, 0, tls_names, "off"),
 };
 #undef CTL
 

@@ -160,6 +160,8 @@ struct kvl_control_conf {
 	uint32_t connect_timeout_ms;
 	uint32_t heartbeat_interval_ms;
 	uint32_t peer_timeout_ms;
+	int tls; /* 0 off, 1 on: TLS 1.3 (external PSK from the secret) under every TCP connection
+		  */
 };
 
 struct kvl_telemetry_conf {

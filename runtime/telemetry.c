@@ -615,6 +615,7 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
 	rte_tel_data_add_dict_u64(d, "control/data_preauth_evicted",
 				  kvl_control_data_preauth_evicted(rt));
+	rte_tel_data_add_dict_u64(d, "control/tls_failures", kvl_control_tls_failures(rt));
 	{
 		uint64_t tx, rx;
 

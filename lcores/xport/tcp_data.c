@@ -10,6 +10,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "tcp_data.h"
 
 /* A private sanity limit: a larger window buys nothing over TCP and costs memory. */
@@ -28,6 +31,17 @@
 #define ZC_MIN 2048u
 /* Syscalls per direction per progress call: one busy peer cannot hold the lcore. */
 #define IO_BUDGET 16u
+/* TLS: frames smaller than this are gathered into one record (a record per 32-byte header
+ * would cost 22 bytes and a syscall each); larger payloads are written from where they lie. */
+#define TLS_GATHER 16384u
+/*
+ * TLS writes a record per write(): once the socket's buffer is full (16 KiB at the start,
+ * tcp_wmem[1], before autotuning grows it) the tail of a frame waits for the peer's ACK of the
+ * head, and the peer, which cannot answer half a frame, delays that ACK (up to 40 ms). One
+ * sendmsg() of a whole frame goes past the limit instead. A fixed buffer that holds a window
+ * of frames keeps TLS clear of it (kvl_tcp_tls_sockopts, applied before the handshake).
+ */
+#define TLS_SNDBUF (4 << 20)
 
 enum tx_kind {
 	TX_REQ,	      /* our request: fully sent lets its response be accepted */
@@ -58,9 +72,16 @@ struct tx_frame {
 	uint8_t kind; /* enum tx_kind */
 };
 
+struct kvl_tcp_conn;
+/* The socket's I/O, chosen once at set-up: the plain syscalls, or TLS (tls.c's SSL). */
+typedef ssize_t (*io_fn)(struct kvl_tcp_conn *c, struct msghdr *m);
+
 struct kvl_tcp_conn {
 	int fd;
 	int broken; /* 0, or the status everything failed with */
+	io_fn send, recv;
+	SSL *ssl;	 /* [control] tls = on: owned here from the hand-over */
+	uint8_t *gather; /* TLS: small frames of one record, TLS_GATHER bytes */
 	unsigned depth;
 	const struct kvl_seg_table *segs;
 
@@ -152,6 +173,121 @@ void kvl_tcp_hdr_decode(const uint8_t in[KVL_TCP_HDR_LEN], struct kvl_tcp_hdr *h
 	h->offset = get64(in + 24);
 }
 
+static ssize_t plain_send(struct kvl_tcp_conn *c, struct msghdr *m)
+{
+	return sendmsg(c->fd, m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static ssize_t plain_recv(struct kvl_tcp_conn *c, struct msghdr *m)
+{
+	return recvmsg(c->fd, m, MSG_DONTWAIT);
+}
+
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done)
+{
+	int e = SSL_get_error(ssl, rc);
+
+	ERR_clear_error();
+	if (rc > 0 || done > 0)
+		return (ssize_t)done;
+	switch (e) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		errno = EAGAIN; /* come back later: nothing spins on it */
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0; /* close_notify: the peer's end, as EOF */
+	case SSL_ERROR_SYSCALL:
+		if (errno == 0)
+			errno = ECONNRESET; /* the socket ended without close_notify */
+		return -1;
+	default:
+		errno = EPROTO; /* records that do not decrypt: the stream is not our peer's */
+		return -1;
+	}
+}
+
+static ssize_t tls_fail(struct kvl_tcp_conn *c, int rc, size_t done)
+{
+	return kvl_tcp_tls_result(c->ssl, rc, done);
+}
+
+/*
+ * sendmsg() over TLS. A write that TLS could not finish (WANT_WRITE) must be retried with the
+ * same bytes: the caller's queue has not moved (nothing of it was counted sent), so the same
+ * iovecs rebuild the same first record: gathered small frames, or a payload in place.
+ */
+static ssize_t tls_send(struct kvl_tcp_conn *c, struct msghdr *m)
+{
+	size_t total = 0, i = 0, off = 0; /* the cursor: byte @off of iovec @i */
+
+	ERR_clear_error();
+	while (i < m->msg_iovlen) {
+		const uint8_t *buf = (const uint8_t *)m->msg_iov[i].iov_base + off;
+		size_t len = m->msg_iov[i].iov_len - off, n = 0;
+		int rc;
+
+		if (len < TLS_GATHER) {
+			size_t o = off;
+
+			len = 0;
+			for (size_t k = i; k < m->msg_iovlen && len < TLS_GATHER; k++, o = 0) {
+				size_t take = m->msg_iov[k].iov_len - o;
+
+				if (take > TLS_GATHER - len)
+					take = TLS_GATHER - len;
+				memcpy(c->gather + len, (const uint8_t *)m->msg_iov[k].iov_base + o,
+				       take);
+				len += take;
+			}
+			buf = c->gather;
+		}
+		errno = 0;
+		rc = SSL_write_ex(c->ssl, buf, len, &n);
+		if (rc <= 0)
+			return tls_fail(c, rc, total);
+		total += n;
+		/* Move the cursor over what went (a record at most: partial writes are on). */
+		while (n > 0 && i < m->msg_iovlen) {
+			size_t l = m->msg_iov[i].iov_len - off;
+
+			if (n < l) {
+				off += n;
+				break;
+			}
+			n -= l;
+			off = 0;
+			i++;
+		}
+	}
+	return (ssize_t)total;
+}
+
+/* recvmsg() over TLS: fill the iovecs in order from as many records as are there. */
+static ssize_t tls_recv(struct kvl_tcp_conn *c, struct msghdr *m)
+{
+	size_t total = 0;
+
+	ERR_clear_error();
+	for (size_t i = 0; i < m->msg_iovlen; i++) {
+		uint8_t *p = m->msg_iov[i].iov_base;
+		size_t len = m->msg_iov[i].iov_len, got = 0;
+
+		while (got < len) {
+			size_t n = 0;
+			int rc;
+
+			errno = 0;
+			rc = SSL_read_ex(c->ssl, p + got, len - got, &n);
+			if (rc <= 0)
+				return tls_fail(c, rc, total + got);
+			got += n;
+		}
+		total += got;
+	}
+	return (ssize_t)total;
+}
+
 static uint64_t pow2_at_least(uint64_t n)
 {
 	uint64_t p = 1;
@@ -197,6 +333,8 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
 	c->fd = fd;
 	c->segs = segs;
 	c->depth = depth;
+	c->send = plain_send;
+	c->recv = plain_recv;
 	return c;
 fail:
 	flags = errno;
@@ -208,10 +346,43 @@ fail:
 	return NULL;
 }
 
+void kvl_tcp_tls_sockopts(int fd)
+{
+	int sz = TLS_SNDBUF;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+}
+
+struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
+					  const struct kvl_seg_table *segs, unsigned depth)
+{
+	uint8_t *gather = malloc(TLS_GATHER);
+	struct kvl_tcp_conn *c = gather && ssl ? kvl_tcp_conn_new(fd, segs, depth) : NULL;
+
+	if (c == NULL) {
+		free(gather);
+		if (ssl == NULL)
+			errno = EINVAL;
+		return NULL;
+	}
+	c->ssl = ssl;
+	c->gather = gather;
+	c->send = tls_send;
+	c->recv = tls_recv;
+	return c;
+}
+
 void kvl_tcp_conn_free(struct kvl_tcp_conn *c)
 {
 	if (c == NULL)
 		return;
+	if (c->ssl) {
+		if (!c->broken)
+			(void)SSL_shutdown(c->ssl); /* a close_notify, if it goes at once */
+		ERR_clear_error();
+		SSL_free(c->ssl);
+	}
+	free(c->gather);
 	close(c->fd);
 	free(c->scratch);
 	free(c->tx);
@@ -399,7 +570,7 @@ static unsigned tx_flush(struct kvl_tcp_conn *c)
 			off = 0;
 		}
 		m.msg_iovlen = n;
-		r = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = c->send(c, &m);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -621,12 +792,13 @@ static unsigned rx_poll(struct kvl_tcp_conn *c)
 			iov[m.msg_iovlen++] = (struct iovec){ c->stage + c->st_tail, st_want };
 		}
 
-		r = recvmsg(c->fd, &m, MSG_DONTWAIT);
+		r = c->recv(c, &m);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			if (!transient(errno))
-				conn_break(c, KVL_ERR_CONN_LOST);
+			if (!transient(errno)) /* EPROTO: TLS records that do not decrypt */
+				conn_break(c,
+					   errno == EPROTO ? KVL_ERR_PROTOCOL : KVL_ERR_CONN_LOST);
 			break;
 		}
 		if (r == 0) {

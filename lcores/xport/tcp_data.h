@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "xfer.h"
 
@@ -67,6 +68,27 @@ struct kvl_tcp_conn;
  * on failure (the fd is then still the caller's).
  */
 struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, unsigned depth);
+
+/*
+ * The same over TLS: @ssl (OpenSSL's SSL, its handshake done, on @fd) carries every byte. It
+ * is taken over with the fd on success (freed with the connection), the caller's on failure.
+ * Where OpenSSL turned on kernel TLS for it (SSL_OP_ENABLE_KTLS) the kernel encrypts; either
+ * way nothing blocks: a record that cannot go or is not whole yet waits for the next progress.
+ */
+struct ssl_st;
+/*
+ * The one map from an SSL_read_ex/SSL_write_ex result (@rc, @done bytes) to a byte count as
+ * recv()/send() give it: @done when anything moved, 0 for the peer's close_notify, else -1
+ * with errno EAGAIN (TLS wants the socket: retry later), EPROTO (records that do not
+ * decrypt), or the socket's error (ECONNRESET when it ended without close_notify).
+ */
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done);
+
+/* Socket options of a TLS data connection (a send buffer that holds a window of records):
+ * set them on the fd before its handshake. */
+void kvl_tcp_tls_sockopts(int fd);
+struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
+					  const struct kvl_seg_table *segs, unsigned depth);
 
 /* Close the socket and free everything. Outstanding requests are dropped without completions:
  * call kvl_tcp_fail_all() first to report them. */

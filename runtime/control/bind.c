@@ -117,19 +117,29 @@ static void hand_over(struct kvl_control *c, struct pconn *pc)
 	struct kvl_tcp_conn *conn;
 
 	if (c->pub[pc->peer].gen != pc->peer_gen) {
-		close(pc->fd);
-		pc->state = PC_FREE;
+		kvl_ctl_pconn_close(pc);
 		return;
 	}
-	conn = kvl_tcp_conn_new(pc->fd, &rt->segs.tab, rt->cfg.nics[pc->nic].queue_depth);
+	conn = pc->ssl ? kvl_tcp_conn_new_tls(pc->fd, pc->ssl, &rt->segs.tab,
+					      rt->cfg.nics[pc->nic].queue_depth)
+		       : kvl_tcp_conn_new(pc->fd, &rt->segs.tab, rt->cfg.nics[pc->nic].queue_depth);
 	if (conn == NULL) {
-		close(pc->fd);
-		pc->state = PC_FREE;
+		kvl_ctl_pconn_close(pc);
 		kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
 				  "nic.%s: cannot set up a connection: %s",
 				  rt->cfg.nics[pc->nic].label, strerror(errno));
 		return;
 	}
+	if (pc->ssl && !c->ktls_logged) {
+		c->ktls_logged = true;
+		KVL_LOG(INFO,
+			"tcp data connections over TLS 1.3 (%s); kernel TLS offload: send %s, "
+			"receive %s",
+			SSL_get_cipher_name(pc->ssl),
+			BIO_get_ktls_send(SSL_get_wbio(pc->ssl)) ? "yes" : "no",
+			BIO_get_ktls_recv(SSL_get_rbio(pc->ssl)) ? "yes" : "no");
+	}
+	pc->ssl = NULL; /* the transport's now, with the fd */
 	pc->state = PC_FREE;
 	kvl_ctl_give_to_lcore(c, pc->peer, pc->nic,
 			      (struct kvl_xconn){ .ops = &kvl_xport_tcp, .c = conn });
@@ -147,10 +157,32 @@ struct pconn *kvl_ctl_pconn_alloc(struct kvl_control *c)
 
 _Static_assert(KVL_PEER_MAX_CONNS <= 32, "bind_mask has a bit per data connection of a peer");
 
-static void pconn_close(struct pconn *pc)
+void kvl_ctl_pconn_close(struct pconn *pc)
 {
+	kvl_ctl_tls_close(pc->ssl);
+	pc->ssl = NULL;
 	close(pc->fd);
 	pc->state = PC_FREE;
+}
+
+short kvl_ctl_pconn_events(const struct pconn *pc)
+{
+	if (pc->state == PC_CONNECTING)
+		return POLLOUT;
+	return pc->tls_hs ? pc->tls_events : POLLIN;
+}
+
+/* Server: this connection's own nonce, so that a bind proves the session on it alone. */
+int kvl_ctl_pconn_challenge(struct pconn *pc)
+{
+	struct kvl_ctrl_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = KVL_CTRL_DATA_CHALLENGE;
+	if (kvl_random(pc->nonce, KVL_NONCE_LEN) < 0)
+		return -EIO;
+	memcpy(m.u.data_challenge.nonce, pc->nonce, KVL_NONCE_LEN);
+	return kvl_ctl_send_small_tls(pc->fd, pc->ssl, &m);
 }
 
 /*
@@ -162,10 +194,12 @@ static void pconn_close(struct pconn *pc)
  */
 static int pconn_read_frame(struct pconn *pc, struct kvl_ctrl_msg *m)
 {
-	size_t want = KVL_CTRL_HDR_LEN, used;
+	size_t want, used;
 	ssize_t n;
 	int rc;
 
+again:
+	want = KVL_CTRL_HDR_LEN;
 	if (pc->rx_len >= KVL_CTRL_HDR_LEN) {
 		uint32_t plen = (uint32_t)pc->rx[8] | (uint32_t)pc->rx[9] << 8 |
 				(uint32_t)pc->rx[10] << 16 | (uint32_t)pc->rx[11] << 24;
@@ -174,7 +208,7 @@ static int pconn_read_frame(struct pconn *pc, struct kvl_ctrl_msg *m)
 			return -EMSGSIZE; /* no frame of a data port's set-up is this long */
 		want = KVL_CTRL_HDR_LEN + plen;
 	}
-	n = recv(pc->fd, pc->rx + pc->rx_len, want - pc->rx_len, 0);
+	n = kvl_ctl_recv(pc->fd, pc->ssl, pc->rx + pc->rx_len, want - pc->rx_len);
 	if (n == 0)
 		return -ECONNRESET;
 	if (n < 0)
@@ -183,8 +217,12 @@ static int pconn_read_frame(struct pconn *pc, struct kvl_ctrl_msg *m)
 	rc = kvl_ctrl_decode(pc->rx, pc->rx_len, m, &used);
 	if (rc < 0)
 		return rc;
+	/* The header checked out; the rest comes on a later POLLIN, or is inside TLS already
+	 * (a record decrypted whole: poll() would not say so). */
+	if (rc == 0 && kvl_ctl_tls_pending(pc->ssl))
+		goto again;
 	if (rc == 0)
-		return 0; /* the header checked out; the rest comes on a later POLLIN */
+		return 0;
 	pc->rx_len = 0;
 	return 1;
 }
@@ -203,7 +241,7 @@ static void send_bind(struct kvl_control *c, struct pconn *pc)
 	kvl_auth_data_mac(&c->secret, pr->hello.u.hello.nonce, pr->challenge.u.challenge.nonce,
 			  pc->nonce, m.u.data_bind.session_id, pc->conn_index,
 			  m.u.data_bind.conn_count, m.u.data_bind.mac);
-	if (kvl_ctl_send_small(pc->fd, &m) < 0) {
+	if (kvl_ctl_send_small_tls(pc->fd, pc->ssl, &m) < 0) {
 		kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST, "data connection: cannot bind");
 		return;
 	}
@@ -266,7 +304,40 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 			return;
 		}
 		pc->state = PC_WAIT_CHALLENGE;
-		return;
+		if (c->tls == NULL)
+			return;
+		kvl_tcp_tls_sockopts(pc->fd);
+		pc->ssl = kvl_ctl_tls_new(c, pc->fd, false, &pc->tls_first);
+		if (pc->ssl == NULL) {
+			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
+					  "data connection: cannot set up TLS");
+			return;
+		}
+		pc->tls_hs = true; /* the ClientHello goes now */
+	}
+	if (pc->tls_hs) {
+		char err[KVL_CTRL_TEXT_LEN];
+		bool client = pc->state != PC_WAIT_BIND;
+
+		rc = kvl_ctl_tls_step(pc->ssl, &pc->tls_first, &pc->tls_events, err, sizeof(err));
+		if (rc == 0)
+			return;
+		if (rc < 0) {
+			kvl_ctl_pconn_close(pc);
+			__atomic_fetch_add(&c->tls_failures, 1, __ATOMIC_RELAXED);
+			if (client)
+				kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
+						  "data connection: %s", err);
+			return; /* a stranger on our data port: like a bad frame, closed */
+		}
+		pc->tls_hs = false;
+		if (!client && kvl_ctl_pconn_challenge(pc) < 0) {
+			kvl_ctl_pconn_close(pc);
+			return;
+		}
+		if (!kvl_ctl_tls_pending(pc->ssl))
+			return;
+		revents = POLLIN;
 	}
 	if (!(revents & (POLLIN | POLLERR | POLLHUP)))
 		return;
@@ -276,7 +347,7 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 	if (rc < 0) {
 		bool client = pc->state != PC_WAIT_BIND;
 
-		pconn_close(pc);
+		kvl_ctl_pconn_close(pc);
 		if (client)
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_PROTOCOL,
 					  "data connection: no valid answer to the bind (%s)",
@@ -286,7 +357,7 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 	switch (pc->state) {
 	case PC_WAIT_CHALLENGE:
 		if (m.type != KVL_CTRL_DATA_CHALLENGE) {
-			pconn_close(pc);
+			kvl_ctl_pconn_close(pc);
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_PROTOCOL,
 					  "data connection: %s instead of DATA_CHALLENGE (a peer "
 					  "of protocol version %d or older?)",
@@ -298,7 +369,7 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 		return;
 	case PC_BIND_SENT:
 		if (m.type != KVL_CTRL_DATA_BIND_OK) {
-			pconn_close(pc);
+			kvl_ctl_pconn_close(pc);
 			kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
 					  "data connection refused (%s%s%s)",
 					  kvl_ctrl_type_name(m.type),
@@ -318,8 +389,8 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 	if (p >= 0) {
 		memset(&m, 0, sizeof(m));
 		m.type = KVL_CTRL_DATA_BIND_OK;
-		if (kvl_ctl_send_small(pc->fd, &m) < 0) {
-			pconn_close(pc);
+		if (kvl_ctl_send_small_tls(pc->fd, pc->ssl, &m) < 0) {
+			kvl_ctl_pconn_close(pc);
 			return;
 		}
 		pc->peer = (uint32_t)p;
@@ -331,6 +402,6 @@ void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents)
 	memset(&m, 0, sizeof(m));
 	m.type = KVL_CTRL_AUTH_FAIL;
 	m.u.auth_fail.reason = (uint16_t)reason;
-	kvl_ctl_send_small(pc->fd, &m);
-	pconn_close(pc);
+	kvl_ctl_send_small_tls(pc->fd, pc->ssl, &m);
+	kvl_ctl_pconn_close(pc);
 }

@@ -58,6 +58,36 @@ static void handle_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m
 		kvl_ctl_exchange_msg(c, p, m);
 }
 
+/* What a server tells, in the clear, a client whose [control] tls differs from its own. */
+static void tls_error_msg(struct kvl_ctrl_msg *m, bool ours_on)
+{
+	m->u.error.code = KVL_CTL_ERROR_TLS;
+	snprintf(m->u.error.text, sizeof(m->u.error.text),
+		 "tls-mismatch: the peer runs [control] tls = %s", ours_on ? "on" : "off");
+}
+
+/*
+ * A TLS ClientHello (a handshake record: 0x16, then version 3.x) where a kvlane HELLO belongs:
+ * the peer runs [control] tls = on and we do not. Told in the clear (ERROR tls-mismatch), so that
+ * it says so too.
+ */
+static bool tls_mismatch_off(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+	struct kvl_ctrl_msg out = { .type = KVL_CTRL_ERROR };
+
+	if (pr->ssl != NULL || pr->rx_len < 2 || pr->rx[0] != 0x16 || pr->rx[1] != 0x03 ||
+	    c->pub[p].state != KVL_PEER_HANDSHAKE || c->pub[p].initiator)
+		return false;
+	__atomic_fetch_add(&c->tls_failures, 1, __ATOMIC_RELAXED);
+	tls_error_msg(&out, false);
+	kvl_ctl_send_msg(c, p, &out);
+	kvl_ctl_peer_fail(c, p, KVL_ERR_PROTOCOL,
+			  "TLS mismatch: the peer opened TLS ([control] tls = on there), this side "
+			  "has [control] tls = off: set the same [control] tls on both ends");
+	return true;
+}
+
 static void peer_read(struct kvl_control *c, uint32_t p)
 {
 	struct peer *pr = &c->peer[p];
@@ -66,15 +96,22 @@ static void peer_read(struct kvl_control *c, uint32_t p)
 	ssize_t n;
 	int rc;
 
-	n = recv(pr->fd, pr->rx + pr->rx_len, sizeof(pr->rx) - pr->rx_len, 0);
+again:
+	n = kvl_ctl_recv(pr->fd, pr->ssl, pr->rx + pr->rx_len, sizeof(pr->rx) - pr->rx_len);
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-		kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST, "control connection %s",
-				  n == 0 ? "closed by the peer" : strerror(errno));
+		kvl_ctl_peer_fail(c, p,
+				  n < 0 && errno == EPROTO ? KVL_ERR_PROTOCOL : KVL_ERR_CONN_LOST,
+				  "control connection %s",
+				  n == 0	    ? "closed by the peer"
+				  : errno == EPROTO ? "sent bad TLS records"
+						    : strerror(errno));
 		return;
 	}
 	if (n < 0)
 		return;
 	pr->rx_len += (size_t)n;
+	if (tls_mismatch_off(c, p))
+		return;
 	m = malloc(sizeof(*m));
 	if (m == NULL)
 		return;
@@ -102,6 +139,44 @@ static void peer_read(struct kvl_control *c, uint32_t p)
 		handle_msg(c, p, m);
 	}
 	free(m);
+	/* TLS may hold decrypted bytes the socket no longer shows: poll() would not wake. */
+	if (pr->fd >= 0 && kvl_ctl_tls_pending(pr->ssl) && pr->rx_len < sizeof(pr->rx))
+		goto again;
+}
+
+/*
+ * [control] tls = on: one step of a control connection's TLS handshake; the kvlane handshake
+ * (HELLO ...) starts once it is done. A kvlane HELLO in the clear is a peer with tls = off: it
+ * is told so in the clear (ERROR tls-mismatch) before the close.
+ */
+static void peer_tls(struct kvl_control *c, uint32_t p)
+{
+	struct peer *pr = &c->peer[p];
+	char err[KVL_CTRL_TEXT_LEN];
+	int rc = kvl_ctl_tls_step(pr->ssl, &pr->tls_first, &pr->tls_events, err, sizeof(err));
+
+	if (rc == 0)
+		return;
+	if (rc < 0) {
+		__atomic_fetch_add(&c->tls_failures, 1, __ATOMIC_RELAXED);
+		kvl_ctl_tls_close(pr->ssl);
+		pr->ssl = NULL;
+		pr->tls_hs = false;
+		if (rc == -EPROTO && !c->pub[p].initiator) {
+			struct kvl_ctrl_msg out = { .type = KVL_CTRL_ERROR };
+
+			tls_error_msg(&out, true);
+			kvl_ctl_send_msg(c, p, &out);
+		}
+		kvl_ctl_peer_fail(c, p, rc == -EPROTO ? KVL_ERR_PROTOCOL : KVL_ERR_CONN_LOST, "%s",
+				  err);
+		return;
+	}
+	pr->tls_hs = false;
+	if (c->pub[p].initiator)
+		kvl_ctl_client_hello(c, p);
+	if (pr->fd >= 0 && kvl_ctl_tls_pending(pr->ssl))
+		peer_read(c, p);
 }
 
 static void take_connect_waits(struct kvl_control *c)
@@ -236,8 +311,7 @@ static void timers(struct kvl_control *c, uint64_t t)
 		if (pc->state != PC_FREE && t > pc->deadline_ns) {
 			bool ours = pc->state != PC_WAIT_BIND;
 
-			close(pc->fd);
-			pc->state = PC_FREE;
+			kvl_ctl_pconn_close(pc);
 			if (ours)
 				kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
 						  "data connection set-up timed out");
@@ -282,9 +356,16 @@ static void accept_control(struct kvl_control *c)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->peer[p].fd = fd;
+	if (c->tls) {
+		c->peer[p].ssl = kvl_ctl_tls_new(c, fd, true, &c->peer[p].tls_first);
+		c->peer[p].tls_hs = true;
+		c->peer[p].tls_events = POLLIN; /* the client speaks first */
+	}
 	c->peer[p].deadline_ns =
 		kvl_now_ns() + (uint64_t)c->rt->cfg.control.connect_timeout_ms * 1000000ull;
 	kvl_ctl_set_state(c, (uint32_t)p, KVL_PEER_HANDSHAKE);
+	if (c->tls && c->peer[p].ssl == NULL)
+		kvl_ctl_peer_fail(c, (uint32_t)p, KVL_ERR_CONN_LOST, "cannot set up TLS");
 }
 
 /*
@@ -313,14 +394,12 @@ static void evict_data_preauth(struct kvl_control *c)
 	if (n < MAX_DATA_PREAUTH)
 		return;
 	__atomic_fetch_add(&c->data_preauth_evicted, 1, __ATOMIC_RELAXED);
-	close(victim->fd);
-	victim->state = PC_FREE;
+	kvl_ctl_pconn_close(victim);
 }
 
 static void accept_data(struct kvl_control *c, unsigned nic)
 {
 	int fd = accept4(c->dfd[nic], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
-	struct kvl_ctrl_msg m;
 	struct pconn *pc;
 
 	if (fd < 0)
@@ -337,19 +416,20 @@ static void accept_data(struct kvl_control *c, unsigned nic)
 	pc->peer = UINT32_MAX;
 	pc->accepted_ns = kvl_now_ns();
 	pc->deadline_ns = pc->accepted_ns + BIND_TIMEOUT_NS;
-	/* This connection's own nonce: a bind proves the session on this connection only. */
-	memset(&m, 0, sizeof(m));
-	m.type = KVL_CTRL_DATA_CHALLENGE;
-	if (kvl_random(pc->nonce, KVL_NONCE_LEN) < 0) {
-		close(fd);
-		return;
-	}
-	memcpy(m.u.data_challenge.nonce, pc->nonce, KVL_NONCE_LEN);
-	if (kvl_ctl_send_small(fd, &m) < 0) {
-		close(fd);
-		return;
-	}
 	pc->state = PC_WAIT_BIND;
+	if (c->tls) {
+		/* The challenge goes over TLS, once its handshake is done (bind.c). */
+		kvl_tcp_tls_sockopts(fd);
+		pc->ssl = kvl_ctl_tls_new(c, fd, true, &pc->tls_first);
+		pc->tls_hs = true;
+		pc->tls_events = POLLIN;
+		if (pc->ssl == NULL)
+			kvl_ctl_pconn_close(pc);
+		return;
+	}
+	/* This connection's own nonce: a bind proves the session on this connection only. */
+	if (kvl_ctl_pconn_challenge(pc) < 0)
+		kvl_ctl_pconn_close(pc);
 }
 
 enum { FD_EVENT, FD_LISTEN, FD_DATA, FD_PEER, FD_PENDING };
@@ -383,7 +463,9 @@ static void *control_main(void *arg)
 			if (pr->fd < 0 || c->pub[p].state == KVL_PEER_FREE)
 				continue;
 			pfd[n] = (struct pollfd){ .fd = pr->fd, .events = POLLIN };
-			if (pr->tx_len || c->pub[p].state == KVL_PEER_CONNECTING)
+			if (pr->tls_hs)
+				pfd[n].events = pr->tls_events; /* what TLS waits for, only */
+			else if (pr->tx_len || c->pub[p].state == KVL_PEER_CONNECTING)
 				pfd[n].events |= POLLOUT;
 			who[n] = (int)p;
 			kind[n++] = FD_PEER;
@@ -392,9 +474,7 @@ static void *control_main(void *arg)
 			if (c->pc[i].state == PC_FREE)
 				continue;
 			pfd[n] = (struct pollfd){ .fd = c->pc[i].fd,
-						  .events = c->pc[i].state == PC_CONNECTING
-								    ? POLLOUT
-								    : POLLIN };
+						  .events = kvl_ctl_pconn_events(&c->pc[i]) };
 			who[n] = (int)i;
 			kind[n++] = FD_PENDING;
 		}
@@ -423,16 +503,32 @@ static void *control_main(void *arg)
 				uint32_t p = (uint32_t)who[i];
 				struct peer *pr = &c->peer[p];
 
+				if (pr->tls_hs) {
+					peer_tls(c, p);
+					break;
+				}
 				if (c->pub[p].state == KVL_PEER_CONNECTING) {
 					int soerr = 0;
 					socklen_t sl = sizeof(soerr);
 
 					getsockopt(pr->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-					if (soerr)
+					if (soerr) {
 						kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST,
 								  "connect: %s", strerror(soerr));
-					else if (re & POLLOUT)
+					} else if ((re & POLLOUT) && c->tls) {
+						pr->ssl = kvl_ctl_tls_new(c, pr->fd, false,
+									  &pr->tls_first);
+						if (pr->ssl == NULL) {
+							kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST,
+									  "cannot set up TLS");
+							break;
+						}
+						pr->tls_hs = true;
+						peer_tls(c, p); /* the ClientHello */
+						break;
+					} else if (re & POLLOUT) {
 						kvl_ctl_client_hello(c, p);
+					}
 				}
 				if (pr->fd >= 0 && (re & (POLLIN | POLLHUP | POLLERR)))
 					peer_read(c, p);
@@ -515,13 +611,15 @@ static void control_free(struct kvl_control *c)
 		if (c->dfd[n] >= 0)
 			close(c->dfd[n]);
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+		kvl_ctl_tls_close(c->peer[p].ssl);
 		if (c->peer[p].fd >= 0)
 			close(c->peer[p].fd);
 		free(c->peer[p].tx);
 	}
 	for (unsigned i = 0; i < MAX_PENDING; i++)
 		if (c->pc[i].state != PC_FREE)
-			close(c->pc[i].fd);
+			kvl_ctl_pconn_close(&c->pc[i]);
+	kvl_ctl_tls_free(c);
 	if (c->efd >= 0)
 		close(c->efd);
 	memset(&c->secret, 0, sizeof(c->secret));
@@ -573,6 +671,8 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	if (rc == 0)
 		rc = kvl_secret_load(cc->secret_file, &c->secret, cc->secret_group_readable, err,
 				     errlen);
+	if (rc == 0)
+		rc = kvl_ctl_tls_init(c, err, errlen);
 	fault(c->bad_rkey, sizeof(c->bad_rkey), "KVLANE_TEST_BAD_RKEY", "a wrong rkey");
 	fault(c->bad_len, sizeof(c->bad_len), "KVLANE_TEST_BAD_LEN", "twice their length");
 	if (rc == 0)
@@ -728,4 +828,9 @@ uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt)
 uint64_t kvl_control_data_preauth_evicted(const struct kvl_runtime *rt)
 {
 	return rt->ctl ? __atomic_load_n(&rt->ctl->data_preauth_evicted, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t kvl_control_tls_failures(const struct kvl_runtime *rt)
+{
+	return rt->ctl ? __atomic_load_n(&rt->ctl->tls_failures, __ATOMIC_RELAXED) : 0;
 }

@@ -32,6 +32,8 @@ const char *kvl_control_listen_addr(const struct kvl_runtime *rt); /* "host:port
 uint64_t kvl_control_auth_failures(const struct kvl_runtime *rt);
 uint64_t kvl_control_preauth_evicted(const struct kvl_runtime *rt);
 uint64_t kvl_control_data_preauth_evicted(const struct kvl_runtime *rt);
+/* [control] tls = on: TLS handshakes that failed (strangers, a tls mismatch, another secret). */
+uint64_t kvl_control_tls_failures(const struct kvl_runtime *rt);
 /* REQ_CANCEL messages sent for this side's canceled requests, and received from peers. */
 void kvl_control_req_cancels(const struct kvl_runtime *rt, uint64_t *tx, uint64_t *rx);
 

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <openssl/ssl.h>
+
 #include "control.h"
 #include "ctrl_proto.h"
 #include "lcmd.h"
@@ -27,6 +29,16 @@
 #define RECONNECT_NS	  1000000000ull
 #define FRAME_MAX	  (KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD)
 #define BIND_TIMEOUT_NS	  5000000000ull
+
+/* ERROR code of a peer that speaks TLS to one that does not (sent in the clear, the text says
+ * which side runs what); 1 is a QP set-up failure (rdma.c). */
+#define KVL_CTL_ERROR_TLS 2
+
+/* The first bytes a TLS handshake read off the wire: "KVLC" is a peer with tls = off. */
+struct kvl_tls_first {
+	uint8_t b[4];
+	uint8_t n;
+};
 
 enum pconn_state {
 	PC_FREE = 0,
@@ -47,6 +59,12 @@ struct pconn {
 	uint64_t deadline_ns;
 	uint8_t nonce[KVL_NONCE_LEN]; /* this connection's DATA_CHALLENGE (sent or received) */
 	uint64_t accepted_ns;	      /* server: when it was accepted (eviction order) */
+	/* [control] tls = on: the connection's TLS (owned with the fd); tls_hs while its
+	 * handshake runs, polled for tls_events; the first bytes it read (a cleartext peer?) */
+	SSL *ssl;
+	bool tls_hs;
+	short tls_events;
+	struct kvl_tls_first tls_first;
 	/* One frame at a time, read exactly (never peeked: data frames may follow it) */
 	uint8_t rx[256];
 	size_t rx_len;
@@ -75,6 +93,12 @@ struct ctl_slot {
 /* The control thread's own view of a peer (the public part is in struct kvl_peer_pub). */
 struct peer {
 	int fd;
+	/* [control] tls = on: the connection's TLS (owned with the fd); tls_hs while its
+	 * handshake runs, polled for tls_events; the first bytes it read (a cleartext peer?) */
+	SSL *ssl;
+	bool tls_hs;
+	short tls_events;
+	struct kvl_tls_first tls_first;
 	bool auto_reconnect; /* from [control] peers: retried after a failure */
 	uint64_t retry_ns;
 	uint64_t deadline_ns; /* of the handshake and binding */
@@ -109,6 +133,10 @@ struct peer {
 struct kvl_control {
 	struct kvl_runtime *rt;
 	struct kvl_secret secret;
+	SSL_CTX *tls;	       /* [control] tls = on, else NULL (tls.c) */
+	SSL_SESSION *tls_psk;  /* the external PSK derived from the secret */
+	uint64_t tls_failures; /* TLS handshakes that failed (strangers, mismatches) */
+	bool ktls_logged;      /* the first TLS data connection said whether the kernel offloads */
 	pthread_t thread;
 	bool running;
 	volatile bool stop;
@@ -152,6 +180,8 @@ int kvl_ctl_netdev_ipv4(const char *dev, struct in_addr *out);
 int kvl_ctl_start_connect(const char *addr, int *fd_out, char *err, size_t errlen,
 			  const struct in_addr *src);
 int kvl_ctl_send_small(int fd, struct kvl_ctrl_msg *m);
+/* The same over @ssl's TLS when it is not NULL. */
+int kvl_ctl_send_small_tls(int fd, SSL *ssl, struct kvl_ctrl_msg *m);
 
 /* peer.c */
 void kvl_ctl_send_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
@@ -173,6 +203,12 @@ int kvl_ctl_lcmd(struct kvl_control *c, unsigned nic, const struct kvl_lcmd *cmd
 /* Each turn of the loop: what waits moves on; a warning once per stall. */
 void kvl_ctl_lcmd_drain(struct kvl_control *c, uint64_t now_ns);
 void kvl_ctl_pconn_event(struct kvl_control *c, struct pconn *pc, short revents);
+/* Server: send @pc its DATA_CHALLENGE (a fresh nonce). 0 or negative. */
+int kvl_ctl_pconn_challenge(struct pconn *pc);
+/* Close a pending data connection (its TLS too) and free its slot. */
+void kvl_ctl_pconn_close(struct pconn *pc);
+/* The poll() events a pending data connection waits for. */
+short kvl_ctl_pconn_events(const struct pconn *pc);
 
 /* rdma.c */
 bool kvl_ctl_is_rdma(const struct kvl_runtime *rt, unsigned nic);
@@ -192,6 +228,24 @@ void kvl_ctl_send_segments(struct kvl_control *c, uint32_t p);
 void kvl_ctl_send_endpoints(struct kvl_control *c, uint32_t p);
 void kvl_ctl_send_rkeys(struct kvl_control *c, uint32_t p);
 void kvl_ctl_exchange_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m);
+
+/* tls.c: TLS 1.3 with an external PSK from the secret (SSL_OP_ENABLE_KTLS). */
+int kvl_ctl_tls_init(struct kvl_control *c, char *err, size_t errlen); /* 0 when tls = off */
+void kvl_ctl_tls_free(struct kvl_control *c);
+/* A TLS connection on @fd; @first (which must live until the handshake ends) gets the first
+ * bytes read. NULL on failure. */
+SSL *kvl_ctl_tls_new(struct kvl_control *c, int fd, bool server, struct kvl_tls_first *first);
+/* One step of a handshake: 1 done, 0 to be polled again for *@events, negative with @err set
+ * (-EPROTO: a kvlane peer in cleartext, the tls mismatch; -ECONNRESET: closed; -EBADMSG: TLS
+ * failed, e.g. another secret). Never loops: each WANT_READ/WRITE goes back to poll(). */
+int kvl_ctl_tls_step(SSL *ssl, struct kvl_tls_first *first, short *events, char *err,
+		     size_t errlen);
+/* recv()/send() (MSG_NOSIGNAL) on @fd when @ssl is NULL, else over TLS; -1 with errno
+ * EAGAIN when TLS wants the socket, EPROTO for bad records. */
+ssize_t kvl_ctl_recv(int fd, SSL *ssl, void *buf, size_t len);
+ssize_t kvl_ctl_send(int fd, SSL *ssl, const void *buf, size_t len);
+bool kvl_ctl_tls_pending(SSL *ssl); /* decrypted bytes wait inside TLS (poll() cannot tell) */
+void kvl_ctl_tls_close(SSL *ssl);   /* free (NULL is fine); the fd stays the caller's */
 
 /* handshake.c */
 void kvl_ctl_client_hello(struct kvl_control *c, uint32_t p);

@@ -73,6 +73,13 @@ void kvl_ctl_handshake_client(struct kvl_control *c, uint32_t p, struct kvl_ctrl
 					  "secret");
 		else
 			authenticated(c, p);
+	} else if (m->type == KVL_CTRL_ERROR && m->u.error.code == KVL_CTL_ERROR_TLS) {
+		/* A TLS server answers a cleartext HELLO so, in the clear: we run tls = off. */
+		kvl_ctl_peer_fail(
+			c, p, KVL_ERR_PROTOCOL,
+			"TLS mismatch: refused by the peer (%s), this side has [control] tls "
+			"= off: set the same [control] tls on both ends",
+			m->u.error.text);
 	} else if (m->type == KVL_CTRL_AUTH_FAIL) {
 		kvl_ctl_peer_fail(c, p, KVL_ERR_CONN_LOST, "refused by the peer: %s",
 				  kvl_auth_fail_name(m->u.auth_fail.reason));

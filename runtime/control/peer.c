@@ -48,8 +48,10 @@ void kvl_ctl_send_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg *m)
 
 int kvl_ctl_flush(struct peer *pr)
 {
+	if (pr->tls_hs)
+		return 0; /* nothing of ours goes before TLS is up */
 	while (pr->tx_len > 0) {
-		ssize_t n = send(pr->fd, pr->tx, pr->tx_len, MSG_NOSIGNAL);
+		ssize_t n = kvl_ctl_send(pr->fd, pr->ssl, pr->tx, pr->tx_len);
 
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
@@ -105,6 +107,7 @@ void kvl_ctl_peer_reset(struct kvl_control *c, uint32_t p, const char *addr, boo
 		pub->heartbeats_rx = 0;
 		rte_spinlock_unlock(&pub->lock);
 		free(pr->tx);
+		kvl_ctl_tls_close(pr->ssl); /* NULL unless the slot was never failed */
 		memset(pr, 0, sizeof(*pr));
 		pr->fd = -1;
 	}
@@ -191,10 +194,8 @@ void kvl_ctl_peer_fail(struct kvl_control *c, uint32_t p, int status, const char
 					   << p; /* sent again each turn (kvl_ctl_lcmd_drain) */
 	}
 	for (unsigned i = 0; i < MAX_PENDING; i++) {
-		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p) {
-			close(c->pc[i].fd);
-			c->pc[i].state = PC_FREE;
-		}
+		if (c->pc[i].state != PC_FREE && c->pc[i].peer == p)
+			kvl_ctl_pconn_close(&c->pc[i]);
 	}
 	drop_vpend(pr);
 	if (pr->fd >= 0) {
@@ -208,6 +209,9 @@ void kvl_ctl_peer_fail(struct kvl_control *c, uint32_t p, int status, const char
 		if (pub->state >= KVL_PEER_EXCHANGE && status == KVL_ERR_CANCELED)
 			queue_msg(pr, &bye);
 		kvl_ctl_flush(pr);
+		kvl_ctl_tls_close(pr->ssl);
+		pr->ssl = NULL;
+		pr->tls_hs = false;
 		close(pr->fd);
 		pr->fd = -1;
 	}

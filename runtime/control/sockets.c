@@ -122,13 +122,19 @@ int kvl_ctl_netdev_ipv4(const char *dev, struct in_addr *out)
 /* A blocking-free send of one small frame on a data connection being bound. */
 int kvl_ctl_send_small(int fd, struct kvl_ctrl_msg *m)
 {
+	return kvl_ctl_send_small_tls(fd, NULL, m);
+}
+
+int kvl_ctl_send_small_tls(int fd, SSL *ssl, struct kvl_ctrl_msg *m)
+{
 	uint8_t buf[256];
 	int n = kvl_ctrl_encode(m, buf, sizeof(buf));
 
 	if (n < 0)
 		return n;
-	/* The socket buffer of a fresh connection always takes a few hundred bytes. */
-	return send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -EIO;
+	/* The socket buffer of a fresh connection always takes a few hundred bytes (one TLS
+	 * record of them: 22 more). */
+	return kvl_ctl_send(fd, ssl, buf, (size_t)n) == n ? 0 : -EIO;
 }
 
 int kvl_ctl_start_connect(const char *addr, int *fd_out, char *err, size_t errlen,

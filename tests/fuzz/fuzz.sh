@@ -29,7 +29,7 @@ $cc $flags "$src/tests/fuzz/fuzz_ini.c" "$src/config/config.c" -linih \
 $cc $flags $(pkg-config --cflags libdpdk) -I"$src/runtime/control" -I"$src/lcores" \
 	-I"$src/lcores/topo" -I"$src/lcores/gpu" -I"$src/tests/unit" \
 	"$src/tests/fuzz/fuzz_bind.c" "$src/runtime/ctrl_proto.c" "$src/runtime/log.c" \
-	"$src/config/config.c" -lcrypto -linih $(pkg-config --libs libdpdk) \
+	"$src/config/config.c" -lssl -lcrypto -linih $(pkg-config --libs libdpdk) \
 	-o "$out/fuzz_bind" || exit 1
 rc=0
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ctrl" "$src/tests/fuzz/corpus/ctrl" "$secs" || rc=1

@@ -25,6 +25,7 @@
 #include "../../runtime/control/bind.c"
 #include "../../runtime/control/lcmd.c"
 #include "../../runtime/control/sockets.c"
+#include "../../runtime/control/tls.c"
 #pragma GCC diagnostic ignored "-Wunused-function" /* fake_xport.h: only its heap ring */
 #include "../unit/fake_xport.h"
 
@@ -81,6 +82,33 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
 			handed_conn = k;
 	close(fd);
 	return malloc(16);
+}
+
+/* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection,
+ * and tls.c's I/O is never reached. */
+void kvl_tcp_tls_sockopts(int fd)
+{
+	(void)fd;
+	abort();
+}
+
+ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done)
+{
+	(void)ssl;
+	(void)rc;
+	(void)done;
+	abort();
+}
+
+/* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection. */
+struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
+					  const struct kvl_seg_table *segs, unsigned depth)
+{
+	(void)fd;
+	(void)ssl;
+	(void)segs;
+	(void)depth;
+	abort();
 }
 
 /* ---- the harness ---- */
