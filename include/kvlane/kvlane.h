@@ -404,7 +404,11 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
  * ready_dev and done_dev are 0 unless [gpu] enable = true in a build with CUDA, where the pool
  * is mapped for the GPU at start. A request's end (kvl_req_poll: DONE or FAILED) gives the range
  * back; a FAILED one's steps not READY get READY = epoch anyway, so that no stream hangs on
- * them: discard what such kernels computed. 0, -ENOENT, -EINVAL (opened without the flag).
+ * them: discard what such kernels computed. Load those kernels before enqueuing the waits
+ * (cudaFuncGetAttributes on each, or CUDA_MODULE_LOADING=EAGER): CUDA loads a kernel lazily at
+ * its first launch by default, and that load may synchronise the context, i.e. wait for the
+ * stream that waits on READY (a hang, seen on the H200). kvlane loads its own kernels at
+ * start. 0, -ENOENT, -EINVAL (opened without the flag).
  */
 struct kvl_req_flags {
 	volatile uint32_t *ready; /* step 0's READY word */

@@ -175,7 +175,16 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		}
 	}
 	c->events_made = true;
-	if (c->o.small == KVL_CUDMA_GATHER) { /* ce_min, ce_share: the engine beside it */
+	if (c->o.small == KVL_CUDMA_GATHER) {
+		/* not at the first launch: that may wait for an engine's stream blocked on READY */
+		ce = kvl_cudma_gather_load();
+		if (ce != cudaSuccess) {
+			snprintf(err, errlen, "cudma: cannot load the gather kernel: %s",
+				 cudaGetErrorString(ce));
+			errno = EIO;
+			goto fail;
+		}
+		/* ce_min, ce_share: the engine beside it */
 		ce = cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking);
 		if (ce == cudaSuccess)
 			ce = cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming);

@@ -110,6 +110,14 @@ struct kvl_cudma_copy {
 	uint64_t len;
 };
 
+/*
+ * Load the gather kernel's code now, on the device current to the caller. CUDA loads a kernel
+ * lazily by default (CUDA_MODULE_LOADING=LAZY since 12.2), at its first launch, and loading may
+ * synchronise the context: a first launch from the NIC lcore while an engine's stream waits on
+ * a READY word that only this copy would release never returns. So it is loaded at set-up.
+ */
+cudaError_t kvl_cudma_gather_load(void);
+
 /* One launch copying @n (<= KVL_CUDMA_GATHER_MAX) ranges on @st with @ctas thread blocks of
  * 128 threads, each thread with @depth (4, 8 or 16) 16-byte loads in flight. */
 cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n, unsigned ctas,

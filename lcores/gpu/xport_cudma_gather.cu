@@ -75,6 +75,18 @@ __global__ void __launch_bounds__(THREADS) gather_kernel(const __grid_constant__
 	}
 }
 
+extern "C" cudaError_t kvl_cudma_gather_load(void)
+{
+	struct cudaFuncAttributes fa;
+	cudaError_t ce = cudaFuncGetAttributes(&fa, gather_kernel<4>);
+
+	if (ce == cudaSuccess)
+		ce = cudaFuncGetAttributes(&fa, gather_kernel<8>);
+	if (ce == cudaSuccess)
+		ce = cudaFuncGetAttributes(&fa, gather_kernel<16>);
+	return ce;
+}
+
 extern "C" cudaError_t kvl_cudma_gather_launch(const struct kvl_cudma_copy *cp, unsigned n,
 					       unsigned ctas, unsigned depth, cudaStream_t st)
 {

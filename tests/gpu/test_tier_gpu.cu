@@ -173,6 +173,13 @@ int main(void)
 	CK(cudaMalloc((void **)&cnt, sizeof(*cnt)));
 	CK(cudaMemset(cnt, 0, sizeof(*cnt)));
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	/* Load check_step before the stream waits on READY: under CUDA's lazy loading its first
+	 * launch may synchronise the context, i.e. wait for this very stream (a hang, seen). */
+	{
+		struct cudaFuncAttributes fa;
+
+		CK(cudaFuncGetAttributes(&fa, check_step));
+	}
 
 	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
 	t0 = now_s();
