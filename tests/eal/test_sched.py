@@ -4,7 +4,7 @@
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
 Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input|
-                      req_step_flags|req_dest}
+                      req_step_flags|req_dest|req_dest_gpu}
 PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
@@ -21,7 +21,8 @@ import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import check, check_eq, cmd, log  # noqa: E402
 
 LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60,
-           "req_bad_input": 60, "req_step_flags": 90, "req_dest": 90}
+           "req_bad_input": 60, "req_step_flags": 90, "req_dest": 90,
+           "req_dest_gpu": 90}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -495,7 +496,65 @@ def scenario_req_dest(ctx):
     server.stop(signal.SIGINT)
 
 
+def scenario_req_dest_gpu(ctx):
+    """(gpu suite) The engine's paged cache in VRAM (kvl_seg_alloc_gpu). Over tcp it is refused
+    at open, by design: tcp moves bytes with the CPU and has no bounce path into VRAM, so
+    kvl_req_open says -EXDEV and kvl_req_error() names the block, the GPU segment and the NIC,
+    and nothing reaches the lcore. With [sched] null_transport (nothing moves) the same
+    requests open, every step comes READY in order, kvl_req_block_addr gives back the engine's
+    device pointers, and no staging slot is taken. Exit 77 without a GPU, with the reason."""
+    n_req, steps, blocks = 2, 4, 2
+    args = ["--requests", str(n_req), "--steps", str(steps), "--blocks", str(blocks)]
+    server, client = start(ctx, "dest-gpu", args)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and client.proc.poll() is None and \
+            not any(line.startswith(("PAUSE", "SKIP")) for line in client.out):
+        time.sleep(0.05)
+    skip = [line for line in client.out if line.startswith("SKIP ")]
+    if skip:
+        client.wait_exit(20)
+        server.stop(signal.SIGINT)
+        print(f"skipped: {skip[0][5:]}")
+        sys.exit(77)
+    client.pause("end")
+    tel = client.telemetry()
+    check_eq(client.checks().get("gpu_dest_open"), -errno.EXDEV,
+             "kvl_req_open into a GPU destination over tcp", client)
+    reason = next((line[7:] for line in client.out if line.startswith("REASON ")), "")
+    for words in ("block 0", "GPU segment", "NIC lo uses the tcp transport"):
+        check(words in reason, "kvl_req_error() names the cause", words, reason, client)
+    s = sched_row(tel, client)
+    check_eq((s["opened"], s["open_failed"], s["dest_blocks"]), (0, 0, 0),
+             "(opened, open_failed, dest_blocks): refused at the API, not by the lcore", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status (refusal run)", client)
+    log(f"tcp: refused with -EXDEV: {reason}")
+    ini = os.path.join(ctx.tmp, "client-null.ini")
+    with open(ini, "w") as f:
+        f.write(CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
+                                  sched_extra="null_transport = true"))
+    prefix = ctx.unique("cli")
+    client2 = Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
+                           "-c", ini, "--peer", server.addr, "--mode", "dest-gpu", *args],
+                     ctx.rundir(), prefix)
+    end = client2.pause("end", timeout=40)
+    tel2 = client2.telemetry()
+    res = client2.result()
+    check_eq((res["requests_ok"], res["errors"], res["order_errors"], res["push_addr_errors"]),
+             (n_req, 0, 0, 0), "(ok, errors, order errors, addresses not the engine's)", client2)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client2)
+    s = sched_row(tel2, client2)
+    check_eq(s["dest_blocks"], n_req * steps * 2 * blocks, "dest_blocks", client2)
+    check_eq(s["slots_free"], s["slots"], "slots_free = slots", client2)
+    client2.go()
+    check_eq(client2.wait_exit(20), 0, "client exit status (null transport run)", client2)
+    log(f"null transport: {n_req} requests into VRAM destinations READY and DONE, "
+        f"{s['dest_blocks']} blocks at the engine's device addresses, no slot taken")
+    server.stop(signal.SIGINT)
+
+
 SCENARIOS = {
+    "req_dest_gpu": scenario_req_dest_gpu,
     "req_dest": scenario_req_dest,
     "req_step_flags": scenario_req_step_flags,
     "req_verify": scenario_req_verify,
