@@ -39,7 +39,9 @@
  *           polls only for the requests' ends; pause "end"
  *   dest    every request PULLs with KVL_REQ_ENGINE_DEST into a paged cache segment of its
  *           own (mode_dest()): pause "filled", then verified and DONE to the end, the guard
- *           bytes around every destination checked ("DEST <json>"); pause "end"
+ *           bytes around every destination checked ("DEST <json>"); pause "end"; with
+ *           --dest-flags 1 also KVL_REQ_STEP_FLAGS, run on the words as flags does (no pause
+ *           "filled")
  *   dest-gpu  the same cache in VRAM (kvl_seg_alloc_gpu; exit 77 without a GPU): each open
  *           prints "CHECK gpu_dest_open rc" and "REASON <kvl_req_error()>"; what opened is run
  *           to the end with only the addresses checked; pause "end"
@@ -352,12 +354,11 @@ static int mode_verify(void)
 }
 
 /* The engine of a KVL_REQ_STEP_FLAGS request on a CPU: the words only, no call per step. */
+static void flags_engine(const struct kvl_req_flags *fl);
+
 static int mode_flags(void)
 {
 	struct kvl_req_flags fl[MAX_REQ];
-	struct kvl_req_event ev[64];
-	uint64_t t0 = 0;
-	unsigned left = n_req;
 	char js[2048];
 
 	open_flags = KVL_REQ_STEP_FLAGS;
@@ -379,6 +380,21 @@ static int mode_flags(void)
 		}
 	}
 	printf("CHECK flags_step_done %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+	flags_engine(fl);
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors ? 1 : 0;
+}
+
+/* The words only: spin on each request's next READY, check its blocks, store DONE; then poll
+ * for the ends alone. */
+static void flags_engine(const struct kvl_req_flags *fl)
+{
+	struct kvl_req_event ev[64];
+	uint64_t t0 = 0;
+	unsigned left = n_req;
+
 	for (struct timespec t; left;) {
 		left = 0;
 		for (uint32_t i = 0; i < n_req; i++) {
@@ -431,10 +447,6 @@ static int mode_flags(void)
 		if (n == 0)
 			usleep(50);
 	}
-	handles_json(js, sizeof(js));
-	result();
-	pause_at("end", js);
-	return fails || bad_bytes || order_errors ? 1 : 0;
 }
 
 static int mode_cancel(void)
@@ -920,8 +932,11 @@ static uint32_t dest_id(uint32_t i, uint32_t b, uint32_t cache_blocks)
 	return cache_blocks / 2 + 1 + x; /* contiguous runs in the high half */
 }
 
+static bool dest_flags; /* --dest-flags: the dest requests also take KVL_REQ_STEP_FLAGS */
+
 static int mode_dest(bool gpu)
 {
+	struct kvl_req_flags fl[MAX_REQ];
 	struct kvl_seg_geom g = { .layers = n_steps,
 				  .planes = 2,
 				  .blocks = 4 * ((n_req + 1) / 2) * n_blk + 4,
@@ -952,7 +967,7 @@ static int mode_dest(bool gpu)
 		return 1;
 	}
 	in_dest = calloc(len / 64, 1); /* 64-byte granules the destinations cover */
-	open_flags = KVL_REQ_ENGINE_DEST;
+	open_flags = KVL_REQ_ENGINE_DEST | (dest_flags ? KVL_REQ_STEP_FLAGS : 0);
 	for (uint32_t i = 0; i < n_req; i++) {
 		struct req *r = &rq[i];
 
@@ -979,6 +994,8 @@ static int mode_dest(bool gpu)
 			}
 			continue;
 		}
+		if (rc == 0 && dest_flags)
+			rc = kvl_req_step_flags(rt, r->h, &fl[i]);
 		if (rc < 0) {
 			printf("ERROR open dest %u: %s (%s)\n", i, strerror(-rc), kvl_req_error());
 			return 1;
@@ -994,10 +1011,14 @@ static int mode_dest(bool gpu)
 		pause_at("end", js);
 		return fails || order_errors || push_addr_errors ? 1 : 0;
 	}
-	pump(false, 300, 10000);
-	handles_json(js, sizeof(js));
-	pause_at("filled", js);
-	pump(true, 0, 60000);
+	if (dest_flags) { /* READY words, not events; DONE words, not calls */
+		flags_engine(fl);
+	} else {
+		pump(false, 300, 10000);
+		handles_json(js, sizeof(js));
+		pause_at("filled", js);
+		pump(true, 0, 60000);
+	}
 	/* The engine's memory after the end: destinations still hold the peer's bytes, and not
 	 * one byte around them was written. */
 	for (uint32_t i = 0; i < n_req; i++)
@@ -1070,6 +1091,8 @@ int main(int argc, char **argv)
 			cap_ms = (uint32_t)atoi(argv[++i]);
 		else if (strcmp(a, "--chaos-seed") == 0)
 			chaos_seed = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--dest-flags") == 0) /* every option takes a value */
+			dest_flags = atoi(argv[++i]) != 0;
 		else
 			usage(argv[0]);
 	}

@@ -493,6 +493,31 @@ def scenario_req_dest(ctx):
     log(f"{res['blocks_verified']} blocks ({res['bytes_verified']} bytes) verified in the "
         f"engine's cache of {dest['cache_bytes']} bytes, guards intact; {s['posted_xfers']} "
         f"READs for {s['posted_blocks']} blocks; slots_free {s['slots_free']}/{s['slots']}")
+    # The same with KVL_REQ_STEP_FLAGS: READY words fire per step once its blocks landed in
+    # the engine's cache; the engine reads them there and stores DONE, with no call per step.
+    prefix = ctx.unique("cli")
+    ini = os.path.join(ctx.tmp, "client.ini")
+    flags = Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
+                         "-c", ini, "--peer", server.addr, "--mode", "dest", "--dest-flags", "1",
+                         "--requests", str(n_req), "--steps", str(steps), "--blocks",
+                         str(blocks), "--compute-us", "1000"], ctx.rundir(), prefix)
+    end = flags.pause("end", timeout=70)
+    tel = flags.telemetry()
+    res = check_result(flags, end, n_req, steps, blocks)
+    m = flags.wait_line(r"^DEST (.*)$", 1, what="client DEST line")
+    dest = json.loads(m[1])
+    check_eq((dest["guard_bad"], dest["addr_errors"]), (0, 0),
+             "step flags: (guard bytes changed, block_addr not the engine's address)", flags)
+    s = sched_row(tel, flags)
+    check_eq((s["flags_ready_written"], s["flags_done_seen"], s["done_cmds"]),
+             (n_req * steps, n_req * steps, 0),
+             "step flags: (READY words written, DONE words seen, DONE commands)", flags)
+    check_eq((s["dest_blocks"], s["slots_free"]), (unique, s["slots"]),
+             "step flags: (dest_blocks, slots_free)", flags)
+    flags.go()
+    check_eq(flags.wait_exit(20), 0, "client exit status (step flags)", flags)
+    log(f"with step flags: {res['blocks_verified']} blocks verified from READY words, "
+        f"{s['flags_done_seen']} steps freed by DONE words, guards intact")
     server.stop(signal.SIGINT)
 
 
