@@ -72,6 +72,9 @@ static int check_one(struct kvl_runtime *rt, const struct kvl_req_block *b, uint
 		return 0; /* tcp into host memory: recv() writes there */
 	pthread_mutex_lock(&rt->segs.lock);
 	reg = rt->segs.meta[*seg - 1].reg[nic];
+	/* carved from the [memory] pool: the pool's one MR on that device serves it */
+	if (rt->segs.meta[*seg - 1].pooled && rt->segs.pool.reg[nic].done)
+		reg = KVL_SEG_REG_MR;
 	pthread_mutex_unlock(&rt->segs.lock);
 	if (reg == KVL_SEG_REG_NONE) {
 		snprintf(err, errlen,

@@ -266,6 +266,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
  * blocks to the peer in the same order and window, and a step is READY once they are there.
  * With KVL_REQ_STEP_FLAGS, READY and DONE are also words in memory the GPU maps
  * (kvl_req_step_flags): the engine's stream waits and writes them, no call per step.
+ * With KVL_REQ_ENGINE_DEST a PULL lands in the engine's own registered memory (its paged KV
+ * cache, block by block where kvl_req_block.local says) instead of staging.
  * These calls (and kvl_req_poll) are for one thread at a time. With a scheduler running,
  * kvl_post() refuses cookies with bit 63 set: that bit marks the scheduler's own transfers.
  */

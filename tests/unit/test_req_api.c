@@ -1143,11 +1143,24 @@ static void test_engine_dest(void)
 	rt.nic[0].vdev = (struct kvl_verbs_dev *)&gd; /* only "is it RDMA" is asked */
 	rt.nic[0].info.transport = KVL_TRANSPORT_VERBS;
 	DEST_REFUSED((void)0, -EFAULT, "segment 1 (host) has no registration on NIC n0");
-	rt.segs.meta[0].reg[0] = KVL_SEG_REG_MR;
+	/* carved from the [memory] pool: the pool's MR on the device serves it (no reg of its own)
+	 */
 	rt.segs.meta[gseg - 1].reg[0] = KVL_SEG_REG_DMABUF;
+	rt.segs.meta[0].pooled = true;
+	rt.segs.pool.reg[0].done = true;
+	d = pull_desc();
+	d.flags = KVL_REQ_ENGINE_DEST;
+	blk[0].local = local_seg + 5 * 4096;
+	blk[1].local = local_seg + 1 * 4096;
+	blk[2].local = local_seg + 9 * 4096;
+	CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), 0);
+	rt.segs.meta[0].pooled = false;
+	rt.segs.pool.reg[0].done = false;
+	rt.segs.meta[0].reg[0] = KVL_SEG_REG_MR;
+	h = 0;
 	DEST_REFUSED(bad[2].local = NULL, -EINVAL, "block 2"); /* clears, then says it again */
 	lcore_drain();
-	CHECK_INT(lc_sim.n_open, 0); /* none of it reached the lcore */
+	CHECK_INT(lc_sim.n_open, 1); /* the pooled one only: no refusal reached the lcore */
 	CHECK_INT(h, 0);
 
 	/* On the verbs NIC with both registered: host and GPU destinations pass (GPUDirect). */
