@@ -94,6 +94,28 @@ def start(ctx, mode, extra=(), sched_extra="", server_sets=()):
     return server, client
 
 
+def another_client(ctx, server, mode, args, sched_extra="", ini_name="client.ini"):
+    """One more kvlane-req-client against @server, on an INI of its own."""
+    ini = os.path.join(ctx.tmp, ini_name)
+    with open(ini, "w") as f:
+        f.write(CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
+                                  sched_extra=sched_extra))
+    prefix = ctx.unique("cli")
+    return Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
+                        "-c", ini, "--peer", server.addr, "--mode", mode, *args],
+                  ctx.rundir(), prefix)
+
+
+def check_dest_line(client, what):
+    """The client's DEST line: not one guard byte around the destinations changed, and every
+    kvl_req_block_addr was the engine's own address."""
+    m = client.wait_line(r"^DEST (.*)$", 1, what="client DEST line")
+    dest = json.loads(m[1])
+    check_eq((dest["guard_bad"], dest["addr_errors"]), (0, 0),
+             f"{what}(guard bytes changed, block_addr not the engine's address)", client)
+    return dest
+
+
 def rows(v):
     """A column-form reply as a list of row dicts."""
     cols = {k: x for k, x in v.items() if isinstance(x, list)}
@@ -471,10 +493,7 @@ def scenario_req_dest(ctx):
     client.go()
     end = client.pause("end", timeout=70)
     res = check_result(client, end, n_req, steps, blocks)
-    m = client.wait_line(r"^DEST (.*)$", 1, what="client DEST line")
-    dest = json.loads(m[1])
-    check_eq((dest["guard_bad"], dest["addr_errors"]), (0, 0),
-             "(guard bytes changed, block_addr not the engine's address)", client)
+    dest = check_dest_line(client, "")
     s = sched_row(tel, client)
     unique = n_req * steps * 2 * blocks
     check_eq(s["dest_blocks"], unique, "dest_blocks: every block landed in the engine's cache",
@@ -495,19 +514,13 @@ def scenario_req_dest(ctx):
         f"READs for {s['posted_blocks']} blocks; slots_free {s['slots_free']}/{s['slots']}")
     # The same with KVL_REQ_STEP_FLAGS: READY words fire per step once its blocks landed in
     # the engine's cache; the engine reads them there and stores DONE, with no call per step.
-    prefix = ctx.unique("cli")
-    ini = os.path.join(ctx.tmp, "client.ini")
-    flags = Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
-                         "-c", ini, "--peer", server.addr, "--mode", "dest", "--dest-flags", "1",
-                         "--requests", str(n_req), "--steps", str(steps), "--blocks",
-                         str(blocks), "--compute-us", "1000"], ctx.rundir(), prefix)
+    flags = another_client(ctx, server, "dest",
+                           ["--dest-flags", "1", "--requests", str(n_req), "--steps", str(steps),
+                            "--blocks", str(blocks), "--compute-us", "1000"])
     end = flags.pause("end", timeout=70)
     tel = flags.telemetry()
     res = check_result(flags, end, n_req, steps, blocks)
-    m = flags.wait_line(r"^DEST (.*)$", 1, what="client DEST line")
-    dest = json.loads(m[1])
-    check_eq((dest["guard_bad"], dest["addr_errors"]), (0, 0),
-             "step flags: (guard bytes changed, block_addr not the engine's address)", flags)
+    check_dest_line(flags, "step flags: ")
     s = sched_row(tel, flags)
     check_eq((s["flags_ready_written"], s["flags_done_seen"], s["done_cmds"]),
              (n_req * steps, n_req * steps, 0),
@@ -554,14 +567,8 @@ def scenario_req_dest_gpu(ctx):
     client.go()
     check_eq(client.wait_exit(20), 0, "client exit status (refusal run)", client)
     log(f"tcp: refused with -EXDEV: {reason}")
-    ini = os.path.join(ctx.tmp, "client-null.ini")
-    with open(ini, "w") as f:
-        f.write(CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
-                                  sched_extra="null_transport = true"))
-    prefix = ctx.unique("cli")
-    client2 = Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
-                           "-c", ini, "--peer", server.addr, "--mode", "dest-gpu", *args],
-                     ctx.rundir(), prefix)
+    client2 = another_client(ctx, server, "dest-gpu", args, "null_transport = true",
+                             "client-null.ini")
     end = client2.pause("end", timeout=40)
     tel2 = client2.telemetry()
     res = client2.result()
