@@ -45,10 +45,10 @@ struct req {
 	uint64_t peer, deadline, user;
 	uint64_t seq; /* open order: ties in deadline go first come, first served */
 	uint64_t open_ns, wait_since, last_done_ns;
+	/* inflight_bytes: dest, ended: what is still out (its end event waits for it) */
 	uint64_t inflight_bytes, landed_bytes, total_charge;
 	uint64_t floor, window;
 	uint64_t evicted_bytes;
-	uint64_t late_bytes; /* dest, ended: in flight still (its end waits for them) */
 	uint32_t evicted;
 	uint32_t blk0, nblk, stp0, nstp, ref0, nref;
 	uint32_t cursor; /* next block to post */
@@ -61,7 +61,8 @@ struct req {
 	uint16_t gen;
 	uint8_t state, dir, cls;
 	bool runnable, in_notify, cancel_ev;
-	bool dest; /* PULL into the caller's memory: no slot, charged while in flight only */
+	bool dest;  /* PULL into the caller's memory: no slot, charged while in flight only */
+	bool slots; /* a PULL into staging: its blocks take slots (one load on the hot path) */
 };
 
 struct xrec {
@@ -132,7 +133,7 @@ struct kvl_sched {
 /* Whether @r's blocks land in staging slots: a PULL without caller-given destinations. */
 static inline bool slotted(const struct req *r)
 {
-	return r->dir == KVL_SCHED_PULL && !r->dest;
+	return r->slots;
 }
 
 static inline uint64_t charge_of(const struct kvl_sched *s, const struct req *r,
@@ -552,6 +553,7 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	r->gen = gen;
 	r->dir = d->dir;
 	r->dest = d->dest != 0;
+	r->slots = d->dir == KVL_SCHED_PULL && !r->dest;
 	r->blk0 = kvl_ranges_get(&s->blk_r, d->n_blocks);
 	r->stp0 = kvl_ranges_get(&s->stp_r, d->n_steps);
 	r->ref0 = kvl_ranges_get(&s->ref_r, nref);
@@ -1308,9 +1310,8 @@ static void req_end(struct kvl_sched *s, uint32_t ri, int status)
 				free_block(s, r, b);
 		}
 		s->orphan += r->inflight_bytes;
-		if (r->dest)
-			r->late_bytes = r->inflight_bytes;
-		r->inflight_bytes = 0;
+		if (!r->dest)
+			r->inflight_bytes = 0;
 		if (r->state == R_ACTIVE) {
 			s->sum_floor -= r->floor;
 			s->sum_win -= r->window;
@@ -1348,9 +1349,9 @@ static __attribute__((noinline, cold)) void complete_late(struct kvl_sched *s, u
 	/* dest: its end is told once the NIC can no longer write the caller's memory */
 	struct req *r = &s->req[x->req];
 
-	if (r->gen == x->req_gen && r->state == R_ENDED && r->late_bytes) {
-		r->late_bytes -= x->charge;
-		if (r->late_bytes == 0)
+	if (r->gen == x->req_gen && r->state == R_ENDED && r->dest) {
+		r->inflight_bytes -= x->charge;
+		if (r->inflight_bytes == 0)
 			notify(s, x->req);
 	}
 	free_xrec(s, xi);
@@ -1378,19 +1379,23 @@ static __attribute__((noinline, cold)) void complete_failed(struct kvl_sched *s,
 }
 
 /* dest blocks landed in the caller's memory: their charge goes now, not at DONE, so the
- * window and the budget bound what is in flight; the window slides at once. */
-static void landed_dest(struct kvl_sched *s, uint32_t ri, uint64_t charge, uint32_t n, uint64_t now)
+ * window and the budget bound what is in flight; the window slides at once. Called once the
+ * completion counted them landed (the common path, kept free of this case), so it takes the
+ * charge back off landed_bytes. Returns 0, for kvl_sched_complete() to return it. */
+static __attribute__((noinline, cold)) int landed_dest(struct kvl_sched *s, uint32_t ri,
+						       uint64_t charge, uint32_t n, uint64_t now)
 {
 	struct req *r = &s->req[ri];
 
 	s->unmet -= unmet(r);
-	r->inflight_bytes -= charge;
+	r->landed_bytes -= charge;
 	s->staged -= charge;
 	s->unmet += unmet(r);
 	s->st.dest_blocks += n;
 	if (s->wait.n)
 		s->admit_check = true;
 	update_runnable(s, ri, now);
+	return 0;
 }
 
 int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64_t now)
@@ -1424,12 +1429,8 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 		b[i].state = B_LANDED;
 		S[b[i].first_use].pending--;
 	}
-	if (__builtin_expect(r->dest, 0)) {
-		landed_dest(s, ri, charge, n, now);
-	} else {
-		r->inflight_bytes -= charge;
-		r->landed_bytes += charge;
-	}
+	r->inflight_bytes -= charge;
+	r->landed_bytes += charge;
 	r->landed += n;
 	free_xrec(s, xi);
 	/* READY in step order: the engine computes in order, and a step's blocks first used
@@ -1446,6 +1447,8 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 		r->ready_next = k;
 		notify(s, ri);
 	}
+	if (__builtin_expect(r->dest, 0))
+		return landed_dest(s, ri, charge, n, now); /* a tail call: no cost above */
 	return 0;
 }
 
@@ -1562,7 +1565,7 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 		if (r->state == R_ACTIVE) {
 			if (may_announce(s, r))
 				break; /* out of room: it stays first in line */
-		} else if (r->late_bytes) {
+		} else if (r->dest && r->inflight_bytes) {
 			/* dest: transfers still in flight may write the caller's memory; the
 			 * last one's completion puts it back in line (complete_late()) */
 			s->notify_head = r->notify_next;
