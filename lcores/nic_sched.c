@@ -158,8 +158,10 @@ unsigned kvl_nic_sched_take_wc(void *arg, struct kvl_wc *wc, unsigned n)
 static inline void xfer_to_wr(const struct kvl_nic_sched *ns, const struct kvl_sched_xfer *x,
 			      struct kvl_wr *wr)
 {
-	/* PULL: offsets in staging; PUSH: the caller's addresses (checked by kvl_req_open). */
-	uintptr_t base = x->op == KVL_OP_WRITE ? 0 : (uintptr_t)ns->staging;
+	/* PULL: offsets in staging; PUSH, and PULL into engine-owned destinations: the caller's
+	 * addresses (checked by kvl_req_open), posted as they are, so the transport finds the
+	 * lkey of the caller's segment (verbs) or writes there (tcp). */
+	uintptr_t base = x->local_abs ? 0 : (uintptr_t)ns->staging;
 
 	wr->wr_id = KVL_WR_SCHED_TAG | (uint32_t)x->id;
 	wr->local = (void *)(base + x->sge[0].local_off);

@@ -179,7 +179,7 @@ static void release(struct kvl_runtime *rt, struct kvl_nsreq *r)
 
 /* One allocation: the lcore's view, the copied tables, the API's own state. */
 static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kvl_req_desc *d,
-				   uint32_t nref)
+				   uint32_t nref, const uint32_t *dest_seg)
 {
 	size_t sz = sizeof(struct kvl_nsreq) + sizeof(struct req_state) +
 		    (size_t)d->n_blocks * (sizeof(struct kvl_sched_block) + sizeof(uint64_t) +
@@ -222,7 +222,8 @@ static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kv
 			.local_seg = d->dir == KVL_REQ_PUSH
 					     ? kvl_segs_find(&rt->segs, d->blocks[i].local,
 							     d->blocks[i].length)
-					     : 0
+				     : dest_seg ? dest_seg[i] /* engine-owned: found by the check */
+						: 0
 		};
 	memcpy(first, d->step_first, ((size_t)d->n_steps + 1) * sizeof(uint32_t));
 	memcpy(refs, d->step_blocks, (size_t)nref * sizeof(uint32_t));
@@ -237,6 +238,7 @@ static struct kvl_nsreq *req_alloc(const struct kvl_runtime *rt, const struct kv
 					    .dir = d->dir == KVL_REQ_PUSH ? KVL_SCHED_PUSH
 									  : KVL_SCHED_PULL,
 					    .cls = (uint8_t)d->cls,
+					    .dest = dest_seg != NULL,
 					    .user = (uint64_t)(uintptr_t)r,
 					    /* relative: the lcore adds its clock */
 					    .deadline = d->deadline_us * 1000 };
@@ -283,7 +285,7 @@ static int check_local(const struct kvl_runtime *rt, const struct kvl_req_desc *
 	for (uint32_t i = 0; i < d->n_blocks; i++) {
 		const struct kvl_req_block *b = &d->blocks[i];
 
-		if (d->dir == KVL_REQ_PULL && b->local != NULL)
+		if (d->dir == KVL_REQ_PULL && b->local != NULL && !(d->flags & KVL_REQ_ENGINE_DEST))
 			return -EINVAL;
 		if (d->dir == KVL_REQ_PUSH && kvl_segs_find(&rt->segs, b->local, b->length) == 0)
 			return -EFAULT;
@@ -385,8 +387,57 @@ static void orphan_event(struct kvl_runtime *rt, struct kvl_nsreq *r, uint16_t t
 		}
 }
 
+/* Why the thread's last kvl_req_open failed, where a check has words for it. */
+static __thread char req_err[320];
+
+const char *kvl_req_error(void)
+{
+	return req_err;
+}
+
+/* KVL_REQ_ENGINE_DEST: the destinations checked against the NIC the request will use (its
+ * transport and registrations decide what it can write). A malloc'd segment id per block, or
+ * NULL with *@rc set and the reason in req_err (logged: a refusal, not a per-block event). */
+static uint32_t *dest_segs(struct kvl_runtime *rt, const struct kvl_req_desc *d, unsigned nic,
+			   int *rc)
+{
+	uint32_t *seg = calloc(d->n_blocks, sizeof(*seg));
+
+	if (seg == NULL) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*rc = kvl_req_dest_check(rt, d, nic, seg, req_err, sizeof(req_err));
+	if (*rc < 0) {
+		KVL_LOG(ERR, "kvl_req_open: %s", req_err);
+		free(seg);
+		return NULL;
+	}
+	return seg;
+}
+
+static int req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
+		    kvl_req_t *req, uint32_t **dseg);
+
+/* The destinations' segment ids live only while the OPEN is checked and copied. */
 int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
 		 kvl_req_t *req)
+{
+	uint32_t *dseg = NULL;
+	int rc;
+
+	req_err[0] = '\0';
+	/* Malformed destinations are the caller's input, refused before peer or NIC matter. */
+	if (rt->reqs != NULL && d != NULL && (d->flags & KVL_REQ_ENGINE_DEST) &&
+	    (rc = kvl_req_dest_shape(d, req_err, sizeof(req_err))) < 0)
+		return rc;
+	rc = req_open(rt, peer, d, req, &dseg);
+	free(dseg);
+	return rc;
+}
+
+static int req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
+		    kvl_req_t *req, uint32_t **dseg)
 {
 	struct kvl_req_table *t = rt->reqs;
 	struct kvl_peer_pub *pub;
@@ -401,7 +452,7 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	if (d == NULL || req == NULL || d->blocks == NULL || d->step_first == NULL ||
 	    d->step_blocks == NULL || d->n_blocks == 0 || d->n_steps == 0 ||
 	    d->cls > KVL_REQ_PREFILL || d->dir > KVL_REQ_PUSH || d->step_first[0] != 0 ||
-	    (d->flags & ~KVL_REQ_STEP_FLAGS) != 0)
+	    (d->flags & ~(KVL_REQ_STEP_FLAGS | KVL_REQ_ENGINE_DEST)) != 0)
 		return -EINVAL;
 	/* this host's tier is a peer of its own (runtime/tier.c): no entry in the peer table */
 	pub = peer == KVL_PEER_LOCAL_TIER ? NULL : kvl_peer_ready(&rt->peers, peer);
@@ -425,9 +476,12 @@ int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_d
 	nic = pub ? pick_nic(rt, pub) : kvl_tier_nic(rt);
 	if (nic < 0)
 		return -ENOTCONN;
+	if ((d->flags & KVL_REQ_ENGINE_DEST) &&
+	    (*dseg = dest_segs(rt, d, (unsigned)nic, &rc)) == NULL)
+		return rc;
 	if (t->free_head == UINT32_MAX)
 		return -ENOSPC;
-	r = req_alloc(rt, d, nref);
+	r = req_alloc(rt, d, nref, *dseg);
 	if (r == NULL)
 		return -ENOMEM;
 	idx = t->free_head;
@@ -586,15 +640,16 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
 
 		if (o == UINT64_MAX)
 			return -EAGAIN;
-		*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)o
-						   : rt->nic[r->nic].staging + o;
+		*addr = r->d.dir == KVL_SCHED_PUSH || r->d.dest ? (void *)(uintptr_t)o
+								: rt->nic[r->nic].staging + o;
 		return 0;
 	}
 	if (!a->known[block] || a->refs[block] == 0 || r->off[block] == UINT64_MAX)
 		return -EAGAIN;
-	/* PUSH: the scheduler keeps the caller's address as the block's offset. */
-	*addr = r->d.dir == KVL_SCHED_PUSH ? (void *)(uintptr_t)r->off[block]
-					   : rt->nic[r->nic].staging + r->off[block];
+	/* PUSH, engine-owned destinations: the scheduler keeps the caller's address as the
+	 * block's offset. */
+	*addr = r->d.dir == KVL_SCHED_PUSH || r->d.dest ? (void *)(uintptr_t)r->off[block]
+							: rt->nic[r->nic].staging + r->off[block];
 	return 0;
 }
 

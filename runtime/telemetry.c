@@ -796,6 +796,7 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "starved_serves", st->starved_serves);
 	put_u64(k, "evicted_blocks", st->evicted_blocks);
 	put_u64(k, "evicted_bytes", st->evicted_bytes);
+	put_u64(k, "dest_blocks", st->dest_blocks);
 	put_u64(k, "xfer_ps_per_byte", st->xfer_ps_per_byte);
 	put_u64(k, "compute_ns_decode", st->compute_ns[0]);
 	put_u64(k, "compute_ns_prefill", st->compute_ns[1]);

@@ -45,6 +45,7 @@ struct req {
 	uint64_t peer, deadline, user;
 	uint64_t seq; /* open order: ties in deadline go first come, first served */
 	uint64_t open_ns, wait_since, last_done_ns;
+	/* inflight_bytes: dest, ended: what is still out (its end event waits for it) */
 	uint64_t inflight_bytes, landed_bytes, total_charge;
 	uint64_t floor, window;
 	uint64_t evicted_bytes;
@@ -60,6 +61,8 @@ struct req {
 	uint16_t gen;
 	uint8_t state, dir, cls;
 	bool runnable, in_notify, cancel_ev;
+	bool dest;  /* PULL into the caller's memory: no slot, charged while in flight only */
+	bool slots; /* a PULL into staging: its blocks take slots (one load on the hot path) */
 };
 
 struct xrec {
@@ -127,11 +130,17 @@ struct kvl_sched {
 
 /* ---- small helpers ---- */
 
+/* Whether @r's blocks land in staging slots: a PULL without caller-given destinations. */
+static inline bool slotted(const struct req *r)
+{
+	return r->slots;
+}
+
 static inline uint64_t charge_of(const struct kvl_sched *s, const struct req *r,
 				 const struct blk *b)
 {
 	/* A PULL block holds a whole slot of staging whatever its length. */
-	return r->dir == KVL_SCHED_PULL ? s->cfg.slot_size : b->length;
+	return slotted(r) ? s->cfg.slot_size : b->length;
 }
 
 static inline uint64_t usage(const struct req *r)
@@ -402,7 +411,7 @@ static uint64_t len_bound(const struct kvl_sched *s, const struct kvl_sched_req_
 {
 	uint64_t most = s->cfg.window_max;
 
-	if (d->dir == KVL_SCHED_PULL && s->cfg.slot_size < most)
+	if (d->dir == KVL_SCHED_PULL && !d->dest && s->cfg.slot_size < most)
 		most = s->cfg.slot_size;
 	if (s->cfg.max_msg && s->cfg.max_msg < most)
 		most = s->cfg.max_msg;
@@ -465,8 +474,8 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 
 	/* The data fields are apart from map/orig/first_use/last_use/ref, so writing block j
 	 * never clobbers what is still to be read. */
-	uint64_t total = 0;
-	const bool pull = r->dir == KVL_SCHED_PULL;
+	uint64_t total = 0, longest = 0;
+	const bool pull = slotted(r);
 	const uint32_t ns = d->n_steps;
 	const uint64_t most = len_bound(s, d);
 
@@ -488,6 +497,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 		b->state = B_UNPOSTED;
 		b->slot = KVL_NONE;
 		total += (uint64_t)c;
+		longest = len > longest ? len : longest;
 		S[b->first_use].acc += c;
 		if (last + 1 < ns)
 			S[last + 1].acc -= c;
@@ -502,6 +512,9 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 			peak = cur;
 	}
 	r->total_charge = total;
+	/* dest: what has landed holds nothing here; one block in flight is progress */
+	if (r->dest)
+		peak = (int64_t)longest;
 	r->floor = (uint64_t)peak > s->cfg.window_min ? (uint64_t)peak : s->cfg.window_min;
 	if (r->floor > s->cfg.window_max || r->floor > s->capacity)
 		return -EINVAL; /* could never be admitted */
@@ -512,7 +525,8 @@ static int check_desc(const struct kvl_sched_req_desc *d)
 {
 	if (d == NULL || d->blocks == NULL || d->step_first == NULL || d->step_blocks == NULL ||
 	    d->n_blocks == 0 || d->n_steps == 0 || d->step_first[0] != 0 ||
-	    (d->dir != KVL_SCHED_PULL && d->dir != KVL_SCHED_PUSH) || d->cls >= KVL_SCHED_CLASSES)
+	    (d->dir != KVL_SCHED_PULL && d->dir != KVL_SCHED_PUSH) || d->cls >= KVL_SCHED_CLASSES ||
+	    d->dest > 1 || (d->dest && d->dir != KVL_SCHED_PULL))
 		return -EINVAL;
 	for (uint32_t k = 0; k < d->n_steps; k++)
 		if (d->step_first[k + 1] <= d->step_first[k])
@@ -538,6 +552,8 @@ int kvl_sched_open(struct kvl_sched *s, const struct kvl_sched_req_desc *d, uint
 	memset(r, 0, sizeof(*r));
 	r->gen = gen;
 	r->dir = d->dir;
+	r->dest = d->dest != 0;
+	r->slots = d->dir == KVL_SCHED_PULL && !r->dest;
 	r->blk0 = kvl_ranges_get(&s->blk_r, d->n_blocks);
 	r->stp0 = kvl_ranges_get(&s->stp_r, d->n_steps);
 	r->ref0 = kvl_ranges_get(&s->ref_r, nref);
@@ -757,7 +773,7 @@ static enum join can_join(const struct kvl_sched *s, const struct req *r, const 
 	if (s->cfg.max_msg == 0 || b->remote_seg != p->remote_seg ||
 	    b->remote_off != p->remote_off + p->length || total + b->length > s->cfg.max_msg)
 		return J_NO;
-	if (r->dir == KVL_SCHED_PUSH) {
+	if (!slotted(r)) {
 		if (b->local_seg == p->local_seg && b->local_off == p->local_off + p->length)
 			return J_EXTEND;
 	} else if (p->length == s->cfg.slot_size && kvl_slots_is_free(&s->slots, p->slot + 1)) {
@@ -777,7 +793,8 @@ struct post_st {
 struct post_lim {
 	uint64_t win, g, wf, budget, gcap, others, slot_size;
 	uint32_t nblk;
-	bool pull;
+	bool pull; /* blocks take staging slots (slotted()) */
+	uint8_t op;
 };
 
 /* The checks of one block of charge @c: 0 when it fits, 1 beyond the window, 2 beyond the
@@ -876,7 +893,8 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		.others = s->unmet - (g > u0 ? g - u0 : 0),
 		.slot_size = s->cfg.slot_size,
 		.nblk = r->nblk,
-		.pull = r->dir == KVL_SCHED_PULL,
+		.pull = slotted(r),
+		.op = r->dir == KVL_SCHED_PULL ? 2 : 1, /* KVL_OP_READ : KVL_OP_WRITE */
 	};
 	const int32_t id = (int)((uint32_t)r->gen << 16 | ri);
 	struct blk *B = &s->blk[r->blk0];
@@ -972,8 +990,9 @@ static unsigned post_from(struct kvl_sched *s, uint32_t ri, struct kvl_sched_xfe
 		o->length = total;
 		o->n_blocks = nb;
 		o->n_sge = nsge;
-		o->op = l.pull ? 2 : 1; /* KVL_OP_READ : KVL_OP_WRITE */
+		o->op = l.op;
 		o->cls = r->cls;
+		o->local_abs = !l.pull;
 		cnt++;
 	}
 	r->cursor = cur;
@@ -1057,7 +1076,7 @@ static struct blk *victim_block(struct kvl_sched *s, const struct req *q, uint64
 {
 	struct blk *b;
 
-	if (q->state != R_ACTIVE || q->dir != KVL_SCHED_PULL || q->cursor == 0 || usage(q) <= limit)
+	if (q->state != R_ACTIVE || !slotted(q) || q->cursor == 0 || usage(q) <= limit)
 		return NULL;
 	b = &s->blk[q->blk0 + q->cursor - 1];
 	return b->state == B_LANDED && b->first_use >= q->ready_emitted ? b : NULL;
@@ -1245,9 +1264,10 @@ unsigned kvl_sched_step(struct kvl_sched *s, uint64_t now, struct kvl_sched_xfer
 
 static void free_block(struct kvl_sched *s, struct req *r, struct blk *b)
 {
-	uint64_t c = charge_of(s, r, b);
+	/* dest: a landed block holds nothing (its charge went at its completion) */
+	uint64_t c = r->dest ? 0 : charge_of(s, r, b);
 
-	if (r->dir == KVL_SCHED_PULL)
+	if (slotted(r))
 		kvl_slots_put(&s->slots, b->slot);
 	b->state = B_FREED;
 	r->landed_bytes -= c;
@@ -1290,7 +1310,8 @@ static void req_end(struct kvl_sched *s, uint32_t ri, int status)
 				free_block(s, r, b);
 		}
 		s->orphan += r->inflight_bytes;
-		r->inflight_bytes = 0;
+		if (!r->dest)
+			r->inflight_bytes = 0;
 		if (r->state == R_ACTIVE) {
 			s->sum_floor -= r->floor;
 			s->sum_win -= r->window;
@@ -1325,6 +1346,14 @@ static __attribute__((noinline, cold)) void complete_late(struct kvl_sched *s, u
 	s->staged -= x->charge;
 	s->st.late_completions++;
 	s->admit_check = true;
+	/* dest: its end is told once the NIC can no longer write the caller's memory */
+	struct req *r = &s->req[x->req];
+
+	if (r->gen == x->req_gen && r->state == R_ENDED && r->dest) {
+		r->inflight_bytes -= x->charge;
+		if (r->inflight_bytes == 0)
+			notify(s, x->req);
+	}
 	free_xrec(s, xi);
 }
 
@@ -1347,6 +1376,26 @@ static __attribute__((noinline, cold)) void complete_failed(struct kvl_sched *s,
 	s->staged -= x->charge;
 	free_xrec(s, xi);
 	req_end(s, x->req, status);
+}
+
+/* dest blocks landed in the caller's memory: their charge goes now, not at DONE, so the
+ * window and the budget bound what is in flight; the window slides at once. Called once the
+ * completion counted them landed (the common path, kept free of this case), so it takes the
+ * charge back off landed_bytes. Returns 0, for kvl_sched_complete() to return it. */
+static __attribute__((noinline, cold)) int landed_dest(struct kvl_sched *s, uint32_t ri,
+						       uint64_t charge, uint32_t n, uint64_t now)
+{
+	struct req *r = &s->req[ri];
+
+	s->unmet -= unmet(r);
+	r->landed_bytes -= charge;
+	s->staged -= charge;
+	s->unmet += unmet(r);
+	s->st.dest_blocks += n;
+	if (s->wait.n)
+		s->admit_check = true;
+	update_runnable(s, ri, now);
+	return 0;
 }
 
 int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64_t now)
@@ -1398,6 +1447,8 @@ int kvl_sched_complete(struct kvl_sched *s, uint64_t xfer_id, int status, uint64
 		r->ready_next = k;
 		notify(s, ri);
 	}
+	if (__builtin_expect(r->dest, 0))
+		return landed_dest(s, ri, charge, n, now); /* a tail call: no cost above */
 	return 0;
 }
 
@@ -1431,7 +1482,7 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 	const uint32_t nref = st->nref;
 
 	/* free_block() for each block no later step names, the sums kept on locals */
-	if (r->dir == KVL_SCHED_PULL) {
+	if (slotted(r)) {
 		uint64_t *word = s->slots.word, *sum = s->slots.sum;
 		uint32_t put = 0;
 
@@ -1455,6 +1506,8 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 				freed += b->length;
 			}
 		}
+		if (r->dest)
+			freed = 0; /* its charges went as the blocks landed */
 	}
 	r->landed_bytes -= freed;
 	s->staged -= freed;
@@ -1512,6 +1565,14 @@ unsigned kvl_sched_poll_events(struct kvl_sched *s, struct kvl_sched_event *ev, 
 		if (r->state == R_ACTIVE) {
 			if (may_announce(s, r))
 				break; /* out of room: it stays first in line */
+		} else if (r->dest && r->inflight_bytes) {
+			/* dest: transfers still in flight may write the caller's memory; the
+			 * last one's completion puts it back in line (complete_late()) */
+			s->notify_head = r->notify_next;
+			if (s->notify_head == KVL_NONE)
+				s->notify_tail = KVL_NONE;
+			r->in_notify = false;
+			continue;
 		} else {
 			if (r->status == KVL_OK && r->ready_emitted < r->ready_next)
 				break;
@@ -1561,7 +1622,7 @@ static const struct req *live_req(const struct kvl_sched *s, int id)
  * not; a PULL block has one from its post until it is freed. */
 static inline bool has_offset(const struct req *r, const struct blk *b)
 {
-	return r->dir != KVL_SCHED_PULL || (b->state != B_UNPOSTED && b->state != B_FREED);
+	return !slotted(r) || (b->state != B_UNPOSTED && b->state != B_FREED);
 }
 
 int kvl_sched_block_offset(const struct kvl_sched *s, int id, uint32_t block, uint64_t *local_off)
@@ -1645,6 +1706,7 @@ int kvl_sched_req_info(const struct kvl_sched *s, int id, uint64_t now,
 	out->status = r->status;
 	out->cls = r->cls;
 	out->dir = r->dir;
+	out->dest = r->dest;
 	out->window = r->state == R_ACTIVE ? r->window : 0;
 	out->floor = r->floor;
 	out->inflight_bytes = r->inflight_bytes;

@@ -66,12 +66,12 @@ struct kvl_sched_cfg {
 /* One block of KV: where it is on the peer, how long, and (PUSH) where it is here. */
 struct kvl_sched_block {
 	uint64_t remote_off;
-	uint64_t local_off; /* PUSH: offset in the caller's local space; PULL: ignored */
+	uint64_t local_off; /* PUSH, or PULL with dest: the caller's; PULL: ignored */
 	uint32_t remote_seg;
 	uint32_t length; /* 1..slot_size for PULL, ≤ window_max, ≤ max_msg when merging */
 	/* PUSH: the caller's local region the bytes lie in. Blocks of two regions never merge
 	 * into one range, even where the regions happen to touch (they may still share a
-	 * descriptor as separate SGEs); PULL: ignored. */
+	 * descriptor as separate SGEs); PULL: ignored unless dest. */
 	uint32_t local_seg;
 };
 
@@ -89,10 +89,19 @@ struct kvl_sched_req_desc {
 	const uint32_t *step_blocks;
 	uint8_t dir; /* enum kvl_sched_dir */
 	uint8_t cls; /* enum kvl_sched_class */
+	/* PULL only: each block lands at its own local_off (the caller's address, in region
+	 * local_seg: an engine's paged KV cache) and takes no staging slot. Its charge is its
+	 * length, held while it is in flight only: once landed the bytes sit in memory the caller
+	 * owns, so nothing stays staged, the window bounds what is in flight, and no block of it
+	 * is ever evicted. Merging joins blocks contiguous on both sides, as PUSH does. A
+	 * request that ends with transfers in flight announces its end only once they are back
+	 * (the NIC may write the caller's memory until then). */
+	uint8_t dest;
 };
 
 struct kvl_sched_sge {
-	uint64_t local_off; /* PULL: offset in the staging region; PUSH: the caller's offset */
+	/* local_abs 0: offset in the staging region; 1: the caller's own (PUSH, PULL with dest) */
+	uint64_t local_off;
 	uint32_t length;
 	uint32_t reserved;
 };
@@ -107,8 +116,10 @@ struct kvl_sched_xfer {
 	uint32_t length; /* sum of the SGE lengths */
 	uint32_t n_blocks;
 	uint16_t n_sge;
-	uint8_t op;  /* 2: READ (PULL), 1: WRITE (PUSH): the values of enum kvl_op */
-	uint8_t cls; /* enum kvl_sched_class */
+	uint8_t op;	   /* 2: READ (PULL), 1: WRITE (PUSH): the values of enum kvl_op */
+	uint8_t cls;	   /* enum kvl_sched_class */
+	uint8_t local_abs; /* 1: sge[].local_off are the caller's (not staging offsets) */
+	uint8_t reserved[3];
 	struct kvl_sched_sge sge[KVL_SCHED_MAX_SGE];
 };
 
@@ -159,6 +170,7 @@ struct kvl_sched_stats {
 	uint64_t starved_serves;   /* descriptors given to a request passed over too long */
 	uint64_t evicted_blocks;   /* landed, dropped to let a blocked request on: fetched again */
 	uint64_t evicted_bytes;	   /* their staging (charges) */
+	uint64_t dest_blocks;	   /* PULL blocks landed in the caller's memory (dest): no slot */
 	uint64_t xfer_ps_per_byte; /* estimate (picoseconds per byte) */
 	uint64_t compute_ns[KVL_SCHED_CLASSES]; /* estimate per step */
 };
@@ -187,6 +199,7 @@ struct kvl_sched_req_info {
 	uint8_t cls;
 	uint8_t dir;
 	bool runnable;
+	bool dest; /* PULL into the caller's memory */
 };
 
 struct kvl_sched;

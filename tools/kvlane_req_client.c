@@ -39,6 +39,14 @@
  *           kvl_req_step_done; this thread spins on the READY words (acquire loads), checks
  *           every byte of the step once READY >= epoch, stores DONE = epoch (release), then
  *           polls only for the requests' ends; pause "end"
+ *   dest    every request PULLs with KVL_REQ_ENGINE_DEST into a paged cache segment of its
+ *           own (mode_dest()): pause "filled", then verified and DONE to the end, the guard
+ *           bytes around every destination checked ("DEST <json>"); pause "end"; with
+ *           --dest-flags 1 also KVL_REQ_STEP_FLAGS, run on the words as flags does (no pause
+ *           "filled")
+ *   dest-gpu  the same cache in VRAM (kvl_seg_alloc_gpu; exit 77 without a GPU): each open
+ *           prints "CHECK gpu_dest_open rc" and "REASON <kvl_req_error()>"; what opened is run
+ *           to the end with only the addresses checked; pause "end"
  *   chaos   rounds of --requests verified requests for --duration seconds against a peer that
  *           may die, stop or lose connections (tools/kvlane_chaos.py): each READY step is
  *           canceled with probability --cancel-pct %, the budget cap moves every --cap-ms ms
@@ -57,7 +65,7 @@ struct req {
 	uint32_t n_blocks, n_steps, next_ready, done;
 	struct kvl_req_block *b;
 	uint32_t *first, *refs;
-	bool ended, push;
+	bool ended, push, dest;
 	int status;
 };
 
@@ -68,6 +76,7 @@ static uint32_t seed = 1, n_req = 4, n_steps = 8, n_blk = 4, compute_us;
 static struct req rq[MAX_REQ];
 static uint64_t bytes_ok, blocks_ok, steps_ok, bad_bytes, order_errors, fails, push_addr_errors;
 static uint32_t check_seed; /* the pattern READY blocks must hold: seed, or push's */
+static bool addr_only;	    /* dest-gpu: the CPU cannot read the blocks, only their address */
 static uint32_t chaos_secs = 10, cancel_pct = 10, cap_ms = 500, chaos_seed = 1;
 static const char *peer_addr, *peer_seg_name;
 
@@ -87,7 +96,8 @@ static void usage(const char *p)
 {
 	fprintf(stderr,
 		"usage: %s EAL-ARGS -- -c INI [--set S.K=V]... --peer HOST:PORT|tier --mode "
-		"verify|cancel|bad|push|flags|tierbad|tieroff [--requests R] [--steps S] [--blocks "
+		"verify|cancel|bad|push|flags|dest|dest-gpu|tierbad|tieroff [--requests R] "
+		"[--steps S] [--blocks "
 		"B] [--seed N] "
 		"[--compute-us U] [--segment NAME] [--ro-segment NAME]\n"
 		"       chaos mode: --mode chaos [--duration S] [--cancel-pct P] [--cap-ms M] "
@@ -181,13 +191,14 @@ static void verify_step(struct req *r, uint32_t step)
 			bad_bytes += b->length;
 			continue;
 		}
-		if (r->push) {
+		if (r->push || r->dest) {
 			if (p != b->local) {
 				printf("ERROR push step %u block %u: address %p, given %p\n", step,
 				       r->refs[j], p, b->local);
 				push_addr_errors++;
 			}
-			continue;
+			if (r->push || addr_only)
+				continue;
 		}
 		ok = kvl_pattern_check(p, b->length, check_seed, b->remote_off);
 		if (ok != b->length) {
@@ -347,12 +358,11 @@ static int mode_verify(void)
 }
 
 /* The engine of a KVL_REQ_STEP_FLAGS request on a CPU: the words only, no call per step. */
+static void flags_engine(const struct kvl_req_flags *fl);
+
 static int mode_flags(void)
 {
 	struct kvl_req_flags fl[MAX_REQ];
-	struct kvl_req_event ev[64];
-	uint64_t t0 = 0;
-	unsigned left = n_req;
 	char js[2048];
 
 	open_flags = KVL_REQ_STEP_FLAGS;
@@ -374,6 +384,21 @@ static int mode_flags(void)
 		}
 	}
 	printf("CHECK flags_step_done %d\n", kvl_req_step_done(rt, rq[0].h, 0));
+	flags_engine(fl);
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	return fails || bad_bytes || order_errors ? 1 : 0;
+}
+
+/* The words only: spin on each request's next READY, check its blocks, store DONE; then poll
+ * for the ends alone. */
+static void flags_engine(const struct kvl_req_flags *fl)
+{
+	struct kvl_req_event ev[64];
+	uint64_t t0 = 0;
+	unsigned left = n_req;
+
 	for (struct timespec t; left;) {
 		left = 0;
 		for (uint32_t i = 0; i < n_req; i++) {
@@ -426,10 +451,6 @@ static int mode_flags(void)
 		if (n == 0)
 			usleep(50);
 	}
-	handles_json(js, sizeof(js));
-	result();
-	pause_at("end", js);
-	return fails || bad_bytes || order_errors ? 1 : 0;
 }
 
 static int mode_cancel(void)
@@ -952,6 +973,132 @@ static int mode_chaos(void)
 		       : 0;
 }
 
+/*
+ * dest: the engine's paged KV cache is a segment of its own (layers x K/V x cache_blocks
+ * blocks, as vLLM lays out per-layer K/V block tensors), registered with kvl_seg_register
+ * (host memory it allocated) or, with --dest-gpu, kvl_seg_alloc_gpu; every request PULLs
+ * with KVL_REQ_ENGINE_DEST into block ids of its own, no staging slot. Even requests take
+ * scattered ids, none adjacent to another destination; odd requests take a contiguous run
+ * (their READs merge). Every byte outside the destinations is a guard (0xA5) and is checked
+ * at the end, as is every destination's content again.
+ */
+#define GUARD 0xA5
+
+static uint32_t dest_id(uint32_t i, uint32_t b, uint32_t cache_blocks)
+{
+	uint32_t x = i / 2 * n_blk + b, span = (n_req + 1) / 2 * n_blk;
+
+	if (i % 2 == 0) /* odd ids 1, 3, 5, ... of the low half, permuted: gaps between */
+		return 2 * ((x * 7 + 3) % span) + 1;
+	return cache_blocks / 2 + 1 + x; /* contiguous runs in the high half */
+}
+
+static bool dest_flags; /* --dest-flags: the dest requests also take KVL_REQ_STEP_FLAGS */
+
+static int mode_dest(bool gpu)
+{
+	struct kvl_req_flags fl[MAX_REQ];
+	struct kvl_seg_geom g = { .layers = n_steps,
+				  .planes = 2,
+				  .blocks = 4 * ((n_req + 1) / 2) * n_blk + 4,
+				  .block_bytes = seg.geom.block_bytes };
+	struct kvl_segment cache;
+	uint64_t len = (uint64_t)g.layers * g.planes * g.blocks * g.block_bytes, guard_bad = 0;
+	uint8_t *mem = NULL, *in_dest;
+	char js[2048];
+	int rc;
+
+	if (gpu) {
+		rc = kvl_seg_alloc_gpu(rt, "paged-cache", &g, 0, KVL_GPU_CONFIGURED, &cache);
+		if (rc == -ENOTSUP || rc == -ENODEV) {
+			printf("SKIP no GPU segment here: %s (%s)\n", kvl_seg_error(),
+			       strerror(-rc));
+			fflush(stdout);
+			return 77;
+		}
+	} else {
+		mem = aligned_alloc(4096, len);
+		if (mem == NULL)
+			return 1;
+		memset(mem, GUARD, len);
+		rc = kvl_seg_register(rt, "paged-cache", mem, &g, 0, &cache);
+	}
+	if (rc < 0) {
+		printf("ERROR paged cache segment: %s (%s)\n", kvl_seg_error(), strerror(-rc));
+		return 1;
+	}
+	in_dest = calloc(len / 64, 1); /* 64-byte granules the destinations cover */
+	open_flags = KVL_REQ_ENGINE_DEST | (dest_flags ? KVL_REQ_STEP_FLAGS : 0);
+	for (uint32_t i = 0; i < n_req; i++) {
+		struct req *r = &rq[i];
+
+		reset_req(r, i);
+		r->dest = true;
+		for (uint32_t k = 0, j = 0; k < n_steps; k++)
+			for (uint32_t p = 0; p < 2; p++)
+				for (uint32_t b = 0; b < n_blk; b++, j++) {
+					uint64_t o =
+						kvl_block_offset(&g, k, p, dest_id(i, b, g.blocks));
+
+					r->b[j].local = (uint8_t *)cache.base + o;
+					for (uint64_t q = 0; q < g.block_bytes / 64; q++)
+						in_dest[o / 64 + q] = 1;
+				}
+		rc = open_req(r, i);
+		if (gpu) {
+			/* tcp cannot land in VRAM: refused at open, with the reason */
+			printf("CHECK gpu_dest_open %d\n", rc);
+			printf("REASON %s\n", kvl_req_error());
+			if (rc < 0) {
+				n_req = i;
+				break;
+			}
+			continue;
+		}
+		if (rc == 0 && dest_flags)
+			rc = kvl_req_step_flags(rt, r->h, &fl[i]);
+		if (rc < 0) {
+			printf("ERROR open dest %u: %s (%s)\n", i, strerror(-rc), kvl_req_error());
+			return 1;
+		}
+	}
+	if (gpu) {
+		/* null_transport: nothing moves, but READY comes and the addresses are the
+		 * engine's device pointers (checked in verify_step, the bytes are not) */
+		addr_only = true;
+		pump(true, 0, 30000);
+		handles_json(js, sizeof(js));
+		result();
+		pause_at("end", js);
+		return fails || order_errors || push_addr_errors ? 1 : 0;
+	}
+	if (dest_flags) { /* READY words, not events; DONE words, not calls */
+		flags_engine(fl);
+	} else {
+		pump(false, 300, 10000);
+		handles_json(js, sizeof(js));
+		pause_at("filled", js);
+		pump(true, 0, 60000);
+	}
+	/* The engine's memory after the end: destinations still hold the peer's bytes, and not
+	 * one byte around them was written. */
+	for (uint32_t i = 0; i < n_req; i++)
+		for (uint32_t j = 0; j < rq[i].n_blocks; j++)
+			if (kvl_pattern_check(rq[i].b[j].local, rq[i].b[j].length, check_seed,
+					      rq[i].b[j].remote_off) != rq[i].b[j].length)
+				bad_bytes += rq[i].b[j].length;
+	for (uint64_t o = 0; o < len; o++)
+		guard_bad += !in_dest[o / 64] && mem[o] != GUARD;
+	printf("DEST {\"cache_bytes\": %" PRIu64 ", \"guard_bad\": %" PRIu64
+	       ", \"addr_errors\": %" PRIu64 "}\n",
+	       len, guard_bad, push_addr_errors);
+	handles_json(js, sizeof(js));
+	result();
+	pause_at("end", js);
+	free(in_dest);
+	return fails || bad_bytes || order_errors || guard_bad || push_addr_errors ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sets[32], *ini = NULL, *addr = NULL, *mode = NULL, *seg_name = NULL,
@@ -1005,6 +1152,8 @@ int main(int argc, char **argv)
 			cap_ms = (uint32_t)atoi(argv[++i]);
 		else if (strcmp(a, "--chaos-seed") == 0)
 			chaos_seed = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(a, "--dest-flags") == 0) /* every option takes a value */
+			dest_flags = atoi(argv[++i]) != 0;
 		else
 			usage(argv[0]);
 	}
@@ -1077,6 +1226,8 @@ int main(int argc, char **argv)
 		rc = mode_flags();
 	else if (strcmp(mode, "tierbad") == 0)
 		rc = mode_tier_bad();
+	else if (strcmp(mode, "dest") == 0 || strcmp(mode, "dest-gpu") == 0)
+		rc = mode_dest(strcmp(mode, "dest-gpu") == 0);
 	else
 		usage(argv[0]);
 	kvl_stop(rt);

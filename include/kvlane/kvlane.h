@@ -285,6 +285,8 @@ unsigned kvl_poll_notices(struct kvl_runtime *rt, struct kvl_notice *out, unsign
  * blocks to the peer in the same order and window, and a step is READY once they are there.
  * With KVL_REQ_STEP_FLAGS, READY and DONE are also words in memory the GPU maps
  * (kvl_req_step_flags): the engine's stream waits and writes them, no call per step.
+ * With KVL_REQ_ENGINE_DEST a PULL lands in the engine's own registered memory (its paged KV
+ * cache, block by block where kvl_req_block.local says) instead of staging.
  * These calls (and kvl_req_poll) are for one thread at a time. With a scheduler running,
  * kvl_post() refuses cookies with bit 63 set: that bit marks the scheduler's own transfers.
  */
@@ -297,7 +299,8 @@ enum kvl_req_class {
 };
 
 enum kvl_req_dir {
-	KVL_REQ_PULL = 0, /* READ the peer's blocks into staging (kvl_req_block_addr) */
+	KVL_REQ_PULL = 0, /* READ the peer's blocks into staging (kvl_req_block_addr), or
+			   * into the engine's memory (KVL_REQ_ENGINE_DEST) */
 	KVL_REQ_PUSH = 1, /* WRITE local blocks (kvl_req_block.local) to the peer */
 };
 
@@ -306,8 +309,15 @@ struct kvl_req_block {
 	uint32_t remote_seg;
 	uint32_t length; /* 1 .. [sched] slot_kb KiB */
 	void *local;	 /* PUSH: the bytes to write, inside a registered local segment;
-			  * PULL: must be NULL */
+			  * PULL with KVL_REQ_ENGINE_DEST: where the block lands, inside a
+			  * registered local segment (host or GPU memory);
+			  * PULL otherwise: must be NULL */
 };
+/* The layout engines and bindings build arrays of: its size never changes. */
+#ifndef __cplusplus
+_Static_assert(sizeof(struct kvl_req_block) == 16 + sizeof(void *),
+	       "struct kvl_req_block keeps its size");
+#endif
 
 struct kvl_req_desc {
 	const struct kvl_req_block *blocks;
@@ -325,19 +335,47 @@ struct kvl_req_desc {
 	uint32_t reserved;    /* 0 */
 };
 
+#ifndef __cplusplus
+_Static_assert(sizeof(struct kvl_req_desc) == 40 + 3 * sizeof(void *),
+	       "struct kvl_req_desc keeps its size: new options take flags bits");
+#endif
+
 /* kvl_req_desc.flags: READY/DONE words per step (kvl_req_step_flags) instead of
  * kvl_req_step_done, so an engine's stream needs no kvlane call per step. */
 #define KVL_REQ_STEP_FLAGS (1u << 0)
+/*
+ * kvl_req_desc.flags, PULL only: engine-owned destinations. Each block's bytes land at its
+ * kvl_req_block.local, inside a local segment the engine registered (kvl_seg_register /
+ * kvl_seg_alloc / kvl_seg_alloc_gpu: its paged KV cache, a vLLM/SGLang-style block table of
+ * per-layer K/V blocks at scattered block ids), instead of in a staging slot. Steps, windows,
+ * priorities and deadlines order the READs as for staging; a block's bytes count against the
+ * window and the budget while they are in flight only (once landed they are in the engine's
+ * memory, which kvlane does not hold), and take no staging slot (/kvlane/sched slots_free
+ * stays; dest_blocks counts them). READY (the event, and the READY word with
+ * KVL_REQ_STEP_FLAGS) comes once a step's blocks have landed there; kvl_req_block_addr()
+ * returns the engine's own address. The destinations must not overlap one another nor the
+ * staging; a request that ends (FAILED, a cancel) while READs are in flight sends its end event
+ * only once they are back: until then the NIC may still write the destinations. Remote-adjacent
+ * blocks with adjacent destinations in one segment merge into one READ.
+ * Over tcp a destination must be host memory (tcp cannot land in VRAM yet); over verbs a GPU
+ * destination needs the segment registered by GPUDirect (dma-buf or peer memory).
+ */
+#define KVL_REQ_ENGINE_DEST (1u << 1)
 
 /*
  * Open a request on @peer (copied: @d may be reused at once). 0 with *@req set, or a negative
  * errno and nothing kept: -ENOTSUP (no scheduler: [sched] staging_mb = 0), -ENOTCONN (unknown
  * peer, or not ready), -EINVAL (malformed: counts, a step naming no block or a block twice,
  * a block no step names, a block index past n_blocks, a bad class, direction or flag, a PULL block
- * with a local address, a PUSH block inside the scheduler's staging), -EMSGSIZE (a block longer
+ * with a local address, a PUSH block inside the scheduler's staging; KVL_REQ_ENGINE_DEST: a block
+ * with no destination, destinations overlapping each other or the staging, the flag on a PUSH),
+ * -EMSGSIZE (a block longer
  * than [sched] slot_kb), -ENOENT (a segment the peer does not offer), -EACCES (one it does not let
  * us READ, or WRITE for a PUSH), -ERANGE (a block outside its segment), -EFAULT (PUSH: a block's
- * local bytes not inside one registered local segment), -ENOSPC ([sched] max_requests or max_blocks
+ * local bytes not inside one registered local segment; KVL_REQ_ENGINE_DEST: a destination not
+ * inside one registered local segment, or in one the request's NIC has no registration of),
+ * -EXDEV (KVL_REQ_ENGINE_DEST: a GPU destination on a NIC whose transport cannot write VRAM:
+ * tcp), -ENOSPC ([sched] max_requests or max_blocks
  * reached; KVL_REQ_STEP_FLAGS: no free run of n_steps entries in the NIC lcore's flag pool,
  * one entry per [sched] max_blocks), -ENOMEM.
  *
@@ -345,9 +383,15 @@ struct kvl_req_desc {
  * under the same budget (what is in flight or written and not DONE counts); a step is READY
  * once its blocks are on the peer, and the local bytes of a block must stay as they are until
  * then. kvl_req_block_addr() gives the block's local address back.
+ * Why the calling thread's last kvl_req_open() refused its destinations: kvl_req_error().
  */
 int kvl_req_open(struct kvl_runtime *rt, kvl_peer_t peer, const struct kvl_req_desc *d,
 		 kvl_req_t *req);
+
+/* Why the calling thread's last kvl_req_open() failed, in words naming the block, its address
+ * and the segment or NIC ("" when it succeeded, or failed before its destinations were
+ * checked, or on a check that has no words of its own). */
+const char *kvl_req_error(void);
 
 /* The engine finished @step. 0, or: -ENOENT (no such request, or it ended), -ERANGE (step
  * index >= n_steps), -EINVAL (the step is not READY yet, or the request was opened with
@@ -381,7 +425,8 @@ unsigned kvl_req_poll(struct kvl_runtime *rt, struct kvl_req_event *ev, unsigned
 /* Where block @block of @req is in staging, while a READY step names it and until the last
  * step naming it is DONE (KVL_REQ_STEP_FLAGS: from the READY word on; kvl_req_poll need not
  * have shown the event). With [sched] staging = gpu this is a device pointer (VRAM of the
- * NIC's GPU): read it from a kernel or with cudaMemcpy, not with the CPU. 0, -ENOENT, -ERANGE
+ * NIC's GPU): read it from a kernel or with cudaMemcpy, not with the CPU. With
+ * KVL_REQ_ENGINE_DEST it is the block's kvl_req_block.local, the engine's own. 0, -ENOENT, -ERANGE
  * (block >= n_blocks), -EAGAIN (not landed, or freed). */
 int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, void **addr);
 

@@ -4,7 +4,7 @@
 loopback through its NIC lcore's scheduler, and its telemetry is read through the socket.
 
 Usage: test_sched.py {req_verify|req_ready_ahead|req_push|req_cancel|req_bad_input|
-                      req_step_flags}
+                      req_step_flags|req_dest|req_dest_gpu}
 PATH-TO-KVLANED PATH-TO-REQ-CLIENT.
 Exit 0 pass, 1 fail (with what was expected, what was seen, and every process's output).
 """
@@ -21,7 +21,8 @@ import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import check, check_eq, cmd, log  # noqa: E402
 
 LIMIT_S = {"req_verify": 90, "req_ready_ahead": 90, "req_push": 90, "req_cancel": 60,
-           "req_bad_input": 60, "req_step_flags": 90}
+           "req_bad_input": 60, "req_step_flags": 90, "req_dest": 90,
+           "req_dest_gpu": 90}
 
 SLOT = 32768
 BUDGET = 1 << 20
@@ -91,6 +92,28 @@ def start(ctx, mode, extra=(), sched_extra="", server_sets=()):
             "--peer", server.addr, "--mode", mode, *extra]
     client = Client(ctx, argv, ctx.rundir(), prefix)
     return server, client
+
+
+def another_client(ctx, server, mode, args, sched_extra="", ini_name="client.ini"):
+    """One more kvlane-req-client against @server, on an INI of its own."""
+    ini = os.path.join(ctx.tmp, ini_name)
+    with open(ini, "w") as f:
+        f.write(CLIENT_INI.format(secret=os.path.join(h.KVL_SRC, "config", "demo.secret"),
+                                  sched_extra=sched_extra))
+    prefix = ctx.unique("cli")
+    return Client(ctx, [ctx.req_client, *h.EAL, "-m", "256", "--file-prefix", prefix, "--",
+                        "-c", ini, "--peer", server.addr, "--mode", mode, *args],
+                  ctx.rundir(), prefix)
+
+
+def check_dest_line(client, what):
+    """The client's DEST line: not one guard byte around the destinations changed, and every
+    kvl_req_block_addr was the engine's own address."""
+    m = client.wait_line(r"^DEST (.*)$", 1, what="client DEST line")
+    dest = json.loads(m[1])
+    check_eq((dest["guard_bad"], dest["addr_errors"]), (0, 0),
+             f"{what}(guard bytes changed, block_addr not the engine's address)", client)
+    return dest
 
 
 def rows(v):
@@ -439,7 +462,132 @@ def scenario_req_step_flags(ctx):
     server.stop(signal.SIGINT)
 
 
+# ---- req_dest ----
+
+def scenario_req_dest(ctx):
+    """Engine-owned destinations: the client registers its own paged KV cache (8 layers x K/V x
+    36 blocks of 32 KiB, host memory it allocated) and PULLs every request with
+    KVL_REQ_ENGINE_DEST into block ids of its own, scattered for two requests and contiguous
+    for the other two. Every byte is checked where the engine asked for it, every byte around
+    the destinations is still the guard, and /kvlane/sched shows that no staging slot was
+    taken, while the window and the budget still ordered the READs."""
+    n_req, steps, blocks = 4, 8, 4
+    server, client = start(ctx, "dest", ["--requests", str(n_req), "--steps", str(steps),
+                                         "--blocks", str(blocks), "--compute-us", "1000"])
+    filled = client.pause("filled")
+    tel = client.telemetry()
+    s = sched_row(tel, client)
+    check_eq(s["slots_free"], s["slots"], "no staging slot held while steps wait for DONE",
+             client)
+    check(s["in_use"] <= s["budget"], "in_use <= budget", f"<= {s['budget']}", s["in_use"],
+          client)
+    check(sum(filled["ready"]) > 0, "steps READY before any DONE", "> 0", filled["ready"],
+          client)
+    req = rows(cmd(tel, "/kvlane/requests", client))
+    for r in req:
+        i = filled["handles"].index(r["req"])
+        check_eq(r["steps_ready"], filled["ready"][i],
+                 f"request {r['req']}: steps_ready = READY events the client saw", client)
+        check_eq(r["landed"], 0, f"request {r['req']}: landed bytes held (none: the "
+                 "engine's memory)", client)
+    client.go()
+    end = client.pause("end", timeout=70)
+    res = check_result(client, end, n_req, steps, blocks)
+    dest = check_dest_line(client, "")
+    s = sched_row(tel, client)
+    unique = n_req * steps * 2 * blocks
+    check_eq(s["dest_blocks"], unique, "dest_blocks: every block landed in the engine's cache",
+             client)
+    check_eq(s["posted_blocks"], unique, "posted_blocks: each unique block READ once", client)
+    check_eq(s["slots_free"], s["slots"], "slots_free = slots: none was ever taken", client)
+    check_eq((s["in_use"], s["active"], s["waiting"], s["windows"]), (0, 0, 0, 0),
+             "after the end: (in_use, active, waiting, windows)", client)
+    check(s["posted_xfers"] < s["posted_blocks"],
+          "contiguous destinations merged into fewer READs", f"< {s['posted_blocks']}",
+          s["posted_xfers"], client)
+    check_eq(s["completed_err"] + s["cmd_errors"] + s["bad_completions"], 0,
+             "errors, refused commands, stray completions", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status", client)
+    log(f"{res['blocks_verified']} blocks ({res['bytes_verified']} bytes) verified in the "
+        f"engine's cache of {dest['cache_bytes']} bytes, guards intact; {s['posted_xfers']} "
+        f"READs for {s['posted_blocks']} blocks; slots_free {s['slots_free']}/{s['slots']}")
+    # The same with KVL_REQ_STEP_FLAGS: READY words fire per step once its blocks landed in
+    # the engine's cache; the engine reads them there and stores DONE, with no call per step.
+    flags = another_client(ctx, server, "dest",
+                           ["--dest-flags", "1", "--requests", str(n_req), "--steps", str(steps),
+                            "--blocks", str(blocks), "--compute-us", "1000"])
+    end = flags.pause("end", timeout=70)
+    tel = flags.telemetry()
+    res = check_result(flags, end, n_req, steps, blocks)
+    check_dest_line(flags, "step flags: ")
+    s = sched_row(tel, flags)
+    check_eq((s["flags_ready_written"], s["flags_done_seen"], s["done_cmds"]),
+             (n_req * steps, n_req * steps, 0),
+             "step flags: (READY words written, DONE words seen, DONE commands)", flags)
+    check_eq((s["dest_blocks"], s["slots_free"]), (unique, s["slots"]),
+             "step flags: (dest_blocks, slots_free)", flags)
+    flags.go()
+    check_eq(flags.wait_exit(20), 0, "client exit status (step flags)", flags)
+    log(f"with step flags: {res['blocks_verified']} blocks verified from READY words, "
+        f"{s['flags_done_seen']} steps freed by DONE words, guards intact")
+    server.stop(signal.SIGINT)
+
+
+def scenario_req_dest_gpu(ctx):
+    """(gpu suite) The engine's paged cache in VRAM (kvl_seg_alloc_gpu). Over tcp it is refused
+    at open, by design: tcp moves bytes with the CPU and has no bounce path into VRAM, so
+    kvl_req_open says -EXDEV and kvl_req_error() names the block, the GPU segment and the NIC,
+    and nothing reaches the lcore. With [sched] null_transport (nothing moves) the same
+    requests open, every step comes READY in order, kvl_req_block_addr gives back the engine's
+    device pointers, and no staging slot is taken. Exit 77 without a GPU, with the reason."""
+    n_req, steps, blocks = 2, 4, 2
+    args = ["--requests", str(n_req), "--steps", str(steps), "--blocks", str(blocks)]
+    server, client = start(ctx, "dest-gpu", args)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and client.proc.poll() is None and \
+            not any(line.startswith(("PAUSE", "SKIP")) for line in client.out):
+        time.sleep(0.05)
+    skip = [line for line in client.out if line.startswith("SKIP ")]
+    if skip:
+        client.wait_exit(20)
+        server.stop(signal.SIGINT)
+        print(f"skipped: {skip[0][5:]}")
+        sys.exit(77)
+    client.pause("end")
+    tel = client.telemetry()
+    check_eq(client.checks().get("gpu_dest_open"), -errno.EXDEV,
+             "kvl_req_open into a GPU destination over tcp", client)
+    reason = next((line[7:] for line in client.out if line.startswith("REASON ")), "")
+    for words in ("block 0", "GPU segment", "NIC lo uses the tcp transport"):
+        check(words in reason, "kvl_req_error() names the cause", words, reason, client)
+    s = sched_row(tel, client)
+    check_eq((s["opened"], s["open_failed"], s["dest_blocks"]), (0, 0, 0),
+             "(opened, open_failed, dest_blocks): refused at the API, not by the lcore", client)
+    client.go()
+    check_eq(client.wait_exit(20), 0, "client exit status (refusal run)", client)
+    log(f"tcp: refused with -EXDEV: {reason}")
+    client2 = another_client(ctx, server, "dest-gpu", args, "null_transport = true",
+                             "client-null.ini")
+    end = client2.pause("end", timeout=40)
+    tel2 = client2.telemetry()
+    res = client2.result()
+    check_eq((res["requests_ok"], res["errors"], res["order_errors"], res["push_addr_errors"]),
+             (n_req, 0, 0, 0), "(ok, errors, order errors, addresses not the engine's)", client2)
+    check_eq(end["done"], [steps] * n_req, "steps DONE per request", client2)
+    s = sched_row(tel2, client2)
+    check_eq(s["dest_blocks"], n_req * steps * 2 * blocks, "dest_blocks", client2)
+    check_eq(s["slots_free"], s["slots"], "slots_free = slots", client2)
+    client2.go()
+    check_eq(client2.wait_exit(20), 0, "client exit status (null transport run)", client2)
+    log(f"null transport: {n_req} requests into VRAM destinations READY and DONE, "
+        f"{s['dest_blocks']} blocks at the engine's device addresses, no slot taken")
+    server.stop(signal.SIGINT)
+
+
 SCENARIOS = {
+    "req_dest_gpu": scenario_req_dest_gpu,
+    "req_dest": scenario_req_dest,
     "req_step_flags": scenario_req_step_flags,
     "req_verify": scenario_req_verify,
     "req_ready_ahead": scenario_req_ready_ahead,

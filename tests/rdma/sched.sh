@@ -6,7 +6,12 @@
 # scheduler READs them into staging (windows under a 1 MiB budget, remote-contiguous blocks
 # merged, scattered slots as several SGEs of one READ). Every byte of every READY step is
 # checked against the pattern; then the client's own telemetry, read through its socket
-# while it waits at its last pause: what the scheduler posted, what the QPs moved.
+# while it waits at its last pause: what the scheduler posted, what the QPs moved. Then
+# engine-owned destinations (below): the client registers its own paged cache (host
+# memory it allocated, kvl_seg_register: an ibv_reg_mr of its own on rxe0) and PULLs 2 short
+# requests with KVL_REQ_ENGINE_DEST; the READs land at the engine's addresses with that
+# segment's lkey, no staging slot, every byte and every guard byte around them checked. Then
+# PUSH.
 #   sched.sh BUILD_DIR OUT_DIR
 set -eu
 . "${KVL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/rdma/lib.sh"
@@ -50,6 +55,27 @@ else
 fi
 exec 3>&-
 wait $cli || { echo "sched: kvlane-req-client failed (exit $?)"; rc=1; }
+# Engine-owned destinations over RDMA, the same server (before PUSH rewrites its blocks):
+# 2 requests x 8 steps x 2 x 2 blocks.
+mkfifo "$tmp/in3"
+"$build/kvlane-req-client" $eal --file-prefix clid -- -c "$tmp/a.ini" --peer "$RXE_IP1:18515" \
+	--mode dest --requests 2 --steps 8 --blocks 2 --compute-us 1000 \
+	< "$tmp/in3" > "$out/dest.out" 2> "$out/dest.log" &
+cld=$!
+exec 5> "$tmp/in3"
+for p in filled end; do
+	if ! kvl_rdma_wait_line "$out/dest.out" "^PAUSE $p" $cld 180; then
+		echo "sched: the dest client did not reach its pause \"$p\""; rc=1; break
+	fi
+	$tel -f clid /kvlane/sched > "$out/dest_sched_$p.json" || rc=1
+	if [ $p = end ]; then
+		$tel -f clid /kvlane/stats > "$out/dest_stats.json" || rc=1
+		$tel -f clid /kvlane/segments > "$out/dest_segments.json" || rc=1
+	fi
+	echo go >&5
+done
+exec 5>&-
+wait $cld || { echo "sched: kvlane-req-client --mode dest failed (exit $?)"; rc=1; }
 # PUSH over RDMA: the same requests WRITE their blocks from a local segment into the server's
 # (its verbs WRITE path through the scheduler), then PULL them back, every byte checked.
 mkfifo "$tmp/in2"
@@ -74,8 +100,8 @@ exec 4>&-
 wait $clp || { echo "sched: kvlane-req-client --mode push failed (exit $?)"; rc=1; }
 kill -TERM $srv
 wait $srv || { echo "sched: kvlaned exited with status $? after SIGTERM"; rc=1; }
-cat "$out/client.out" "$out/push.out"
-[ $rc = 0 ] || { cat "$out/client.log" "$out/push.log" "$out/qps_end.json"; echo "sched: FAILED"; exit 1; }
+cat "$out/client.out" "$out/push.out" "$out/dest.out"
+[ $rc = 0 ] || { cat "$out/client.log" "$out/push.log" "$out/dest.log" "$out/qps_end.json"; echo "sched: FAILED"; exit 1; }
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -108,6 +134,29 @@ assert all(v == 0 for k, v in s1.items() if k.startswith("verbs/failed/")), s1
 print(f"PUSH over RDMA: {len(checks)} bad calls refused; {pres['unique_blocks']} blocks "
       f"({pushed >> 10} KiB) WRITTEN by the scheduler, {pres['blocks_verified']} block reads "
       f"back verified, 4 of 4 requests OK")
+lines = open(f"{out}/dest.out").read().splitlines()
+dres = next(json.loads(l[7:]) for l in lines if l.startswith("RESULT "))
+dest = next(json.loads(l[5:]) for l in lines if l.startswith("DEST "))
+assert dres["requests_ok"] == dres["requests"] == 2, dres
+assert dres["bad_bytes"] == 0 and dres["order_errors"] == 0 and dres["errors"] == 0, dres
+assert dres["blocks_verified"] == 2 * (8 * 4 + 7), dres
+assert dest["guard_bad"] == 0 and dest["addr_errors"] == 0, dest
+df = json.load(open(f"{out}/dest_sched_filled.json"))["/kvlane/sched"]
+de = json.load(open(f"{out}/dest_sched_end.json"))["/kvlane/sched"]
+dst = json.load(open(f"{out}/dest_stats.json"))["/kvlane/stats"]
+dsg = json.load(open(f"{out}/dest_segments.json"))["/kvlane/segments"]
+assert df["slots_free"][0] == df["slots"][0] and df["in_use"][0] <= df["budget"][0], df
+assert de["slots_free"][0] == de["slots"][0], de
+assert de["dest_blocks"][0] == de["posted_blocks"][0] == dres["unique_blocks"], (de, dres)
+assert de["completed_ok"][0] == de["posted_xfers"][0] and de["completed_err"][0] == 0, de
+# the scheduler's READs are the QPs' reads: every block's bytes, once, into the engine's cache
+assert dst["verbs/bytes_read"] == dres["unique_blocks"] * dres["block_bytes"], (dst, dres)
+assert all(v == 0 for k, v in dst.items() if k.startswith("verbs/failed/")), dst
+assert dsg["rdma_nics"][dsg["name"].index("paged-cache")] == 1, dsg  # its own MR on rxe0
+print(f"engine-owned destinations over RDMA: 2 of 2 OK, {dres['blocks_verified']} block reads "
+      f"verified in the engine's {dest['cache_bytes'] >> 10} KiB cache, guards intact; "
+      f"{de['dest_blocks'][0]} blocks in {de['posted_xfers'][0]} READs, slots_free "
+      f"{de['slots_free'][0]}/{de['slots'][0]}; verbs/bytes_read {dst['verbs/bytes_read']}")
 print(f"requests over RDMA: {res['requests_ok']} of 4 OK, {res['blocks_verified']} block "
       f"reads verified ({res['bytes_verified'] >> 10} KiB); scheduler posted "
       f"{e['posted_blocks'][0]} blocks in {e['posted_xfers'][0]} READs "

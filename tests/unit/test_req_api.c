@@ -17,6 +17,7 @@
 
 #include "peers.c"
 #include "req_api.c"
+#include "req_dest.c"
 #include "segments.c"
 #include "staging.c"
 
@@ -1090,6 +1091,134 @@ out:
 	world_fini();
 }
 
+/* Engine-owned destinations (KVL_REQ_ENGINE_DEST): checked once at open, against the segment
+ * registry and the NIC the request uses, with the cause in kvl_req_error(); what passes
+ * reaches the scheduler as dest blocks with their segment, and block_addr gives them back. */
+static void test_engine_dest(void)
+{
+	static uint8_t gpu_mem[65536] __attribute__((aligned(4096)));
+	struct kvl_req_desc d;
+	struct kvl_req_block bad[3];
+	struct kvl_req_event ev[8];
+	struct kvl_seg_desc gd;
+	struct kvl_mem_info gmi = { .kind = KVL_MEM_GPU, .device = 0 };
+	struct kvl_nsreq *r;
+	uint32_t gseg = 0;
+	kvl_req_t h = 0;
+	void *addr;
+	int rc;
+
+	world_init();
+	lcore_start();
+	/* "VRAM" the registry marks KVL_SEG_GPU (no CUDA here: only the mark matters) */
+	kvl_seg_desc_make(1, 1, 16, 4096, KVL_SEG_REMOTE_READ, &gd);
+	CHECK_INT(kvl_segs_add_gpu(&rt.segs, "vram", gpu_mem, NULL, &gd, &gmi, &gseg, err,
+				   sizeof(err)),
+		  0);
+	CHECK(gseg > 1); /* after "local" (and the staging's own) */
+#define DEST_REFUSED(expr, want, words)                                                           \
+	do {                                                                                      \
+		d = pull_desc();                                                                  \
+		d.flags = KVL_REQ_ENGINE_DEST;                                                    \
+		bad[0].local = local_seg + 5 * 4096;                                              \
+		bad[1].local = local_seg + 1 * 4096;                                              \
+		bad[2].local = local_seg + 9 * 4096;                                              \
+		for (int i_ = 0; i_ < 3; i_++) {                                                  \
+			bad[i_].remote_off = blk[i_].remote_off;                                  \
+			bad[i_].remote_seg = blk[i_].remote_seg;                                  \
+			bad[i_].length = blk[i_].length;                                          \
+		}                                                                                 \
+		d.blocks = bad;                                                                   \
+		expr;                                                                             \
+		CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), want);                                 \
+		if (strstr(kvl_req_error(), words) == NULL) {                                     \
+			fprintf(stderr, "%s:%d: kvl_req_error() \"%s\" lacks \"%s\"\n", __FILE__, \
+				__LINE__, kvl_req_error(), words);                                \
+			kvl_test_failures++;                                                      \
+		}                                                                                 \
+	} while (0)
+	DEST_REFUSED(bad[1].local = NULL, -EINVAL,
+		     "block 1: KVL_REQ_ENGINE_DEST needs a destination");
+	DEST_REFUSED(d.dir = KVL_REQ_PUSH, -EINVAL, "for PULL requests only");
+	DEST_REFUSED(bad[2].local = &bad[2], -EFAULT, "block 2: destination");
+	DEST_REFUSED(bad[2].local = local_seg + SEG_LEN - 100, -EFAULT,
+		     "not inside one registered local segment");
+	DEST_REFUSED(bad[0].local = rt.nic[0].staging + 8192, -EINVAL, "staging");
+	DEST_REFUSED(bad[2].local = local_seg + 5 * 4096 + 4095, -EINVAL,
+		     "blocks 0 and 2: destinations");
+	DEST_REFUSED(bad[1].local = local_seg + 5 * 4096, -EINVAL, "overlap");
+	/* A GPU segment on a tcp NIC: tcp cannot land bytes in VRAM */
+	DEST_REFUSED(bad[1].local = gpu_mem + 4096, -EXDEV, "block 1: destination");
+	snprintf(err, sizeof(err), "GPU segment %u", gseg);
+	CHECK(strstr(kvl_req_error(), err) != NULL);
+	CHECK(strstr(kvl_req_error(), "NIC n0 uses the tcp transport") != NULL);
+	/* An RDMA NIC without a registration of the segment (its device cannot write there) */
+	rt.nic[0].vdev = (struct kvl_verbs_dev *)&gd; /* only "is it RDMA" is asked */
+	rt.nic[0].info.transport = KVL_TRANSPORT_VERBS;
+	DEST_REFUSED((void)0, -EFAULT, "segment 1 (host) has no registration on NIC n0");
+	/* carved from the [memory] pool: the pool's MR on the device serves it (no reg of its own)
+	 */
+	rt.segs.meta[gseg - 1].reg[0] = KVL_SEG_REG_DMABUF;
+	rt.segs.meta[0].pooled = true;
+	rt.segs.pool.reg[0].done = true;
+	d = pull_desc();
+	d.flags = KVL_REQ_ENGINE_DEST;
+	blk[0].local = local_seg + 5 * 4096;
+	blk[1].local = local_seg + 1 * 4096;
+	blk[2].local = local_seg + 9 * 4096;
+	CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), 0);
+	rt.segs.meta[0].pooled = false;
+	rt.segs.pool.reg[0].done = false;
+	rt.segs.meta[0].reg[0] = KVL_SEG_REG_MR;
+	h = 0;
+	DEST_REFUSED(bad[2].local = NULL, -EINVAL, "block 2"); /* clears, then says it again */
+	lcore_drain();
+	CHECK_INT(lc_sim.n_open, 1); /* the pooled one only: no refusal reached the lcore */
+	CHECK_INT(h, 0);
+
+	/* On the verbs NIC with both registered: host and GPU destinations pass (GPUDirect). */
+	d = pull_desc();
+	d.flags = KVL_REQ_ENGINE_DEST;
+	blk[0].local = local_seg + 5 * 4096;
+	blk[1].local = gpu_mem + 4096;
+	blk[2].local = local_seg + 6 * 4096; /* adjacent to block 0's */
+	h = open_ok(&d, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(kvl_req_error()[0], 0);
+	r = req_of(h);
+	if (r != NULL) {
+		CHECK_INT(r->d.dest, 1);
+		CHECK_INT(r->d.dir, KVL_SCHED_PULL);
+		CHECK_INT(r->d.blocks[0].local_seg, 1);
+		CHECK_INT(r->d.blocks[1].local_seg, gseg);
+		CHECK_INT(r->d.blocks[2].local_seg, 1);
+		CHECK_INT(r->d.blocks[1].local_off, (uint64_t)(uintptr_t)(gpu_mem + 4096));
+		/* the scheduler's offsets of dest blocks are the engine's addresses */
+		r->off[0] = (uint64_t)(uintptr_t)blk[0].local;
+		r->off[1] = (uint64_t)(uintptr_t)blk[1].local;
+		emit(r, KVL_SCHED_EV_STEP_READY, 0, 0);
+		CHECK_INT(kvl_req_poll(&rt, ev, 8), 1);
+		CHECK_INT(kvl_req_block_addr(&rt, h, 0, &addr), 0);
+		CHECK(addr == local_seg + 5 * 4096);
+		CHECK_INT(kvl_req_block_addr(&rt, h, 1, &addr), 0);
+		CHECK(addr == gpu_mem + 4096);
+		CHECK_INT(kvl_req_block_addr(&rt, h, 2, &addr), -EAGAIN); /* step 1 not READY */
+	}
+	rt.nic[0].vdev = NULL;
+	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
+	rt.segs.meta[0].reg[0] = rt.segs.meta[gseg - 1].reg[0] = KVL_SEG_REG_NONE;
+	/* tcp with null_transport: nothing moves, so a GPU destination is fine */
+	rt.cfg.sched.null_transport = true;
+	h = open_ok(&d, &rc);
+	CHECK_INT(rc, 0);
+	rt.cfg.sched.null_transport = false;
+	/* without the flag a PULL block with an address is still refused */
+	d.flags = 0;
+	CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), -EINVAL);
+#undef DEST_REFUSED
+	world_fini();
+}
+
 int main(void)
 {
 	local_seg = aligned_alloc(4096, SEG_LEN);
@@ -1110,6 +1239,7 @@ int main(void)
 	test_budget();
 	test_gpu_staging();
 	test_step_flags();
+	test_engine_dest();
 	test_segments();
 	test_guard_lcore_silent();
 	test_guard_late_open();

@@ -1421,6 +1421,252 @@ static void test_einval_before_enospc(void)
 	kvl_sched_free(s);
 }
 
+/* ---- engine-owned destinations (dest): no slot, charged while in flight ---- */
+
+#define DEST_BASE 0x7f0000100000ull /* where the "engine's paged cache" is */
+
+/* @q as a dest PULL: block i lands at DEST_BASE + slot_of[i] * 2 * SLOT (scattered block ids,
+ * a gap between any two) in the caller's region 3. */
+static void mkdest(struct rq *q, const uint32_t *slot_of)
+{
+	q->d.dest = 1;
+	for (uint32_t i = 0; i < q->d.n_blocks; i++) {
+		q->b[i].local_off = DEST_BASE + (uint64_t)slot_of[i] * 2 * SLOT;
+		q->b[i].local_seg = 3;
+	}
+}
+
+static void test_dest_no_slot(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+	const uint32_t ids[8] = { 41, 3, 17, 9, 30, 0, 22, 12 };
+	uint64_t off;
+
+	reset();
+	c.window_min = 4 * SLOT;
+	c.window_max = 4 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 8, 1, KVL_SCHED_DECODE, 0, 0x400);
+	mkdest(&q, ids);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK(id >= 0);
+	CHECK_INT(info(s, id).dest, 1);
+	CHECK_INT(step(s, 64), 4); /* the window: 4 blocks in flight */
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK_INT(posted[i].op, 2); /* a READ */
+		CHECK_INT(posted[i].local_abs, 1);
+		CHECK_INT(posted[i].remote_off, 0x400 + i * SLOT); /* step order, as staging */
+		CHECK_INT(posted[i].sge[0].local_off, DEST_BASE + (uint64_t)ids[i] * 2 * SLOT);
+		CHECK_INT(posted[i].sge[0].length, SLOT);
+	}
+	CHECK_INT(stats(s).slots_free, 1024); /* no slot taken */
+	CHECK_INT(stats(s).staged, 4 * SLOT); /* the budget counts what is in flight */
+	CHECK_INT(info(s, id).inflight_bytes, 4 * SLOT);
+	CHECK_INT(step(s, 64), 0); /* window full */
+	/* Landed: the charge goes at once (the bytes are the engine's), the window slides
+	 * without a DONE, and READY fires in step order. */
+	complete_range(s, 0, 2);
+	CHECK_INT(info(s, id).inflight_bytes, 2 * SLOT);
+	CHECK_INT(info(s, id).landed_bytes, 0);
+	CHECK_INT(stats(s).staged, 2 * SLOT);
+	CHECK_INT(stats(s).dest_blocks, 2);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_STEP_READY);
+	CHECK_INT(evs[0].step, 0);
+	CHECK_INT(evs[1].step, 1);
+	CHECK_INT(kvl_sched_block_offset(s, id, 0, &off), 0);
+	CHECK_INT(off, DEST_BASE + 41 * 2 * SLOT); /* the engine's own address */
+	CHECK_INT(step(s, 64), 2);
+	CHECK_INT(posted[4].remote_off, 0x400 + 4 * SLOT);
+	CHECK_INT(posted[5].remote_off, 0x400 + 5 * SLOT);
+	CHECK_INT(kvl_sched_step_done(s, id, 0, now), 0);
+	CHECK_INT(stats(s).staged, 4 * SLOT); /* a DONE frees nothing: nothing was held */
+	complete_range(s, 2, 6);
+	CHECK_INT(step(s, 64), 2);
+	complete_range(s, 6, 8);
+	CHECK_INT(poll(s), 6);
+	for (uint32_t k = 1; k < 8; k++)
+		CHECK_INT(kvl_sched_step_done(s, id, k, now), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_DONE);
+	CHECK_INT(stats(s).staged, 0);
+	CHECK_INT(stats(s).slots_free, 1024);
+	CHECK_INT(stats(s).dest_blocks, 8);
+	kvl_sched_free(s);
+}
+
+/* Beside a staging PULL under one budget: both windows count in-flight bytes; only staging
+ * keeps what landed. Priority order is unchanged: the first opened goes first. */
+static void test_dest_budget_shared(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq a, b;
+	const uint32_t ids[8] = { 7, 6, 5, 4, 3, 2, 1, 0 };
+
+	reset();
+	c.window_min = 4 * SLOT;
+	c.window_max = 4 * SLOT;
+	c.budget = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&a, 8, 1, KVL_SCHED_DECODE, 0, 0);
+	mkdest(&a, ids);
+	mkreq(&b, 8, 1, KVL_SCHED_DECODE, 0, 0x1000);
+	int ia = kvl_sched_open(s, &a.d, now), ib = kvl_sched_open(s, &b.d, now);
+
+	CHECK(ia >= 0 && ib >= 0);
+	CHECK_INT(step(s, 64), 8);
+	for (unsigned i = 0; i < 8; i++)
+		CHECK_INT(posted[i].req, i < 4 ? ia : ib);
+	CHECK_INT(stats(s).staged, 8 * SLOT);
+	CHECK_INT(stats(s).slots_free, 1024 - 4); /* only b's */
+	CHECK_INT(step(s, 64), 0);		  /* the budget is full */
+	complete_range(s, 0, 8);
+	CHECK_INT(stats(s).staged, 4 * SLOT); /* b's landed slots */
+	CHECK_INT(step(s, 64), 4);	      /* a goes on; b waits for its DONEs */
+	for (unsigned i = 8; i < 12; i++)
+		CHECK_INT(posted[i].req, ia);
+	CHECK_INT(stats(s).staged, 8 * SLOT);
+	/* A budget shrink counts a's in-flight bytes: nothing more goes until they are back. */
+	kvl_sched_set_budget(s, 6 * SLOT, now);
+	CHECK_INT(step(s, 64), 0);
+	complete_range(s, 8, 10);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	CHECK_INT(step(s, 64), 0);
+	complete_range(s, 10, 12);
+	CHECK_INT(stats(s).staged, 4 * SLOT);
+	CHECK_INT(stats(s).evicted_blocks, 0);
+	kvl_sched_free(s);
+}
+
+/* Merging: one READ where both sides are contiguous in one region; a destination gap or
+ * another region cuts it (max_sge 1) or adds an SGE (max_sge > 1). */
+static void test_dest_coalesce(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s;
+	struct rq q;
+	const uint32_t ids[6] = { 0, 0, 0, 0, 0, 0 };
+
+	reset();
+	c.max_msg = 8 * SLOT;
+	s = kvl_sched_create(&c);
+	mkreq(&q, 6, 6, KVL_SCHED_DECODE, 0, 0);
+	mkdest(&q, ids);
+	/* 0,1 adjacent | 2,3 adjacent after a gap | 4 adjacent by address, region 4 | 5 */
+	q.b[0].local_off = DEST_BASE;
+	q.b[1].local_off = DEST_BASE + SLOT;
+	q.b[2].local_off = DEST_BASE + 4 * SLOT;
+	q.b[3].local_off = DEST_BASE + 5 * SLOT;
+	q.b[4].local_off = DEST_BASE + 6 * SLOT;
+	q.b[4].local_seg = 4;
+	q.b[5].local_off = DEST_BASE + 7 * SLOT;
+	q.b[5].local_seg = 4;
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(step(s, 64), 3);
+	CHECK_INT(posted[0].n_blocks, 2);
+	CHECK_INT(posted[0].length, 2 * SLOT);
+	CHECK_INT(posted[0].sge[0].local_off, DEST_BASE);
+	CHECK_INT(posted[1].n_blocks, 2);
+	CHECK_INT(posted[1].sge[0].local_off, DEST_BASE + 4 * SLOT);
+	CHECK_INT(posted[2].n_blocks, 2);
+	CHECK_INT(posted[2].sge[0].local_off, DEST_BASE + 6 * SLOT);
+	CHECK_INT(posted[2].sge[0].length, 2 * SLOT);
+	CHECK_INT(stats(s).slots_free, 1024);
+	kvl_sched_free(s);
+
+	reset();
+	c.max_sge = 4;
+	s = kvl_sched_create(&c);
+	CHECK(kvl_sched_open(s, &q.d, now) >= 0);
+	CHECK_INT(step(s, 64), 1); /* remote-contiguous: one READ, three SGEs */
+	CHECK_INT(posted[0].n_blocks, 6);
+	CHECK_INT(posted[0].n_sge, 3);
+	CHECK_INT(posted[0].sge[1].local_off, DEST_BASE + 4 * SLOT);
+	CHECK_INT(posted[0].sge[1].length, 2 * SLOT);
+	CHECK_INT(posted[0].sge[2].length, 2 * SLOT);
+	kvl_sched_free(s);
+}
+
+/* Its end waits for its READs: the NIC may write the engine's memory until they are back. */
+static void test_dest_end_waits(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+	const uint32_t ids[6] = { 5, 4, 3, 2, 1, 0 };
+
+	reset();
+	mkreq(&q, 6, 2, KVL_SCHED_DECODE, 0, 0);
+	mkdest(&q, ids);
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK_INT(step(s, 64), 6);
+	complete_range(s, 0, 2);
+	CHECK_INT(poll(s), 1); /* step 0 */
+	CHECK_INT(kvl_sched_cancel(s, id, now), 0);
+	CHECK_INT(stats(s).orphan_bytes, 4 * SLOT);
+	CHECK_INT(poll(s), 0); /* 4 READs still out */
+	complete_range(s, 2, 5);
+	CHECK_INT(poll(s), 0);
+	CHECK_INT(complete(s, 5, KVL_OK), 0); /* the last one */
+	CHECK_INT(stats(s).orphan_bytes, 0);
+	CHECK_INT(stats(s).staged, 0);
+	CHECK_INT(poll(s), 2);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_PEER_CANCEL);
+	CHECK_INT(evs[1].type, KVL_SCHED_EV_REQ_FAILED);
+	CHECK_INT(evs[1].status, KVL_ERR_CANCELED);
+	CHECK_INT(kvl_sched_cancel(s, id, now), -ENOENT); /* gone now */
+
+	/* A failed READ: the others still out hold the end back the same way. */
+	reset();
+	id = kvl_sched_open(s, &q.d, now);
+	CHECK_INT(step(s, 64), 6);
+	CHECK_INT(complete(s, 1, KVL_ERR_BOUNDS), 0);
+	CHECK_INT(poll(s), 0);
+	complete_range(s, 2, 6);
+	CHECK_INT(poll(s), 0);
+	CHECK_INT(complete(s, 0, KVL_OK), 0);
+	CHECK_INT(poll(s), 1);
+	CHECK_INT(evs[0].type, KVL_SCHED_EV_REQ_FAILED);
+	CHECK_INT(evs[0].status, KVL_ERR_BOUNDS);
+	CHECK_INT(stats(s).staged, 0);
+	kvl_sched_free(s);
+}
+
+/* What dest allows and refuses at open. */
+static void test_dest_open(void)
+{
+	struct kvl_sched_cfg c = base_cfg();
+	struct kvl_sched *s = kvl_sched_create(&c);
+	struct rq q;
+	const uint32_t ids[4] = { 0, 1, 2, 3 };
+
+	reset();
+	mkreq(&q, 4, 1, KVL_SCHED_DECODE, 0, 0);
+	mkdest(&q, ids);
+	q.d.dir = KVL_SCHED_PUSH;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL); /* dest is for PULL */
+	q.d.dir = KVL_SCHED_PULL;
+	q.d.dest = 2;
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	/* No slot: a block may be longer than one (up to the window). */
+	q.d.dest = 1;
+	q.b[1].length = 3 * SLOT;
+	int id = kvl_sched_open(s, &q.d, now);
+
+	CHECK(id >= 0);
+	CHECK_INT(step(s, 64), 4);
+	CHECK_INT(posted[1].length, 3 * SLOT);
+	CHECK_INT(stats(s).staged, 6 * SLOT);
+	q.d.dest = 0; /* staging: a slot is the most */
+	CHECK_INT(kvl_sched_open(s, &q.d, now), -EINVAL);
+	kvl_sched_free(s);
+}
+
 int main(void)
 {
 	test_order();
@@ -1446,5 +1692,10 @@ int main(void)
 	test_step_offsets();
 	test_einval_before_enospc();
 	test_slots_counted_back();
+	test_dest_no_slot();
+	test_dest_budget_shared();
+	test_dest_coalesce();
+	test_dest_end_waits();
+	test_dest_open();
 	return kvl_test_done("test_sched");
 }

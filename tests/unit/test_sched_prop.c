@@ -101,9 +101,10 @@ static uint64_t n_floor_pass, n_resv_checked, n_lk_workloads, n_lk_batches, n_lk
 static uint64_t n_lk_drain_budgets, n_re_evicted, n_evicted, n_evict_calls, n_refetched,
 	n_evict_workloads, n_lk_evict_workloads;
 
+/* A PULL into staging holds a slot; PUSH and engine-owned destinations (dest) their length. */
 static uint64_t charge(const struct mreq *m, uint32_t b)
 {
-	return m->d.dir == KVL_SCHED_PULL ? w.c.slot_size : m->b[b].length;
+	return m->d.dir == KVL_SCHED_PULL && !m->d.dest ? w.c.slot_size : m->b[b].length;
 }
 
 static void gen_req(struct mreq *m, uint32_t idx)
@@ -158,7 +159,11 @@ static void gen_req(struct mreq *m, uint32_t idx)
 					    .step_first = m->first,
 					    .step_blocks = m->refs,
 					    .dir = push ? KVL_SCHED_PUSH : KVL_SCHED_PULL,
-					    .cls = below(2) };
+					    .cls = below(2),
+					    /* a third of the PULLs land in the caller's memory */
+					    .dest = !push && below(3) == 0 };
+	for (uint32_t i = 0; m->d.dest && i < nb; i++)
+		m->b[i].local_seg = 1 + below(2);
 	/* The model's own transfer order and reference counts. */
 	bool seen[MAXB] = { false };
 	uint32_t n = 0;
@@ -200,11 +205,26 @@ static uint64_t peak(const struct mreq *m)
 	return best;
 }
 
+/* What a request must hold resident to progress: dest holds nothing once landed. */
+static uint64_t model_floor(const struct mreq *m)
+{
+	uint64_t p = 0;
+
+	if (m->d.dest)
+		for (uint32_t b = 0; b < m->d.n_blocks; b++)
+			p = m->b[b].length > p ? m->b[b].length : p;
+	else
+		p = peak(m);
+	return p > w.c.window_min ? p : w.c.window_min;
+}
+
 static void release(struct mreq *m, uint32_t b)
 {
-	if (m->d.dir == KVL_SCHED_PULL)
+	if (m->d.dir == KVL_SCHED_PULL && !m->d.dest)
 		w.owner[m->slot[b]] = 0;
-	w.staged -= charge(m, b);
+	/* dest: a landed block's charge went at its completion */
+	if (!(m->d.dest && m->bst[b] == LANDED))
+		w.staged -= charge(m, b);
 	m->bst[b] = FREED;
 }
 
@@ -257,6 +277,8 @@ static bool check_desc(const struct kvl_sched_xfer *x)
 		"merged %u blocks into %u bytes (max_msg %u)", x->n_blocks, x->length, w.c.max_msg);
 	FAIL_IF(x->op != (m->d.dir == KVL_SCHED_PULL ? 2 : 1), "op %u", x->op);
 	FAIL_IF(x->peer != m->d.peer || x->cls != m->d.cls, "peer or class");
+	FAIL_IF(x->local_abs != (m->d.dir == KVL_SCHED_PUSH || m->d.dest), "local_abs %u",
+		x->local_abs);
 	uint64_t roff = x->remote_off, len = 0;
 	uint32_t sg = 0, sg_used = 0;
 
@@ -270,9 +292,13 @@ static bool check_desc(const struct kvl_sched_xfer *x)
 		FAIL_IF(sg >= x->n_sge, "blocks beyond the SGEs");
 		uint64_t local = x->sge[sg].local_off + sg_used;
 
-		if (m->d.dir == KVL_SCHED_PUSH) {
-			FAIL_IF(local != m->b[b].local_off, "push block %u from the wrong place",
+		if (m->d.dir == KVL_SCHED_PUSH || m->d.dest) {
+			FAIL_IF(local != m->b[b].local_off, "block %u to or from the wrong place",
 				b);
+			FAIL_IF(i > 0 && sg_used > 0 &&
+					m->b[b].local_seg !=
+						m->b[m->order[m->next + i - 1]].local_seg,
+				"block %u merged across two local regions", b);
 		} else {
 			uint32_t slot = (uint32_t)(local / w.c.slot_size);
 
@@ -327,6 +353,7 @@ static bool sync_evictions(void)
 		FAIL_IF(kvl_sched_req_info(w.s, m->id, w.now, &ri) != 0, "info");
 		if (ri.blocks_posted < m->next) {
 			FAIL_IF(m->d.dir != KVL_SCHED_PULL, "evicted from a PUSH request");
+			FAIL_IF(m->d.dest, "evicted from a dest request (nothing staged)");
 			FAIL_IF(w.c.ready_ahead == 0, "evicted with ready_ahead 0");
 			uint64_t g = ri.floor < ri.window ? ri.floor : ri.window;
 
@@ -508,8 +535,11 @@ static bool do_complete(bool may_fail)
 		model_end(m, status);
 		n_fail++;
 	} else {
-		for (uint32_t j = 0; j < x.n; j++)
+		for (uint32_t j = 0; j < x.n; j++) {
 			m->bst[m->order[x.pos + j]] = LANDED;
+			if (m->d.dest) /* in the caller's memory: nothing stays staged */
+				w.staged -= charge(m, m->order[x.pos + j]);
+		}
 	}
 	return check_common("complete");
 }
@@ -585,6 +615,10 @@ static bool do_events(void)
 		case KVL_SCHED_EV_REQ_DONE:
 		case KVL_SCHED_EV_REQ_FAILED:
 			FAIL_IF(!m->ended, "terminal event while it runs");
+			/* dest: the NIC may write the caller's memory until its READs are back */
+			for (uint32_t b = 0; m->d.dest && b < m->d.n_blocks; b++)
+				FAIL_IF(m->bst[b] == INFLIGHT,
+					"dest request %d ended with block %u in flight", m->id, b);
 			FAIL_IF((ev[i].type == KVL_SCHED_EV_REQ_DONE) != (m->want_status == KVL_OK),
 				"DONE/FAILED mismatch");
 			FAIL_IF(ev[i].status != m->want_status, "status %d, expected %d",
@@ -698,7 +732,7 @@ static bool do_open_batch(uint32_t to_open)
 		struct mreq *m = &w.q[w.nq];
 
 		gen_req(m, w.nq);
-		uint64_t p = peak(m), fl = p > w.c.window_min ? p : w.c.window_min;
+		uint64_t fl = model_floor(m);
 
 		if (floors + fl > cap)
 			break;
@@ -729,7 +763,7 @@ static bool do_open(void)
 	if (id == -ENOSPC)
 		return check_common("open"); /* pools full: try another later */
 	if (id == -EINVAL) {
-		uint64_t p = peak(m), fl = p > w.c.window_min ? p : w.c.window_min;
+		uint64_t fl = model_floor(m);
 		bool big = false;
 
 		for (uint32_t b = 0; b < m->d.n_blocks; b++)
