@@ -567,7 +567,8 @@ def scenario_req_dest_gpu(ctx):
     client.go()
     check_eq(client.wait_exit(20), 0, "client exit status (refusal run)", client)
     log(f"tcp: refused with -EXDEV: {reason}")
-    client2 = another_client(ctx, server, "dest-gpu", args, "null_transport = true",
+    client2 = another_client(ctx, server, "dest-gpu", args,
+                             "null_transport = true\nnull_transport_ack = true",
                              "client-null.ini")
     end = client2.pause("end", timeout=40)
     tel2 = client2.telemetry()
