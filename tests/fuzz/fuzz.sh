@@ -20,10 +20,11 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(void)d;(void)n;ret
 	echo "skipped: $cc cannot link libFuzzer (apt-get install libclang-rt-14-dev)"
 	exit 77
 fi
-# The five targets build two at a time (this VM has 2 cores); each build's log is kept.
+# The five targets build in parallel; each build's log is kept.
 build() {
 	name=$1
 	shift
+	# shellcheck disable=SC2086  # $flags is a list of words
 	$cc $flags "$@" -o "$out/$name" >"$out/$name.build.log" 2>&1
 }
 # shellcheck disable=SC2046  # pkg-config prints several words on purpose

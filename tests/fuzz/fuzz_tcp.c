@@ -356,8 +356,9 @@ static uint64_t take(const uint8_t *d, size_t size, size_t *i, unsigned nbytes)
 	return v;
 }
 
-/* Offsets and lengths where bounds checks go wrong: the ends of the segments and of 2^64. */
-static uint64_t pick64(const uint8_t *d, size_t size, size_t *i, uint64_t len)
+/* Offsets where bounds checks go wrong: the ends of the segments (of @slen, the one asked
+ * for, and the others') and of 2^64. */
+static uint64_t pick64(const uint8_t *d, size_t size, size_t *i, uint64_t len, uint64_t slen)
 {
 	static const uint64_t tab[] = { 0,	    1,		S3_LEN - 1, S3_LEN,	S3_LEN + 1,
 					PG - 1,	    PG,		PG + 1,	    S1_LEN - 1, S1_LEN,
@@ -370,6 +371,8 @@ static uint64_t pick64(const uint8_t *d, size_t size, size_t *i, uint64_t len)
 		return 0 - len - (sel - 13); /* wraps to small with the length */
 	if (sel < 60)
 		return UINT64_MAX - (sel - 40);
+	if (sel < 67)
+		return slen - len + (uint64_t)(sel - 63); /* the last bytes, one short, one over */
 	return take(d, size, i, sel & 1 ? 8 : 2);
 }
 
@@ -407,7 +410,10 @@ static void send_request(uint8_t type, const uint8_t *d, size_t size, size_t *i)
 
 	h.seg_id = (uint32_t)take(d, size, i, 1) % 7;
 	h.length = pick_len(d, size, i);
-	h.offset = pick64(d, size, i, h.length);
+	h.offset = pick64(d, size, i, h.length,
+			  h.seg_id == 1	  ? S1_LEN
+			  : h.seg_id == 3 ? S3_LEN
+					  : PG);
 	h.req_id = rid++;
 	seed = (uint8_t)take(d, size, i, 1);
 	kvl_tcp_hdr_encode(&h, hdr);

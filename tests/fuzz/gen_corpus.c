@@ -232,7 +232,7 @@ static void record(const struct kvl_wr *wr, unsigned n)
 }
 
 /* The recorded frames as fuzz_tcp's operations: WRITE 0x20 / READ 0x40, then seg, length
- * (selector 13 + 2 bytes), offset (selector 61 + 8 bytes) and a payload seed. */
+ * (selector 13 + 2 bytes), offset (selector 67 + 8 bytes) and a payload seed. */
 static void transcribe(void)
 {
 	for (size_t off = 0; off + KVL_TCP_HDR_LEN <= wire_len;) {
@@ -244,7 +244,7 @@ static void transcribe(void)
 		put8(13);
 		put8((uint8_t)h.length);
 		put8((uint8_t)(h.length >> 8));
-		put8(61);
+		put8(67);
 		for (int k = 0; k < 8; k++)
 			put8((uint8_t)(h.offset >> (8 * k)));
 		put8((uint8_t)off);
@@ -260,6 +260,7 @@ static void gen_tcp(void)
 		{ .op = KVL_OP_READ, .remote_seg = 1, .remote_off = 0, .length = 512 },
 		{ .op = KVL_OP_READ, .remote_seg = 2, .remote_off = 4000, .length = 96 },
 		{ .op = KVL_OP_WRITE, .remote_seg = 3, .remote_off = 900, .length = 100 },
+		{ .op = KVL_OP_READ, .remote_seg = 1, .remote_off = 7680, .length = 512 },
 	};
 	const struct kvl_wr edges[] = {
 		{ .op = KVL_OP_WRITE, .remote_seg = 3, .remote_off = 901, .length = 100 },
@@ -282,7 +283,7 @@ static void gen_tcp(void)
 		{ .op = KVL_OP_READ, .remote_seg = 1, .remote_off = 0, .length = 8192 },
 	};
 
-	record(session, 4);
+	record(session, 5);
 	put_raw(wire, wire_len);
 	emit("tcp", "session_raw");
 	transcribe();
