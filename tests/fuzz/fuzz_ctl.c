@@ -195,6 +195,11 @@ static void setup_once(void)
 	rt.cfg.n_nics = 1;
 	snprintf(rt.cfg.nics[0].label, sizeof(rt.cfg.nics[0].label), "lo");
 	rt.cfg.nics[0].queue_depth = 64;
+	/* a tcp NIC on lo: once both sides know each other the client opens its data
+	 * connections (towards the harness's endpoints, 127.0.0.1:1, which refuses them) */
+	snprintf(rt.cfg.nics[0].device, sizeof(rt.cfg.nics[0].device), "lo");
+	rt.cfg.nics[0].qp_count = 2;
+	rt.nic[0].info.transport = KVL_TRANSPORT_TCP;
 	io.cmd = fake_ring_create("cmd", sizeof(struct kvl_lcmd), 1024, 0,
 				  RING_F_SP_ENQ | RING_F_SC_DEQ | RING_F_EXACT_SZ);
 	if (io.cmd == NULL)
@@ -217,6 +222,7 @@ static void setup_once(void)
 	ctl->efd = -1;
 	for (unsigned n = 0; n < KVL_MAX_NICS; n++)
 		ctl->dfd[n] = -1;
+	ctl->dfd[0] = open("/dev/null", O_RDONLY | O_CLOEXEC); /* "listening": never polled */
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
 		ctl->peer[p].fd = -1;
 		rte_spinlock_init(&ctl->pub[p].lock);
@@ -263,6 +269,11 @@ static void reset(void)
 		memset(&ctl->pub[p], 0, sizeof(ctl->pub[p]));
 		rte_spinlock_init(&ctl->pub[p].lock);
 	}
+	for (unsigned i = 0; i < MAX_PENDING; i++)
+		if (ctl->pc[i].state != PC_FREE) {
+			close(ctl->pc[i].fd);
+			ctl->pc[i].state = PC_FREE;
+		}
 	memset(ctl->fail_owed, 0, sizeof(ctl->fail_owed));
 	memset(ctl->lcmd, 0, sizeof(ctl->lcmd));
 	(void)fail_peer_cmds();
@@ -362,6 +373,14 @@ static void serve(void)
 		if (pr->fd >= 0 && pr->tx_len && kvl_ctl_flush(pr) < 0)
 			kvl_ctl_peer_fail(ctl, h.p, KVL_ERR_CONN_LOST,
 					  "control connection: send failed");
+		for (unsigned k = 0; k < MAX_PENDING; k++) { /* our data connections, if any */
+			struct pollfd pp = { .fd = ctl->pc[k].fd,
+					     .events = ctl->pc[k].state == PC_CONNECTING ? POLLOUT
+											 : POLLIN };
+
+			if (ctl->pc[k].state != PC_FREE && poll(&pp, 1, 0) == 1)
+				kvl_ctl_pconn_event(ctl, &ctl->pc[k], pp.revents);
+		}
 		kvl_ctl_lcmd_drain(ctl, kvl_now_ns());
 		timers(ctl, kvl_now_ns());
 		if (pr->fd >= 0 && pr->tx_len)
@@ -384,6 +403,10 @@ static void serve(void)
 		}
 		if (ctl->pub[h.p].state == KVL_PEER_READY && (!pr->got_segs || !pr->got_eps))
 			FAIL("READY before both SEGMENTS and ENDPOINTS");
+		for (unsigned k = 0; k < MAX_PENDING; k++)
+			if (ctl->pc[k].state != PC_FREE && !h.right_proof_sent)
+				FAIL("a data connection opened towards a peer that never proved "
+				     "the secret");
 		if (st0 != ctl->pub[h.p].state && getenv("KVL_FUZZ_TRACE"))
 			fprintf(stderr, "fuzz_ctl: %s -> %s%s%s\n", kvl_peer_state_name(st0),
 				kvl_peer_state_name(ctl->pub[h.p].state),
@@ -491,7 +514,9 @@ static void any_msg(uint8_t type, const uint8_t *d, size_t size, size_t *i)
 			snprintf(m.u.endpoints.ep[k].nic, sizeof(m.u.endpoints.ep[k].nic), "n%u",
 				 k);
 			snprintf(m.u.endpoints.ep[k].addr, sizeof(m.u.endpoints.ep[k].addr),
-				 "127.0.0.1:%u", 7000 + k);
+				 "127.0.0.1:1");
+			if (n & 0x80)
+				m.u.endpoints.ep[k].transport = KVL_TRANSPORT_VERBS;
 		}
 		break;
 	default:
