@@ -130,17 +130,7 @@ void kvl_nic_io_peer_stats(const struct kvl_nic_io *io, uint32_t peer, struct kv
 	(void)s;
 }
 
-void kvl_nic_io_kick(struct kvl_nic_io *i)
-{
-	(void)i;
-}
-
-static void tcp_free(void *c)
-{
-	free(c);
-}
-
-const struct kvl_xport_ops kvl_xport_tcp = { .name = "tcp", .free = tcp_free };
+#include "no_lcore.h"
 
 struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, unsigned depth)
 {
