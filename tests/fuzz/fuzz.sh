@@ -20,19 +20,46 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(void)d;(void)n;ret
 	echo "skipped: $cc cannot link libFuzzer (apt-get install libclang-rt-14-dev)"
 	exit 77
 fi
-$cc $flags "$src/tests/fuzz/fuzz_ctrl.c" "$src/runtime/ctrl_proto.c" -lcrypto \
-	-o "$out/fuzz_ctrl" || exit 1
-$cc $flags "$src/tests/fuzz/fuzz_ini.c" "$src/config/config.c" -linih \
-	-o "$out/fuzz_ini" || exit 1
-# The data port's state machine: the real handlers on socketpairs (DPDK for the ring and log).
+# The five targets build in parallel; each build's log is kept.
+build() {
+	name=$1
+	shift
+	# shellcheck disable=SC2086  # $flags is a list of words
+	$cc $flags "$@" -o "$out/$name" >"$out/$name.build.log" 2>&1
+}
 # shellcheck disable=SC2046  # pkg-config prints several words on purpose
-$cc $flags $(pkg-config --cflags libdpdk) -I"$src/runtime/control" -I"$src/lcores" \
-	-I"$src/lcores/topo" -I"$src/lcores/gpu" -I"$src/tests/unit" \
-	"$src/tests/fuzz/fuzz_bind.c" "$src/runtime/ctrl_proto.c" "$src/runtime/log.c" \
-	"$src/config/config.c" -lssl -lcrypto -linih $(pkg-config --libs libdpdk) \
-	-o "$out/fuzz_bind" || exit 1
+dpdk_cflags=$(pkg-config --cflags libdpdk)
+dpdk_libs=$(pkg-config --libs libdpdk)
+ctl_inc="-I$src/runtime/control -I$src/lcores -I$src/lcores/topo -I$src/lcores/gpu -I$src/tests/unit"
+build fuzz_ctrl "$src/tests/fuzz/fuzz_ctrl.c" "$src/runtime/ctrl_proto.c" -lcrypto &
+b1=$!
+build fuzz_ini "$src/tests/fuzz/fuzz_ini.c" "$src/config/config.c" -linih &
+b2=$!
+# The data port's state machine: the real handlers on socketpairs (DPDK for the ring and log).
+# shellcheck disable=SC2086
+build fuzz_bind $dpdk_cflags $ctl_inc "$src/tests/fuzz/fuzz_bind.c" "$src/runtime/ctrl_proto.c" \
+	"$src/runtime/log.c" "$src/config/config.c" -lssl -lcrypto -linih $dpdk_libs &
+b3=$!
+# A control connection through handshake and exchange, accepting and connecting.
+# shellcheck disable=SC2086
+build fuzz_ctl $dpdk_cflags $ctl_inc "$src/tests/fuzz/fuzz_ctl.c" "$src/runtime/ctrl_proto.c" \
+	"$src/runtime/log.c" "$src/runtime/status.c" "$src/runtime/peers.c" \
+	"$src/config/config.c" -lssl -lcrypto -linih $dpdk_libs &
+b4=$!
+# The tcp transport's data protocol, target and initiator, against guarded segments.
+build fuzz_tcp "$src/tests/fuzz/fuzz_tcp.c" "$src/lcores/xport/tcp_data.c" -lssl -lcrypto &
+b5=$!
 rc=0
+for b in $b1 $b2 $b3 $b4 $b5; do
+	wait "$b" || rc=1
+done
+if [ $rc -ne 0 ]; then
+	cat "$out"/*.build.log
+	exit 1
+fi
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ctrl" "$src/tests/fuzz/corpus/ctrl" "$secs" || rc=1
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ini" "$src/tests/fuzz/corpus/ini" "$secs" || rc=1
 "$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_bind" "$src/tests/fuzz/corpus/bind" "$secs" -timeout=5 || rc=1
+"$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_ctl" "$src/tests/fuzz/corpus/ctl" "$secs" || rc=1
+"$src/tests/fuzz/run-fuzz.sh" "$out/fuzz_tcp" "$src/tests/fuzz/corpus/tcp" "$secs" || rc=1
 exit $rc

@@ -61,17 +61,7 @@ void kvl_ctl_set_state(struct kvl_control *c, uint32_t p, int state)
 	c->pub[p].state = state;
 }
 
-void kvl_nic_io_kick(struct kvl_nic_io *i)
-{
-	(void)i;
-}
-
-static void tcp_free(void *c)
-{
-	free(c);
-}
-
-const struct kvl_xport_ops kvl_xport_tcp = { .name = "tcp", .free = tcp_free };
+#include "no_lcore.h"
 
 struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, unsigned depth)
 {
@@ -82,33 +72,6 @@ struct kvl_tcp_conn *kvl_tcp_conn_new(int fd, const struct kvl_seg_table *segs, 
 			handed_conn = k;
 	close(fd);
 	return malloc(16);
-}
-
-/* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection,
- * and tls.c's I/O is never reached. */
-void kvl_tcp_tls_sockopts(int fd)
-{
-	(void)fd;
-	abort();
-}
-
-ssize_t kvl_tcp_tls_result(struct ssl_st *ssl, int rc, size_t done)
-{
-	(void)ssl;
-	(void)rc;
-	(void)done;
-	abort();
-}
-
-/* [control] tls stays off here (ctl.tls is NULL): bind.c never hands over a TLS connection. */
-struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
-					  const struct kvl_seg_table *segs, unsigned depth)
-{
-	(void)fd;
-	(void)ssl;
-	(void)segs;
-	(void)depth;
-	abort();
 }
 
 /* ---- the harness ---- */

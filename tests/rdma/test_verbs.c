@@ -44,6 +44,159 @@
 #define TOTAL_TIMEOUT 210.0 /* and the whole run stays inside the harness's budget */
 #define ERR_LEN	      KVL_VERBS_ERR_LEN
 
+#ifdef KVL_VERBS_MODEL
+/*
+ * Every wait for a completion is bounded by CQE_TIMEOUT on the model: a NIC that answers in
+ * microseconds and has said nothing for that long never will (a broken encoder: the NIC
+ * dropped the WQE), so the run stops there with the WR it waits for, instead of sitting out a
+ * PHASE_TIMEOUT per wait until meson kills it. Each posted WR is recorded until it is reaped
+ * (by kvl_verbs_post/reap/conn_free below, which wrap the real ones for the whole file); the
+ * clock runs while any is outstanding and restarts at every completion. On rxe (in a TCG VM,
+ * where seconds go by without a completion under load) the phase timeouts alone stay.
+ */
+#define CQE_TIMEOUT 5.0	       /* seconds: 1000s of times the model's slowest completion here */
+#define TRACK_LEN   (1u << 18) /* posted WRs remembered (a ring; the oldest ones drop) */
+
+static struct tracked {
+	const struct kvl_verbs_conn *c;
+	struct kvl_wr w;
+	double posted_s;
+	bool done;
+} track[TRACK_LEN];
+static uint64_t track_head, track_tail; /* [head, tail): posted, the oldest maybe done */
+static unsigned track_out;		/* of those, not reaped */
+static double track_last_s;		/* last completion, or the post that started a wait */
+
+static const char *track_conn_name(const struct kvl_verbs_conn *c);
+
+static void track_stuck(const char *where, unsigned got, unsigned want)
+{
+	const struct tracked *t;
+	struct fake_nic_stats n;
+	double now = kvl_now_s();
+
+	while (track_head != track_tail && track[track_head % TRACK_LEN].done)
+		track_head++;
+	fake_nic_stats(&n);
+	fprintf(stderr, "%s: no completion for %.1f s (bound %.1f s per completion)", where,
+		now - track_last_s, CQE_TIMEOUT);
+	if (want)
+		fprintf(stderr, ", %u of the %u expected here", got, want);
+	if (track_out == 0) {
+		fprintf(stderr, "; no WR outstanding: what should complete was never taken\n");
+	} else {
+		t = &track[track_head % TRACK_LEN];
+		fprintf(stderr,
+			"; %u WRs outstanding, the oldest: wr_id %llu on connection %s, %s of %u "
+			"B, remote segment %u + %llu, posted %.1f s ago: expected its completion "
+			"(OK or an error status), none came\n",
+			track_out, (unsigned long long)t->w.wr_id, track_conn_name(t->c),
+			t->w.op == KVL_OP_WRITE	 ? "WRITE"
+			: t->w.op == KVL_OP_READ ? "READ"
+						 : "op?",
+			t->w.length, t->w.remote_seg, (unsigned long long)t->w.remote_off,
+			now - t->posted_s);
+	}
+	fprintf(stderr, "  the NIC says: \"%s\"; %llu WQEs executed, %llu CQEs written\n",
+		n.fail[0] ? n.fail : "nothing wrong", (unsigned long long)n.wqes,
+		(unsigned long long)n.cqes);
+	kvl_test_failures++;
+	exit(kvl_test_done("verbs_model"));
+}
+
+/* Anywhere: WRs are outstanding and none completed for CQE_TIMEOUT. */
+static void track_check(const char *where)
+{
+	if (track_out != 0 && kvl_now_s() - track_last_s > CQE_TIMEOUT)
+		track_stuck(where, 0, 0);
+}
+
+/* A wait for @want completions begins: its clock starts now. */
+static void wait_begin(void)
+{
+	track_last_s = kvl_now_s();
+}
+
+/* In a wait for @want completions (@got so far): none for CQE_TIMEOUT, outstanding or not
+ * (posts that were refused leave nothing to complete: the wait would never end). */
+static void wait_check(const char *where, unsigned got, unsigned want)
+{
+	if (kvl_now_s() - track_last_s > CQE_TIMEOUT)
+		track_stuck(where, got, want);
+}
+
+static unsigned track_post(struct kvl_verbs_conn *c, const struct kvl_wr *w, unsigned n)
+{
+	unsigned got = kvl_verbs_post(c, w, n);
+	double now = kvl_now_s();
+
+	if (track_out == 0)
+		track_last_s = now;
+	for (unsigned i = 0; i < got; i++) {
+		struct tracked *t = &track[track_tail++ % TRACK_LEN];
+
+		if (track_tail - track_head > TRACK_LEN) {
+			if (!track[track_head % TRACK_LEN].done)
+				track_out--; /* forgotten: too old to name */
+			track_head++;
+		}
+		*t = (struct tracked){ .c = c, .w = w[i], .posted_s = now };
+		track_out++;
+	}
+	track_check("kvl_verbs_post");
+	return got;
+}
+
+static void track_done(const struct kvl_verbs_conn *c, uint64_t wr_id)
+{
+	for (uint64_t i = track_head; i != track_tail; i++) {
+		struct tracked *t = &track[i % TRACK_LEN];
+
+		if (!t->done && t->c == c && t->w.wr_id == wr_id) {
+			t->done = true;
+			track_out--;
+			return;
+		}
+	}
+}
+
+static unsigned track_reap(struct kvl_verbs_conn *c, struct kvl_wc *wc, unsigned max)
+{
+	unsigned got = kvl_verbs_reap(c, wc, max);
+
+	for (unsigned i = 0; i < got; i++)
+		track_done(c, wc[i].wr_id);
+	while (track_head != track_tail && track[track_head % TRACK_LEN].done)
+		track_head++;
+	if (got)
+		track_last_s = kvl_now_s();
+	track_check("kvl_verbs_reap");
+	return got;
+}
+
+/* A connection freed with WRs outstanding: they will never complete, nobody waits. */
+static void track_free(struct kvl_verbs_conn *c)
+{
+	for (uint64_t i = track_head; i != track_tail; i++) {
+		struct tracked *t = &track[i % TRACK_LEN];
+
+		if (!t->done && t->c == c) {
+			t->done = true;
+			track_out--;
+		}
+	}
+	kvl_verbs_conn_free(c);
+}
+
+#define kvl_verbs_post	    track_post
+#define kvl_verbs_reap	    track_reap
+#define kvl_verbs_conn_free track_free
+#else
+#define track_check(where)	     ((void)0)
+#define wait_begin()		     ((void)0)
+#define wait_check(where, got, want) ((void)0)
+#endif
+
 /* Remote segment ids as A sees B (and B sees A: only SEG_RW). */
 enum {
 	SEG_RW = 1,	  /* all of B's buffer, read and write */
@@ -64,6 +217,13 @@ struct side {
 };
 
 static struct side A, B;
+
+#ifdef KVL_VERBS_MODEL
+static const char *track_conn_name(const struct kvl_verbs_conn *c)
+{
+	return c == A.c ? "A (mlx5_0)" : c == B.c ? "B (mlx5_1)" : "of a sub-test";
+}
+#endif
 static uint64_t next_id = 1;
 static double test_deadline;
 static bool quick;	       /* KVL_VERBS_QUICK=1: 1/16 of the volume, for valgrind */
@@ -176,6 +336,8 @@ static unsigned pump(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer)
 {
 	unsigned w = kvl_verbs_progress(c);
 
+	track_check("pump");
+
 	if (peer == NULL)
 		return w;
 	w += kvl_verbs_progress(peer);
@@ -189,12 +351,14 @@ static bool collect(struct kvl_verbs_conn *c, struct kvl_verbs_conn *peer, struc
 	double deadline = deadline_in(timeout);
 	unsigned got = 0;
 
+	wait_begin();
 	while (got < n) {
 		unsigned w = pump(c, peer);
 		unsigned r = kvl_verbs_reap(c, wc + got, n - got);
 
 		got += r;
 		if (w == 0 && r == 0) {
+			wait_check("collect", got, n);
 			if (kvl_now_s() > deadline) {
 				fprintf(stderr, "collect: %u of %u completions after %.0f s\n", got,
 					n, timeout);
@@ -222,6 +386,7 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 	double t0 = kvl_now_s(), deadline = deadline_in(PHASE_TIMEOUT);
 
 	next_id += n;
+	wait_begin();
 	while (done < n) {
 		unsigned got, work;
 
@@ -256,6 +421,8 @@ static double stream(struct side *s, struct side *peer, uint8_t op, uint8_t *lba
 					wc[j].bytes);
 		}
 		if (work == 0 && got == 0) {
+			wait_check(op == KVL_OP_WRITE ? "stream (WRITE)" : "stream (READ)", done,
+				   n);
 			if (kvl_now_s() > deadline) {
 				fprintf(stderr, "%s %u B: stuck at %u/%u completions\n",
 					op == KVL_OP_WRITE ? "write" : "read", len, done, n);
@@ -598,6 +765,7 @@ static void post_bad_and_wait(const struct kvl_wr *w, unsigned n, double deadlin
 	provoked_errors++;
 	do {
 		fake_nic_stats(&n1);
+		track_check("post_bad_and_wait");
 		sched_yield();
 	} while (n1.err_cqes == n0.err_cqes && kvl_now_s() < deadline);
 	CHECK_INT(n1.err_cqes - n0.err_cqes, 1);
@@ -775,6 +943,7 @@ static void test_stale_at_reset(void)
 	CHECK_INT(kvl_verbs_reap(A.c, wc, 16), 8);
 	do { /* the NIC has executed or flushed all 8: their CQEs are written */
 		fake_nic_stats(&n1);
+		track_check("fail_all");
 		sched_yield();
 	} while (n1.wqes - n0.wqes < 8 && kvl_now_s() < deadline);
 	CHECK_INT(n1.wqes - n0.wqes, 8);
@@ -834,6 +1003,7 @@ static void test_replay_meets_err(void)
 	do { /* the NIC has retried at least once towards B in ERR */
 		kvl_verbs_progress(A.c);
 		fake_nic_stats(&n1);
+		track_check("retry towards ERR");
 		sched_yield();
 	} while (n1.retries == n0.retries && kvl_now_s() < deadline);
 	CHECK(n1.retries > n0.retries);
