@@ -123,6 +123,7 @@ static void mlx5_reset(struct kvl_verbs_conn *c)
 	unsigned got;
 
 	kvl_mlx5_sq_reset(&c->sq);
+	c->wqe_end = 0; /* written, never rung: the SQ forgot them; replays come from the slots */
 	while ((got = kvl_mlx5_cq_poll(&c->dcq, e, 32)) != 0)
 		c->stats.reset_discards += got;
 }
@@ -208,7 +209,28 @@ static unsigned mlx5_poll(struct kvl_verbs_conn *c)
 }
 
 /*
- * The WRs [from, last] the QP takes as WQEs in the SQ, then one doorbell. The SQ's counters
+ * The doorbell for the WQEs written since the last one, [nic_end, wqe_end): the newest made
+ * signaled if it is not (the batch's last must make a CQE, or those before it would wait for
+ * ever), then the SQ's doorbell record and register.
+ */
+static void mlx5_ring(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_sq *sq = &c->sq;
+
+	if (kvl_mlx5_sq_signal_last(sq) == 1) {
+		c->stats.signaled++;
+		c->since_sig = 0;
+	}
+	c->stats.posts++;
+	kvl_mlx5_sq_ring(sq);
+	c->stats.doorbells = sq->stats.doorbells;
+	c->stats.bf_copies = sq->stats.bf_copies;
+	c->nic_end = c->wqe_end;
+}
+
+/*
+ * The WRs [from, last] the QP takes as WQEs in the SQ, from their slots (a replay, or
+ * requests the one-pass enqueue left to post_range), then one doorbell. The SQ's counters
  * stay in locals over the batch and are committed once (kvl_mlx5_sq_commit).
  */
 static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
@@ -225,7 +247,6 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 	kvl_verbs_batch_start(c, &b, from);
 	for (uint64_t q = from; q <= last; q++) {
 		struct slot *s = &ring[q & mask];
-		bool signaled;
 
 		if (!s->nic)
 			continue;
@@ -238,24 +259,8 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 			c->stats.errors++;
 			continue;
 		}
-		signaled = kvl_verbs_batch_signal(&b, every, q == last);
-		/* check() made it a WQE the SQ takes (opcode, SGE count, no 0-byte SGE) */
-		nbb = kvl_mlx5_wqe_put(
-			&e, pi,
-			&(struct kvl_mlx5_wqe){
-				.wrid = q,
-				.raddr = s->raddr,
-				.rkey = s->rkey,
-				.imm = s->imm,
-				/* same layout, checked above */
-				.sge = (const struct kvl_mlx5_sge *)s->sg,
-				.nsge = s->n_sge,
-				.opcode = s->op == KVL_OP_READ	       ? KVL_MLX5_OP_RDMA_READ
-					  : (s->flags & KVL_WR_NOTIFY) ? KVL_MLX5_OP_RDMA_WRITE_IMM
-								       : KVL_MLX5_OP_RDMA_WRITE,
-				.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
-			},
-			&ctrl);
+		nbb = kvl_verbs_mlx5_put(&e, pi, s, q, kvl_verbs_batch_signal(&b, every, q == last),
+					 &ctrl);
 		pi = (uint16_t)(pi + nbb);
 		room -= nbb;
 		kvl_verbs_batch_took(&b, s, q);
@@ -264,17 +269,10 @@ static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, un
 	if (b.nic == 0)
 		return;
 	kvl_mlx5_sq_commit(sq, &e, pi, b.nic, b.sig, ctrl, nbb);
-	/* The newest WQE must make a CQE, or those before it would wait for ever (it may be
-	 * unsignaled when the signaled @last was refused above). */
-	if (kvl_mlx5_sq_signal_last(sq) == 1)
-		b.sig++;
-	c->stats.posts++;
-	kvl_mlx5_sq_ring(sq);
-	c->stats.doorbells = sq->stats.doorbells;
-	c->stats.bf_copies = sq->stats.bf_copies;
-	c->nic_end = b.written + 1;
+	c->wqe_end = b.written + 1;
 	c->stats.posted += b.nic;
 	c->stats.signaled += b.sig;
+	mlx5_ring(c);
 }
 
 /* The receive CQ through the provider, the send CQ with its own arm doorbell (the provider's
@@ -292,6 +290,8 @@ static int mlx5_arm(struct kvl_verbs_conn *c)
 const struct kvl_verbs_ops kvl_verbs_ops_mlx5 = {
 	.name = "mlx5",
 	.post = mlx5_post,
+	.enqueue = kvl_verbs_enqueue_mlx5,
+	.ring = mlx5_ring,
 	.poll = mlx5_poll,
 	.arm = mlx5_arm,
 	.reset = mlx5_reset,

@@ -138,6 +138,12 @@ struct kvl_verbs_ops {
 	/* Hand the slots [from, last] the QP takes (s->nic) to it as one batch, one doorbell,
 	 * signaled one in @every and always at @last; account posts, posted, signaled. */
 	void (*post)(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every);
+	/* kvl_verbs_enqueue: check @n requests into their slots and, where the backend can,
+	 * write each one's WQE in the same pass (rung by the next flush: @ring). */
+	unsigned (*enqueue)(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+	/* Ring the doorbell for the WQEs enqueue wrote, [nic_end, wqe_end): the newest made
+	 * signaled; they become the NIC's (nic_end = wqe_end). NULL: enqueue writes none. */
+	void (*ring)(struct kvl_verbs_conn *c);
 	/* Poll send and receive completions (at most POLL_BUDGET): the work done. */
 	unsigned (*poll)(struct kvl_verbs_conn *c);
 	/* Ask for one completion event on each of the connection's CQs: 0 or -errno. */
@@ -187,7 +193,10 @@ struct kvl_verbs_conn {
 	struct kvl_wc *wcs; /* by slot: the completion reap hands out */
 	uint64_t mask;
 	uint64_t post_seq, done_seq, reap_seq;
-	uint64_t nic_end;   /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	uint64_t nic_end; /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	/* seq + 1 of the newest WR whose WQE enqueue wrote (be->ring): above nic_end until the
+	 * doorbell, when the NIC may not read them yet; 0 after a reset */
+	uint64_t wqe_end;
 	int broken;	    /* fail_all or a failed restart: posts complete at once with this */
 	unsigned n_refused; /* slots in [done_seq, post_seq) the QP did not take */
 	uint64_t sum_post[2], sum_done[2]; /* the slots' byte sums at post_seq, done_seq */
@@ -264,6 +273,33 @@ static inline void kvl_verbs_batch_end(struct kvl_verbs_conn *c, const struct kv
 		c->stats.replayed += c->ring[q & c->mask].nic;
 }
 
+/*
+ * The WQE of slot @s (post sequence number @q) at WQEBB counter @pi: what both the one-pass
+ * enqueue and a replay from the slots write. check() made it one the SQ takes (opcode, SGE
+ * count, no 0-byte SGE). Returns the WQEBBs it took.
+ */
+static inline unsigned kvl_verbs_mlx5_put(struct kvl_mlx5_sq_enc *e, uint16_t pi,
+					  const struct slot *s, uint64_t q, bool signaled,
+					  struct kvl_mlx5_ctrl_seg **ctrl)
+{
+	return kvl_mlx5_wqe_put(e, pi,
+				&(struct kvl_mlx5_wqe){
+					.wrid = q,
+					.raddr = s->raddr,
+					.rkey = s->rkey,
+					.imm = s->imm,
+					/* same layout (verbs_mlx5.c asserts it) */
+					.sge = (const struct kvl_mlx5_sge *)s->sg,
+					.nsge = s->n_sge,
+					.opcode = s->op == KVL_OP_READ ? KVL_MLX5_OP_RDMA_READ
+						  : (s->flags & KVL_WR_NOTIFY)
+							  ? KVL_MLX5_OP_RDMA_WRITE_IMM
+							  : KVL_MLX5_OP_RDMA_WRITE,
+					.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
+				},
+				ctrl);
+}
+
 /* verbs_dev.c: messages and names */
 __attribute__((format(printf, 3, 4))) void kvl_verbs_errf(char *err, size_t errlen, const char *fmt,
 							  ...);
@@ -322,6 +358,10 @@ void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n);
 void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
 		       bool with_imm, uint32_t imm_be, uint32_t len);
 void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from);
+/* The backends' enqueue: slots only (a later flush posts them), or slots and WQEs in one
+ * pass (verbs_mlx5.c's ring makes them the NIC's). */
+unsigned kvl_verbs_enqueue_slots(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+unsigned kvl_verbs_enqueue_mlx5(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
 
 /* verbs_wr.c: the provider's CQ (the verbs backend's only one, the mlx5 one's receives) */
 unsigned kvl_verbs_poll_provider(struct kvl_verbs_conn *c, unsigned n);

@@ -271,8 +271,8 @@ static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
 /* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
  * of the last request is tried first, from the connection's copy of it (ids are unique:
  * set_remote refuses twins, and forgets the copy). */
-static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
-			       uint32_t *rkey)
+static inline __attribute__((always_inline)) int
+remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr, uint32_t *rkey)
 {
 	const struct kvl_verbs_rseg *r = &c->rseg_last;
 
@@ -364,8 +364,9 @@ static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct s
  * limits. What kvl_post() proved (KVL_WR_CHECKED: opcode, flags, the SGE list's shape) is
  * not checked again; a kvl_wr from elsewhere is.
  */
-static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
-			uint32_t max_msg, unsigned max_sge)
+static inline __attribute__((always_inline)) int check(struct kvl_verbs_conn *c,
+						       const struct kvl_wr *w, struct slot *s,
+						       uint32_t max_msg, unsigned max_sge)
 {
 	int st;
 
@@ -403,7 +404,16 @@ static __attribute__((noinline)) void refuse(struct kvl_verbs_conn *c, uint64_t 
 	c->n_refused++;
 }
 
-unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+/*
+ * Take @n requests into the ring: checked, each into its slot and its completion. With
+ * @wqes (the mlx5 direct backend, a constant in each of the two functions below) each taken
+ * request's WQE is written into the SQ in the same pass, from the registers and the slot
+ * check() just filled, signaled one in @every as post_range would; the doorbell, and the
+ * signal on the newest, wait for the next flush (be->ring). Without, the flush's post_range
+ * reads the slots back (the verbs backend, and every replay).
+ */
+static inline __attribute__((always_inline)) unsigned
+enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const bool wqes)
 {
 	uint64_t room, seq;
 	uint32_t max_msg = c->d->max_msg_sz;
@@ -414,6 +424,12 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	struct slot *ring = c->ring;
 	struct kvl_wc *wcs = c->wcs;
 	uint64_t mask = c->mask;
+	/* the SQ encoder over the burst (wqes only) */
+	struct kvl_mlx5_sq_enc e;
+	struct kvl_mlx5_ctrl_seg *ctrl = NULL;
+	struct kvl_verbs_batch b;
+	uint16_t pi = 0;
+	unsigned sq_room = 0, nbb = 0, every = 1;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -422,6 +438,18 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	if (n > room)
 		n = (unsigned)room;
 	seq = c->post_seq;
+	if (wqes) {
+		/* post_range's rule, on what will be in flight once these are taken */
+		uint64_t inflight = seq + n - c->done_seq;
+
+		every = inflight / 4 < c->signal_every ? (unsigned)(inflight / 4) : c->signal_every;
+		if (every == 0)
+			every = 1;
+		e = kvl_mlx5_sq_enc_start(&c->sq);
+		pi = c->sq.sq_pi;
+		sq_room = kvl_mlx5_sq_room(&c->sq);
+		kvl_verbs_batch_start(c, &b, seq);
+	}
 	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
 		unsigned at = (unsigned)(seq & mask);
@@ -441,15 +469,67 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 		c->sum_post[w->op == KVL_OP_READ] += w->length;
 		s->sum[0] = c->sum_post[0];
 		s->sum[1] = c->sum_post[1];
+		if (!wqes)
+			continue;
+		if (kvl_mlx5_wqe_bbs(s->n_sge) > sq_room) {
+			/* The setup checks make this unreachable (the SQ holds depth WQEs of
+			 * max_sge), but a request must never be left waiting for a CQE. */
+			s->nic = false;
+			s->status = KVL_ERR_PROTOCOL;
+			c->n_refused++;
+			c->stats.errors++;
+			continue;
+		}
+		nbb = kvl_verbs_mlx5_put(&e, pi, s, seq, kvl_verbs_batch_signal(&b, every, false),
+					 &ctrl);
+		pi = (uint16_t)(pi + nbb);
+		sq_room -= nbb;
+		kvl_verbs_batch_took(&b, s, seq);
 	}
 	c->post_seq = seq;
+	if (wqes) {
+		kvl_verbs_batch_end(c, &b);
+		if (b.nic != 0) {
+			kvl_mlx5_sq_commit(&c->sq, &e, pi, b.nic, b.sig, ctrl, nbb);
+			c->wqe_end = b.written + 1;
+			c->stats.posted += b.nic;
+			c->stats.signaled += b.sig;
+		}
+	}
 	kvl_verbs_finish_refused(c);
 	return n;
 }
 
+unsigned kvl_verbs_enqueue_slots(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	return enqueue(c, wr, n, false);
+}
+
+unsigned kvl_verbs_enqueue_mlx5(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	uint64_t written = c->wqe_end > c->nic_end ? c->wqe_end : c->nic_end;
+
+	/* In one pass only where every request before these is in the SQ already (a refused
+	 * one at the tail, or a replay still owed, leaves the order to post_range) and the QP
+	 * takes requests at all. */
+	if (written != c->post_seq || c->broken || !c->connected)
+		return enqueue(c, wr, n, false);
+	return enqueue(c, wr, n, true);
+}
+
+unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	return c->be->enqueue(c, wr, n);
+}
+
 void kvl_verbs_flush(struct kvl_verbs_conn *c)
 {
-	if (c->phase == PH_RUN && !c->broken && c->post_seq != c->nic_end)
+	if (c->phase != PH_RUN || c->broken || c->post_seq == c->nic_end)
+		return;
+	/* what enqueue wrote first: the slots after them go on behind */
+	if (c->wqe_end > c->nic_end)
+		c->be->ring(c);
+	if (c->post_seq != c->nic_end)
 		kvl_verbs_post_range(c, c->nic_end > c->done_seq ? c->nic_end : c->done_seq);
 }
 
