@@ -165,14 +165,15 @@ static void cqe_other(struct kvl_verbs_conn *c)
  * of plain successes is read for its WQE index alone and completes as one (RC completes in
  * order: the newest covers the rest); anything else is decoded in full, in its place.
  */
-static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
+static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c,
+						      const struct kvl_mlx5_cqe64 *cqe)
 {
 	struct kvl_mlx5_cq *cq = &c->dcq;
-	const struct kvl_mlx5_cqe64 *cqe;
 	uint64_t seq = 0;
 	unsigned n = 0, ok = 0, fast = 0;
 
-	while (n < POLL_BUDGET && (cqe = kvl_mlx5_cq_peek(cq)) != NULL) {
+	/* @cqe: the first, which mlx5_poll's peek found */
+	do {
 		uint64_t s;
 
 		n++;
@@ -189,9 +190,7 @@ static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
 			kvl_verbs_on_cqes_ok(c, seq, ok);
 		ok = 0;
 		cqe_other(c);
-	}
-	if (n == 0)
-		return 0;
+	} while (n < POLL_BUDGET && (cqe = kvl_mlx5_cq_peek(cq)) != NULL);
 	if (ok != 0)
 		kvl_verbs_on_cqes_ok(c, seq, ok);
 	cq->stats.cqes += fast; /* cqe_other counted its own */
@@ -202,10 +201,12 @@ static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
 /* Send completions by owner bit, then the receives through the provider. */
 static unsigned mlx5_poll(struct kvl_verbs_conn *c)
 {
+	const struct kvl_mlx5_cqe64 *cqe = kvl_mlx5_cq_peek(&c->dcq);
+
 	c->stats.cq_polls++;
 	c->dcq.stats.polls++;
 	/* an empty send CQ: one owner-byte test, no frame for the CQE loop */
-	return kvl_verbs_poll_provider(c, kvl_mlx5_cq_peek(&c->dcq) ? poll_direct(c) : 0);
+	return kvl_verbs_poll_provider(c, cqe != NULL ? poll_direct(c, cqe) : 0);
 }
 
 /*

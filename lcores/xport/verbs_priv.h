@@ -341,6 +341,24 @@ void kvl_verbs_post_recvs(struct kvl_verbs_conn *c);
 
 /* verbs_ring.c: what the backends and resync report into */
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st);
+
+/*
+ * kvl_verbs_finish_until(@end, KVL_OK) when none is refused and @end > done_seq: no loop.
+ * Their kvl_wcs were written OK at enqueue, and the bytes they moved are the difference of
+ * the running sums the ring keeps per request (bytes written, read, of the requests the QP
+ * took, up to and including it).
+ */
+static inline void kvl_verbs_finish_ok_run(struct kvl_verbs_conn *c, uint64_t end)
+{
+	const struct slot *l = &c->ring[(end - 1) & c->mask];
+
+	c->stats.completed += end - c->done_seq;
+	c->stats.bytes_written += l->sum[0] - c->sum_done[0];
+	c->stats.bytes_read += l->sum[1] - c->sum_done[1];
+	c->sum_done[0] = l->sum[0];
+	c->sum_done[1] = l->sum[1];
+	c->done_seq = end;
+}
 void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c);
 
 /* Refused requests at the head have nothing to wait for: complete them (none, mostly). */
@@ -353,8 +371,21 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c);
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err);
 /* @n send completions that all succeeded, the newest for the WR at @seq: what @n calls of
- * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others). */
-void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n);
+ * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others).
+ * Inline: a busy poll's one call of it, mostly with nothing refused. */
+static inline void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	c->stats.cqes += n;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	if (c->n_refused == 0) {
+		kvl_verbs_finish_ok_run(c, seq + 1);
+		return;
+	}
+	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+	kvl_verbs_finish_refused(c);
+}
 void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
 		       bool with_imm, uint32_t imm_be, uint32_t len);
 void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from);

@@ -41,14 +41,7 @@ static void finish(struct kvl_verbs_conn *c, uint64_t q, int status)
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
 {
 	if (st == KVL_OK && c->n_refused == 0 && end > c->done_seq) {
-		const struct slot *l = &c->ring[(end - 1) & c->mask];
-
-		c->stats.completed += end - c->done_seq;
-		c->stats.bytes_written += l->sum[0] - c->sum_done[0];
-		c->stats.bytes_read += l->sum[1] - c->sum_done[1];
-		c->sum_done[0] = l->sum[0];
-		c->sum_done[1] = l->sum[1];
-		c->done_seq = end;
+		kvl_verbs_finish_ok_run(c, end);
 		return;
 	}
 	for (; c->done_seq < end; c->done_seq++) {
@@ -80,22 +73,6 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 	c->flush_end = c->done_seq;
 }
 
-/* kvl_verbs_on_cqes_ok(), inlined where a CQE that succeeded is handled one at a time. */
-static inline void cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
-{
-	c->stats.cqes += n;
-	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
-	if (seq < c->done_seq || seq >= c->post_seq)
-		return;
-	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
-	kvl_verbs_finish_refused(c);
-}
-
-void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
-{
-	cqes_ok(c, seq, n);
-}
-
 /*
  * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
  * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
@@ -105,7 +82,7 @@ void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush
 		      uint32_t vendor_err)
 {
 	if (st == KVL_OK) {
-		cqes_ok(c, seq, 1);
+		kvl_verbs_on_cqes_ok(c, seq, 1);
 		return;
 	}
 	c->stats.cqes++;
