@@ -237,39 +237,24 @@ static void mlx5_ring(struct kvl_verbs_conn *c)
 static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
 	struct kvl_mlx5_sq *sq = &c->sq;
-	struct kvl_mlx5_sq_enc e = kvl_mlx5_sq_enc_start(sq);
-	struct kvl_mlx5_ctrl_seg *ctrl = NULL;
+	struct kvl_verbs_wqes wq = { .e = kvl_mlx5_sq_enc_start(sq),
+				     .pi = sq->sq_pi,
+				     .room = kvl_mlx5_sq_room(sq) };
 	struct kvl_verbs_batch b;
 	struct slot *ring = c->ring;
 	uint64_t mask = c->mask;
-	uint16_t pi = sq->sq_pi;
-	unsigned room = kvl_mlx5_sq_room(sq), nbb = 0;
 
 	kvl_verbs_batch_start(c, &b, from);
 	for (uint64_t q = from; q <= last; q++) {
 		struct slot *s = &ring[q & mask];
 
-		if (!s->nic)
-			continue;
-		if (kvl_mlx5_wqe_bbs(s->n_sge) > room) {
-			/* The setup checks make this unreachable (the SQ holds depth WQEs of
-			 * max_sge), but a request must never be left waiting for a CQE. */
-			s->nic = false;
-			s->status = KVL_ERR_PROTOCOL;
-			c->n_refused++;
-			c->stats.errors++;
-			continue;
-		}
-		nbb = kvl_verbs_mlx5_put(&e, pi, s, q, kvl_verbs_batch_signal(&b, every, q == last),
-					 &ctrl);
-		pi = (uint16_t)(pi + nbb);
-		room -= nbb;
-		kvl_verbs_batch_took(&b, s, q);
+		if (s->nic)
+			kvl_verbs_mlx5_take(c, &wq, &b, s, q, every, q == last);
 	}
 	kvl_verbs_batch_end(c, &b);
 	if (b.nic == 0)
 		return;
-	kvl_mlx5_sq_commit(sq, &e, pi, b.nic, b.sig, ctrl, nbb);
+	kvl_mlx5_sq_commit(sq, &wq.e, wq.pi, b.nic, b.sig, wq.ctrl, wq.nbb);
 	c->wqe_end = b.written + 1;
 	c->stats.posted += b.nic;
 	c->stats.signaled += b.sig;

@@ -300,6 +300,36 @@ static inline unsigned kvl_verbs_mlx5_put(struct kvl_mlx5_sq_enc *e, uint16_t pi
 				ctrl);
 }
 
+/* A batch of WQEs being written, in locals: the encoder, where the next goes, the room left,
+ * the newest's control segment and size. */
+struct kvl_verbs_wqes {
+	struct kvl_mlx5_sq_enc e;
+	struct kvl_mlx5_ctrl_seg *ctrl;
+	uint16_t pi;
+	unsigned room, nbb;
+};
+
+/* Slot @s (post sequence number @q) as the batch's next WQE, signaled by @b's rule (@last: it
+ * must be). The setup checks make the room test unreachable (the SQ holds depth WQEs of
+ * max_sge), but a request must never be left waiting for a CQE: refused then. */
+static inline void kvl_verbs_mlx5_take(struct kvl_verbs_conn *c, struct kvl_verbs_wqes *wq,
+				       struct kvl_verbs_batch *b, struct slot *s, uint64_t q,
+				       unsigned every, bool last)
+{
+	if (kvl_mlx5_wqe_bbs(s->n_sge) > wq->room) {
+		s->nic = false;
+		s->status = KVL_ERR_PROTOCOL;
+		c->n_refused++;
+		c->stats.errors++;
+		return;
+	}
+	wq->nbb = kvl_verbs_mlx5_put(&wq->e, wq->pi, s, q, kvl_verbs_batch_signal(b, every, last),
+				     &wq->ctrl);
+	wq->pi = (uint16_t)(wq->pi + wq->nbb);
+	wq->room -= wq->nbb;
+	kvl_verbs_batch_took(b, s, q);
+}
+
 /* verbs_dev.c: messages and names */
 __attribute__((format(printf, 3, 4))) void kvl_verbs_errf(char *err, size_t errlen, const char *fmt,
 							  ...);

@@ -402,11 +402,9 @@ enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const boo
 	struct kvl_wc *wcs = c->wcs;
 	uint64_t mask = c->mask;
 	/* the SQ encoder over the burst (wqes only) */
-	struct kvl_mlx5_sq_enc e;
-	struct kvl_mlx5_ctrl_seg *ctrl = NULL;
+	struct kvl_verbs_wqes wq = { 0 };
 	struct kvl_verbs_batch b;
-	uint16_t pi = 0;
-	unsigned sq_room = 0, nbb = 0, every = 1;
+	unsigned every = 1;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -422,9 +420,9 @@ enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const boo
 		every = inflight / 4 < c->signal_every ? (unsigned)(inflight / 4) : c->signal_every;
 		if (every == 0)
 			every = 1;
-		e = kvl_mlx5_sq_enc_start(&c->sq);
-		pi = c->sq.sq_pi;
-		sq_room = kvl_mlx5_sq_room(&c->sq);
+		wq.e = kvl_mlx5_sq_enc_start(&c->sq);
+		wq.pi = c->sq.sq_pi;
+		wq.room = kvl_mlx5_sq_room(&c->sq);
 		kvl_verbs_batch_start(c, &b, seq);
 	}
 	for (unsigned i = 0; i < n; i++, seq++) {
@@ -446,28 +444,14 @@ enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const boo
 		c->sum_post[w->op == KVL_OP_READ] += w->length;
 		s->sum[0] = c->sum_post[0];
 		s->sum[1] = c->sum_post[1];
-		if (!wqes)
-			continue;
-		if (kvl_mlx5_wqe_bbs(s->n_sge) > sq_room) {
-			/* The setup checks make this unreachable (the SQ holds depth WQEs of
-			 * max_sge), but a request must never be left waiting for a CQE. */
-			s->nic = false;
-			s->status = KVL_ERR_PROTOCOL;
-			c->n_refused++;
-			c->stats.errors++;
-			continue;
-		}
-		nbb = kvl_verbs_mlx5_put(&e, pi, s, seq, kvl_verbs_batch_signal(&b, every, false),
-					 &ctrl);
-		pi = (uint16_t)(pi + nbb);
-		sq_room -= nbb;
-		kvl_verbs_batch_took(&b, s, seq);
+		if (wqes)
+			kvl_verbs_mlx5_take(c, &wq, &b, s, seq, every, false);
 	}
 	c->post_seq = seq;
 	if (wqes) {
 		kvl_verbs_batch_end(c, &b);
 		if (b.nic != 0) {
-			kvl_mlx5_sq_commit(&c->sq, &e, pi, b.nic, b.sig, ctrl, nbb);
+			kvl_mlx5_sq_commit(&c->sq, &wq.e, wq.pi, b.nic, b.sig, wq.ctrl, wq.nbb);
 			c->wqe_end = b.written + 1;
 			c->stats.posted += b.nic;
 			c->stats.signaled += b.sig;
