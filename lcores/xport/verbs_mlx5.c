@@ -123,7 +123,9 @@ static void mlx5_reset(struct kvl_verbs_conn *c)
 	unsigned got;
 
 	kvl_mlx5_sq_reset(&c->sq);
-	c->wqe_end = 0; /* written, never rung: the SQ forgot them; replays come from the slots */
+	/* written, never rung: the SQ forgot them; replays come from the slots */
+	c->wqe_end = 0;
+	c->enq_end = 0;
 	while ((got = kvl_mlx5_cq_poll(&c->dcq, e, 32)) != 0)
 		c->stats.reset_discards += got;
 }

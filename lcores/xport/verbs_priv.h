@@ -197,6 +197,9 @@ struct kvl_verbs_conn {
 	/* seq + 1 of the newest WR whose WQE enqueue wrote (be->ring): above nic_end until the
 	 * doorbell, when the NIC may not read them yet; 0 after a reset */
 	uint64_t wqe_end;
+	/* post_seq as the last one-pass enqueue left it: every request below it is in the SQ or
+	 * refused, so the next burst may go the same way; 0 after a reset */
+	uint64_t enq_end;
 	int broken;	    /* fail_all or a failed restart: posts complete at once with this */
 	unsigned n_refused; /* slots in [done_seq, post_seq) the QP did not take */
 	uint64_t sum_post[2], sum_done[2]; /* the slots' byte sums at post_seq, done_seq */

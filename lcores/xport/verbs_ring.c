@@ -449,6 +449,7 @@ enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const boo
 	}
 	c->post_seq = seq;
 	if (wqes) {
+		c->enq_end = seq;
 		kvl_verbs_batch_end(c, &b);
 		if (b.nic != 0) {
 			kvl_mlx5_sq_commit(&c->sq, &wq.e, wq.pi, b.nic, b.sig, wq.ctrl, wq.nbb);
@@ -470,10 +471,10 @@ unsigned kvl_verbs_enqueue_mlx5(struct kvl_verbs_conn *c, const struct kvl_wr *w
 {
 	uint64_t written = c->wqe_end > c->nic_end ? c->wqe_end : c->nic_end;
 
-	/* In one pass only where every request before these is in the SQ already (a refused
-	 * one at the tail, or a replay still owed, leaves the order to post_range) and the QP
-	 * takes requests at all. */
-	if (written != c->post_seq || c->broken || !c->connected)
+	/* In one pass only where every request before these is in the SQ already or refused
+	 * (a replay still owed, or requests the slots-only path took, leave the order to
+	 * post_range) and the QP takes requests at all. */
+	if ((written != c->post_seq && c->enq_end != c->post_seq) || c->broken || !c->connected)
 		return enqueue(c, wr, n, false);
 	return enqueue(c, wr, n, true);
 }
