@@ -16,27 +16,12 @@
 static __attribute__((noinline)) unsigned poll_cqx_run(struct kvl_verbs_conn *c, unsigned n)
 {
 	struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
-	uint64_t ok_seq = 0;
-	unsigned ok = 0;
 
 	do {
 		uint64_t seq = c->cqx->wr_id;
 		enum ibv_wc_status st = c->cqx->status;
-		uint32_t vendor;
+		uint32_t vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
 
-		n++;
-		/* A run of send successes completes once, through its newest (RC completes in
-		 * order), as the mlx5 backend's does; anything else in its place, after them. */
-		if (st == IBV_WC_SUCCESS && !(seq & RECV_TAG)) {
-			ibv_end_poll(c->cqx);
-			ok_seq = seq;
-			ok++;
-			continue;
-		}
-		if (ok != 0)
-			kvl_verbs_on_cqes_ok(c, ok_seq, ok);
-		ok = 0;
-		vendor = st == IBV_WC_SUCCESS ? 0 : ibv_wc_read_vendor_err(c->cqx);
 		if (seq & RECV_TAG) {
 			bool imm = st == IBV_WC_SUCCESS &&
 				   ibv_wc_read_opcode(c->cqx) == IBV_WC_RECV_RDMA_WITH_IMM;
@@ -50,9 +35,8 @@ static __attribute__((noinline)) unsigned poll_cqx_run(struct kvl_verbs_conn *c,
 			kvl_verbs_on_cqe(c, seq, kvl_wc_status(st), st == IBV_WC_WR_FLUSH_ERR, st,
 					 vendor);
 		}
+		n++;
 	} while (n < POLL_BUDGET && ibv_start_poll(c->cqx, &pa) == 0);
-	if (ok != 0)
-		kvl_verbs_on_cqes_ok(c, ok_seq, ok);
 	return n;
 }
 
