@@ -37,6 +37,8 @@ struct rte_ring *kvl_nic_ring(const char *what, unsigned nic, size_t esize, unsi
 				    flags | RING_F_EXACT_SZ);
 }
 
+_Static_assert(KVL_SLOTS_PER_LCORE <= 64, "struct kvl_nic_io.live has a bit per slot");
+
 int kvl_nic_io_init(struct kvl_nic_io *io, unsigned nic, int socket, unsigned depth)
 {
 	/* Every connection may hold @depth requests: the completion ring takes them all, plus
@@ -92,6 +94,7 @@ void kvl_nic_io_fini(struct kvl_nic_io *io)
 			io->slot[i].x.ops->free(io->slot[i].x.c);
 		io->slot[i].x.ops = NULL;
 	}
+	io->live = 0;
 	/* Connections handed over but never taken in. */
 	while (io->cmd && rte_ring_dequeue_elem(io->cmd, &cmd, sizeof(cmd)) == 0)
 		if (cmd.type == KVL_LCMD_ADD_CONN && cmd.x.ops)
@@ -238,6 +241,7 @@ static void do_commands(struct kvl_nic_io *io, unsigned *work)
 			if (s->x.ops) /* the control thread owns slot numbers: never happens */
 				s->x.ops->free(s->x.c);
 			s->x = cmd[i].x;
+			io->live |= 1ull << cmd[i].slot;
 			s->peer = cmd[i].peer;
 			s->gen = cmd[i].gen;
 			s->closing = false;
@@ -436,14 +440,14 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 	struct kvl_xport_stats st;
 	struct kvl_wc wc[BURST];
 
-	for (unsigned i = 0; i < KVL_SLOTS_PER_LCORE; i++) {
+	/* the live slots only: an lcore with few connections pays for no empty ones */
+	for (uint64_t m = io->live; m != 0; m &= m - 1) {
+		unsigned i = (unsigned)__builtin_ctzll(m);
 		struct kvl_conn_slot *s = &io->slot[i];
 		const struct kvl_xport_ops *ops = s->x.ops;
 		unsigned did, n, room;
 		int broken;
 
-		if (ops == NULL)
-			continue;
 		did = ops->progress(s->x.c);
 		*work += did;
 		if (ops->notes) {
@@ -501,6 +505,7 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			unwatch(io, i);
 			ops->free(s->x.c);
 			s->x.ops = NULL;
+			io->live &= ~(1ull << i);
 			(*work)++;
 		}
 	}

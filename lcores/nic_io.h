@@ -158,6 +158,9 @@ struct kvl_nic_io {
 	struct kvl_sub_full stash[KVL_NIC_IO_BURST];
 	unsigned n_stash;
 	struct kvl_conn_slot slot[KVL_SLOTS_PER_LCORE];
+	/* bit i: slot[i] holds a connection (this lcore's view; telemetry reads slot[].x.ops),
+	 * so a pass over the connections visits only those */
+	uint64_t live;
 	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */
 	/* what closed connections of each peer moved, so telemetry still counts it */
 	struct kvl_xport_stats closed[KVL_MAX_PEERS_RT];

@@ -123,6 +123,9 @@ static void mlx5_reset(struct kvl_verbs_conn *c)
 	unsigned got;
 
 	kvl_mlx5_sq_reset(&c->sq);
+	/* written, never rung: the SQ forgot them; replays come from the slots */
+	c->wqe_end = 0;
+	c->enq_end = 0;
 	while ((got = kvl_mlx5_cq_poll(&c->dcq, e, 32)) != 0)
 		c->stats.reset_discards += got;
 }
@@ -164,14 +167,15 @@ static void cqe_other(struct kvl_verbs_conn *c)
  * of plain successes is read for its WQE index alone and completes as one (RC completes in
  * order: the newest covers the rest); anything else is decoded in full, in its place.
  */
-static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
+static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c,
+						      const struct kvl_mlx5_cqe64 *cqe)
 {
 	struct kvl_mlx5_cq *cq = &c->dcq;
-	const struct kvl_mlx5_cqe64 *cqe;
 	uint64_t seq = 0;
 	unsigned n = 0, ok = 0, fast = 0;
 
-	while (n < POLL_BUDGET && (cqe = kvl_mlx5_cq_peek(cq)) != NULL) {
+	/* @cqe: the first, which mlx5_poll's peek found */
+	do {
 		uint64_t s;
 
 		n++;
@@ -188,9 +192,7 @@ static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
 			kvl_verbs_on_cqes_ok(c, seq, ok);
 		ok = 0;
 		cqe_other(c);
-	}
-	if (n == 0)
-		return 0;
+	} while (n < POLL_BUDGET && (cqe = kvl_mlx5_cq_peek(cq)) != NULL);
 	if (ok != 0)
 		kvl_verbs_on_cqes_ok(c, seq, ok);
 	cq->stats.cqes += fast; /* cqe_other counted its own */
@@ -201,80 +203,64 @@ static __attribute__((noinline)) unsigned poll_direct(struct kvl_verbs_conn *c)
 /* Send completions by owner bit, then the receives through the provider. */
 static unsigned mlx5_poll(struct kvl_verbs_conn *c)
 {
+	const struct kvl_mlx5_cqe64 *cqe = kvl_mlx5_cq_peek(&c->dcq);
+
 	c->stats.cq_polls++;
 	c->dcq.stats.polls++;
 	/* an empty send CQ: one owner-byte test, no frame for the CQE loop */
-	return kvl_verbs_poll_provider(c, kvl_mlx5_cq_peek(&c->dcq) ? poll_direct(c) : 0);
+	return kvl_verbs_poll_provider(c, cqe != NULL ? poll_direct(c, cqe) : 0);
 }
 
 /*
- * The WRs [from, last] the QP takes as WQEs in the SQ, then one doorbell. The SQ's counters
+ * The doorbell for the WQEs written since the last one, [nic_end, wqe_end): the newest made
+ * signaled if it is not (the batch's last must make a CQE, or those before it would wait for
+ * ever), then the SQ's doorbell record and register.
+ */
+static void mlx5_ring(struct kvl_verbs_conn *c)
+{
+	struct kvl_mlx5_sq *sq = &c->sq;
+
+	if (kvl_mlx5_sq_signal_last(sq) == 1) {
+		c->stats.signaled++;
+		c->since_sig = 0;
+	}
+	c->stats.posts++;
+	kvl_mlx5_sq_ring(sq);
+	c->stats.doorbells = sq->stats.doorbells;
+	c->stats.bf_copies = sq->stats.bf_copies;
+	c->nic_end = c->wqe_end;
+}
+
+/*
+ * The WRs [from, last] the QP takes as WQEs in the SQ, from their slots (a replay, or
+ * requests the one-pass enqueue left to post_range), then one doorbell. The SQ's counters
  * stay in locals over the batch and are committed once (kvl_mlx5_sq_commit).
  */
 static void mlx5_post(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every)
 {
 	struct kvl_mlx5_sq *sq = &c->sq;
-	struct kvl_mlx5_sq_enc e = kvl_mlx5_sq_enc_start(sq);
-	struct kvl_mlx5_ctrl_seg *ctrl = NULL;
+	struct kvl_verbs_wqes wq = { .e = kvl_mlx5_sq_enc_start(sq),
+				     .pi = sq->sq_pi,
+				     .room = kvl_mlx5_sq_room(sq) };
 	struct kvl_verbs_batch b;
 	struct slot *ring = c->ring;
 	uint64_t mask = c->mask;
-	uint16_t pi = sq->sq_pi;
-	unsigned room = kvl_mlx5_sq_room(sq), nbb = 0;
 
 	kvl_verbs_batch_start(c, &b, from);
 	for (uint64_t q = from; q <= last; q++) {
 		struct slot *s = &ring[q & mask];
-		bool signaled;
 
-		if (!s->nic)
-			continue;
-		if (kvl_mlx5_wqe_bbs(s->n_sge) > room) {
-			/* The setup checks make this unreachable (the SQ holds depth WQEs of
-			 * max_sge), but a request must never be left waiting for a CQE. */
-			s->nic = false;
-			s->status = KVL_ERR_PROTOCOL;
-			c->n_refused++;
-			c->stats.errors++;
-			continue;
-		}
-		signaled = kvl_verbs_batch_signal(&b, every, q == last);
-		/* check() made it a WQE the SQ takes (opcode, SGE count, no 0-byte SGE) */
-		nbb = kvl_mlx5_wqe_put(
-			&e, pi,
-			&(struct kvl_mlx5_wqe){
-				.wrid = q,
-				.raddr = s->raddr,
-				.rkey = s->rkey,
-				.imm = s->imm,
-				/* same layout, checked above */
-				.sge = (const struct kvl_mlx5_sge *)s->sg,
-				.nsge = s->n_sge,
-				.opcode = s->op == KVL_OP_READ	       ? KVL_MLX5_OP_RDMA_READ
-					  : (s->flags & KVL_WR_NOTIFY) ? KVL_MLX5_OP_RDMA_WRITE_IMM
-								       : KVL_MLX5_OP_RDMA_WRITE,
-				.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
-			},
-			&ctrl);
-		pi = (uint16_t)(pi + nbb);
-		room -= nbb;
-		kvl_verbs_batch_took(&b, s, q);
+		if (s->nic)
+			kvl_verbs_mlx5_take(c, &wq, &b, s, q, every, q == last);
 	}
 	kvl_verbs_batch_end(c, &b);
 	if (b.nic == 0)
 		return;
-	kvl_mlx5_sq_commit(sq, &e, pi, b.nic, b.sig, ctrl, nbb);
-	/* The newest WQE must make a CQE, or those before it would wait for ever (it may be
-	 * unsignaled when the signaled @last was refused above). */
-	if (kvl_mlx5_sq_signal_last(sq) == 1)
-		b.sig++;
-	c->stats.posts++;
-	kvl_mlx5_sq_ring(sq);
-	c->stats.doorbells = sq->stats.doorbells;
-	c->stats.bf_copies = sq->stats.bf_copies;
-	c->nic_end = b.written + 1;
+	kvl_mlx5_sq_commit(sq, &wq.e, wq.pi, b.nic, b.sig, wq.ctrl, wq.nbb);
+	c->wqe_end = b.written + 1;
 	c->stats.posted += b.nic;
 	c->stats.signaled += b.sig;
+	mlx5_ring(c);
 }
 
 /* The receive CQ through the provider, the send CQ with its own arm doorbell (the provider's
@@ -292,6 +278,8 @@ static int mlx5_arm(struct kvl_verbs_conn *c)
 const struct kvl_verbs_ops kvl_verbs_ops_mlx5 = {
 	.name = "mlx5",
 	.post = mlx5_post,
+	.enqueue = kvl_verbs_enqueue_mlx5,
+	.ring = mlx5_ring,
 	.poll = mlx5_poll,
 	.arm = mlx5_arm,
 	.reset = mlx5_reset,

@@ -140,6 +140,12 @@ struct kvl_verbs_ops {
 	/* Hand the slots [from, last] the QP takes (s->nic) to it as one batch, one doorbell,
 	 * signaled one in @every and always at @last; account posts, posted, signaled. */
 	void (*post)(struct kvl_verbs_conn *c, uint64_t from, uint64_t last, unsigned every);
+	/* kvl_verbs_enqueue: check @n requests into their slots and, where the backend can,
+	 * write each one's WQE in the same pass (rung by the next flush: @ring). */
+	unsigned (*enqueue)(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+	/* Ring the doorbell for the WQEs enqueue wrote, [nic_end, wqe_end): the newest made
+	 * signaled; they become the NIC's (nic_end = wqe_end). NULL: enqueue writes none. */
+	void (*ring)(struct kvl_verbs_conn *c);
 	/* Poll send and receive completions (at most POLL_BUDGET): the work done. */
 	unsigned (*poll)(struct kvl_verbs_conn *c);
 	/* Ask for one completion event on each of the connection's CQs: 0 or -errno. */
@@ -189,7 +195,13 @@ struct kvl_verbs_conn {
 	struct kvl_wc *wcs; /* by slot: the completion reap hands out */
 	uint64_t mask;
 	uint64_t post_seq, done_seq, reap_seq;
-	uint64_t nic_end;   /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	uint64_t nic_end; /* seq + 1 of the newest WR given to the QP; it is always signaled */
+	/* seq + 1 of the newest WR whose WQE enqueue wrote (be->ring): above nic_end until the
+	 * doorbell, when the NIC may not read them yet; 0 after a reset */
+	uint64_t wqe_end;
+	/* post_seq as the last one-pass enqueue left it: every request below it is in the SQ or
+	 * refused, so the next burst may go the same way; 0 after a reset */
+	uint64_t enq_end;
 	int broken;	    /* fail_all or a failed restart: posts complete at once with this */
 	unsigned n_refused; /* slots in [done_seq, post_seq) the QP did not take */
 	uint64_t sum_post[2], sum_done[2]; /* the slots' byte sums at post_seq, done_seq */
@@ -266,6 +278,63 @@ static inline void kvl_verbs_batch_end(struct kvl_verbs_conn *c, const struct kv
 		c->stats.replayed += c->ring[q & c->mask].nic;
 }
 
+/*
+ * The WQE of slot @s (post sequence number @q) at WQEBB counter @pi: what both the one-pass
+ * enqueue and a replay from the slots write. check() made it one the SQ takes (opcode, SGE
+ * count, no 0-byte SGE). Returns the WQEBBs it took.
+ */
+static inline unsigned kvl_verbs_mlx5_put(struct kvl_mlx5_sq_enc *e, uint16_t pi,
+					  const struct slot *s, uint64_t q, bool signaled,
+					  struct kvl_mlx5_ctrl_seg **ctrl)
+{
+	return kvl_mlx5_wqe_put(e, pi,
+				&(struct kvl_mlx5_wqe){
+					.wrid = q,
+					.raddr = s->raddr,
+					.rkey = s->rkey,
+					.imm = s->imm,
+					/* same layout (verbs_mlx5.c asserts it) */
+					.sge = (const struct kvl_mlx5_sge *)s->sg,
+					.nsge = s->n_sge,
+					.opcode = s->op == KVL_OP_READ ? KVL_MLX5_OP_RDMA_READ
+						  : (s->flags & KVL_WR_NOTIFY)
+							  ? KVL_MLX5_OP_RDMA_WRITE_IMM
+							  : KVL_MLX5_OP_RDMA_WRITE,
+					.flags = signaled ? KVL_MLX5_F_SIGNAL : 0,
+				},
+				ctrl);
+}
+
+/* A batch of WQEs being written, in locals: the encoder, where the next goes, the room left,
+ * the newest's control segment and size. */
+struct kvl_verbs_wqes {
+	struct kvl_mlx5_sq_enc e;
+	struct kvl_mlx5_ctrl_seg *ctrl;
+	uint16_t pi;
+	unsigned room, nbb;
+};
+
+/* Slot @s (post sequence number @q) as the batch's next WQE, signaled by @b's rule (@last: it
+ * must be). The setup checks make the room test unreachable (the SQ holds depth WQEs of
+ * max_sge), but a request must never be left waiting for a CQE: refused then. */
+static inline void kvl_verbs_mlx5_take(struct kvl_verbs_conn *c, struct kvl_verbs_wqes *wq,
+				       struct kvl_verbs_batch *b, struct slot *s, uint64_t q,
+				       unsigned every, bool last)
+{
+	if (kvl_mlx5_wqe_bbs(s->n_sge) > wq->room) {
+		s->nic = false;
+		s->status = KVL_ERR_PROTOCOL;
+		c->n_refused++;
+		c->stats.errors++;
+		return;
+	}
+	wq->nbb = kvl_verbs_mlx5_put(&wq->e, wq->pi, s, q, kvl_verbs_batch_signal(b, every, last),
+				     &wq->ctrl);
+	wq->pi = (uint16_t)(wq->pi + wq->nbb);
+	wq->room -= wq->nbb;
+	kvl_verbs_batch_took(b, s, q);
+}
+
 /* verbs_dev.c: messages and names */
 __attribute__((format(printf, 3, 4))) void kvl_verbs_errf(char *err, size_t errlen, const char *fmt,
 							  ...);
@@ -307,6 +376,24 @@ void kvl_verbs_post_recvs(struct kvl_verbs_conn *c);
 
 /* verbs_ring.c: what the backends and resync report into */
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st);
+
+/*
+ * kvl_verbs_finish_until(@end, KVL_OK) when none is refused and @end > done_seq: no loop.
+ * Their kvl_wcs were written OK at enqueue, and the bytes they moved are the difference of
+ * the running sums the ring keeps per request (bytes written, read, of the requests the QP
+ * took, up to and including it).
+ */
+static inline void kvl_verbs_finish_ok_run(struct kvl_verbs_conn *c, uint64_t end)
+{
+	const struct slot *l = &c->ring[(end - 1) & c->mask];
+
+	c->stats.completed += end - c->done_seq;
+	c->stats.bytes_written += l->sum[0] - c->sum_done[0];
+	c->stats.bytes_read += l->sum[1] - c->sum_done[1];
+	c->sum_done[0] = l->sum[0];
+	c->sum_done[1] = l->sum[1];
+	c->done_seq = end;
+}
 void kvl_verbs_finish_refused_run(struct kvl_verbs_conn *c);
 
 /* Refused requests at the head have nothing to wait for: complete them (none, mostly). */
@@ -319,11 +406,28 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c);
 void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush, uint32_t wc,
 		      uint32_t vendor_err);
 /* @n send completions that all succeeded, the newest for the WR at @seq: what @n calls of
- * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others). */
-void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n);
+ * kvl_verbs_on_cqe(KVL_OK) would do (RC completes in order: the newest covers the others).
+ * Inline: a busy poll's one call of it, mostly with nothing refused. */
+static inline void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
+{
+	c->stats.cqes += n;
+	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
+	if (seq < c->done_seq || seq >= c->post_seq)
+		return;
+	if (c->n_refused == 0) {
+		kvl_verbs_finish_ok_run(c, seq + 1);
+		return;
+	}
+	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
+	kvl_verbs_finish_refused(c);
+}
 void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_status st,
 		       bool with_imm, uint32_t imm_be, uint32_t len);
 void kvl_verbs_post_range(struct kvl_verbs_conn *c, uint64_t from);
+/* The backends' enqueue: slots only (a later flush posts them), or slots and WQEs in one
+ * pass (verbs_mlx5.c's ring makes them the NIC's). */
+unsigned kvl_verbs_enqueue_slots(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
+unsigned kvl_verbs_enqueue_mlx5(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n);
 
 /* verbs_wr.c: the provider's CQ (the verbs backend's only one, the mlx5 one's receives) */
 unsigned kvl_verbs_poll_provider(struct kvl_verbs_conn *c, unsigned n);

@@ -41,14 +41,7 @@ static void finish(struct kvl_verbs_conn *c, uint64_t q, int status)
 void kvl_verbs_finish_until(struct kvl_verbs_conn *c, uint64_t end, int st)
 {
 	if (st == KVL_OK && c->n_refused == 0 && end > c->done_seq) {
-		const struct slot *l = &c->ring[(end - 1) & c->mask];
-
-		c->stats.completed += end - c->done_seq;
-		c->stats.bytes_written += l->sum[0] - c->sum_done[0];
-		c->stats.bytes_read += l->sum[1] - c->sum_done[1];
-		c->sum_done[0] = l->sum[0];
-		c->sum_done[1] = l->sum[1];
-		c->done_seq = end;
+		kvl_verbs_finish_ok_run(c, end);
 		return;
 	}
 	for (; c->done_seq < end; c->done_seq++) {
@@ -80,22 +73,6 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 	c->flush_end = c->done_seq;
 }
 
-/* kvl_verbs_on_cqes_ok(), inlined where a CQE that succeeded is handled one at a time. */
-static inline void cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
-{
-	c->stats.cqes += n;
-	/* Stale: a flush of an incarnation that fail_all or a reconnect already accounted for. */
-	if (seq < c->done_seq || seq >= c->post_seq)
-		return;
-	kvl_verbs_finish_until(c, seq + 1, KVL_OK);
-	kvl_verbs_finish_refused(c);
-}
-
-void kvl_verbs_on_cqes_ok(struct kvl_verbs_conn *c, uint64_t seq, unsigned n)
-{
-	cqes_ok(c, seq, n);
-}
-
 /*
  * A send completion for the WR at @seq: @st its kvl_status, @flush when the QP was in error
  * already (the WR is kept and posted again), @wc and @vendor what the provider said, for the
@@ -105,7 +82,7 @@ void kvl_verbs_on_cqe(struct kvl_verbs_conn *c, uint64_t seq, int st, bool flush
 		      uint32_t vendor_err)
 {
 	if (st == KVL_OK) {
-		cqes_ok(c, seq, 1);
+		kvl_verbs_on_cqes_ok(c, seq, 1);
 		return;
 	}
 	c->stats.cqes++;
@@ -271,8 +248,8 @@ static unsigned find_rseg(const struct kvl_verbs_conn *c, uint32_t id)
 /* The remote range: segment known, allowed and in bounds; its address and rkey. The segment
  * of the last request is tried first, from the connection's copy of it (ids are unique:
  * set_remote refuses twins, and forgets the copy). */
-static inline int remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr,
-			       uint32_t *rkey)
+static inline __attribute__((always_inline)) int
+remote_check(struct kvl_verbs_conn *c, const struct kvl_wr *w, uint64_t *raddr, uint32_t *rkey)
 {
 	const struct kvl_verbs_rseg *r = &c->rseg_last;
 
@@ -364,8 +341,9 @@ static int check_sges(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct s
  * limits. What kvl_post() proved (KVL_WR_CHECKED: opcode, flags, the SGE list's shape) is
  * not checked again; a kvl_wr from elsewhere is.
  */
-static inline int check(struct kvl_verbs_conn *c, const struct kvl_wr *w, struct slot *s,
-			uint32_t max_msg, unsigned max_sge)
+static inline __attribute__((always_inline)) int check(struct kvl_verbs_conn *c,
+						       const struct kvl_wr *w, struct slot *s,
+						       uint32_t max_msg, unsigned max_sge)
 {
 	int st;
 
@@ -403,7 +381,16 @@ static __attribute__((noinline)) void refuse(struct kvl_verbs_conn *c, uint64_t 
 	c->n_refused++;
 }
 
-unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+/*
+ * Take @n requests into the ring: checked, each into its slot and its completion. With
+ * @wqes (the mlx5 direct backend, a constant in each of the two functions below) each taken
+ * request's WQE is written into the SQ in the same pass, from the registers and the slot
+ * check() just filled, signaled one in @every as post_range would; the doorbell, and the
+ * signal on the newest, wait for the next flush (be->ring). Without, the flush's post_range
+ * reads the slots back (the verbs backend, and every replay).
+ */
+static inline __attribute__((always_inline)) unsigned
+enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n, const bool wqes)
 {
 	uint64_t room, seq;
 	uint32_t max_msg = c->d->max_msg_sz;
@@ -414,6 +401,10 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	struct slot *ring = c->ring;
 	struct kvl_wc *wcs = c->wcs;
 	uint64_t mask = c->mask;
+	/* the SQ encoder over the burst (wqes only) */
+	struct kvl_verbs_wqes wq = { 0 };
+	struct kvl_verbs_batch b;
+	unsigned every = 1;
 
 	/* Resyncing: new requests wait (the lcore keeps them) until both ends run again. */
 	if (c->phase != PH_RUN)
@@ -422,6 +413,18 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 	if (n > room)
 		n = (unsigned)room;
 	seq = c->post_seq;
+	if (wqes) {
+		/* post_range's rule, on what will be in flight once these are taken */
+		uint64_t inflight = seq + n - c->done_seq;
+
+		every = inflight / 4 < c->signal_every ? (unsigned)(inflight / 4) : c->signal_every;
+		if (every == 0)
+			every = 1;
+		wq.e = kvl_mlx5_sq_enc_start(&c->sq);
+		wq.pi = c->sq.sq_pi;
+		wq.room = kvl_mlx5_sq_room(&c->sq);
+		kvl_verbs_batch_start(c, &b, seq);
+	}
 	for (unsigned i = 0; i < n; i++, seq++) {
 		const struct kvl_wr *w = &wr[i];
 		unsigned at = (unsigned)(seq & mask);
@@ -441,15 +444,54 @@ unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, un
 		c->sum_post[w->op == KVL_OP_READ] += w->length;
 		s->sum[0] = c->sum_post[0];
 		s->sum[1] = c->sum_post[1];
+		if (wqes)
+			kvl_verbs_mlx5_take(c, &wq, &b, s, seq, every, false);
 	}
 	c->post_seq = seq;
+	if (wqes) {
+		c->enq_end = seq;
+		kvl_verbs_batch_end(c, &b);
+		if (b.nic != 0) {
+			kvl_mlx5_sq_commit(&c->sq, &wq.e, wq.pi, b.nic, b.sig, wq.ctrl, wq.nbb);
+			c->wqe_end = b.written + 1;
+			c->stats.posted += b.nic;
+			c->stats.signaled += b.sig;
+		}
+	}
 	kvl_verbs_finish_refused(c);
 	return n;
 }
 
+unsigned kvl_verbs_enqueue_slots(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	return enqueue(c, wr, n, false);
+}
+
+unsigned kvl_verbs_enqueue_mlx5(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	uint64_t written = c->wqe_end > c->nic_end ? c->wqe_end : c->nic_end;
+
+	/* In one pass only where every request before these is in the SQ already or refused
+	 * (a replay still owed, or requests the slots-only path took, leave the order to
+	 * post_range) and the QP takes requests at all. */
+	if ((written != c->post_seq && c->enq_end != c->post_seq) || c->broken || !c->connected)
+		return enqueue(c, wr, n, false);
+	return enqueue(c, wr, n, true);
+}
+
+unsigned kvl_verbs_enqueue(struct kvl_verbs_conn *c, const struct kvl_wr *wr, unsigned n)
+{
+	return c->be->enqueue(c, wr, n);
+}
+
 void kvl_verbs_flush(struct kvl_verbs_conn *c)
 {
-	if (c->phase == PH_RUN && !c->broken && c->post_seq != c->nic_end)
+	if (c->phase != PH_RUN || c->broken || c->post_seq == c->nic_end)
+		return;
+	/* what enqueue wrote first: the slots after them go on behind */
+	if (c->wqe_end > c->nic_end)
+		c->be->ring(c);
+	if (c->post_seq != c->nic_end)
 		kvl_verbs_post_range(c, c->nic_end > c->done_seq ? c->nic_end : c->done_seq);
 }
 

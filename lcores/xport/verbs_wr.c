@@ -164,6 +164,7 @@ static void wr_reset(struct kvl_verbs_conn *c)
 const struct kvl_verbs_ops kvl_verbs_ops_wr = {
 	.name = "verbs",
 	.post = wr_post,
+	.enqueue = kvl_verbs_enqueue_slots,
 	.poll = wr_poll,
 	.arm = wr_arm,
 	.reset = wr_reset,

@@ -551,6 +551,50 @@ static void test_batch(void)
 	CHECK(s1.cqes * 8 < s1.completed);
 }
 
+/*
+ * Bursts taken by kvl_verbs_enqueue and handed over by one kvl_verbs_flush, as an lcore does
+ * (the mlx5 backend writes each burst's WQEs as it takes them; the doorbell waits for the
+ * flush): one doorbell for the three, a burst whose last request is refused in the middle,
+ * and the newest that went to the NIC signaled, so every completion comes, in order.
+ */
+static void test_enqueue_flush(void)
+{
+	struct kvl_wr w[16];
+	struct kvl_wc wc[16];
+	struct kvl_verbs_stats s0 = *kvl_verbs_stats(A.c), s1;
+	uint64_t id0 = next_id;
+	unsigned ok = 0;
+
+	kvl_test_fill_random(A.buf, 16 * 4 * KIB);
+	poison(B.buf, A.buf, 16 * 4 * KIB);
+	for (unsigned i = 0; i < 16; i++)
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * 4 * KIB, SEG_RW, i * 4 * KIB, 4 * KIB);
+	w[7].remote_seg = SEG_UNKNOWN; /* the second burst ends with a refused one */
+	CHECK_INT(kvl_verbs_enqueue(A.c, w, 4), 4);
+	CHECK_INT(kvl_verbs_enqueue(A.c, w + 4, 4), 4);
+	CHECK_INT(kvl_verbs_enqueue(A.c, w + 8, 8), 8);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.posts - s0.posts, 0); /* no doorbell before the flush */
+	kvl_verbs_flush(A.c);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.posts - s0.posts, 1);
+	CHECK_INT(s1.posted - s0.posted, 15);
+	CHECK(collect(A.c, B.c, wc, 16, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < 16; i++)
+		ok += wc[i].wr_id == id0 + i &&
+		      wc[i].status == (i == 7 ? KVL_ERR_NO_SEGMENT : KVL_OK) &&
+		      wc[i].bytes == (i == 7 ? 0 : 4 * KIB);
+	CHECK_INT(ok, 16);
+	CHECK_INT(first_diff(B.buf, A.buf, 7 * 4 * KIB), 7 * 4 * KIB);
+	CHECK_INT(first_diff(B.buf + 8 * 4 * KIB, A.buf + 8 * 4 * KIB, 8 * 4 * KIB), 8 * 4 * KIB);
+	s1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(s1.completed - s0.completed, 16);
+	CHECK(s1.signaled - s0.signaled >= 1);
+	printf("  3 bursts, 1 flush: 1 doorbell, 15 to the NIC (%llu signaled), 1 refused in "
+	       "place\n",
+	       (unsigned long long)(s1.signaled - s0.signaled));
+}
+
 /* The queue holds DEPTH requests posted and not reaped: more are not taken. */
 static void test_depth(void)
 {
@@ -2271,6 +2315,7 @@ int main(void)
 	test_refused();
 	printf("batches and depth\n");
 	test_batch();
+	test_enqueue_flush();
 	test_depth();
 	printf("hybrid idle: sleeping on completion events\n");
 	test_events();
