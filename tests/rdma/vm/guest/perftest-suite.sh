@@ -51,11 +51,24 @@ verdict() {
 	[ $v = ok ] || { echo "---- $LOGDIR/$1.client (tail)"; tail -n 8 "$LOGDIR/$1.client"; echo "---- $LOGDIR/$1.server (tail)"; tail -n 8 "$LOGDIR/$1.server"; }
 }
 # bw row: bytes iters BWpeak BWavg MsgRate; passes with a positive average
+# A run that exits 0 on both ends but reports 0.00 MB/s (seen once in a CI run: ib_read_bw 64 KiB,
+# peak and average 0.00, every completion taken) is perftest's clock under emulation, not the
+# link: it is run once more, and says so; a second zero fails.
 bw() {
 	name=$1; shift
+	args="$*" # no argument holds a space
 	ok=0; run_pair $name "$@" && ok=1
 	set -- $RES
 	avg=${4:-0}
+	if [ $ok = 1 ] && ! awk "BEGIN{exit !($avg > 0)}"; then
+		echo "$name: perftest exited 0 but reported $avg MB/s: its timer, not the link; once more"
+		mv "$LOGDIR/$name.client" "$LOGDIR/$name.client.zero"
+		mv "$LOGDIR/$name.server" "$LOGDIR/$name.server.zero"
+		# shellcheck disable=SC2086
+		ok=0; run_pair $name $args && ok=1
+		set -- $RES
+		avg=${4:-0}
+	fi
 	awk "BEGIN{exit !($avg > 0)}" || ok=0
 	verdict $name $ok "$(printf '%s B x %s: %s MB/s average (peak %s MB/s, %s Mpps)' "${1:-?}" "${2:-?}" "$avg" "${3:-?}" "${5:-?}")"
 }
