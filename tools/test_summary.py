@@ -8,6 +8,8 @@ import collections
 import json
 import sys
 
+MAX_CHECKS = 10  # failed checks printed per failed test
+
 
 def describe_failure(label, r):
     """One failed test as a few lines: name, meson's verdict, exit status, time, output tail."""
@@ -15,8 +17,16 @@ def describe_failure(label, r):
     head = f"  FAILED {name}{' [' + label + ']' if label else ''}: {r.get('result', '?')}, " \
         f"exit {r.get('returncode', '?')}, {r.get('duration', 0):.0f} s"
     out = (r.get("stdout") or "") + (r.get("stderr") or "")
-    tail = [line.strip()[:200] for line in out.splitlines() if line.strip()][-4:]
-    return "\n".join([head] + [f"    | {line}" for line in tail])
+    lines = [line.strip()[:200] for line in out.splitlines() if line.strip()]
+    # The first failed checks (kvl_test.h's "CHECK failed", a FAIL line) say what went wrong;
+    # the tail says how the run ended. Both, with the count of the checks left out.
+    checks = [line for line in lines if "CHECK" in line and "failed" in line
+              or line.startswith(("FAIL", "ERROR"))]
+    shown = checks[:MAX_CHECKS]
+    if len(checks) > len(shown):
+        shown.append(f"... {len(checks) - len(shown)} more failed checks")
+    tail = [line for line in lines[-4:] if line not in shown]
+    return "\n".join([head] + [f"    | {line}" for line in shown + tail])
 
 
 def main():
