@@ -230,7 +230,8 @@ struct kvl_verbs_stats {
 	uint64_t notes, notes_dropped; /* immediates received (WRITE_WITH_IMM), and dropped */
 	uint64_t sge_wrs;	       /* WRs given to the QP with two SGEs or more */
 	uint64_t recv_errors, recv_post_errors;
-	uint64_t cq_polls, cqes; /* to see what selective signaling saves */
+	uint64_t rq_drain_timeouts; /* drains that went on without every receive flushed */
+	uint64_t cq_polls, cqes;    /* to see what selective signaling saves */
 	/* mlx5 direct backend: doorbells rung (one per batch), lone WQEs written whole through
 	 * BlueFlame, CQEs that named no outstanding WQE (stale, dropped), and stale CQEs
 	 * discarded at a QP reset (rdma-core leaves a direct CQ to its owner). */

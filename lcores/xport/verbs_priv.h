@@ -51,6 +51,15 @@
 
 #define RECV_TAG	 (1ull << 63) /* wr_id of a receive: never a post sequence number */
 #define RESYNC_RESEND_NS (100ull * 1000 * 1000)
+/*
+ * A drain waits for the receive queue's flush too: the flushes say the QP's responder has run
+ * in the error state and let go of what the peer sent before. Resetting a QP whose responder
+ * is still at work is what soft-RoCE (Linux 6.1's rxe) does not survive: the restarted QP
+ * reads RTS yet drops every request the peer sends it (seen in the rdma suite's crossed
+ * resync under load: the peer's replays retried to RETRY_EXC, resync after resync). A
+ * provider that never flushes receives is waited for this long, then the drain goes on.
+ */
+#define RQ_DRAIN_NS (250ull * 1000 * 1000)
 
 struct mr_ent {
 	uintptr_t base;
@@ -209,11 +218,12 @@ struct kvl_verbs_conn {
 	/* Resync (see enum phase). Requests the QP flushed stay in [done_seq, post_seq) and
 	 * are posted again once both ends run: RDMA WRITE and READ may run twice unharmed. */
 	enum phase phase;
-	uint64_t flush_end;    /* seq + 1 of the newest error or flush CQE of this drain */
-	bool resp_pending;     /* the peer's REQ came: answer it once drained */
-	uint32_t peer_new_psn; /* its fresh PSN */
-	uint32_t my_new_psn;   /* PH_WAIT: the PSN our REQ offers */
-	bool ack_due;	       /* an ACK to send: ack_psn, echoing ack_echo */
+	uint64_t flush_end;	    /* seq + 1 of the newest error or flush CQE of this drain */
+	uint64_t rq_drain_deadline; /* PH_DRAIN: when to stop waiting for the receive flushes */
+	bool resp_pending;	    /* the peer's REQ came: answer it once drained */
+	uint32_t peer_new_psn;	    /* its fresh PSN */
+	uint32_t my_new_psn;	    /* PH_WAIT: the PSN our REQ offers */
+	bool ack_due;		    /* an ACK to send: ack_psn, echoing ack_echo */
 	uint32_t ack_psn, ack_echo;
 	bool answered; /* the last REQ we restarted for: a repeat gets the same ACK */
 	uint64_t wait_deadline, next_req_ns, resync_timeout_ns;

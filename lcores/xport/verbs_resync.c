@@ -45,9 +45,21 @@ static void answer(struct kvl_verbs_conn *c, uint32_t my_psn, uint32_t their_psn
 	restart(c, my_psn, their_psn);
 }
 
+/* Every receive the QP held came back flushed (RQ_DRAIN_NS says why it matters), or the
+ * provider took too long to flush them. */
+static bool rq_drained(struct kvl_verbs_conn *c)
+{
+	if (c->rq_posted == 0)
+		return true;
+	if (kvl_now_ns() < c->rq_drain_deadline)
+		return false;
+	c->stats.rq_drain_timeouts++;
+	return true;
+}
+
 unsigned kvl_verbs_resync_step(struct kvl_verbs_conn *c)
 {
-	if (c->phase == PH_DRAIN && c->flush_end >= c->nic_end) {
+	if (c->phase == PH_DRAIN && c->flush_end >= c->nic_end && rq_drained(c)) {
 		/* Everything the QP held came back: ask the peer, or answer its REQ. */
 		if (c->resp_pending) {
 			answer(c, kvl_verbs_random_psn(), c->peer_new_psn);

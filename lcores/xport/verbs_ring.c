@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "verbs_priv.h"
 
 /*
@@ -71,6 +72,7 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 		return;
 	c->phase = PH_DRAIN;
 	c->flush_end = c->done_seq;
+	c->rq_drain_deadline = kvl_now_ns() + RQ_DRAIN_NS;
 }
 
 /*
@@ -126,7 +128,9 @@ void kvl_verbs_on_recv(struct kvl_verbs_conn *c, uint64_t wr_id, enum ibv_wc_sta
 			c->stats.notes++;
 		}
 	}
-	kvl_verbs_post_recvs(c);
+	/* Draining: what is posted must come back flushed (rq_drained); a restart refills. */
+	if (c->phase == PH_RUN)
+		kvl_verbs_post_recvs(c);
 }
 
 unsigned kvl_verbs_notes(struct kvl_verbs_conn *c, struct kvl_note *out, unsigned max)
