@@ -116,6 +116,9 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 			 s->name);
 		return -22;
 	}
+	/* a step's end is waited for asleep, not spun on: the CPU column counts what the work
+	 * needs, in every mode alike */
+	CKR(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
 	CKR(cudaSetDevice(0));
 	CKR(cudaGetDeviceProperties(&pr, 0));
 	sm_count = pr.multiProcessorCount;
