@@ -46,7 +46,7 @@ struct opts {
 	bool synthetic;
 	double link_gbps, prefill_tok_s, slo_ttft_ms;
 	unsigned prefill_gpus, max_batch;
-	uint64_t budget_mb, host_mb;
+	uint64_t budget_mb, host_mb, weight_mb;
 	int eal_argc;
 	char **eal_argv;
 	bool plot, quiet;
@@ -309,6 +309,26 @@ static int prefill_process(int fd, int stats_fd)
 
 static _Atomic uint64_t host_pending;
 
+/* The request's KV into its cache blocks, a run of adjacent blocks at a time: from the socket's
+ * host buffer (tcp), or the pattern written in place (resident). Request offsets are layer-major,
+ * as the blocks are: block k is at k x block bytes. */
+static void copy_runs(struct rq *r)
+{
+	uint32_t n = shape.layers * r->nb;
+
+	for (uint32_t k = 0, e; k < n; k = e) {
+		uint8_t *dst = be->cache() + (uint64_t)r->cblk[k] * bb;
+		uint64_t off = (uint64_t)k * bb;
+
+		for (e = k + 1; e < n && r->cblk[e] == r->cblk[e - 1] + 1; e++)
+			;
+		if (r->hostbuf)
+			be->upload(dst, r->hostbuf + off, (uint64_t)(e - k) * bb);
+		else
+			be->fill(dst, (uint64_t)(e - k) * bb, r->key, off);
+	}
+}
+
 /* The decode side's receiver: each request's KV into host memory, then an ack. */
 static void *receiver(void *arg)
 {
@@ -338,9 +358,25 @@ static void *receiver(void *arg)
 		}
 		atomic_fetch_add(&host_pending, h.bytes);
 		R.moved_bytes += h.bytes;
-		atomic_store(&r->at_prefill, 1);
 		if (send_all(fd, &h.id, sizeof(h.id)) < 0)
 			exit(1);
+		/* the CPU copies it into VRAM on this thread, once the cache has room: the decode
+		 * loop goes on meanwhile (the baseline's copy does not stall its batch) */
+		if (shape.layers * r->nb > cpool.cap) {
+			atomic_store(&r->at_prefill, -1);
+		} else {
+			while (!pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
+				struct timespec ts = { 0, 200000 };
+
+				r->delayed = true;
+				nanosleep(&ts, NULL);
+			}
+			copy_runs(r);
+			atomic_store(&r->at_prefill, 1);
+		}
+		free(r->hostbuf);
+		r->hostbuf = NULL;
+		atomic_fetch_sub(&host_pending, h.bytes);
 	}
 	return NULL;
 }
@@ -476,31 +512,22 @@ static int admit(struct rq *r)
 	}
 	if (n_slot_free == 0)
 		return 0;
-	if (!pool_take(&cpool, n, r->cblk)) {
+	/* tcp: the receiver took the blocks and copied the KV in already */
+	if (cur_mode != M_TCP && !pool_take(&cpool, n, r->cblk)) {
 		if (!r->delayed)
 			R.delayed++;
 		r->delayed = true;
 		return 0;
 	}
+	if (cur_mode == M_TCP && r->delayed)
+		R.delayed++;
 	r->slot = slot_free[--n_slot_free];
 	if (own) {
-		for (uint32_t l = 0; l < shape.layers; l++) {
-			void **a = cache_addrs(r, l);
-
-			for (uint32_t b = 0; b < r->nb; b++) {
-				if (cur_mode == M_TCP)
-					be->upload(a[b], r->hostbuf + kv_off(r, l, b), bb);
-				else
-					be->fill(a[b], bb, r->key, kv_off(r, l, b));
-			}
-			if (landed(r, l, l + 1, a) < 0)
+		if (cur_mode == M_RESIDENT)
+			copy_runs(r); /* "already in VRAM": written in place, nothing moved */
+		for (uint32_t l = 0; l < shape.layers; l++)
+			if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
 				return -1;
-		}
-		if (r->hostbuf) {
-			free(r->hostbuf);
-			r->hostbuf = NULL;
-			atomic_fetch_sub(&host_pending, r->bytes);
-		}
 		return 1;
 	}
 	r->st = R_LANDING;
@@ -782,10 +809,27 @@ static int run_mode(enum mode m, const char *tag)
 		pthread_create(&th, NULL, tier_filler, NULL);
 	sleep_until(0);
 
-	for (unsigned head = 0; done + R.refused < tr.n;) {
+	for (unsigned head = 0, seen = 0; done + R.refused < tr.n;) {
 		struct rq *batch[1024];
-		unsigned nb = 0;
+		unsigned nb = 0, moved;
 		double t;
+		static double last_move;
+
+		/* a run that stops moving says where it stands instead of hanging its caller */
+		moved = done + R.refused + head;
+		for (unsigned i = 0; i < tr.n; i++)
+			moved += rq[i].landed + rq[i].ntok + (atomic_load(&rq[i].at_prefill) != 0);
+		if (moved != seen || last_move == 0) {
+			seen = moved;
+			last_move = now_s();
+		} else if (now_s() - last_move > 60 &&
+			   (head == tr.n || rq[order[head]].prefill_done + 60 < now_s())) {
+			fprintf(stderr,
+				"\nserve-bench: %s: nothing moved for 60 s: %u done, %u refused, "
+				"head %u of %u, %u cache blocks free of %u\n",
+				mode_name[m], done, R.refused, head, tr.n, cpool.n, cpool.cap);
+			return 1;
+		}
 
 		/* admission, in the order prefills finish (head of line waits for memory) */
 		while (head < tr.n) {
@@ -1072,6 +1116,7 @@ static void usage(const char *p)
 		"tcp,single,dual,resident\n"
 		"  --link-gbps G (100; 0: no pacing)  --prefill-tok-s T  --prefill-gpus N  "
 		"--max-batch N\n"
+		"  --weight-mb M (weights read per step; default the preset's)\n"
 		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
 		"auto|cpu|gpu\n"
 		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n",
@@ -1216,33 +1261,20 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "trace", 1, 0, 't' },
-		{ "synthetic", 0, 0, 'S' },
-		{ "rate", 1, 0, 'r' },
-		{ "input-median", 1, 0, 'I' },
-		{ "input-sigma", 1, 0, 'G' },
-		{ "output-len", 1, 0, 'O' },
-		{ "seed", 1, 0, 's' },
-		{ "time-scale", 1, 0, 'T' },
-		{ "max-requests", 1, 0, 'n' },
-		{ "max-input", 1, 0, 'x' },
-		{ "preset", 1, 0, 'p' },
-		{ "modes", 1, 0, 'm' },
-		{ "link-gbps", 1, 0, 'l' },
-		{ "prefill-tok-s", 1, 0, 'P' },
-		{ "prefill-gpus", 1, 0, 'g' },
-		{ "max-batch", 1, 0, 'b' },
-		{ "kv-budget-mb", 1, 0, 'B' },
-		{ "host-mb", 1, 0, 'H' },
-		{ "slo-ttft-ms", 1, 0, 'L' },
-		{ "sweep", 1, 0, 'W' },
-		{ "backend", 1, 0, 'k' },
-		{ "idle", 1, 0, 'i' },
-		{ "out", 1, 0, 'o' },
-		{ "no-plot", 0, 0, 'N' },
-		{ "quiet", 0, 0, 'q' },
-		{ "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "trace", 1, 0, 't' },	       { "synthetic", 0, 0, 'S' },
+		{ "rate", 1, 0, 'r' },	       { "input-median", 1, 0, 'I' },
+		{ "input-sigma", 1, 0, 'G' },  { "output-len", 1, 0, 'O' },
+		{ "seed", 1, 0, 's' },	       { "time-scale", 1, 0, 'T' },
+		{ "max-requests", 1, 0, 'n' }, { "max-input", 1, 0, 'x' },
+		{ "preset", 1, 0, 'p' },       { "modes", 1, 0, 'm' },
+		{ "link-gbps", 1, 0, 'l' },    { "prefill-tok-s", 1, 0, 'P' },
+		{ "prefill-gpus", 1, 0, 'g' }, { "max-batch", 1, 0, 'b' },
+		{ "kv-budget-mb", 1, 0, 'B' }, { "host-mb", 1, 0, 'H' },
+		{ "slo-ttft-ms", 1, 0, 'L' },  { "sweep", 1, 0, 'W' },
+		{ "backend", 1, 0, 'k' },      { "idle", 1, 0, 'i' },
+		{ "out", 1, 0, 'o' },	       { "no-plot", 0, 0, 'N' },
+		{ "weight-mb", 1, 0, 'w' },    { "quiet", 0, 0, 'q' },
+		{ "help", 0, 0, 'h' },	       { 0, 0, 0, 0 },
 	};
 	const struct sb_shape *ps;
 	char err[1024], p[600];
@@ -1336,6 +1368,9 @@ int main(int argc, char **argv)
 		case 'N':
 			o.plot = false;
 			break;
+		case 'w':
+			o.weight_mb = strtoull(optarg, NULL, 0);
+			break;
 		case 'q':
 			o.quiet = true;
 			break;
@@ -1359,6 +1394,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	shape = *ps;
+	if (o.weight_mb) /* the preset's KV shape with another weight traffic per step */
+		shape.weight_bytes = o.weight_mb << 20;
 	bb = sb_block_bytes(&shape);
 	if (o.prefill_tok_s <=
 	    0) /* a stated model: 2 FLOP per parameter per token at 400 TFLOP/s */

@@ -22,15 +22,18 @@
 #define SPLITS_MAX 32
 
 static struct sb_shape sh;
-static unsigned n_slots, groups;
+static unsigned n_slots, groups, passes, units; /* units = groups x passes */
 static uint32_t max_blk;
 static uint8_t *cache, *wbuf;
-static __nv_bfloat16 *q;   /* [layer][group][32][128] */
-static __nv_bfloat16 *out; /* [slot][layer][group][32][128] */
+/* The kernel takes 4 query heads per KV head: a preset with more (70B: 8) runs it once per 4
+ * (a pass), each with its own queries over the same KV. */
+static __nv_bfloat16 *q;   /* [layer][group][pass][32][128] */
+static __nv_bfloat16 *out; /* [slot][layer][group][pass][32][128] */
 static uint64_t *tab;	   /* [slot][layer][group][max_blk]: device addresses */
 static uint64_t *htab;	   /* a host copy for one (slot, layer) */
 static float *po, *pml;
 static unsigned long long *dbad, *dsink;
+static uint64_t *dver; /* verify's block addresses and offsets: 2 x max_blk */
 static cudaStream_t st;
 static cudaEvent_t e0, e1;
 static int sm_count;
@@ -107,8 +110,10 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	n_slots = slots;
 	max_blk = max_blocks;
 	groups = sb_groups(s);
-	if (sb_group_heads(s) != ATT_KVH || s->head_dim != ATT_HD ||
-	    s->q_heads / s->kv_heads != ATT_GROUP) {
+	passes = s->q_heads / s->kv_heads / ATT_GROUP;
+	units = groups * passes;
+	if (sb_group_heads(s) != ATT_KVH || s->head_dim != ATT_HD || passes == 0 ||
+	    s->q_heads != s->kv_heads * ATT_GROUP * passes) {
 		snprintf(err, errlen,
 			 "GPU backend: preset %s is not the kernel's shape (8-head units of dim "
 			 "128, "
@@ -144,7 +149,7 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 		return -12;
 	}
 	CKR(cudaMemset(wbuf, 1, s->weight_bytes));
-	nq = (size_t)s->layers * groups * ATT_QH * ATT_HD;
+	nq = (size_t)s->layers * units * ATT_QH * ATT_HD;
 	CKR(cudaMalloc(&q, nq * 2));
 	CKR(cudaMalloc(&out, (size_t)slots * nq * 2));
 	CKR(cudaMemset(out, 0, (size_t)slots * nq * 2));
@@ -153,6 +158,7 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	CKR(cudaMalloc(&po, (size_t)ATT_QH * SPLITS_MAX * ATT_HD * 4));
 	CKR(cudaMalloc(&pml, (size_t)ATT_QH * SPLITS_MAX * 2 * 4));
 	CKR(cudaMalloc(&dbad, 8));
+	CKR(cudaMalloc(&dver, (size_t)max_blocks * 16));
 	CKR(cudaMalloc(&dsink, 8));
 	sb_q_kernel<<<256, 256, 0, st>>>(q, nq, seed);
 	CKR(cudaStreamSynchronize(st));
@@ -173,24 +179,29 @@ static int gpu_upload(void *dst, const void *src, uint64_t len)
 
 static int gpu_fill(void *dst, uint64_t len, uint64_t h, uint64_t off)
 {
-	sb_fill_kernel<<<64, 256, 0, st>>>((uint64_t *)dst, len / 8, h, off / 8);
-	CKR(cudaStreamSynchronize(st));
+	cudaStream_t fs; /* its own stream: the tcp receiver's thread and the loop's are apart */
+
+	CKR(cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking));
+	sb_fill_kernel<<<1024, 256, 0, fs>>>((uint64_t *)dst, len / 8, h, off / 8);
+	CKR(cudaStreamSynchronize(fs));
+	CKR(cudaStreamDestroy(fs));
 	return 0;
 }
 
 static uint64_t gpu_verify(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
 			   uint64_t h)
 {
-	uint64_t *d, bad = 0;
+	uint64_t bad = 0;
 
-	CKR(cudaMalloc(&d, (size_t)n * 16));
-	CKR(cudaMemcpyAsync(d, blk, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaMemcpyAsync(d + n, off, (size_t)n * 8, cudaMemcpyHostToDevice, st));
+	if (n > max_blk)
+		return (uint64_t)n * len; /* cannot check: counted as bad */
+	CKR(cudaMemcpyAsync(dver, blk, (size_t)n * 8, cudaMemcpyHostToDevice, st));
+	CKR(cudaMemcpyAsync(dver + max_blk, off, (size_t)n * 8, cudaMemcpyHostToDevice, st));
 	CKR(cudaMemsetAsync(dbad, 0, 8, st));
-	sb_verify_kernel<<<n < 1024 ? n : 1024, 256, 0, st>>>(d, d + n, n, len / 8, h, dbad);
+	sb_verify_kernel<<<n < 1024 ? n : 1024, 256, 0, st>>>(dver, dver + max_blk, n, len / 8, h,
+							       dbad);
 	CKR(cudaMemcpyAsync(&bad, dbad, 8, cudaMemcpyDeviceToHost, st));
 	CKR(cudaStreamSynchronize(st));
-	CKR(cudaFree(d));
 	return bad;
 }
 
@@ -226,12 +237,12 @@ static void gpu_attn(unsigned slot, uint32_t layer, uint32_t nblk)
 	/* splits from the length alone: the same request computes the same way in every mode */
 	int splits = nblk < SPLITS_MAX ? (int)nblk : SPLITS_MAX;
 
-	for (unsigned g = 0; g < groups; g++) {
+	for (unsigned k = 0; k < units; k++) {
 		struct att_args a;
-		size_t u = ((size_t)slot * sh.layers + layer) * groups + g;
+		size_t u = ((size_t)slot * sh.layers + layer) * units + k;
 
-		a.q = q + ((size_t)layer * groups + g) * ATT_QH * ATT_HD;
-		a.table = tab + u * max_blk;
+		a.q = q + ((size_t)layer * units + k) * ATT_QH * ATT_HD;
+		a.table = tab + (((size_t)slot * sh.layers + layer) * groups + k / passes) * max_blk;
 		a.nblk = (int)nblk;
 		a.splits = splits;
 		a.part_o = po;
@@ -256,7 +267,7 @@ static double gpu_step_end(void)
 
 static uint64_t gpu_out_hash(unsigned slot)
 {
-	size_t n = (size_t)sh.layers * groups * ATT_QH * ATT_HD;
+	size_t n = (size_t)sh.layers * units * ATT_QH * ATT_HD;
 	uint16_t *h = (uint16_t *)malloc(n * 2);
 	uint64_t x = 1469598103934665603ull;
 
@@ -278,6 +289,7 @@ static void gpu_fini(void)
 	cudaFreeHost(htab);
 	cudaFree(po);
 	cudaFree(pml);
+	cudaFree(dver);
 }
 
 extern "C" const struct sb_backend kvl_sb_gpu = {
