@@ -46,7 +46,7 @@ struct opts {
 	bool synthetic;
 	double link_gbps, prefill_tok_s, slo_ttft_ms;
 	unsigned prefill_gpus, max_batch;
-	uint64_t budget_mb, host_mb, weight_mb;
+	uint64_t budget_mb, host_mb, weight_mb, window_mb;
 	int eal_argc;
 	char **eal_argv;
 	bool plot, quiet;
@@ -65,7 +65,8 @@ static struct opts o = {
 	.prefill_gpus = 4,
 	.max_batch = 32,
 	.budget_mb = 65536,
-	.host_mb = 32768,
+	.host_mb = 16384,
+	.window_mb = 8192,
 	.plot = true,
 };
 static struct sb_shape shape;
@@ -169,6 +170,7 @@ static uint8_t *tier_base;
 static uint32_t tier_seg;
 static struct kvl_runtime *rt;
 static FILE *vram_log;
+static uint64_t staging_mb; /* kvlane's window: --window-mb, or the largest request (single) */
 
 static uint64_t req_key(uint32_t id)
 {
@@ -543,17 +545,9 @@ static void finish(struct rq *r)
 	R.used_bytes += r->bytes;
 	if (r->st == R_DONE)
 		R.twice++;
-	if (cur_mode == M_SINGLE || cur_mode == M_DUAL) {
-		uint32_t steps = cur_mode == M_DUAL ? shape.layers : 1;
-
-		for (uint32_t s = 0; s < steps; s++)
-			while (kvl_req_step_done(rt, r->h, s) == -EAGAIN)
-				;
-		/* its staging is given back at the DONE event */
-	} else {
-		pool_give(&cpool, r->cblk, shape.layers * r->nb);
-		slot_free[n_slot_free++] = r->slot;
-	}
+	/* single/dual: every step was DONE as it landed; the DONE event gives the tier back */
+	pool_give(&cpool, r->cblk, shape.layers * r->nb);
+	slot_free[n_slot_free++] = r->slot;
 	r->st = R_DONE;
 	R.completed++;
 }
@@ -570,25 +564,39 @@ static void poll_events(void)
 			if (ev[i].type == KVL_REQ_EV_STEP_READY) {
 				uint32_t l0 = cur_mode == M_DUAL ? ev[i].step : 0,
 					 l1 = cur_mode == M_DUAL ? l0 + 1 : shape.layers;
-				void **a = malloc((size_t)(l1 - l0) * r->nb * sizeof(void *));
+				void **a = malloc((size_t)r->nb * sizeof(void *));
+				int rc;
 
-				for (uint32_t k = 0; k < (l1 - l0) * r->nb; k++)
-					if (kvl_req_block_addr(rt, r->h, l0 * r->nb + k, &a[k]) <
-					    0) {
-						fprintf(stderr,
-							"serve-bench: block %u of request %u "
-							"READY with no address\n",
-							k, r->id);
+				/* each layer from kvlane's staging window into the KV cache,
+				 * checked there (the bytes decode reads), then the step DONE: its
+				 * window room goes to the next layers */
+				for (uint32_t l = l0; l < l1; l++) {
+					for (uint32_t b = 0; b < r->nb; b++)
+						if (kvl_req_block_addr(rt, r->h, l * r->nb + b,
+								       &a[b]) < 0) {
+							fprintf(stderr,
+								"serve-bench: block %u of request "
+								"%u "
+								"READY with no address\n",
+								l * r->nb + b, r->id);
+							exit(1);
+						}
+					be->gather(cache_addrs(r, l), a, r->nb, bb);
+					if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
 						exit(1);
-					}
-				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
-				if (landed(r, l0, l1, a) < 0)
+				}
+				while ((rc = kvl_req_step_done(rt, r->h, ev[i].step)) == -EAGAIN)
+					;
+				if (rc < 0) {
+					fprintf(stderr,
+						"serve-bench: step %u of request %u DONE: %s\n",
+						ev[i].step, r->id, strerror(-rc));
 					exit(1);
+				}
+				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
 				free(a);
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {
-				pool_give(&cpool, r->cblk, shape.layers * r->nb);
 				pool_give(&tpool, r->tblk, shape.layers * r->nb);
-				slot_free[n_slot_free++] = r->slot;
 				r->ended = true;
 			} else {
 				fprintf(stderr, "serve-bench: request %u FAILED: %s\n", r->id,
@@ -620,6 +628,7 @@ static int write_ini(const char *path)
 {
 	FILE *f = fopen(path, "w");
 	bool gpu = be->device;
+	/* blocks over all open requests: as many as the KV cache holds (admission's bound) */
 	uint64_t slots = (o.budget_mb << 20) / bb;
 
 	if (f == NULL)
@@ -629,8 +638,8 @@ static int write_ini(const char *path)
 		"transport = tcp\n[sched]\nstaging_mb = %llu\nbudget_mb = %llu\nslot_kb = %u\n"
 		"window_min_kb = %u\nwindow_max_mb = %llu\nmax_blocks = %llu\nmax_requests = %u\n"
 		"tier = true\ntier_rate_mbps = %llu\nstaging = %s\n",
-		o.idle, (unsigned long long)o.budget_mb, (unsigned long long)o.budget_mb, bb >> 10,
-		(bb >> 10) < 4 ? 4 : bb >> 10, (unsigned long long)o.budget_mb,
+		o.idle, (unsigned long long)staging_mb, (unsigned long long)staging_mb, bb >> 10,
+		(bb >> 10) < 4 ? 4 : bb >> 10, (unsigned long long)staging_mb,
 		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
 		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
 		gpu ? "gpu" : "host");
@@ -784,9 +793,15 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 	}
-	if (be->init(&shape, o.max_batch, max_nb,
-		     m == M_TCP || m == M_RESIDENT ? cache_blocks * bb : 0, o.sy.seed, err,
-		     sizeof(err)) < 0) {
+	{
+		uint64_t mx = (uint64_t)max_nb * shape.layers * bb;
+
+		staging_mb = (mx + (1u << 20) - 1) >> 20;
+		if (staging_mb < o.window_mb)
+			staging_mb = o.window_mb;
+	}
+	if (be->init(&shape, o.max_batch, max_nb, cache_blocks * bb, o.sy.seed, err, sizeof(err)) <
+	    0) {
 		fprintf(stderr, "serve-bench: %s\n", err);
 		return 1;
 	}
@@ -802,7 +817,7 @@ static int run_mode(enum mode m, const char *tag)
 	snprintf(p, sizeof(p), "%s/%s-%s.vram.csv", o.out, tag, mode_name[m]);
 	vram_log = fopen(p, "w");
 	if (vram_log)
-		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes\n");
+		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes,landing_bytes\n");
 	if (m == M_TCP)
 		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
 	else if (m != M_RESIDENT)
@@ -879,15 +894,17 @@ static int run_mode(enum mode m, const char *tag)
 		R.busy_s += be->step_end();
 		t = now_s();
 		if (vram_log) {
-			double window = 0, in = 0;
+			double landing = 0;
 
 			for (unsigned i = 0; i < tr.n; i++)
-				if (rq[i].st == R_LANDING || rq[i].st == R_ACTIVE) {
-					window += rq[i].bytes;
-					in += (double)rq[i].landed * rq[i].nb * bb;
-				}
-			fprintf(vram_log, "%.6f,%llu,%.0f,%.0f\n", t,
-				(unsigned long long)(o.budget_mb << 20), window, in);
+				if (rq[i].st == R_LANDING)
+					landing +=
+						rq[i].bytes - (double)rq[i].landed * rq[i].nb * bb;
+			fprintf(vram_log, "%.6f,%llu,%llu,%.0f,%.0f\n", t,
+				(unsigned long long)(o.budget_mb << 20),
+				(unsigned long long)(m == M_SINGLE || m == M_DUAL ? staging_mb << 20
+										  : 0),
+				used_bytes_now(), landing);
 		}
 		for (unsigned k = 0; k < nb; k++) {
 			struct rq *r = batch[k];
@@ -1117,6 +1134,8 @@ static void usage(const char *p)
 		"  --link-gbps G (100; 0: no pacing)  --prefill-tok-s T  --prefill-gpus N  "
 		"--max-batch N\n"
 		"  --weight-mb M (weights read per step; default the preset's)\n"
+		"  --window-mb M (kvlane's staging window, single/dual; at least the largest "
+		"request)\n"
 		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
 		"auto|cpu|gpu\n"
 		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n",
@@ -1150,7 +1169,8 @@ static void params_json(FILE *f)
 		"{\"preset\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
 		"\"q_heads\": %u, \"block_tokens\": %u, \"block_bytes\": %u, "
 		"\"kv_bytes_per_token\": %u, "
-		"\"weight_bytes\": %llu, \"backend\": \"%s\", \"link_gbps\": %g, "
+		"\"weight_bytes\": %llu, \"backend\": \"%s\", \"link_gbps\": %g, \"window_mb\": "
+		"%llu, "
 		"\"prefill_tok_s\": %g, \"prefill_gpus\": %u, \"max_batch\": %u, \"kv_budget_mb\": "
 		"%llu, "
 		"\"host_mb\": %llu, \"slo_ttft_ms\": %g, \"trace\": \"%s\", \"synthetic\": %s, "
@@ -1165,12 +1185,12 @@ static void params_json(FILE *f)
 		"segment, pinned pool with a GPU), filled by a prefill thread\"}",
 		shape.name, shape.layers, shape.kv_heads, shape.head_dim, shape.q_heads,
 		SB_BLOCK_TOKENS, bb, bb / SB_BLOCK_TOKENS * shape.layers,
-		(unsigned long long)shape.weight_bytes, be->name, o.link_gbps, o.prefill_tok_s,
-		o.prefill_gpus, o.max_batch, (unsigned long long)o.budget_mb,
-		(unsigned long long)o.host_mb, o.slo_ttft_ms, o.trace ? o.trace : "",
-		o.synthetic ? "true" : "false", o.sy.rate, o.sy.input_median, o.sy.input_sigma,
-		o.sy.output, (unsigned long long)o.sy.seed, o.to.time_scale, o.to.max_requests,
-		o.to.max_input, tr.n, tr.clipped, o.idle);
+		(unsigned long long)shape.weight_bytes, be->name, o.link_gbps,
+		(unsigned long long)o.window_mb, o.prefill_tok_s, o.prefill_gpus, o.max_batch,
+		(unsigned long long)o.budget_mb, (unsigned long long)o.host_mb, o.slo_ttft_ms,
+		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
+		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
+		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle);
 }
 
 /* One run of every mode asked for on the current trace; -1 on a failed check. */
@@ -1261,20 +1281,35 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "trace", 1, 0, 't' },	       { "synthetic", 0, 0, 'S' },
-		{ "rate", 1, 0, 'r' },	       { "input-median", 1, 0, 'I' },
-		{ "input-sigma", 1, 0, 'G' },  { "output-len", 1, 0, 'O' },
-		{ "seed", 1, 0, 's' },	       { "time-scale", 1, 0, 'T' },
-		{ "max-requests", 1, 0, 'n' }, { "max-input", 1, 0, 'x' },
-		{ "preset", 1, 0, 'p' },       { "modes", 1, 0, 'm' },
-		{ "link-gbps", 1, 0, 'l' },    { "prefill-tok-s", 1, 0, 'P' },
-		{ "prefill-gpus", 1, 0, 'g' }, { "max-batch", 1, 0, 'b' },
-		{ "kv-budget-mb", 1, 0, 'B' }, { "host-mb", 1, 0, 'H' },
-		{ "slo-ttft-ms", 1, 0, 'L' },  { "sweep", 1, 0, 'W' },
-		{ "backend", 1, 0, 'k' },      { "idle", 1, 0, 'i' },
-		{ "out", 1, 0, 'o' },	       { "no-plot", 0, 0, 'N' },
-		{ "weight-mb", 1, 0, 'w' },    { "quiet", 0, 0, 'q' },
-		{ "help", 0, 0, 'h' },	       { 0, 0, 0, 0 },
+		{ "trace", 1, 0, 't' },
+		{ "synthetic", 0, 0, 'S' },
+		{ "rate", 1, 0, 'r' },
+		{ "input-median", 1, 0, 'I' },
+		{ "input-sigma", 1, 0, 'G' },
+		{ "output-len", 1, 0, 'O' },
+		{ "seed", 1, 0, 's' },
+		{ "time-scale", 1, 0, 'T' },
+		{ "max-requests", 1, 0, 'n' },
+		{ "max-input", 1, 0, 'x' },
+		{ "preset", 1, 0, 'p' },
+		{ "modes", 1, 0, 'm' },
+		{ "link-gbps", 1, 0, 'l' },
+		{ "prefill-tok-s", 1, 0, 'P' },
+		{ "prefill-gpus", 1, 0, 'g' },
+		{ "max-batch", 1, 0, 'b' },
+		{ "kv-budget-mb", 1, 0, 'B' },
+		{ "host-mb", 1, 0, 'H' },
+		{ "slo-ttft-ms", 1, 0, 'L' },
+		{ "sweep", 1, 0, 'W' },
+		{ "backend", 1, 0, 'k' },
+		{ "idle", 1, 0, 'i' },
+		{ "out", 1, 0, 'o' },
+		{ "no-plot", 0, 0, 'N' },
+		{ "window-mb", 1, 0, 'V' },
+		{ "weight-mb", 1, 0, 'w' },
+		{ "quiet", 0, 0, 'q' },
+		{ "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	const struct sb_shape *ps;
 	char err[1024], p[600];
@@ -1364,6 +1399,9 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			o.out = optarg;
+			break;
+		case 'V':
+			o.window_mb = strtoull(optarg, NULL, 0);
 			break;
 		case 'N':
 			o.plot = false;

@@ -69,6 +69,9 @@ struct sb_backend {
 	uint8_t *(*cache)(void);
 	/* the CPU copies host bytes into the cache (tcp) */
 	int (*upload)(void *dst, const void *src, uint64_t len);
+	/* @n blocks of @len bytes from @src[k] to @dst[k], inside the decode side's memory (the
+	 * scheduler's staging window into the KV cache) */
+	int (*gather)(void *const *dst, void *const *src, unsigned n, uint32_t len);
 	/* the pattern of key @h at request offset @off written in place (resident) */
 	int (*fill)(void *dst, uint64_t len, uint64_t h, uint64_t off);
 	/* @n blocks of @len bytes at @blk[k], request offset @off[k]: bytes unlike the pattern */

@@ -79,6 +79,13 @@ static int cpu_upload(void *dst, const void *src, uint64_t len)
 	return 0;
 }
 
+static int cpu_gather(void *const *dst, void *const *src, unsigned n, uint32_t len)
+{
+	for (unsigned k = 0; k < n; k++)
+		memcpy(dst[k], src[k], len);
+	return 0;
+}
+
 static int cpu_fill(void *dst, uint64_t len, uint64_t h, uint64_t off)
 {
 	uint64_t *w = dst;
@@ -212,6 +219,7 @@ const struct sb_backend kvl_sb_cpu = {
 	.init = cpu_init,
 	.cache = cpu_cache,
 	.upload = cpu_upload,
+	.gather = cpu_gather,
 	.fill = cpu_fill,
 	.verify = cpu_verify,
 	.table = cpu_table,

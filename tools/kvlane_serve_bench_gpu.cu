@@ -34,6 +34,7 @@ static uint64_t *htab;	   /* a host copy for one (slot, layer) */
 static float *po, *pml;
 static unsigned long long *dbad, *dsink;
 static uint64_t *dver; /* verify's block addresses and offsets: 2 x max_blk */
+static uint64_t *dgat; /* gather's destinations and sources: 2 x max_blk */
 static cudaStream_t st;
 static cudaEvent_t e0, e1;
 static int sm_count;
@@ -72,6 +73,16 @@ __global__ void sb_verify_kernel(const uint64_t *blk, const uint64_t *off, unsig
 	}
 	if (b)
 		atomicAdd(bad, b);
+}
+
+/* One CTA per block: staging window -> KV cache, 16 bytes a thread at a time. */
+__global__ void sb_gather_kernel(const uint64_t *dst, const uint64_t *src, uint32_t words16)
+{
+	uint4 *d = (uint4 *)dst[blockIdx.x];
+	const uint4 *s = (const uint4 *)src[blockIdx.x];
+
+	for (uint32_t i = threadIdx.x; i < words16; i += blockDim.x)
+		d[i] = s[i];
 }
 
 /* Reads @n 16-byte words of the weights (the decode step's weight traffic). */
@@ -139,6 +150,7 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 		CKR(cudaFuncGetAttributes(&fa, att_reduce_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_fill_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_verify_kernel));
+		CKR(cudaFuncGetAttributes(&fa, sb_gather_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_weights_kernel));
 	}
 	if (cudaMalloc(&wbuf, s->weight_bytes) != cudaSuccess ||
@@ -159,6 +171,7 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	CKR(cudaMalloc(&pml, (size_t)ATT_QH * SPLITS_MAX * 2 * 4));
 	CKR(cudaMalloc(&dbad, 8));
 	CKR(cudaMalloc(&dver, (size_t)max_blocks * 16));
+	CKR(cudaMalloc(&dgat, (size_t)max_blocks * 16));
 	CKR(cudaMalloc(&dsink, 8));
 	sb_q_kernel<<<256, 256, 0, st>>>(q, nq, seed);
 	CKR(cudaStreamSynchronize(st));
@@ -174,6 +187,17 @@ static uint8_t *gpu_cache(void)
 static int gpu_upload(void *dst, const void *src, uint64_t len)
 {
 	CKR(cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice));
+	return 0;
+}
+
+static int gpu_gather(void *const *dst, void *const *src, unsigned n, uint32_t len)
+{
+	if (n > max_blk)
+		return -22;
+	CKR(cudaMemcpyAsync(dgat, dst, (size_t)n * 8, cudaMemcpyHostToDevice, st));
+	CKR(cudaMemcpyAsync(dgat + max_blk, src, (size_t)n * 8, cudaMemcpyHostToDevice, st));
+	sb_gather_kernel<<<n, 256, 0, st>>>(dgat, dgat + max_blk, len / 16);
+	CKR(cudaStreamSynchronize(st)); /* the step's DONE follows: its staging may be reused */
 	return 0;
 }
 
@@ -290,9 +314,12 @@ static void gpu_fini(void)
 	cudaFree(po);
 	cudaFree(pml);
 	cudaFree(dver);
+	cudaFree(dgat);
 }
 
+/* in the order of struct sb_backend's fields (C++17 has no designated initialisers) */
 extern "C" const struct sb_backend kvl_sb_gpu = {
-	"gpu",	   true,	   gpu_init,	gpu_cache, gpu_upload,	 gpu_fill,     gpu_verify,
-	gpu_table, gpu_step_begin, gpu_weights, gpu_attn,  gpu_step_end, gpu_out_hash, gpu_fini,
+	"gpu",	    true,	    gpu_init,	 gpu_cache, gpu_upload,	  gpu_gather,	gpu_fill,
+	gpu_verify, gpu_table,	    gpu_step_begin, gpu_weights, gpu_attn,  gpu_step_end, gpu_out_hash,
+	gpu_fini,
 };

@@ -97,14 +97,16 @@ def main():
             continue
         fig, a = plt.subplots(figsize=(8, 4))
         t = [float(r["t_s"]) for r in rows]
-        for key, label in (("budget_bytes", "budget"), ("window_bytes", "window (open requests)"),
-                           ("in_use_bytes", "in use (landed)")):
+        for key, label in (("budget_bytes", "KV cache budget"),
+                           ("window_bytes", "kvlane staging window"),
+                           ("in_use_bytes", "KV cache in use"),
+                           ("landing_bytes", "still to land (open requests)")):
             a.plot(t, [float(r[key]) / 2**30 for r in rows], label=label)
         a.set_xlabel("time (s)")
         a.set_ylabel("GiB")
         a.grid(alpha=0.3)
         a.legend()
-        a.set_title("dual: KV budget, window and in use")
+        a.set_title("dual: KV budget, window, in use and still to land")
         fig.tight_layout()
         written.append(os.path.join(out, "dual_vram.png"))
         fig.savefig(written[-1], dpi=110)

@@ -26,7 +26,8 @@ MODES = ["tcp", "single", "dual", "resident"]
 # tiny: 2 layers x 2 KV heads x 64, 16-token blocks of 8 KiB; a 4 MiB KV budget holds 512
 # blocks, so the longest prompts (clipped at 2048 tokens = 256 blocks) wait for memory
 TOOL = ["--preset", "tiny", "--backend", "cpu", "--kv-budget-mb", "4", "--host-mb", "8",
-        "--max-batch", "4", "--link-gbps", "1", "--idle", "yield", "--quiet"]
+        "--max-batch", "4", "--window-mb", "2", "--link-gbps", "1", "--idle", "yield",
+        "--quiet"]
 
 
 class Ctx(h.Ctx):
