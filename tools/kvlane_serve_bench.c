@@ -260,21 +260,60 @@ static int recv_all(int fd, void *p, size_t n)
 
 /* The prefill process: each prompt's KV, once its prefill is over, pattern-filled and sent
  * over the kernel socket at the link rate; the acks (control, same connection) read last. */
+/* The prefill process's fill thread: each request's KV, pattern-filled in order up to
+ * LOOKAHEAD requests ahead of the sender (the bytes a prefill leaves behind; filling them is
+ * the model's work, not the link's, so it runs beside the sending). */
+#define LOOKAHEAD 3
+static uint64_t *_Atomic *pbuf;
+static _Atomic unsigned psent;
+
+static void *prefill_fill(void *arg)
+{
+	(void)arg;
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		uint64_t *b;
+
+		while (k >= atomic_load(&psent) + LOOKAHEAD) {
+			struct timespec ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+		}
+		b = malloc(r->bytes);
+		if (b == NULL)
+			exit(1);
+		for (uint64_t i = 0; i < r->bytes / 8; i++)
+			b[i] = sb_pat_word(r->key, i);
+		atomic_store(&pbuf[k], b);
+	}
+	return NULL;
+}
+
+/* The prefill process: each prompt's KV, once its prefill is over, sent over the kernel
+ * socket at the link rate; the acks (control, same connection) read last. */
 static int prefill_process(int fd, int stats_fd)
 {
-	uint64_t *buf = aligned_alloc(64, CHUNK);
 	struct kvl_pace pace;
 	uint64_t sent = 0, busy_ns = 0;
+	pthread_t th;
 
 	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
+	pbuf = calloc(tr.n, sizeof(*pbuf));
+	pthread_create(&th, NULL, prefill_fill, NULL);
 	if (o.link_gbps > 0)
 		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct rq *r = &rq[order[k]];
 		struct hdr h = { HDR_MAGIC, r->id, r->bytes };
+		const uint8_t *buf;
 		uint64_t a;
 
 		sleep_until(r->prefill_done);
+		while ((buf = (const uint8_t *)atomic_load(&pbuf[k])) == NULL) {
+			struct timespec ts = { 0, 100000 };
+
+			nanosleep(&ts, NULL);
+		}
 		a = kvl_now_ns();
 		if (send_all(fd, &h, sizeof(h)) < 0)
 			return 1;
@@ -282,8 +321,6 @@ static int prefill_process(int fd, int stats_fd)
 		for (uint64_t off = 0; off < r->bytes; off += CHUNK) {
 			uint32_t n = r->bytes - off < CHUNK ? (uint32_t)(r->bytes - off) : CHUNK;
 
-			for (uint32_t i = 0; i < n / 8; i++)
-				buf[i] = sb_pat_word(r->key, off / 8 + i);
 			if (o.link_gbps > 0)
 				while (!kvl_pace_take(&pace, n, kvl_now_ns())) {
 					uint64_t w = kvl_pace_wait_ns(&pace, kvl_now_ns());
@@ -292,13 +329,16 @@ static int prefill_process(int fd, int stats_fd)
 
 					nanosleep(&ts, NULL);
 				}
-			a = kvl_now_ns(); /* the socket's time only: not the fill, not the pacing */
-			if (send_all(fd, buf, n) < 0)
+			a = kvl_now_ns(); /* the socket's time only, not the pacing */
+			if (send_all(fd, buf + off, n) < 0)
 				return 1;
 			busy_ns += kvl_now_ns() - a;
 		}
+		free((void *)buf);
+		atomic_fetch_add(&psent, 1);
 		sent += r->bytes;
 	}
+	pthread_join(th, NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
 		uint32_t ack;
 
@@ -396,7 +436,7 @@ static void *tier_filler(void *arg)
 		struct rq *r = &rq[order[k]];
 		uint32_t n = shape.layers * r->nb;
 
-		sleep_until(r->prefill_done);
+		/* filled ahead as the tier has room: admission also waits for prefill_done */
 		if (n > tpool.cap) {
 			atomic_store(&r->at_prefill, -1); /* larger than the whole tier */
 			continue;
@@ -849,9 +889,11 @@ static int run_mode(enum mode m, const char *tag)
 		/* admission, in the order prefills finish (head of line waits for memory) */
 		while (head < tr.n) {
 			struct rq *r = &rq[order[head]];
-			int at = m == M_RESIDENT ? (now_s() >= r->prefill_done)
-						 : atomic_load(&r->at_prefill);
+			int at = m == M_RESIDENT ? 1 : atomic_load(&r->at_prefill);
 			int a;
+
+			if (at > 0 && now_s() < r->prefill_done)
+				break; /* filled ahead; its prefill is not over yet */
 
 			if (at < 0) {
 				r->st = R_REFUSED;
