@@ -5,8 +5,14 @@
 # the 32x32x128 shape briefly. Run there from the repository root:
 #   sh tools/kvlane_serve_bench_h200.sh CARRY_DIR   (CARRY_DIR from tools/gpu-carry.sh, with
 #   bin/kvlane-serve-bench and bin/iperf3)
-# What comes back under $OUT: results.json/.csv and the plots of the main run, the raw run's CSV.
+# What comes back under $OUT: results.json/.csv and the plots of the main run, the raw and
+# writeup runs' CSVs, the whole log (serve-h200.log); stdout ends with a summary of it.
 set -u
+if [ "${SERVE_H200_LOGGED:-}" = "" ]; then # everything into $OUT/serve-h200.log as well
+	mkdir -p "${OUT:-/tmp/serve-out}"
+	SERVE_H200_LOGGED=1 sh "$0" "$@" 2>&1 | tee "${OUT:-/tmp/serve-out}/serve-h200.log"
+	exit 0
+fi
 C=${1:-.carry-serve}
 OUT=${OUT:-/tmp/serve-out}
 W=/tmp/serve-bench
@@ -46,9 +52,5 @@ for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 done
 [ -f "$W/raw/results.csv" ] && cp "$W/raw/results.csv" "$OUT/raw-results.csv"
 [ -f "$W/wu/results.csv" ] && cp "$W/wu/results.csv" "$OUT/writeup-results.csv"
-# the main results again in the log (gzip + base64), for plots made elsewhere
-if [ -f "$W/main/results.json" ]; then
-	echo "== results.json.gz.b64 begin"
-	gzip -9c "$W/main/results.json" | base64 -w 120
-	echo "== results.json.gz.b64 end"
-fi
+echo "== summary"
+grep -E '^(== |rc=|\[ *[0-9]+\].*(sender|receiver)|\||.* requests, offered |outputs:|kvlane-serve-bench:|workload:|synthetic:|modelled:|serve-bench:)' "$OUT/serve-h200.log" | grep -v '^== summary'
