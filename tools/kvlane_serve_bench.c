@@ -372,6 +372,11 @@ static void copy_runs(struct rq *r)
 }
 
 /* The decode side's receiver: each request's KV into host memory, then an ack. */
+static unsigned *recv_order; /* request ids in the order the socket brought them */
+static _Atomic unsigned n_recv;
+
+/* The decode side's receiver: each request's KV from the socket into host memory, then an ack
+ * (control, same connection); the copy into VRAM is the uploader's, so the socket is read on. */
 static void *receiver(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -387,11 +392,11 @@ static void *receiver(void *arg)
 			exit(1);
 		}
 		r = &rq[h.id];
+		/* back-pressure: past --host-mb the socket fills and the sender waits */
 		while (atomic_load(&host_pending) > o.host_mb << 20) {
 			struct timespec ts = { 0, 200000 };
 
-			nanosleep(&ts,
-				  NULL); /* back-pressure: the socket fills, the sender waits */
+			nanosleep(&ts, NULL);
 		}
 		r->hostbuf = malloc(h.bytes);
 		if (r->hostbuf == NULL || recv_all(fd, r->hostbuf, h.bytes) < 0) {
@@ -402,8 +407,26 @@ static void *receiver(void *arg)
 		R.moved_bytes += h.bytes;
 		if (send_all(fd, &h.id, sizeof(h.id)) < 0)
 			exit(1);
-		/* the CPU copies it into VRAM on this thread, once the cache has room: the decode
-		 * loop goes on meanwhile (the baseline's copy does not stall its batch) */
+		recv_order[k] = h.id;
+		atomic_store(&n_recv, k + 1);
+	}
+	return NULL;
+}
+
+/* The CPU copies each received request into VRAM (its KV cache blocks) once the cache has
+ * room, in arrival order, beside the decode loop (the baseline's copy stalls no batch). */
+static void *uploader(void *arg)
+{
+	(void)arg;
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r;
+
+		while (atomic_load(&n_recv) <= k) {
+			struct timespec ts = { 0, 100000 };
+
+			nanosleep(&ts, NULL);
+		}
+		r = &rq[recv_order[k]];
 		if (shape.layers * r->nb > cpool.cap) {
 			atomic_store(&r->at_prefill, -1);
 		} else {
@@ -418,7 +441,7 @@ static void *receiver(void *arg)
 		}
 		free(r->hostbuf);
 		r->hostbuf = NULL;
-		atomic_fetch_sub(&host_pending, h.bytes);
+		atomic_fetch_sub(&host_pending, r->bytes);
 	}
 	return NULL;
 }
@@ -779,7 +802,7 @@ static int run_mode(enum mode m, const char *tag)
 	char err[1024], p[600];
 	uint64_t cache_blocks = (o.budget_mb << 20) / bb;
 	uint32_t max_nb = 0;
-	pthread_t th;
+	pthread_t th, th_up;
 	int lfd = -1, cfd = -1, stats[2] = { -1, -1 };
 	pid_t child = -1;
 	unsigned done = 0;
@@ -858,9 +881,11 @@ static int run_mode(enum mode m, const char *tag)
 	vram_log = fopen(p, "w");
 	if (vram_log)
 		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes,landing_bytes\n");
-	if (m == M_TCP)
+	if (m == M_TCP) {
+		recv_order = calloc(tr.n, sizeof(unsigned));
 		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
-	else if (m != M_RESIDENT)
+		pthread_create(&th_up, NULL, uploader, NULL);
+	} else if (m != M_RESIDENT)
 		pthread_create(&th, NULL, tier_filler, NULL);
 	sleep_until(0);
 
@@ -987,6 +1012,7 @@ static int run_mode(enum mode m, const char *tag)
 		unsigned long long sb = 0, ns = 0;
 
 		pthread_join(th, NULL);
+		pthread_join(th_up, NULL);
 		if (sf == NULL || fscanf(sf, "%llu %llu", &sb, &ns) != 2)
 			fprintf(stderr, "serve-bench: no statistics from the prefill process\n");
 		wait4(child, &status, 0, &cru);
