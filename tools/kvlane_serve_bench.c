@@ -1057,7 +1057,7 @@ static int run_mode(enum mode m, const char *tag)
 struct sum {
 	bool ok;
 	double reqps, ttft50, ttft99, tpot50, tpot99, gap50, gap99, cpu_dec, cpu_pre, busy, wall;
-	double moved_gb, link_gbps, peak_gb;
+	double moved_gb, link_gbps, sock_gbps, sock_s, peak_gb;
 	unsigned completed, refused, delayed;
 	uint64_t *hash; /* per request, 0: not completed */
 };
@@ -1159,7 +1159,10 @@ static int read_sum(const char *path, struct sum *s)
 		s->cpu_pre = pr / s->wall * 100;
 		s->busy = s->busy / s->wall * 100;
 		s->moved_gb = moved / 1e9;
-		s->link_gbps = lbs > 0 ? lb * 8 / lbs / 1e9 : lb * 8 / s->wall / 1e9;
+		/* the link's load over the run; tcp's socket rate while it had bytes to send */
+		s->link_gbps = moved * 8 / s->wall / 1e9;
+		s->sock_gbps = lbs > 0 ? lb * 8 / lbs / 1e9 : 0;
+		s->sock_s = lbs;
 		s->peak_gb = peak / 1e9;
 	}
 #undef NUM
@@ -1293,7 +1296,8 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 	printf("\n%s, %u requests, offered %.2f req/s, link %g Gb/s (modelled), backend %s\n",
 	       shape.name, tr.n, rate, o.link_gbps, be->name);
 	printf("| path | req/s | TTFT p50 s | TTFT p99 s | TPOT p50 ms | TPOT p99 ms | gap p99 ms "
-	       "| CPU decode %% | CPU prefill %% | compute busy %% | KV GB moved | link Gb/s | "
+	       "| CPU decode %% | CPU prefill %% | compute busy %% | KV GB moved | link load Gb/s "
+	       "| "
 	       "peak KV GB | refused | delayed "
 	       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	for (int m = 0; m < N_MODES; m++) {
@@ -1307,12 +1311,16 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 		       s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
 		fprintf(csv,
 			"%s,%g,%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.2f,%.3f,"
-			"%u,%u,%u\n",
+			"%u,%u,%u,%.2f\n",
 			tag, rate, mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50,
 			s[m].tpot99, s[m].gap50, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
 			s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].completed, s[m].refused,
-			s[m].delayed);
+			s[m].delayed, s[m].sock_gbps);
 	}
+	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
+		printf("tcp: the socket carried %.2f GB in %.3f s of sending (pacing waits not "
+		       "counted): %.2f Gb/s, one connection (iperf3 -P 1 is its yardstick)\n",
+		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps);
 	if (s[M_DUAL].ok && s[M_RESIDENT].ok) {
 		unsigned same = 0, both = 0;
 
@@ -1577,10 +1585,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "serve-bench: cannot write in %s\n", o.out);
 		return 1;
 	}
-	fprintf(csv,
-		"run,offered_rate,mode,req_s,ttft_p50_s,ttft_p99_s,tpot_p50_ms,tpot_p99_ms,"
-		"gap_p50_ms,gap_p99_ms,cpu_decode_pct_core,cpu_prefill_pct_core,"
-		"compute_busy_pct,kv_gb_moved,link_gbps,peak_kv_gb,completed,refused,delayed\n");
+	fprintf(csv, "run,offered_rate,mode,req_s,ttft_p50_s,ttft_p99_s,tpot_p50_ms,tpot_p99_ms,"
+		     "gap_p50_ms,gap_p99_ms,cpu_decode_pct_core,cpu_prefill_pct_core,"
+		     "compute_busy_pct,kv_gb_moved,link_load_gbps,peak_kv_gb,completed,refused,"
+		     "delayed,socket_gbps\n");
 	fprintf(js, "{\"params\": ");
 	params_json(js);
 	fprintf(js, ",\n \"runs\": [");
@@ -1611,12 +1619,20 @@ int main(int argc, char **argv)
 	fclose(csv);
 	printf("results: %s/results.json, %s/results.csv\n", o.out, o.out);
 	if (o.plot) {
-		char cmd[1400];
+		/* the PATH's python3 first; then the system's, which has python3-matplotlib when a
+		 * virtualenv or pyenv in front of it does not */
+		static const char *const py[] = { "python3", "/usr/bin/python3" };
 		const char *dir = getenv("KVL_SERVE_PLOT");
+		char cmd[1400];
+		int st = -1;
 
-		snprintf(cmd, sizeof(cmd), "python3 '%s' '%s/results.json' '%s'",
-			 dir ? dir : KVL_SERVE_PLOT_PY, o.out, o.out);
-		if (system(cmd) != 0)
+		for (unsigned k = 0; k < 2 && st != 0; k++) {
+			snprintf(cmd, sizeof(cmd), "%s '%s' '%s/results.json' '%s' 2>%s", py[k],
+				 dir ? dir : KVL_SERVE_PLOT_PY, o.out, o.out,
+				 k ? "&1" : "/dev/null");
+			st = system(cmd);
+		}
+		if (st != 0)
 			fprintf(stderr, "serve-bench: the plots failed (%s)\n", cmd);
 	}
 	return rc;

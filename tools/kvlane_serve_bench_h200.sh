@@ -53,4 +53,4 @@ done
 [ -f "$W/raw/results.csv" ] && cp "$W/raw/results.csv" "$OUT/raw-results.csv"
 [ -f "$W/wu/results.csv" ] && cp "$W/wu/results.csv" "$OUT/writeup-results.csv"
 echo "== summary"
-grep -E '^(== |rc=|\[ *[0-9]+\].*(sender|receiver)|\||.* requests, offered |outputs:|kvlane-serve-bench:|workload:|synthetic:|modelled:|serve-bench:)' "$OUT/serve-h200.log" | grep -v '^== summary'
+grep -E '^(tcp: the socket|== |rc=|\[ *[0-9]+\].*(sender|receiver)|\||.* requests, offered |outputs:|kvlane-serve-bench:|workload:|synthetic:|modelled:|serve-bench:)' "$OUT/serve-h200.log" | grep -v '^== summary'

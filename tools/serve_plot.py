@@ -21,6 +21,19 @@ def cdf(ax, values, label):
         ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=label)
 
 
+def save(plt, fig, axes, title, path, written):
+    """Grid and legend on each of @axes, the title, then the PNG at @path."""
+    for a in axes:
+        a.grid(alpha=0.3)
+        a.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -50,13 +63,7 @@ def main():
     a2.set_xlabel("time between tokens (ms)")
     for a in (a1, a2):
         a.set_ylabel("fraction")
-        a.grid(alpha=0.3)
-        a.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    written.append(os.path.join(out, "cdf.png"))
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    save(plt, fig, (a1, a2), title, os.path.join(out, "cdf.png"), written)
 
     if len(res["runs"]) > 1:
         by_mode = {}
@@ -79,13 +86,7 @@ def main():
         a2.set_ylabel("p99 TPOT (ms)")
         for a in (a1, a2):
             a.set_xlabel("offered load (req/s)")
-            a.grid(alpha=0.3)
-            a.legend()
-        fig.suptitle(title)
-        fig.tight_layout()
-        written.append(os.path.join(out, "sweep.png"))
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        save(plt, fig, (a1, a2), title, os.path.join(out, "sweep.png"), written)
 
     for m in main_run["modes"]:
         if m["mode"] != "dual":
@@ -104,13 +105,8 @@ def main():
             a.plot(t, [float(r[key]) / 2**30 for r in rows], label=label)
         a.set_xlabel("time (s)")
         a.set_ylabel("GiB")
-        a.grid(alpha=0.3)
-        a.legend()
         a.set_title("dual: KV budget, window, in use and still to land")
-        fig.tight_layout()
-        written.append(os.path.join(out, "dual_vram.png"))
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        save(plt, fig, (a,), None, os.path.join(out, "dual_vram.png"), written)
     for w in written:
         print(f"plot: {w}")
     return 0

@@ -122,9 +122,10 @@ def scenario_serve_modes(ctx):
     delayed = sum(m["delayed_for_memory"] for m in res["runs"][0]["modes"])
     log(f"{n} requests x 4 modes x 3 runs: every byte checked; {delayed} admissions waited "
         "for memory in the main run")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    # the tool plots with the PATH's python3, else /usr/bin/python3 (python3-matplotlib)
+    have = [py for py in ("python3", "/usr/bin/python3")
+            if subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
+    if not have:
         log("matplotlib missing: the plots are not checked (apt-get install python3-matplotlib)")
         return
     for png in ("cdf.png", "sweep.png", "dual_vram.png"):
