@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -796,6 +797,23 @@ static int write_results(const char *tag)
 	return fclose(f) ? -errno : 0;
 }
 
+/* EAL pinned this thread to its main lcore: the decode loop and the prefill thread (created
+ * after) may use every core but the NIC lcore's (the second of -l; cpu 1 with "-l 0-1"), as
+ * tcp's and resident's threads do, so no mode's threads share a core they need not. */
+static void unpin(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (n <= 2)
+		return;
+	CPU_ZERO(&set);
+	for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+		if (c != 1)
+			CPU_SET(c, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 /* Serve the whole trace in @m; 0 when every request completed once and every byte matched. */
 static int run_mode(enum mode m, const char *tag)
 {
@@ -872,6 +890,8 @@ static int run_mode(enum mode m, const char *tag)
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
 		return 1;
 	}
+	if (m == M_SINGLE || m == M_DUAL)
+		unpin();
 	if (pool_init(&cpool, (uint32_t)cache_blocks) < 0)
 		return 1;
 	slot_free = malloc(o.max_batch * sizeof(unsigned));
