@@ -94,6 +94,7 @@ struct rq {
 	uint64_t hash;
 	_Atomic int at_prefill; /* its KV sits on the prefill side */
 	uint8_t *hostbuf;	/* tcp: what the socket brought */
+	int rbuf;		/* tcp: which receive buffer that is */
 	double *gaps;
 };
 
@@ -350,7 +351,40 @@ static int prefill_process(int fd, int stats_fd)
 	return 0;
 }
 
-static _Atomic uint64_t host_pending;
+/* The receiver's host buffers: a few, each as large as the largest request, touched once at
+ * start and reused, so the socket's rate is not its page faults' (iperf3 reuses its buffer
+ * too). Their number is the back-pressure: with all in use the socket fills and the sender
+ * waits. */
+#define MAX_RBUF 4
+static uint8_t *rbuf[MAX_RBUF];
+static _Atomic int rbusy[MAX_RBUF];
+static unsigned n_rbuf;
+
+static int rbuf_init(uint64_t len)
+{
+	n_rbuf = len ? (unsigned)((o.host_mb << 20) / len) : 0;
+	n_rbuf = n_rbuf < 2 ? 2 : n_rbuf > MAX_RBUF ? MAX_RBUF : n_rbuf;
+	for (unsigned i = 0; i < n_rbuf; i++) {
+		rbuf[i] = malloc(len);
+		if (rbuf[i] == NULL)
+			return -ENOMEM;
+		memset(rbuf[i], 0, len);
+	}
+	return 0;
+}
+
+static int rbuf_take(void)
+{
+	for (;;) {
+		for (unsigned i = 0; i < n_rbuf; i++) {
+			int z = 0;
+
+			if (atomic_compare_exchange_strong(&rbusy[i], &z, 1))
+				return (int)i;
+		}
+		nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+	}
+}
 
 /* The request's KV into its cache blocks, a run of adjacent blocks at a time: from the socket's
  * host buffer (tcp), or the pattern written in place (resident). Request offsets are layer-major,
@@ -393,18 +427,12 @@ static void *receiver(void *arg)
 			exit(1);
 		}
 		r = &rq[h.id];
-		/* back-pressure: past --host-mb the socket fills and the sender waits */
-		while (atomic_load(&host_pending) > o.host_mb << 20) {
-			struct timespec ts = { 0, 200000 };
-
-			nanosleep(&ts, NULL);
-		}
-		r->hostbuf = malloc(h.bytes);
-		if (r->hostbuf == NULL || recv_all(fd, r->hostbuf, h.bytes) < 0) {
+		r->rbuf = rbuf_take();
+		r->hostbuf = rbuf[r->rbuf];
+		if (recv_all(fd, r->hostbuf, h.bytes) < 0) {
 			fprintf(stderr, "serve-bench: tcp: receive of request %u failed\n", h.id);
 			exit(1);
 		}
-		atomic_fetch_add(&host_pending, h.bytes);
 		R.moved_bytes += h.bytes;
 		if (send_all(fd, &h.id, sizeof(h.id)) < 0)
 			exit(1);
@@ -440,9 +468,8 @@ static void *uploader(void *arg)
 			copy_runs(r);
 			atomic_store(&r->at_prefill, 1);
 		}
-		free(r->hostbuf);
 		r->hostbuf = NULL;
-		atomic_fetch_sub(&host_pending, r->bytes);
+		atomic_store(&rbusy[r->rbuf], 0);
 	}
 	return NULL;
 }
@@ -821,7 +848,7 @@ static int run_mode(enum mode m, const char *tag)
 	uint64_t cache_blocks = (o.budget_mb << 20) / bb;
 	uint32_t max_nb = 0;
 	pthread_t th, th_up;
-	int lfd = -1, cfd = -1, stats[2] = { -1, -1 };
+	int lfd = -1, cfd = -1, stats[2] = { -1, -1 }, go[2] = { -1, -1 };
 	pid_t child = -1;
 	unsigned done = 0;
 
@@ -841,7 +868,6 @@ static int run_mode(enum mode m, const char *tag)
 		if (r->nb > max_nb)
 			max_nb = r->nb;
 	}
-	t0s = kvl_now_s() + 0.5; /* the trace's time 0, after set-up below */
 	prefill_schedule();
 	if (m == M_TCP) {
 		struct sockaddr_in a = { .sin_family = AF_INET,
@@ -851,7 +877,7 @@ static int run_mode(enum mode m, const char *tag)
 		lfd = socket(AF_INET, SOCK_STREAM, 0);
 		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
 		    listen(lfd, 1) < 0 || getsockname(lfd, (struct sockaddr *)&a, &al) < 0 ||
-		    pipe(stats) < 0) {
+		    pipe(stats) < 0 || pipe(go) < 0) {
 			perror("serve-bench: tcp listen");
 			return 1;
 		}
@@ -865,9 +891,14 @@ static int run_mode(enum mode m, const char *tag)
 				perror("serve-bench: prefill connect");
 				_exit(1);
 			}
+			close(go[1]);
+			/* the trace's time 0 comes once the decode side is set up */
+			if (read(go[0], &t0s, sizeof(t0s)) != sizeof(t0s))
+				_exit(1);
 			_exit(prefill_process(fd, stats[1]));
 		}
 		close(stats[1]);
+		close(go[0]);
 		cfd = accept(lfd, NULL, NULL);
 		if (cfd < 0) {
 			perror("serve-bench: accept");
@@ -903,10 +934,24 @@ static int run_mode(enum mode m, const char *tag)
 		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes,landing_bytes\n");
 	if (m == M_TCP) {
 		recv_order = calloc(tr.n, sizeof(unsigned));
+		if (rbuf_init((uint64_t)max_nb * shape.layers * bb) < 0) {
+			fprintf(stderr, "serve-bench: tcp: no memory for the receive buffers\n");
+			return 1;
+		}
+	}
+	/* the trace's time 0: after every mode's set-up (weights, cache, EAL, the pinned pool,
+	 * the receive buffers), so no arrival is late for it */
+	t0s = kvl_now_s() + 0.2;
+	if (m == M_TCP) {
+		if (write(go[1], &t0s, sizeof(t0s)) != sizeof(t0s)) {
+			fprintf(stderr, "serve-bench: tcp: the prefill process is gone\n");
+			return 1;
+		}
 		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
 		pthread_create(&th_up, NULL, uploader, NULL);
-	} else if (m != M_RESIDENT)
+	} else if (m != M_RESIDENT) {
 		pthread_create(&th, NULL, tier_filler, NULL);
+	}
 	sleep_until(0);
 
 	for (unsigned head = 0, seen = 0; done + R.refused < tr.n;) {
