@@ -121,14 +121,19 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	n_slots = slots;
 	max_blk = max_blocks;
 	groups = sb_groups(s);
+	/* fewer than 4 query heads per KV head (MHA: the write-up's 32 x 32): one pass, the other
+	 * query rows padding (decode is bound by the KV read, which stays the same) */
 	passes = s->q_heads / s->kv_heads / ATT_GROUP;
+	if (passes == 0 && s->q_heads >= s->kv_heads && ATT_GROUP % (s->q_heads / s->kv_heads) == 0)
+		passes = 1;
 	units = groups * passes;
 	if (sb_group_heads(s) != ATT_KVH || s->head_dim != ATT_HD || passes == 0 ||
-	    s->q_heads != s->kv_heads * ATT_GROUP * passes) {
+	    (s->q_heads > s->kv_heads * ATT_GROUP &&
+	     s->q_heads != s->kv_heads * ATT_GROUP * passes)) {
 		snprintf(err, errlen,
 			 "GPU backend: preset %s is not the kernel's shape (8-head units of dim "
-			 "128, "
-			 "4 query heads per KV head): use --backend cpu",
+			 "128, a multiple or divisor of 4 query heads per KV head): use --backend "
+			 "cpu",
 			 s->name);
 		return -22;
 	}
