@@ -13,7 +13,7 @@ if [ "${SERVE_H200_LOGGED:-}" = "" ]; then # everything into $OUT/serve-h200.log
 	SERVE_H200_LOGGED=1 sh "$0" "$@" 2>&1 | tee "${OUT:-/tmp/serve-out}/serve-h200.log"
 	exit 0
 fi
-C=${1:-.carry-serve}
+C=${1:-.carry/serve}
 OUT=${OUT:-/tmp/serve-out}
 W=/tmp/serve-bench
 B=$C/bin
