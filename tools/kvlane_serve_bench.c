@@ -1127,6 +1127,14 @@ struct sum {
 	uint64_t *hash; /* per request, 0: not completed */
 };
 
+/* CPU %% of the host's cores: the "% of one core" columns over this */
+static double host_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (double)n : 1.0;
+}
+
 static int cmpd(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -1312,7 +1320,7 @@ static void params_json(FILE *f)
 		"\"host_mb\": %llu, \"slo_ttft_ms\": %g, \"trace\": \"%s\", \"synthetic\": %s, "
 		"\"rate\": %g, \"input_median\": %g, \"input_sigma\": %g, \"output_len\": %u, "
 		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
-		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", "
+		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1326,7 +1334,8 @@ static void params_json(FILE *f)
 		(unsigned long long)o.budget_mb, (unsigned long long)o.host_mb, o.slo_ttft_ms,
 		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
-		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle);
+		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
+		host_cores());
 }
 
 /* One run of every mode asked for on the current trace; -1 on a failed check. */
@@ -1376,11 +1385,12 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 		       s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
 		fprintf(csv,
 			"%s,%g,%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.2f,%.3f,"
-			"%u,%u,%u,%.2f\n",
+			"%u,%u,%u,%.2f,%.2f,%.2f\n",
 			tag, rate, mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50,
 			s[m].tpot99, s[m].gap50, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
 			s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].completed, s[m].refused,
-			s[m].delayed, s[m].sock_gbps);
+			s[m].delayed, s[m].sock_gbps, s[m].cpu_dec / host_cores(),
+			s[m].cpu_pre / host_cores());
 	}
 	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
 		printf("tcp: the socket carried %.2f GB in %.3f s of sending (pacing waits not "
@@ -1653,7 +1663,7 @@ int main(int argc, char **argv)
 	fprintf(csv, "run,offered_rate,mode,req_s,ttft_p50_s,ttft_p99_s,tpot_p50_ms,tpot_p99_ms,"
 		     "gap_p50_ms,gap_p99_ms,cpu_decode_pct_core,cpu_prefill_pct_core,"
 		     "compute_busy_pct,kv_gb_moved,link_load_gbps,peak_kv_gb,completed,refused,"
-		     "delayed,socket_gbps\n");
+		     "delayed,socket_gbps,cpu_decode_pct_host,cpu_prefill_pct_host\n");
 	fprintf(js, "{\"params\": ");
 	params_json(js);
 	fprintf(js, ",\n \"runs\": [");
