@@ -242,10 +242,10 @@ int kvl_sb_trace_load(const char *path, const struct sb_trace_opts *o, struct sb
 		ws(&c);
 		if (*c.p == '\n' || *c.p == 0)
 			continue; /* blank lines */
+		if (o->max_requests && t->n == o->max_requests)
+			break; /* lines past the ones asked for are not read */
 		rc = parse_line(&c, &r);
 		if (rc < 0)
-			break;
-		if (o->max_requests && t->n == o->max_requests)
 			break;
 		if (first < 0)
 			first = r.arrival_ms;
