@@ -13,6 +13,8 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev python3-dev python3-pytest \
 	python3-numpy python3-torch \
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
+DEB_PKGS += python3-matplotlib  # issue 15: kvlane-serve-bench's PNG plots (tools/serve_plot.py)
+DEB_PKGS += iperf3  # issue 15: the tcp baseline's link rate beside iperf3's on the same host
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -128,6 +128,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, null_transport_ack, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, staging, KT_ENUM, 0, 0, 0, staging_names, "auto"),
 	K(SCH, tier, KT_BOOL, 0, 0, 0, NULL, "false"),
+	K(SCH, tier_rate_mbps, KT_UINT, 0, 0, 10000000, NULL, "0"),
 };
 #undef SCH
 

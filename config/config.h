@@ -147,8 +147,9 @@ struct kvl_sched_conf {
 	uint32_t max_blocks;   /* blocks over all open requests per NIC lcore */
 	bool null_transport;   /* scheduler posts complete at once, nothing moves */
 	bool null_transport_ack;
-	int staging; /* enum kvl_staging_place */
-	bool tier;   /* serve this host's KV tier (KVL_PEER_LOCAL_TIER) into staging */
+	int staging;		 /* enum kvl_staging_place */
+	bool tier;		 /* serve this host's KV tier (KVL_PEER_LOCAL_TIER) into staging */
+	uint32_t tier_rate_mbps; /* the tier's READs paced to this (a modelled link); 0: not */
 };
 
 struct kvl_control_conf {

@@ -211,7 +211,9 @@ int kvl_tier_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		struct kvl_nic_sched *ns = rt->nic[i].sched;
 		struct kvl_tier_opts o = { .segs = &rt->segs.tab,
 					   .staging = rt->nic[i].staging,
-					   .staging_len = staging_len(rt) };
+					   .staging_len = staging_len(rt),
+					   .rate_Bps = (uint64_t)rt->cfg.sched.tier_rate_mbps *
+						       125000 };
 		struct kvl_tier_conn *c;
 		int rc;
 
@@ -234,6 +236,9 @@ int kvl_tier_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		KVL_LOG(INFO, "sched.tier: nic.%s serves this host's KV tier into %s staging (%s)",
 			rt->cfg.nics[i].label, engine_path(rt) ? "VRAM" : "host",
 			engine_path(rt) ? "copy engine + gather kernel" : "memcpy on the lcore");
+		if (o.rate_Bps)
+			KVL_LOG(INFO, "sched.tier: nic.%s paced to %u Mb/s (tier_rate_mbps)",
+				rt->cfg.nics[i].label, rt->cfg.sched.tier_rate_mbps);
 	}
 	return 0;
 }

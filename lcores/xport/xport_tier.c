@@ -41,6 +41,7 @@ struct kvl_tier_conn {
 	uint64_t pending_bytes, handed_bytes;
 	bool busy; /* engine copies in flight since busy_since */
 	uint64_t busy_since;
+	struct kvl_pace pace; /* o.rate_Bps > 0 */
 	struct kvl_tier_stats st;
 };
 
@@ -51,6 +52,39 @@ struct kvl_tier_conn {
 static uint64_t now_ns(const struct kvl_tier_conn *c)
 {
 	return c->o.clock ? c->o.clock(c->o.clock_arg) : kvl_now_ns();
+}
+
+static void pace_refill(struct kvl_pace *p, uint64_t now)
+{
+	if (now > p->last_ns) {
+		p->tokens += (double)(now - p->last_ns) * p->rate_Bpns;
+		if (p->tokens > p->burst)
+			p->tokens = p->burst;
+		p->last_ns = now;
+	}
+}
+
+void kvl_pace_init(struct kvl_pace *p, uint64_t rate_Bps, uint64_t burst, uint64_t now)
+{
+	p->rate_Bpns = (double)rate_Bps / 1e9;
+	p->burst = (double)burst;
+	p->tokens = 0; /* a full bucket at start would let the first burst through at any rate */
+	p->last_ns = now;
+}
+
+bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now)
+{
+	pace_refill(p, now);
+	if (p->tokens < 0)
+		return false;
+	p->tokens -= (double)bytes;
+	return true;
+}
+
+uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now)
+{
+	pace_refill(p, now);
+	return p->tokens >= 0 || p->rate_Bpns <= 0 ? 0 : (uint64_t)(-p->tokens / p->rate_Bpns) + 1;
 }
 
 struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
@@ -85,6 +119,8 @@ struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
 	c->mask = depth - 1;
 	c->pmask = o->engine_depth - 1;
 	c->st.engine = o->engine.ops != NULL;
+	if (o->rate_Bps) /* bursts of one engine batch: pacing adds no per-batch cost */
+		kvl_pace_init(&c->pace, o->rate_Bps, c->o.flush_bytes, now_ns(c));
 	return c;
 }
 
@@ -241,8 +277,10 @@ static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err
 		int st;
 
 		if (c->tail - c->head == c->o.depth ||
-		    (eops != NULL && c->pend - c->phead + parts > c->o.engine_depth)) {
-			*err = -EAGAIN;
+		    (eops != NULL && c->pend - c->phead + parts > c->o.engine_depth) ||
+		    (c->o.rate_Bps && !kvl_pace_take(&c->pace, wr[k].length, now_ns(c)))) {
+			*err = -EAGAIN; /* full, or paced: the scheduler keeps it and posts it again
+					 */
 			break;
 		}
 		st = check(c, &wr[k], &src);

@@ -3,6 +3,7 @@
 #ifndef KVL_LCORES_XPORT_TIER_H
 #define KVL_LCORES_XPORT_TIER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "xport.h"
@@ -42,7 +43,29 @@ struct kvl_tier_opts {
 	/* the clock copy_ns is counted on (NULL: kvl_now_ns) */
 	uint64_t (*clock)(void *arg);
 	void *clock_arg;
+	/* READs are taken at most this many bytes per second, on average ([sched] tier_rate_mbps:
+	 * a link rate the tier stands for, or a rate limit); 0: as fast as they come */
+	uint64_t rate_Bps;
 };
+
+/*
+ * A token bucket: @rate_Bps bytes per second on average, bursts of up to @burst bytes. A take
+ * is granted while the bucket is not empty and may leave it owing (a block is never split),
+ * so the long-run rate is exact and a block larger than @burst still goes. The tier paces its
+ * READs with it; a tool pacing a socket to the same rate uses the same one.
+ */
+struct kvl_pace {
+	double rate_Bpns; /* bytes per ns */
+	double burst;
+	double tokens; /* bytes that may go now; negative: owed */
+	uint64_t last_ns;
+};
+
+void kvl_pace_init(struct kvl_pace *p, uint64_t rate_Bps, uint64_t burst, uint64_t now_ns);
+/* Whether @bytes may go at @now_ns (and, if so, they are taken). */
+bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now_ns);
+/* Nanoseconds from @now_ns until a take is granted (0: now). */
+uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now_ns);
 
 /* Its counters (one writer, the lcore; kvl_tier_stats_read copies them for any thread). */
 struct kvl_tier_stats {

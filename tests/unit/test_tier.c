@@ -440,6 +440,68 @@ static void test_bad_opts(void)
 	CHECK(kvl_tier_new(&o) == NULL);
 }
 
+static uint64_t pace_now;
+
+static uint64_t pace_clock(void *arg)
+{
+	(void)arg;
+	return pace_now;
+}
+
+/* [sched] tier_rate_mbps: READs taken at the rate on average, bursts of flush_bytes, a READ the
+ * bucket cannot take yet refused with -EAGAIN (the scheduler keeps it), nothing lost. */
+static void test_paced(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .depth = 4096,
+				   .flush_bytes = 65536,
+				   .rate_Bps = 1000000000, /* 1 byte per ns */
+				   .clock = pace_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w[64];
+	struct kvl_wc wc[64];
+	struct kvl_pace p;
+	uint64_t taken = 0;
+	int err = 0;
+
+	pace_now = 1000;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	for (unsigned i = 0; i < 64; i++)
+		w[i] = rd(100 + i, 1, (uint64_t)i * 4096, 4096, stage + (uint64_t)i * 4096);
+	/* an empty bucket grants one READ (it may owe), then refuses until the debt is paid */
+	CHECK_INT(ops->post(c, w, 4, &err), 1);
+	CHECK_INT(err, -EAGAIN);
+	pace_now += 4095;
+	err = 0;
+	CHECK_INT(ops->post(c, w + 1, 3, &err), 0);
+	CHECK_INT(err, -EAGAIN);
+	pace_now += 1;
+	CHECK_INT(ops->post(c, w + 1, 3, &err), 1);
+	/* a long pause fills the bucket to its burst (64 KiB) and no further */
+	pace_now += 10000000;
+	CHECK_INT(ops->post(c, w + 2, 62, &err), 17); /* 16 x 4 KiB, and one owing */
+	CHECK_INT(ops->reap(c, wc, 64), 19);
+	for (unsigned i = 0; i < 19; i++) {
+		CHECK_INT(wc[i].wr_id, 100 + i);
+		CHECK_INT(wc[i].status, KVL_OK);
+	}
+	CHECK(memcmp(stage, seg_mem, 19 * 4096) == 0);
+	ops->free(c);
+
+	/* the long-run rate: 1 ms in steps of 1 us takes 1 MB, give or take a burst and a block */
+	kvl_pace_init(&p, 1000000000, 65536, 0);
+	CHECK_INT(kvl_pace_wait_ns(&p, 0), 0);
+	for (uint64_t t = 0; t <= 1000000; t += 1000)
+		while (kvl_pace_take(&p, 4096, t))
+			taken += 4096;
+	CHECK(taken >= 1000000 && taken <= 1000000 + 4096);
+	CHECK(kvl_pace_wait_ns(&p, 1000000) > 0 && kvl_pace_wait_ns(&p, 1000000) <= 4096 + 1);
+}
+
 int main(void)
 {
 	seg_mem = malloc(SEGLEN);
@@ -453,6 +515,7 @@ int main(void)
 	test_engine();
 	test_engine_batches();
 	test_bad_opts();
+	test_paced();
 	free(seg_mem);
 	free(gpu_mem);
 	free(stage);

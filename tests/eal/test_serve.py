@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""EAL tests of kvlane-serve-bench's machinery, reduced (docs/serve-bench.md): the tiny preset, a
+few requests, CPU attention, tcp from a prefill process over a real socket, single and dual
+through kvlane's scheduler and the host tier (memcpy on the lcore: the CPU stand-in for the DMA
+path, paced by [sched] tier_rate_mbps), resident. Asserted: every byte the decode side used was
+checked (and matched), every request completed exactly once, dual's outputs equal resident's,
+the report files are written and parse, a bad trace line is refused naming its line and field.
+Never a timing.
+
+Usage: test_serve.py {serve_modes|serve_trace} PATH-TO-KVLANED PATH-TO-SERVE-BENCH
+Exit 0 pass, 1 fail (with what was expected, what was seen, and the tool's output).
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvl_harness as h  # noqa: E402  (its own folder)
+from kvl_harness import Fail, check, check_eq, log  # noqa: E402
+
+LIMIT_S = {"serve_modes": 240, "serve_trace": 120}
+MODES = ["tcp", "single", "dual", "resident"]
+# tiny: 2 layers x 2 KV heads x 64, 16-token blocks of 8 KiB; a 4 MiB KV budget holds 512
+# blocks, so the longest prompts (clipped at 2048 tokens = 256 blocks) wait for memory
+TOOL = ["--preset", "tiny", "--backend", "cpu", "--kv-budget-mb", "4", "--host-mb", "8",
+        "--max-batch", "4", "--window-mb", "2", "--link-gbps", "1", "--idle", "yield",
+        "--quiet"]
+
+
+class Ctx(h.Ctx):
+    def __init__(self, scenario, kvlaned, bench):
+        super().__init__(scenario, kvlaned, "serve")
+        self.bench = bench
+
+
+class Output:
+    """One run of the tool, as the harness's checks describe a subject."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def describe(self):
+        return h.indent(self.text)
+
+
+def run(ctx, args, timeout=180):
+    prefix = ctx.unique("serve")
+    argv = [ctx.bench, *h.EAL, "-m", "256", "--file-prefix", prefix, "--", *TOOL, *args]
+    env = dict(os.environ, RUNTIME_DIRECTORY=ctx.rundir())
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, Output(f"$ {' '.join(argv)}\nrc {p.returncode}\n--- stdout\n{p.stdout}\n"
+                     f"--- stderr\n{p.stderr[-6000:]}")
+
+
+def check_run(run_, n, what, out):
+    modes = {m["mode"]: m for m in run_["modes"]}
+    check_eq(sorted(modes), sorted(MODES), f"{what}: modes reported", out)
+    hashes = {}
+    for name, m in modes.items():
+        ids = [r["id"] for r in m["requests"]]
+        check_eq(sorted(ids), list(range(n)), f"{what} {name}: each request completed once "
+                 "(ids of the completed)", out)
+        check_eq((m["completed"], m["completed_twice"], m["refused_count"]), (n, 0, 0),
+                 f"{what} {name}: (completed, completed twice, refused)", out)
+        used = sum(r["kv_bytes"] for r in m["requests"])
+        check(used > 0, f"{what} {name}: KV bytes used", "> 0", used, out)
+        check_eq((m["bytes_checked"], m["bytes_bad"], m["bytes_used"]), (used, 0, used),
+                 f"{what} {name}: (bytes checked, bad, used) = every byte the decode side "
+                 "used, checked", out)
+        # the tcp bytes crossed the socket; single/dual came through the scheduler's READY
+        # addresses; resident moved nothing
+        check_eq(m["kv_bytes_moved"], 0 if name == "resident" else used,
+                 f"{what} {name}: KV bytes moved", out)
+        if name == "tcp":
+            check_eq(m["link_bytes"], used, f"{what} tcp: bytes the prefill process sent", out)
+        for r in m["requests"]:
+            check_eq(len(r["gaps_ms"]), r["output"] - 1,
+                     f"{what} {name} request {r['id']}: token gaps (output - 1)", out)
+            check(r["arrival_s"] <= r["prefill_done_s"] <= r["first_token_s"] <= r["finish_s"],
+                  f"{what} {name} request {r['id']}: arrival <= prefill <= first <= finish",
+                  "ordered", r, out)
+        hashes[name] = {r["id"]: r["out_hash"] for r in m["requests"]}
+    check_eq(hashes["dual"], hashes["resident"], f"{what}: dual's outputs = resident's", out)
+    check_eq(hashes["single"], hashes["resident"], f"{what}: single's outputs = resident's", out)
+
+
+def scenario_serve_modes(ctx):
+    out_dir = os.path.join(ctx.tmp, "out")
+    n = 10
+    p, out = run(ctx, ["--synthetic", "--max-requests", str(n), "--rate", "50",
+                       "--input-median", "300", "--input-sigma", "1.2", "--max-input", "2048",
+                       "--output-len", "6", "--seed", "3", "--sweep", "20,80", "--out", out_dir])
+    check_eq(p.returncode, 0, "kvlane-serve-bench exit status", out)
+    for m in MODES:
+        check(f"| {m} |" in p.stdout, f"the table's row for {m} on stdout", "present", "absent",
+              out)
+    with open(os.path.join(out_dir, "results.json")) as f:
+        res = json.load(f)
+    par = res["params"]
+    check_eq((par["preset"], par["requests"], par["synthetic"], par["seed"], par["rate"]),
+             ("tiny", n, True, 3, 50), "results.json params (preset, requests, synthetic, "
+             "seed, rate)", out)
+    check("modelled" in par and "link" in par["modelled"], "params say what is modelled",
+          "the link", par.get("modelled"), out)
+    check_eq(len(res["runs"]), 3, "runs: the main one and the two sweep rates", out)
+    for k, run_ in enumerate(res["runs"]):
+        check_run(run_, n, f"run {k} ({run_['tag']})", out)
+    with open(os.path.join(out_dir, "results.csv")) as f:
+        rows = list(csv.DictReader(f))
+    check_eq(len(rows), 12, "results.csv rows (3 runs x 4 modes)", out)
+    for r in rows:
+        check_eq(int(r["completed"]), n, f"results.csv {r['run']} {r['mode']} completed", out)
+        float(r["tpot_p99_ms"])  # parses
+    with open(os.path.join(out_dir, "main-dual.vram.csv")) as f:
+        vr = list(csv.DictReader(f))
+    check(len(vr) > 0 and all(float(r["in_use_bytes"]) <= float(r["budget_bytes"]) for r in vr),
+          "dual's VRAM series: rows, in use within the budget", "> 0 rows, in <= budget",
+          len(vr), out)
+    delayed = sum(m["delayed_for_memory"] for m in res["runs"][0]["modes"])
+    log(f"{n} requests x 4 modes x 3 runs: every byte checked; {delayed} admissions waited "
+        "for memory in the main run")
+    # the tool plots with the PATH's python3, else /usr/bin/python3 (python3-matplotlib)
+    have = [py for py in ("python3", "/usr/bin/python3")
+            if subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
+    if not have:
+        log("matplotlib missing: the plots are not checked (apt-get install python3-matplotlib)")
+        return
+    for png in ("cdf.png", "sweep.png", "dual_vram.png"):
+        path = os.path.join(out_dir, png)
+        check(os.path.exists(path), f"plot {png} written", "exists", "missing", out)
+        with open(path, "rb") as f:
+            check_eq(f.read(8), b"\x89PNG\r\n\x1a\n", f"{png} is a PNG", out)
+    log("plots: cdf.png, sweep.png, dual_vram.png")
+
+
+MOONCAKE = [  # the published traces' shape: extra keys are ignored
+    {"timestamp": 27482, "input_length": 700, "output_length": 5, "hash_ids": [0, 1]},
+    {"timestamp": 27490, "input_length": 300, "output_length": 3, "hash_ids": [0], "x": [1]},
+    {"timestamp": 27502, "input_length": 5000, "output_length": 4, "hash_ids": [2, 3, 4, 5]},
+]
+
+
+def scenario_serve_trace(ctx):
+    good = os.path.join(ctx.tmp, "trace.jsonl")
+    with open(good, "w") as f:
+        for r in MOONCAKE:
+            f.write(json.dumps(r) + "\n")
+    out_dir = os.path.join(ctx.tmp, "out")
+    p, out = run(ctx, ["--trace", good, "--max-input", "2048", "--time-scale", "2", "--out",
+                       out_dir, "--no-plot"])
+    check_eq(p.returncode, 0, "a Mooncake-shaped trace: exit status", out)
+    with open(os.path.join(out_dir, "results.json")) as f:
+        res = json.load(f)
+    check_eq((res["params"]["requests"], res["params"]["clipped"]), (3, 1),
+             "(requests, inputs clipped to --max-input)", out)
+    check_run(res["runs"][0], 3, "trace", out)
+    arr = sorted(r["arrival_s"] for r in res["runs"][0]["modes"][0]["requests"])
+    check_eq([round(a, 3) for a in arr], [0.0, 0.016, 0.04],
+             "arrivals from the first timestamp, x --time-scale 2", out)
+    bad_cases = [
+        ('{"timestamp": 1, "input_length": "abc", "output_length": 2, "hash_ids": []}',
+         "field 'input_length'"),
+        ('{"timestamp": 1, "input_length": 10, "hash_ids": [1]}', "field 'output_length'"),
+        ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1, -2]}',
+         "field 'hash_ids'"),
+        ('{"timestamp": 1, "input_length": 10.5, "output_length": 2, "hash_ids": []}',
+         "field 'input_length'"),
+        ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": []',
+         "expected ',' or '}'"),
+        ('not json', "expected a JSON object"),
+    ]
+    for k, (line, want) in enumerate(bad_cases):
+        bad = os.path.join(ctx.tmp, f"bad{k}.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps(MOONCAKE[0]) + "\n\n" + line + "\n")
+        p, out = run(ctx, ["--trace", bad, "--out", out_dir, "--no-plot"])
+        check_eq(p.returncode, 2, f"bad trace {k}: exit status", out)
+        check(f"{bad}:3: " in p.stderr and want in p.stderr,
+              f"bad trace {k}: the error names the file, line 3 and the field",
+              f"{bad}:3: ... {want}", p.stderr.strip(), out)
+    log("a Mooncake-shaped trace served in all four modes; 6 malformed lines refused by "
+        "file:line and field")
+
+
+SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace}
+
+
+def main(argv):
+    return h.main(argv, SCENARIOS, LIMIT_S, ["PATH-TO-KVLANED", "PATH-TO-SERVE-BENCH"], Ctx)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except Fail as e:
+        print(f"FAIL: {e}")
+        sys.exit(1)

@@ -1,0 +1,1714 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* kvlane-serve-bench: a request trace served four ways (tcp, single, dual, resident), measured. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <kvlane/kvlane.h>
+
+#include "kvl_clock.h"
+#include "kvlane_serve_bench.h"
+#include "kvlane_serve_trace.h"
+#include "xport_tier.h" /* kvl_pace: the tcp sender paces with the tier's own token bucket */
+
+enum mode { M_TCP, M_SINGLE, M_DUAL, M_RESIDENT, N_MODES };
+static const char *const mode_name[N_MODES] = { "tcp", "single", "dual", "resident" };
+
+static const struct sb_shape presets[] = {
+	{ "llama3-8b", 32, 8, 128, 32, 16060522496ull, 8.03e9 },
+	/* 70B-class KV (80 layers x 8 KV heads x 128); the weights are one GPU's share at TP 8 */
+	{ "llama3-70b", 80, 8, 128, 64, 141107412992ull / 8, 70.6e9 / 8 },
+	/* the write-up's 32 x 32 x 128 (MHA, 7B-class weights) */
+	{ "writeup-32x32", 32, 32, 128, 32, 13476839424ull, 6.74e9 },
+	/* CI: tiny, CPU attention */
+	{ "tiny", 2, 2, 64, 8, 1u << 20, 1e6 },
+};
+
+struct opts {
+	const char *trace, *out, *preset, *modes, *sweep, *backend, *idle;
+	struct sb_trace_opts to;
+	struct sb_synth sy;
+	bool synthetic;
+	double link_gbps, prefill_tok_s, slo_ttft_ms;
+	unsigned prefill_gpus, max_batch;
+	uint64_t budget_mb, host_mb, weight_mb, window_mb;
+	int eal_argc;
+	char **eal_argv;
+	bool plot, quiet;
+};
+
+static struct opts o = {
+	.out = "serve-bench-out",
+	.preset = "llama3-8b",
+	.modes = "tcp,single,dual,resident",
+	.backend = "auto",
+	.idle = "hybrid",
+	.to = { .time_scale = 1.0 },
+	.sy = { .rate = 2.0, .input_median = 8192, .input_sigma = 0.8, .output = 128, .seed = 1 },
+	.link_gbps = 100,
+	.slo_ttft_ms = 2000,
+	.prefill_gpus = 4,
+	.max_batch = 32,
+	.budget_mb = 65536,
+	.host_mb = 16384,
+	.window_mb = 8192,
+	.plot = true,
+};
+static struct sb_shape shape;
+static const struct sb_backend *be;
+static struct sb_trace tr;
+
+/* ---------------- one mode, in a process of its own ---------------- */
+
+enum rstate { R_WAIT, R_LANDING, R_ACTIVE, R_DONE, R_REFUSED };
+
+struct rq {
+	uint32_t id, nb; /* blocks per layer */
+	uint64_t bytes, key;
+	double prefill_done; /* s from the start */
+	enum rstate st;
+	unsigned slot;
+	uint32_t *cblk; /* own cache: block index per (layer, block) */
+	uint32_t *tblk; /* tier: block index in the prefill segment */
+	kvl_req_t h;
+	uint32_t landed, cur; /* layers landed; the first token's next layer */
+	uint32_t ntok;
+	double first, last, finish;
+	bool delayed, ended;
+	uint64_t hash;
+	_Atomic int at_prefill; /* its KV sits on the prefill side */
+	uint8_t *hostbuf;	/* tcp: what the socket brought */
+	int rbuf;		/* tcp: which receive buffer that is */
+	double *gaps;
+};
+
+static struct rq *rq;
+static unsigned *order; /* by prefill completion */
+static double t0s;
+static enum mode cur_mode;
+
+static double now_s(void)
+{
+	return kvl_now_s() - t0s;
+}
+
+static void sleep_until(double t)
+{
+	double d = t - now_s();
+
+	if (d > 0) {
+		struct timespec ts = { (time_t)d, (long)((d - floor(d)) * 1e9) };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* A stack of free block indices (the decode cache's pages, the prefill segment's). */
+struct pool {
+	uint32_t *free, n, cap;
+	pthread_mutex_t mu;
+};
+
+static int pool_init(struct pool *p, uint32_t n)
+{
+	p->free = malloc((size_t)n * sizeof(uint32_t));
+	if (p->free == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		p->free[i] = n - 1 - i;
+	p->n = p->cap = n;
+	pthread_mutex_init(&p->mu, NULL);
+	return 0;
+}
+
+static bool pool_take(struct pool *p, uint32_t n, uint32_t *out)
+{
+	bool ok;
+
+	pthread_mutex_lock(&p->mu);
+	ok = p->n >= n;
+	for (uint32_t i = 0; ok && i < n; i++)
+		out[i] = p->free[--p->n];
+	pthread_mutex_unlock(&p->mu);
+	return ok;
+}
+
+static void pool_give(struct pool *p, const uint32_t *b, uint32_t n)
+{
+	pthread_mutex_lock(&p->mu);
+	for (uint32_t i = 0; i < n; i++)
+		p->free[p->n++] = b[i];
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* What one mode measured. */
+struct res {
+	uint64_t bad_bytes, checked_bytes, used_bytes, moved_bytes;
+	unsigned completed, refused, delayed, twice;
+	double busy_s, wall_s, peak_inuse, prefill_cpu_s;
+	double link_busy_s; /* tcp: the sender's time with bytes to send */
+	uint64_t link_bytes;
+};
+static struct res R;
+static struct pool cpool, tpool;
+static uint32_t bb; /* block bytes */
+static uint8_t *tier_base;
+static uint32_t tier_seg;
+static struct kvl_runtime *rt;
+static FILE *vram_log;
+static uint64_t staging_mb; /* kvlane's window: --window-mb, or the largest request (single) */
+
+static uint64_t req_key(uint32_t id)
+{
+	uint64_t x = (o.sy.seed + 1) * 0xD6E8FEB86659FD93ull ^ ((uint64_t)id << 20);
+
+	x ^= x >> 32;
+	return x * 0x9E3779B97F4A7C15ull;
+}
+
+static uint64_t kv_off(const struct rq *r, uint32_t l, uint32_t b)
+{
+	return ((uint64_t)l * r->nb + b) * bb;
+}
+
+/* The prefill model: --prefill-gpus prompts at once, input / prefill_tok_s each. */
+static void prefill_schedule(void)
+{
+	double *busy = calloc(o.prefill_gpus, sizeof(double));
+
+	for (unsigned i = 0; i < tr.n; i++) {
+		unsigned g = 0;
+		double start;
+
+		for (unsigned k = 1; k < o.prefill_gpus; k++)
+			if (busy[k] < busy[g])
+				g = k;
+		start = fmax(tr.r[i].arrival_ms / 1000.0, busy[g]);
+		busy[g] = start + tr.r[i].input / o.prefill_tok_s;
+		rq[i].prefill_done = busy[g];
+	}
+	free(busy);
+	order = malloc(tr.n * sizeof(*order));
+	for (unsigned i = 0; i < tr.n; i++)
+		order[i] = i;
+	for (unsigned i = 1; i < tr.n; i++) /* insertion sort: stable, n is small */
+		for (unsigned j = i;
+		     j > 0 && rq[order[j]].prefill_done < rq[order[j - 1]].prefill_done; j--) {
+			unsigned x = order[j];
+
+			order[j] = order[j - 1];
+			order[j - 1] = x;
+		}
+}
+
+/* ---- tcp: the prefill process and its socket ---- */
+
+struct hdr {
+	uint32_t magic, id;
+	uint64_t bytes;
+};
+#define HDR_MAGIC 0x4b565342u /* "KVSB" */
+#define CHUNK	  (1u << 20)
+
+static int send_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		ssize_t k = recv(fd, b, n, 0);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* The prefill process: each prompt's KV, once its prefill is over, pattern-filled and sent
+ * over the kernel socket at the link rate; the acks (control, same connection) read last. */
+/* The prefill process's fill thread: each request's KV, pattern-filled in order up to
+ * LOOKAHEAD requests ahead of the sender (the bytes a prefill leaves behind; filling them is
+ * the model's work, not the link's, so it runs beside the sending). */
+#define LOOKAHEAD 3
+static uint64_t *_Atomic *pbuf;
+static _Atomic unsigned psent;
+
+static void *prefill_fill(void *arg)
+{
+	(void)arg;
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		uint64_t *b;
+
+		while (k >= atomic_load(&psent) + LOOKAHEAD) {
+			struct timespec ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+		}
+		b = malloc(r->bytes);
+		if (b == NULL)
+			exit(1);
+		for (uint64_t i = 0; i < r->bytes / 8; i++)
+			b[i] = sb_pat_word(r->key, i);
+		atomic_store(&pbuf[k], b);
+	}
+	return NULL;
+}
+
+/* The prefill process: each prompt's KV, once its prefill is over, sent over the kernel
+ * socket at the link rate; the acks (control, same connection) read last. */
+static int prefill_process(int fd, int stats_fd)
+{
+	struct kvl_pace pace;
+	uint64_t sent = 0, busy_ns = 0;
+	pthread_t th;
+
+	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
+	pbuf = calloc(tr.n, sizeof(*pbuf));
+	pthread_create(&th, NULL, prefill_fill, NULL);
+	if (o.link_gbps > 0)
+		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		struct hdr h = { HDR_MAGIC, r->id, r->bytes };
+		const uint8_t *buf;
+		uint64_t a;
+
+		sleep_until(r->prefill_done);
+		while ((buf = (const uint8_t *)atomic_load(&pbuf[k])) == NULL) {
+			struct timespec ts = { 0, 100000 };
+
+			nanosleep(&ts, NULL);
+		}
+		a = kvl_now_ns();
+		if (send_all(fd, &h, sizeof(h)) < 0)
+			return 1;
+		busy_ns += kvl_now_ns() - a;
+		for (uint64_t off = 0; off < r->bytes; off += CHUNK) {
+			uint32_t n = r->bytes - off < CHUNK ? (uint32_t)(r->bytes - off) : CHUNK;
+
+			if (o.link_gbps > 0)
+				while (!kvl_pace_take(&pace, n, kvl_now_ns())) {
+					uint64_t w = kvl_pace_wait_ns(&pace, kvl_now_ns());
+					struct timespec ts = { 0,
+							       (long)(w < 1000000 ? w : 1000000) };
+
+					nanosleep(&ts, NULL);
+				}
+			a = kvl_now_ns(); /* the socket's time only, not the pacing */
+			if (send_all(fd, buf + off, n) < 0)
+				return 1;
+			busy_ns += kvl_now_ns() - a;
+		}
+		free((void *)buf);
+		atomic_fetch_add(&psent, 1);
+		sent += r->bytes;
+	}
+	pthread_join(th, NULL);
+	for (unsigned k = 0; k < tr.n; k++) {
+		uint32_t ack;
+
+		if (recv_all(fd, &ack, sizeof(ack)) < 0)
+			return 1;
+	}
+	dprintf(stats_fd, "%llu %llu\n", (unsigned long long)sent, (unsigned long long)busy_ns);
+	return 0;
+}
+
+/* The receiver's host buffers: a few, each as large as the largest request, touched once at
+ * start and reused, so the socket's rate is not its page faults' (iperf3 reuses its buffer
+ * too). Their number is the back-pressure: with all in use the socket fills and the sender
+ * waits. */
+#define MAX_RBUF 4
+static uint8_t *rbuf[MAX_RBUF];
+static _Atomic int rbusy[MAX_RBUF];
+static unsigned n_rbuf;
+
+static int rbuf_init(uint64_t len)
+{
+	n_rbuf = len ? (unsigned)((o.host_mb << 20) / len) : 0;
+	n_rbuf = n_rbuf < 2 ? 2 : n_rbuf > MAX_RBUF ? MAX_RBUF : n_rbuf;
+	for (unsigned i = 0; i < n_rbuf; i++) {
+		rbuf[i] = malloc(len);
+		if (rbuf[i] == NULL)
+			return -ENOMEM;
+		memset(rbuf[i], 0, len);
+	}
+	return 0;
+}
+
+static int rbuf_take(void)
+{
+	for (;;) {
+		for (unsigned i = 0; i < n_rbuf; i++) {
+			int z = 0;
+
+			if (atomic_compare_exchange_strong(&rbusy[i], &z, 1))
+				return (int)i;
+		}
+		nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+	}
+}
+
+/* The request's KV into its cache blocks, a run of adjacent blocks at a time: from the socket's
+ * host buffer (tcp), or the pattern written in place (resident). Request offsets are layer-major,
+ * as the blocks are: block k is at k x block bytes. */
+static void copy_runs(struct rq *r)
+{
+	uint32_t n = shape.layers * r->nb;
+
+	for (uint32_t k = 0, e; k < n; k = e) {
+		uint8_t *dst = be->cache() + (uint64_t)r->cblk[k] * bb;
+		uint64_t off = (uint64_t)k * bb;
+
+		for (e = k + 1; e < n && r->cblk[e] == r->cblk[e - 1] + 1; e++)
+			;
+		if (r->hostbuf)
+			be->upload(dst, r->hostbuf + off, (uint64_t)(e - k) * bb);
+		else
+			be->fill(dst, (uint64_t)(e - k) * bb, r->key, off);
+	}
+}
+
+/* The decode side's receiver: each request's KV into host memory, then an ack. */
+static unsigned *recv_order; /* request ids in the order the socket brought them */
+static _Atomic unsigned n_recv;
+
+/* The decode side's receiver: each request's KV from the socket into host memory, then an ack
+ * (control, same connection); the copy into VRAM is the uploader's, so the socket is read on. */
+static void *receiver(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct hdr h;
+		struct rq *r;
+
+		if (recv_all(fd, &h, sizeof(h)) < 0 || h.magic != HDR_MAGIC || h.id >= tr.n ||
+		    rq[h.id].bytes != h.bytes) {
+			fprintf(stderr,
+				"serve-bench: tcp: a bad header from the prefill process\n");
+			exit(1);
+		}
+		r = &rq[h.id];
+		r->rbuf = rbuf_take();
+		r->hostbuf = rbuf[r->rbuf];
+		if (recv_all(fd, r->hostbuf, h.bytes) < 0) {
+			fprintf(stderr, "serve-bench: tcp: receive of request %u failed\n", h.id);
+			exit(1);
+		}
+		R.moved_bytes += h.bytes;
+		if (send_all(fd, &h.id, sizeof(h.id)) < 0)
+			exit(1);
+		recv_order[k] = h.id;
+		atomic_store(&n_recv, k + 1);
+	}
+	return NULL;
+}
+
+/* The CPU copies each received request into VRAM (its KV cache blocks) once the cache has
+ * room, in arrival order, beside the decode loop (the baseline's copy stalls no batch). */
+static void *uploader(void *arg)
+{
+	(void)arg;
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r;
+
+		while (atomic_load(&n_recv) <= k) {
+			struct timespec ts = { 0, 100000 };
+
+			nanosleep(&ts, NULL);
+		}
+		r = &rq[recv_order[k]];
+		if (shape.layers * r->nb > cpool.cap) {
+			atomic_store(&r->at_prefill, -1);
+		} else {
+			while (!pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
+				struct timespec ts = { 0, 200000 };
+
+				r->delayed = true;
+				nanosleep(&ts, NULL);
+			}
+			copy_runs(r);
+			atomic_store(&r->at_prefill, 1);
+		}
+		r->hostbuf = NULL;
+		atomic_store(&rbusy[r->rbuf], 0);
+	}
+	return NULL;
+}
+
+/* ---- single / dual: the prefill side fills this process's host tier ---- */
+
+static double prefill_thread_cpu;
+
+static void *tier_filler(void *arg)
+{
+	struct timespec c;
+
+	(void)arg;
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		uint32_t n = shape.layers * r->nb;
+
+		/* filled ahead as the tier has room: admission also waits for prefill_done */
+		if (n > tpool.cap) {
+			atomic_store(&r->at_prefill, -1); /* larger than the whole tier */
+			continue;
+		}
+		while (!pool_take(&tpool, n, r->tblk)) {
+			struct timespec ts = { 0, 500000 };
+
+			nanosleep(&ts, NULL);
+		}
+		for (uint32_t l = 0; l < shape.layers; l++)
+			for (uint32_t b = 0; b < r->nb; b++)
+				kvl_sb_cpu.fill(tier_base + (uint64_t)r->tblk[l * r->nb + b] * bb,
+						bb, r->key, kv_off(r, l, b));
+		atomic_store(&r->at_prefill, 1);
+	}
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+	prefill_thread_cpu = c.tv_sec + c.tv_nsec / 1e9;
+	return NULL;
+}
+
+static int open_tier(struct rq *r)
+{
+	uint32_t n = shape.layers * r->nb, steps = cur_mode == M_DUAL ? shape.layers : 1;
+	struct kvl_req_block *b = calloc(n, sizeof(*b));
+	uint32_t *first = calloc(steps + 1, sizeof(uint32_t)), *sb = calloc(n, sizeof(uint32_t));
+	struct kvl_req_desc d = { 0 };
+	int rc;
+
+	for (uint32_t k = 0; k < n; k++) {
+		b[k] = (struct kvl_req_block){ .remote_off = (uint64_t)r->tblk[k] * bb,
+					       .remote_seg = tier_seg,
+					       .length = bb };
+		sb[k] = k;
+	}
+	for (uint32_t s = 0; s <= steps; s++)
+		first[s] = s * (n / steps);
+	d.blocks = b;
+	d.n_blocks = n;
+	d.n_steps = steps;
+	d.step_first = first;
+	d.step_blocks = sb;
+	d.user = r->id;
+	if (cur_mode == M_DUAL) { /* decode before prefill traffic, deadline from the SLO */
+		d.cls = KVL_REQ_DECODE;
+		d.deadline_us =
+			(uint64_t)(fmax(0, o.slo_ttft_ms / 1000.0 -
+						   (now_s() - tr.r[r->id].arrival_ms / 1000.0)) *
+				   1e6) +
+			1;
+	} else {
+		d.cls = KVL_REQ_PREFILL;
+	}
+	rc = kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &r->h);
+	if (rc < 0)
+		fprintf(stderr, "serve-bench: kvl_req_open(request %u, %u blocks): %s %s\n", r->id,
+			n, strerror(-rc), kvl_req_error());
+	free(b);
+	free(first);
+	free(sb);
+	return rc;
+}
+
+/* Layers [l0, l1) of @r have landed at @blk (their addresses): check every byte, point the
+ * block tables at them. */
+static int landed(struct rq *r, uint32_t l0, uint32_t l1, void **blk)
+{
+	uint64_t *off = malloc((size_t)r->nb * sizeof(uint64_t));
+
+	for (uint32_t l = l0; l < l1; l++) {
+		void **lb = blk + (size_t)(l - l0) * r->nb;
+
+		for (uint32_t b = 0; b < r->nb; b++)
+			off[b] = kv_off(r, l, b);
+		R.bad_bytes += be->verify(lb, off, r->nb, bb, r->key);
+		R.checked_bytes += (uint64_t)r->nb * bb;
+		if (be->table(r->slot, l, lb, r->nb) < 0) {
+			free(off);
+			return -EINVAL;
+		}
+	}
+	free(off);
+	r->landed = l1;
+	if (l1 == shape.layers)
+		r->st = R_ACTIVE;
+	return 0;
+}
+
+static void **cache_addrs(const struct rq *r, uint32_t l)
+{
+	static void **a;
+	static uint32_t cap;
+
+	if (cap < r->nb) {
+		free(a);
+		a = malloc(r->nb * sizeof(void *));
+		cap = r->nb;
+	}
+	for (uint32_t b = 0; b < r->nb; b++)
+		a[b] = be->cache() + (uint64_t)r->cblk[l * r->nb + b] * bb;
+	return a;
+}
+
+static unsigned *slot_free, n_slot_free;
+
+/* Take @r into the batch if the KV cache has room. 1: admitted, 0: wait, -1: refused. */
+static int admit(struct rq *r)
+{
+	uint32_t n = shape.layers * r->nb;
+	bool own = cur_mode == M_TCP || cur_mode == M_RESIDENT;
+
+	if (n > cpool.cap) {
+		r->st = R_REFUSED;
+		R.refused++;
+		return -1;
+	}
+	if (n_slot_free == 0)
+		return 0;
+	/* tcp: the receiver took the blocks and copied the KV in already */
+	if (cur_mode != M_TCP && !pool_take(&cpool, n, r->cblk)) {
+		if (!r->delayed)
+			R.delayed++;
+		r->delayed = true;
+		return 0;
+	}
+	if (cur_mode == M_TCP && r->delayed)
+		R.delayed++;
+	r->slot = slot_free[--n_slot_free];
+	if (own) {
+		if (cur_mode == M_RESIDENT)
+			copy_runs(r); /* "already in VRAM": written in place, nothing moved */
+		for (uint32_t l = 0; l < shape.layers; l++)
+			if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
+				return -1;
+		return 1;
+	}
+	r->st = R_LANDING;
+	if (open_tier(r) < 0)
+		exit(1);
+	return 1;
+}
+
+static void finish(struct rq *r)
+{
+	r->finish = r->last;
+	r->hash = be->out_hash(r->slot);
+	R.used_bytes += r->bytes;
+	if (r->st == R_DONE)
+		R.twice++;
+	/* single/dual: every step was DONE as it landed; the DONE event gives the tier back */
+	pool_give(&cpool, r->cblk, shape.layers * r->nb);
+	slot_free[n_slot_free++] = r->slot;
+	r->st = R_DONE;
+	R.completed++;
+}
+
+static void poll_events(void)
+{
+	struct kvl_req_event ev[64];
+	unsigned n;
+
+	while ((n = kvl_req_poll(rt, ev, 64)) > 0)
+		for (unsigned i = 0; i < n; i++) {
+			struct rq *r = &rq[ev[i].user];
+
+			if (ev[i].type == KVL_REQ_EV_STEP_READY) {
+				uint32_t l0 = cur_mode == M_DUAL ? ev[i].step : 0,
+					 l1 = cur_mode == M_DUAL ? l0 + 1 : shape.layers;
+				void **a = malloc((size_t)r->nb * sizeof(void *));
+				int rc;
+
+				/* each layer from kvlane's staging window into the KV cache,
+				 * checked there (the bytes decode reads), then the step DONE: its
+				 * window room goes to the next layers */
+				for (uint32_t l = l0; l < l1; l++) {
+					for (uint32_t b = 0; b < r->nb; b++)
+						if (kvl_req_block_addr(rt, r->h, l * r->nb + b,
+								       &a[b]) < 0) {
+							fprintf(stderr,
+								"serve-bench: block %u of request "
+								"%u "
+								"READY with no address\n",
+								l * r->nb + b, r->id);
+							exit(1);
+						}
+					be->gather(cache_addrs(r, l), a, r->nb, bb);
+					if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
+						exit(1);
+				}
+				while ((rc = kvl_req_step_done(rt, r->h, ev[i].step)) == -EAGAIN)
+					;
+				if (rc < 0) {
+					fprintf(stderr,
+						"serve-bench: step %u of request %u DONE: %s\n",
+						ev[i].step, r->id, strerror(-rc));
+					exit(1);
+				}
+				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
+				free(a);
+			} else if (ev[i].type == KVL_REQ_EV_DONE) {
+				pool_give(&tpool, r->tblk, shape.layers * r->nb);
+				r->ended = true;
+			} else {
+				fprintf(stderr, "serve-bench: request %u FAILED: %s\n", r->id,
+					kvl_status_name(ev[i].status));
+				exit(1);
+			}
+		}
+}
+
+static double used_bytes_now(void)
+{
+	return (double)(cpool.cap - cpool.n) * bb;
+}
+
+static void progress(unsigned done, bool last)
+{
+	static double next;
+	double t = now_s();
+
+	if (o.quiet || (!last && t < next))
+		return;
+	next = t + 0.5;
+	fprintf(stderr, "\r[%s] %u/%u requests done, %.1f s elapsed, ETA %.1f s   %s",
+		mode_name[cur_mode], done, tr.n, t, done ? t / done * (tr.n - done) : 0.0,
+		last ? "\n" : "");
+}
+
+static int write_ini(const char *path)
+{
+	FILE *f = fopen(path, "w");
+	bool gpu = be->device;
+	/* blocks over all open requests: as many as the KV cache holds (admission's bound) */
+	uint64_t slots = (o.budget_mb << 20) / bb;
+
+	if (f == NULL)
+		return -errno;
+	fprintf(f,
+		"[runtime]\nname = serve-bench\nidle_policy = %s\n[nic.lo]\ndevice = lo\n"
+		"transport = tcp\n[sched]\nstaging_mb = %llu\nbudget_mb = %llu\nslot_kb = %u\n"
+		"window_min_kb = %u\nwindow_max_mb = %llu\nmax_blocks = %llu\nmax_requests = %u\n"
+		"tier = true\ntier_rate_mbps = %llu\nstaging = %s\n",
+		o.idle, (unsigned long long)staging_mb, (unsigned long long)staging_mb, bb >> 10,
+		(bb >> 10) < 4 ? 4 : bb >> 10, (unsigned long long)staging_mb,
+		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
+		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
+		gpu ? "gpu" : "host");
+	if (gpu)
+		fprintf(f,
+			"[memory]\npool_size_mb = %llu\nchunk_size_kb = 4096\nhugepage = false\n"
+			"[gpu]\nenable = true\nvram_reserve_mb = 512\n",
+			(unsigned long long)o.host_mb + 64);
+	return fclose(f) ? -errno : 0;
+}
+
+static int start_runtime(char *err, size_t errlen)
+{
+	char ini[512];
+	struct kvl_start_args a = { .eal_argc = o.eal_argc, .eal_argv = o.eal_argv, .config = ini };
+	struct kvl_seg_geom g = { 1, 1, (uint32_t)((o.host_mb << 20) / bb), bb };
+	struct kvl_segment seg;
+	int stage, rc;
+
+	snprintf(ini, sizeof(ini), "%s/%s.ini", o.out, mode_name[cur_mode]);
+	if (write_ini(ini) < 0) {
+		snprintf(err, errlen, "%s: %s", ini, strerror(errno));
+		return -1;
+	}
+	rt = kvl_start(&a, err, errlen, &stage);
+	if (rt == NULL)
+		return -1;
+	rc = kvl_seg_alloc(rt, "prefill-kv", &g, KVL_REMOTE_READ, &seg);
+	if (rc < 0) {
+		snprintf(err, errlen, "the prefill side's host tier (%llu MiB): %s",
+			 (unsigned long long)o.host_mb, strerror(-rc));
+		return -1;
+	}
+	tier_base = seg.base;
+	tier_seg = seg.id;
+	return pool_init(&tpool, g.blocks);
+}
+
+static int write_results(const char *tag)
+{
+	char p[600];
+	FILE *f;
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	snprintf(p, sizeof(p), "%s/%s-%s.json", o.out, tag, mode_name[cur_mode]);
+	f = fopen(p, "w");
+	if (f == NULL)
+		return -errno;
+	fprintf(f, "{\"mode\": \"%s\", \"requests\": [", mode_name[cur_mode]);
+	for (unsigned i = 0, c = 0; i < tr.n; i++) {
+		struct rq *r = &rq[i];
+
+		if (r->st != R_DONE)
+			continue;
+		fprintf(f,
+			"%s\n {\"id\": %u, \"input\": %u, \"output\": %u, \"arrival_s\": %.6f, "
+			"\"prefill_done_s\": %.6f, \"first_token_s\": %.6f, \"finish_s\": %.6f, "
+			"\"kv_bytes\": %llu, \"delayed\": %s, \"out_hash\": \"%016llx\", "
+			"\"gaps_ms\": [",
+			c++ ? "," : "", r->id, tr.r[i].input, tr.r[i].output,
+			tr.r[i].arrival_ms / 1e3, r->prefill_done, r->first, r->finish,
+			(unsigned long long)r->bytes, r->delayed ? "true" : "false",
+			(unsigned long long)r->hash);
+		for (uint32_t k = 0; k + 1 < r->ntok; k++)
+			fprintf(f, "%s%.4f", k ? ", " : "", r->gaps[k] * 1e3);
+		fprintf(f, "]}");
+	}
+	fprintf(f, "],\n \"refused\": [");
+	for (unsigned i = 0, c = 0; i < tr.n; i++)
+		if (rq[i].st == R_REFUSED)
+			fprintf(f, "%s%u", c++ ? ", " : "", i);
+	fprintf(f,
+		"],\n \"refused_count\": %u, \"completed\": %u, \"delayed_for_memory\": %u, "
+		"\"completed_twice\": %u,\n"
+		" \"bytes_checked\": %llu, \"bytes_bad\": %llu, \"bytes_used\": %llu, "
+		"\"kv_bytes_moved\": %llu,\n \"wall_s\": %.6f, \"compute_busy_s\": %.6f, "
+		"\"peak_kv_bytes\": %.0f, \"kv_budget_bytes\": %llu, \"weight_bytes\": %llu,\n"
+		" \"cpu_decode_user_s\": %.6f, \"cpu_decode_sys_s\": %.6f, \"cpu_prefill_s\": "
+		"%.6f,\n"
+		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"vram_series\": "
+		"\"%s-%s.vram.csv\"}\n",
+		R.refused, R.completed, R.delayed, R.twice, (unsigned long long)R.checked_bytes,
+		(unsigned long long)R.bad_bytes, (unsigned long long)R.used_bytes,
+		(unsigned long long)R.moved_bytes, R.wall_s, R.busy_s, R.peak_inuse,
+		(unsigned long long)(o.budget_mb << 20), (unsigned long long)shape.weight_bytes,
+		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 -
+			(cur_mode == M_TCP ? 0 : prefill_thread_cpu),
+		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, R.prefill_cpu_s,
+		(unsigned long long)R.link_bytes, R.link_busy_s, tag, mode_name[cur_mode]);
+	return fclose(f) ? -errno : 0;
+}
+
+/* EAL pinned this thread to its main lcore: the decode loop and the prefill thread (created
+ * after) may use every core but the NIC lcore's (the second of -l; cpu 1 with "-l 0-1"), as
+ * tcp's and resident's threads do, so no mode's threads share a core they need not. */
+static void unpin(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (n <= 2)
+		return;
+	CPU_ZERO(&set);
+	for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+		if (c != 1)
+			CPU_SET(c, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+/* Serve the whole trace in @m; 0 when every request completed once and every byte matched. */
+static int run_mode(enum mode m, const char *tag)
+{
+	char err[1024], p[600];
+	uint64_t cache_blocks = (o.budget_mb << 20) / bb;
+	uint32_t max_nb = 0;
+	pthread_t th, th_up;
+	int lfd = -1, cfd = -1, stats[2] = { -1, -1 }, go[2] = { -1, -1 };
+	pid_t child = -1;
+	unsigned done = 0;
+
+	cur_mode = m;
+	memset(&R, 0, sizeof(R));
+	rq = calloc(tr.n, sizeof(*rq));
+	for (unsigned i = 0; i < tr.n; i++) {
+		struct rq *r = &rq[i];
+
+		r->id = i;
+		r->nb = (tr.r[i].input + SB_BLOCK_TOKENS - 1) / SB_BLOCK_TOKENS;
+		r->bytes = (uint64_t)r->nb * shape.layers * bb;
+		r->key = req_key(i);
+		r->cblk = malloc((size_t)r->nb * shape.layers * sizeof(uint32_t));
+		r->tblk = malloc((size_t)r->nb * shape.layers * sizeof(uint32_t));
+		r->gaps = malloc(tr.r[i].output * sizeof(double));
+		if (r->nb > max_nb)
+			max_nb = r->nb;
+	}
+	prefill_schedule();
+	if (m == M_TCP) {
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof(a);
+
+		lfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+		    listen(lfd, 1) < 0 || getsockname(lfd, (struct sockaddr *)&a, &al) < 0 ||
+		    pipe(stats) < 0 || pipe(go) < 0) {
+			perror("serve-bench: tcp listen");
+			return 1;
+		}
+		/* before any CUDA: the prefill process is a fork with nothing of the GPU */
+		child = fork();
+		if (child == 0) {
+			int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+			close(lfd);
+			if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+				perror("serve-bench: prefill connect");
+				_exit(1);
+			}
+			close(go[1]);
+			/* the trace's time 0 comes once the decode side is set up */
+			if (read(go[0], &t0s, sizeof(t0s)) != sizeof(t0s))
+				_exit(1);
+			_exit(prefill_process(fd, stats[1]));
+		}
+		close(stats[1]);
+		close(go[0]);
+		cfd = accept(lfd, NULL, NULL);
+		if (cfd < 0) {
+			perror("serve-bench: accept");
+			return 1;
+		}
+	}
+	{
+		uint64_t mx = (uint64_t)max_nb * shape.layers * bb;
+
+		staging_mb = (mx + (1u << 20) - 1) >> 20;
+		if (staging_mb < o.window_mb)
+			staging_mb = o.window_mb;
+	}
+	if (be->init(&shape, o.max_batch, max_nb, cache_blocks * bb, o.sy.seed, err, sizeof(err)) <
+	    0) {
+		fprintf(stderr, "serve-bench: %s\n", err);
+		return 1;
+	}
+	if ((m == M_SINGLE || m == M_DUAL) && start_runtime(err, sizeof(err)) < 0) {
+		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
+		return 1;
+	}
+	if (m == M_SINGLE || m == M_DUAL)
+		unpin();
+	if (pool_init(&cpool, (uint32_t)cache_blocks) < 0)
+		return 1;
+	slot_free = malloc(o.max_batch * sizeof(unsigned));
+	for (unsigned i = 0; i < o.max_batch; i++)
+		slot_free[n_slot_free++] = o.max_batch - 1 - i;
+	snprintf(p, sizeof(p), "%s/%s-%s.vram.csv", o.out, tag, mode_name[m]);
+	vram_log = fopen(p, "w");
+	if (vram_log)
+		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes,landing_bytes\n");
+	if (m == M_TCP) {
+		recv_order = calloc(tr.n, sizeof(unsigned));
+		if (rbuf_init((uint64_t)max_nb * shape.layers * bb) < 0) {
+			fprintf(stderr, "serve-bench: tcp: no memory for the receive buffers\n");
+			return 1;
+		}
+	}
+	/* the trace's time 0: after every mode's set-up (weights, cache, EAL, the pinned pool,
+	 * the receive buffers), so no arrival is late for it */
+	t0s = kvl_now_s() + 0.2;
+	if (m == M_TCP) {
+		if (write(go[1], &t0s, sizeof(t0s)) != sizeof(t0s)) {
+			fprintf(stderr, "serve-bench: tcp: the prefill process is gone\n");
+			return 1;
+		}
+		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
+		pthread_create(&th_up, NULL, uploader, NULL);
+	} else if (m != M_RESIDENT) {
+		pthread_create(&th, NULL, tier_filler, NULL);
+	}
+	sleep_until(0);
+
+	for (unsigned head = 0, seen = 0; done + R.refused < tr.n;) {
+		struct rq *batch[1024];
+		unsigned nb = 0, moved;
+		double t;
+		static double last_move;
+
+		/* a run that stops moving says where it stands instead of hanging its caller */
+		moved = done + R.refused + head;
+		for (unsigned i = 0; i < tr.n; i++)
+			moved += rq[i].landed + rq[i].ntok + (atomic_load(&rq[i].at_prefill) != 0);
+		if (moved != seen || last_move == 0) {
+			seen = moved;
+			last_move = now_s();
+		} else if (now_s() - last_move > 60 &&
+			   (head == tr.n || rq[order[head]].prefill_done + 60 < now_s())) {
+			fprintf(stderr,
+				"\nserve-bench: %s: nothing moved for 60 s: %u done, %u refused, "
+				"head %u of %u, %u cache blocks free of %u\n",
+				mode_name[m], done, R.refused, head, tr.n, cpool.n, cpool.cap);
+			return 1;
+		}
+
+		/* admission, in the order prefills finish (head of line waits for memory) */
+		while (head < tr.n) {
+			struct rq *r = &rq[order[head]];
+			int at = m == M_RESIDENT ? 1 : atomic_load(&r->at_prefill);
+			int a;
+
+			if (at > 0 && now_s() < r->prefill_done)
+				break; /* filled ahead; its prefill is not over yet */
+
+			if (at < 0) {
+				r->st = R_REFUSED;
+				R.refused++;
+				head++;
+				continue;
+			}
+			if (!at)
+				break;
+			a = admit(r);
+			if (a == 0)
+				break;
+			head++;
+		}
+		if (m == M_SINGLE || m == M_DUAL)
+			poll_events();
+		for (unsigned i = 0; i < tr.n && nb < o.max_batch; i++) {
+			struct rq *r = &rq[i];
+
+			if (r->st == R_ACTIVE ||
+			    (r->st == R_LANDING && m == M_DUAL && r->landed > r->cur))
+				batch[nb++] = r;
+		}
+		if (used_bytes_now() > R.peak_inuse)
+			R.peak_inuse = used_bytes_now();
+		if (nb == 0) {
+			struct timespec ts = { 0, 50000 };
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		be->step_begin();
+		for (uint32_t l = 0; l < shape.layers; l++) {
+			be->weights(l);
+			for (unsigned k = 0; k < nb; k++)
+				if (batch[k]->ntok > 0 ||
+				    (l >= batch[k]->cur && l < batch[k]->landed))
+					be->attn(batch[k]->slot, l, batch[k]->nb);
+		}
+		R.busy_s += be->step_end();
+		t = now_s();
+		if (vram_log) {
+			double landing = 0;
+
+			for (unsigned i = 0; i < tr.n; i++)
+				if (rq[i].st == R_LANDING)
+					landing +=
+						rq[i].bytes - (double)rq[i].landed * rq[i].nb * bb;
+			fprintf(vram_log, "%.6f,%llu,%llu,%.0f,%.0f\n", t,
+				(unsigned long long)(o.budget_mb << 20),
+				(unsigned long long)(m == M_SINGLE || m == M_DUAL ? staging_mb << 20
+										  : 0),
+				used_bytes_now(), landing);
+		}
+		for (unsigned k = 0; k < nb; k++) {
+			struct rq *r = batch[k];
+
+			if (r->ntok == 0 && r->landed < shape.layers) {
+				r->cur = r->landed; /* the first token's layers so far */
+				continue;
+			}
+			if (r->ntok == 0)
+				r->first = t;
+			else
+				r->gaps[r->ntok - 1] = t - r->last;
+			r->last = t;
+			r->cur = shape.layers;
+			if (++r->ntok == tr.r[r->id].output) {
+				finish(r);
+				done++;
+			}
+		}
+		progress(done, false);
+	}
+	/* the last DONE events: every request's staging back */
+	while (m == M_SINGLE || m == M_DUAL) {
+		bool all = true;
+
+		poll_events();
+		for (unsigned i = 0; i < tr.n; i++)
+			all = all && (rq[i].st != R_DONE || rq[i].ended);
+		if (all)
+			break;
+	}
+	R.wall_s = now_s();
+	progress(done, true);
+	if (m == M_TCP) {
+		int status;
+		struct rusage cru;
+		FILE *sf = fdopen(stats[0], "r");
+		unsigned long long sb = 0, ns = 0;
+
+		pthread_join(th, NULL);
+		pthread_join(th_up, NULL);
+		if (sf == NULL || fscanf(sf, "%llu %llu", &sb, &ns) != 2)
+			fprintf(stderr, "serve-bench: no statistics from the prefill process\n");
+		wait4(child, &status, 0, &cru);
+		R.prefill_cpu_s = cru.ru_utime.tv_sec + cru.ru_utime.tv_usec / 1e6 +
+				  cru.ru_stime.tv_sec + cru.ru_stime.tv_usec / 1e6;
+		R.link_bytes = sb;
+		R.link_busy_s = ns / 1e9;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "serve-bench: the prefill process failed\n");
+			return 1;
+		}
+	} else if (m != M_RESIDENT) {
+		pthread_join(th, NULL);
+		R.prefill_cpu_s = prefill_thread_cpu;
+		R.link_bytes = R.moved_bytes;
+	}
+	if (vram_log)
+		fclose(vram_log);
+	if (write_results(tag) < 0) {
+		fprintf(stderr, "serve-bench: cannot write results in %s\n", o.out);
+		return 1;
+	}
+	if (rt)
+		kvl_stop(rt);
+	be->fini();
+	if (R.bad_bytes || R.checked_bytes != R.used_bytes || R.twice ||
+	    R.completed + R.refused != tr.n) {
+		fprintf(stderr,
+			"serve-bench: %s FAILED its checks: %llu bad bytes, %llu checked of %llu "
+			"used, "
+			"%u completed + %u refused of %u, %u twice\n",
+			mode_name[m], (unsigned long long)R.bad_bytes,
+			(unsigned long long)R.checked_bytes, (unsigned long long)R.used_bytes,
+			R.completed, R.refused, tr.n, R.twice);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---------------- the parent: workload, one process per mode, the report ---------------- */
+
+struct sum {
+	bool ok;
+	double reqps, ttft50, ttft99, tpot50, tpot99, gap50, gap99, cpu_dec, cpu_pre, busy, wall;
+	double moved_gb, link_gbps, sock_gbps, sock_s, peak_gb;
+	unsigned completed, refused, delayed;
+	uint64_t *hash; /* per request, 0: not completed */
+};
+
+/* CPU %% of the host's cores: the "% of one core" columns over this */
+static double host_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (double)n : 1.0;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, unsigned n, double p)
+{
+	if (n == 0)
+		return NAN;
+	qsort(v, n, sizeof(double), cmpd);
+	return v[(unsigned)fmin(n - 1, floor(p / 100.0 * n))];
+}
+
+/* The worker's JSON, read back for the table (the tool's own format: a few fields by name). */
+static int read_sum(const char *path, struct sum *s)
+{
+	FILE *f = fopen(path, "r");
+	char *txt, *p;
+	long len;
+	double *ttft, *tpot, *gaps, *fin;
+	unsigned n = 0, ng = 0, cg = 1024;
+
+	memset(s, 0, sizeof(*s));
+	if (f == NULL)
+		return -errno;
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	txt = calloc(1, len + 1);
+	if (fread(txt, 1, len, f) != (size_t)len) {
+		fclose(f);
+		return -EIO;
+	}
+	fclose(f);
+	ttft = calloc(tr.n + 1, sizeof(double));
+	tpot = calloc(tr.n + 1, sizeof(double));
+	fin = calloc(tr.n + 1, sizeof(double));
+	gaps = malloc(cg * sizeof(double));
+	s->hash = calloc(tr.n, sizeof(uint64_t));
+	for (p = txt; (p = strstr(p, "{\"id\": ")) != NULL;) {
+		unsigned id, in, out;
+		double arr, pre, first, finish;
+		unsigned long long h;
+		char *g;
+
+		if (sscanf(p,
+			   "{\"id\": %u, \"input\": %u, \"output\": %u, \"arrival_s\": %lf, "
+			   "\"prefill_done_s\": %lf, \"first_token_s\": %lf, \"finish_s\": %lf",
+			   &id, &in, &out, &arr, &pre, &first, &finish) != 7 ||
+		    id >= tr.n || (g = strstr(p, "\"out_hash\": \"")) == NULL ||
+		    sscanf(g, "\"out_hash\": \"%llx\"", &h) != 1)
+			return -EINVAL;
+		s->hash[id] = h ? h : 1;
+		ttft[n] = first - arr;
+		tpot[n] = out > 1 ? (finish - first) / (out - 1) : 0;
+		fin[n++] = finish;
+		g = strstr(g, "[") + 1;
+		while (*g && *g != ']') {
+			if (ng == cg)
+				gaps = realloc(gaps, (cg *= 2) * sizeof(double));
+			gaps[ng++] = strtod(g, &g) / 1e3;
+			while (*g == ',' || *g == ' ')
+				g++;
+		}
+		p = g;
+	}
+#define NUM(k, v)                                             \
+	do {                                                  \
+		char *q_ = strstr(txt, "\"" k "\": ");        \
+		if (q_ == NULL)                               \
+			return -EINVAL;                       \
+		v = strtod(q_ + strlen("\"" k "\": "), NULL); \
+	} while (0)
+	{
+		double c, r, d, u, sy, pr, moved, lb, lbs, peak;
+
+		NUM("completed", c);
+		NUM("delayed_for_memory", d);
+		NUM("cpu_decode_user_s", u);
+		NUM("cpu_decode_sys_s", sy);
+		NUM("cpu_prefill_s", pr);
+		NUM("compute_busy_s", s->busy);
+		NUM("wall_s", s->wall);
+		NUM("kv_bytes_moved", moved);
+		NUM("link_bytes", lb);
+		NUM("link_busy_s", lbs);
+		NUM("peak_kv_bytes", peak);
+		NUM("refused_count", r);
+		s->completed = (unsigned)c;
+		s->refused = (unsigned)r;
+		s->delayed = (unsigned)d;
+		s->cpu_dec = (u + sy) / s->wall * 100;
+		s->cpu_pre = pr / s->wall * 100;
+		s->busy = s->busy / s->wall * 100;
+		s->moved_gb = moved / 1e9;
+		/* the link's load over the run; tcp's socket rate while it had bytes to send */
+		s->link_gbps = moved * 8 / s->wall / 1e9;
+		s->sock_gbps = lbs > 0 ? lb * 8 / lbs / 1e9 : 0;
+		s->sock_s = lbs;
+		s->peak_gb = peak / 1e9;
+	}
+#undef NUM
+	/* completed req/s over the steady window: the 10th to the 90th percentile completion */
+	{
+		unsigned lo, hi;
+
+		qsort(fin, n, sizeof(double), cmpd);
+		lo = n >= 10 ? n / 10 : 0;
+		hi = n >= 10 ? n - 1 - n / 10 : n - 1;
+		s->reqps = n > 1 && fin[hi] > fin[lo] ? (hi - lo) / (fin[hi] - fin[lo]) : NAN;
+	}
+	s->ttft50 = pct(ttft, n, 50);
+	s->ttft99 = pct(ttft, n, 99);
+	s->tpot50 = pct(tpot, n, 50) * 1e3;
+	s->tpot99 = pct(tpot, n, 99) * 1e3;
+	s->gap50 = pct(gaps, ng, 50) * 1e3;
+	s->gap99 = pct(gaps, ng, 99) * 1e3;
+	s->ok = true;
+	free(txt);
+	free(ttft);
+	free(tpot);
+	free(fin);
+	free(gaps);
+	return 0;
+}
+
+static void usage(const char *p)
+{
+	fprintf(stderr,
+		"usage: %s [EAL-ARGS --] (--trace FILE | --synthetic) [options]\n"
+		"  --trace FILE        Mooncake JSON lines: timestamp (ms), input_length, "
+		"output_length, hash_ids\n"
+		"  --synthetic         Poisson arrivals at --rate, log-normal inputs "
+		"(--input-median, --input-sigma),\n"
+		"                      --output-len tokens each, --seed\n"
+		"  --time-scale X --max-requests N --max-input TOKENS (clip)\n"
+		"  --preset llama3-8b|llama3-70b|writeup-32x32|tiny   --modes "
+		"tcp,single,dual,resident\n"
+		"  --link-gbps G (100; 0: no pacing)  --prefill-tok-s T  --prefill-gpus N  "
+		"--max-batch N\n"
+		"  --weight-mb M (weights read per step; default the preset's)\n"
+		"  --window-mb M (kvlane's staging window, single/dual; at least the largest "
+		"request)\n"
+		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
+		"auto|cpu|gpu\n"
+		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n",
+		p);
+}
+
+static const struct sb_shape *find_preset(const char *n)
+{
+	for (unsigned i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+		if (!strcmp(presets[i].name, n))
+			return &presets[i];
+	return NULL;
+}
+
+static bool mode_on(enum mode m)
+{
+	const char *p = o.modes;
+	size_t l = strlen(mode_name[m]);
+
+	while ((p = strstr(p, mode_name[m])) != NULL) {
+		if ((p == o.modes || p[-1] == ',') && (p[l] == 0 || p[l] == ','))
+			return true;
+		p += l;
+	}
+	return false;
+}
+
+static void params_json(FILE *f)
+{
+	fprintf(f,
+		"{\"preset\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
+		"\"q_heads\": %u, \"block_tokens\": %u, \"block_bytes\": %u, "
+		"\"kv_bytes_per_token\": %u, "
+		"\"weight_bytes\": %llu, \"backend\": \"%s\", \"link_gbps\": %g, \"window_mb\": "
+		"%llu, "
+		"\"prefill_tok_s\": %g, \"prefill_gpus\": %u, \"max_batch\": %u, \"kv_budget_mb\": "
+		"%llu, "
+		"\"host_mb\": %llu, \"slo_ttft_ms\": %g, \"trace\": \"%s\", \"synthetic\": %s, "
+		"\"rate\": %g, \"input_median\": %g, \"input_sigma\": %g, \"output_len\": %u, "
+		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
+		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
+		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
+		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
+		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
+		"CPU copy for tcp; kvlane's scheduler and tier transport for single/dual), every "
+		"byte checked\", \"dma_source\": \"the decode process's own host tier (a kvlane "
+		"segment, pinned pool with a GPU), filled by a prefill thread\"}",
+		shape.name, shape.layers, shape.kv_heads, shape.head_dim, shape.q_heads,
+		SB_BLOCK_TOKENS, bb, bb / SB_BLOCK_TOKENS * shape.layers,
+		(unsigned long long)shape.weight_bytes, be->name, o.link_gbps,
+		(unsigned long long)o.window_mb, o.prefill_tok_s, o.prefill_gpus, o.max_batch,
+		(unsigned long long)o.budget_mb, (unsigned long long)o.host_mb, o.slo_ttft_ms,
+		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
+		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
+		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
+		host_cores());
+}
+
+/* One run of every mode asked for on the current trace; -1 on a failed check. */
+static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first_run)
+{
+	struct sum s[N_MODES];
+	int rc = 0;
+	char p[600];
+
+	snprintf(p, sizeof(p), "%s/%s-trace.jsonl", o.out, tag);
+	if (kvl_sb_trace_write(p, &tr) < 0)
+		fprintf(stderr, "serve-bench: cannot write %s\n", p);
+	for (int m = 0; m < N_MODES; m++) {
+		pid_t pid;
+		int status;
+
+		s[m].ok = false;
+		if (!mode_on(m))
+			continue;
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0)
+			_exit(run_mode(m, tag));
+		waitpid(pid, &status, 0);
+		snprintf(p, sizeof(p), "%s/%s-%s.json", o.out, tag, mode_name[m]);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || read_sum(p, &s[m]) < 0) {
+			fprintf(stderr, "serve-bench: mode %s failed (%s)\n", mode_name[m], p);
+			rc = -1;
+			s[m].ok = false;
+		}
+	}
+	printf("\n%s, %u requests, offered %.2f req/s, link %g Gb/s (modelled), backend %s\n",
+	       shape.name, tr.n, rate, o.link_gbps, be->name);
+	printf("| path | req/s | TTFT p50 s | TTFT p99 s | TPOT p50 ms | TPOT p99 ms | gap p99 ms "
+	       "| CPU decode %% | CPU prefill %% | compute busy %% | KV GB moved | link load Gb/s "
+	       "| "
+	       "peak KV GB | refused | delayed "
+	       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+	for (int m = 0; m < N_MODES; m++) {
+		if (!s[m].ok)
+			continue;
+		printf("| %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.0f | %.0f | %.0f | %.2f "
+		       "| "
+		       "%.1f | %.2f | %u | %u |\n",
+		       mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50, s[m].tpot99,
+		       s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy, s[m].moved_gb,
+		       s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
+		fprintf(csv,
+			"%s,%g,%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.2f,%.3f,"
+			"%u,%u,%u,%.2f,%.2f,%.2f\n",
+			tag, rate, mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50,
+			s[m].tpot99, s[m].gap50, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
+			s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].completed, s[m].refused,
+			s[m].delayed, s[m].sock_gbps, s[m].cpu_dec / host_cores(),
+			s[m].cpu_pre / host_cores());
+	}
+	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
+		printf("tcp: the socket carried %.2f GB in %.3f s of sending (pacing waits not "
+		       "counted): %.2f Gb/s, one connection (iperf3 -P 1 is its yardstick)\n",
+		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps);
+	if (s[M_DUAL].ok && s[M_RESIDENT].ok) {
+		unsigned same = 0, both = 0;
+
+		for (unsigned i = 0; i < tr.n; i++)
+			if (s[M_DUAL].hash[i] && s[M_RESIDENT].hash[i]) {
+				both++;
+				same += s[M_DUAL].hash[i] == s[M_RESIDENT].hash[i];
+			}
+		printf("outputs: dual equals resident for %u of %u requests served by both\n", same,
+		       both);
+		if (same != both)
+			rc = -1;
+	}
+	fprintf(js, "%s\n  {\"tag\": \"%s\", \"rate\": %g, \"modes\": [", first_run ? "" : ",", tag,
+		rate);
+	for (int m = 0, c = 0; m < N_MODES; m++) {
+		FILE *f;
+		int ch;
+
+		if (!s[m].ok)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s-%s.json", o.out, tag, mode_name[m]);
+		f = fopen(p, "r");
+		fprintf(js, "%s\n", c++ ? "," : "");
+		while (f && (ch = fgetc(f)) != EOF)
+			fputc(ch, js);
+		if (f)
+			fclose(f);
+	}
+	fprintf(js, "]}");
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "trace", 1, 0, 't' },
+		{ "synthetic", 0, 0, 'S' },
+		{ "rate", 1, 0, 'r' },
+		{ "input-median", 1, 0, 'I' },
+		{ "input-sigma", 1, 0, 'G' },
+		{ "output-len", 1, 0, 'O' },
+		{ "seed", 1, 0, 's' },
+		{ "time-scale", 1, 0, 'T' },
+		{ "max-requests", 1, 0, 'n' },
+		{ "max-input", 1, 0, 'x' },
+		{ "preset", 1, 0, 'p' },
+		{ "modes", 1, 0, 'm' },
+		{ "link-gbps", 1, 0, 'l' },
+		{ "prefill-tok-s", 1, 0, 'P' },
+		{ "prefill-gpus", 1, 0, 'g' },
+		{ "max-batch", 1, 0, 'b' },
+		{ "kv-budget-mb", 1, 0, 'B' },
+		{ "host-mb", 1, 0, 'H' },
+		{ "slo-ttft-ms", 1, 0, 'L' },
+		{ "sweep", 1, 0, 'W' },
+		{ "backend", 1, 0, 'k' },
+		{ "idle", 1, 0, 'i' },
+		{ "out", 1, 0, 'o' },
+		{ "no-plot", 0, 0, 'N' },
+		{ "window-mb", 1, 0, 'V' },
+		{ "weight-mb", 1, 0, 'w' },
+		{ "quiet", 0, 0, 'q' },
+		{ "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	const struct sb_shape *ps;
+	char err[1024], p[600];
+	FILE *js, *csv;
+	int c, rc = 0, dash = -1;
+
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--")) {
+			dash = i;
+			break;
+		}
+	o.eal_argc = 1;
+	o.eal_argv = argv;
+	if (dash > 0) { /* EAL's arguments before "--", the tool's after */
+		o.eal_argc = dash;
+		argv[dash] = argv[0];
+		argc -= dash;
+		argv += dash;
+	}
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			o.trace = optarg;
+			break;
+		case 'S':
+			o.synthetic = true;
+			break;
+		case 'r':
+			o.sy.rate = atof(optarg);
+			break;
+		case 'I':
+			o.sy.input_median = atof(optarg);
+			break;
+		case 'G':
+			o.sy.input_sigma = atof(optarg);
+			break;
+		case 'O':
+			o.sy.output = (uint32_t)atoi(optarg);
+			break;
+		case 's':
+			o.sy.seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'T':
+			o.to.time_scale = atof(optarg);
+			break;
+		case 'n':
+			o.to.max_requests = (unsigned)atoi(optarg);
+			break;
+		case 'x':
+			o.to.max_input = (uint32_t)atoi(optarg);
+			break;
+		case 'p':
+			o.preset = optarg;
+			break;
+		case 'm':
+			o.modes = optarg;
+			break;
+		case 'l':
+			o.link_gbps = atof(optarg);
+			break;
+		case 'P':
+			o.prefill_tok_s = atof(optarg);
+			break;
+		case 'g':
+			o.prefill_gpus = (unsigned)atoi(optarg);
+			break;
+		case 'b':
+			o.max_batch = (unsigned)atoi(optarg);
+			break;
+		case 'B':
+			o.budget_mb = strtoull(optarg, NULL, 0);
+			break;
+		case 'H':
+			o.host_mb = strtoull(optarg, NULL, 0);
+			break;
+		case 'L':
+			o.slo_ttft_ms = atof(optarg);
+			break;
+		case 'W':
+			o.sweep = optarg;
+			break;
+		case 'k':
+			o.backend = optarg;
+			break;
+		case 'i':
+			o.idle = optarg;
+			break;
+		case 'o':
+			o.out = optarg;
+			break;
+		case 'V':
+			o.window_mb = strtoull(optarg, NULL, 0);
+			break;
+		case 'N':
+			o.plot = false;
+			break;
+		case 'w':
+			o.weight_mb = strtoull(optarg, NULL, 0);
+			break;
+		case 'q':
+			o.quiet = true;
+			break;
+		default:
+			usage(argv[0]);
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	ps = find_preset(o.preset);
+	if (ps == NULL || (!o.trace == !o.synthetic) || o.sy.rate <= 0 || o.sy.output == 0 ||
+	    o.sy.input_median < 1 || o.to.time_scale <= 0 || o.link_gbps < 0 ||
+	    o.prefill_gpus == 0 || o.max_batch == 0 || o.max_batch > 1024 || o.budget_mb == 0 ||
+	    o.host_mb == 0) {
+		if (ps == NULL)
+			fprintf(stderr, "serve-bench: unknown --preset %s\n", o.preset);
+		else
+			fprintf(stderr,
+				"serve-bench: give --trace FILE or --synthetic (one of them), "
+				"and positive rates, lengths, sizes\n");
+		usage(argv[0]);
+		return 2;
+	}
+	shape = *ps;
+	if (o.weight_mb) /* the preset's KV shape with another weight traffic per step */
+		shape.weight_bytes = o.weight_mb << 20;
+	bb = sb_block_bytes(&shape);
+	if (o.prefill_tok_s <=
+	    0) /* a stated model: 2 FLOP per parameter per token at 400 TFLOP/s */
+		o.prefill_tok_s = 400e12 / (2 * shape.params);
+	be = &kvl_sb_cpu;
+#ifdef KVL_SB_GPU
+	if (strcmp(o.backend, "cpu") != 0) {
+		char why[256];
+		int st = 0;
+		pid_t pid;
+
+		/* asked in a child: the parent forks the modes' processes, and a process that has
+		 * initialised CUDA must not fork one that uses it */
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			int ok = kvl_sb_gpu_present(why, sizeof(why));
+
+			if (!ok)
+				fprintf(stderr, "serve-bench: %s\n", why);
+			_exit(ok ? 0 : 1);
+		}
+		waitpid(pid, &st, 0);
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			be = &kvl_sb_gpu;
+		else if (!strcmp(o.backend, "gpu")) {
+			fprintf(stderr, "serve-bench: --backend gpu: no usable CUDA GPU\n");
+			return 77;
+		}
+	}
+#else
+	if (!strcmp(o.backend, "gpu")) {
+		fprintf(stderr, "serve-bench: --backend gpu: built without CUDA\n");
+		return 77;
+	}
+#endif
+	if (o.trace) {
+		if (kvl_sb_trace_load(o.trace, &o.to, &tr, err, sizeof(err)) < 0) {
+			fprintf(stderr, "serve-bench: %s\n", err);
+			return 2;
+		}
+	} else if (kvl_sb_trace_synth(&o.sy, &o.to, &tr) < 0) {
+		fprintf(stderr, "serve-bench: out of memory\n");
+		return 1;
+	}
+	if (mkdir(o.out, 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "serve-bench: %s: %s\n", o.out, strerror(errno));
+		return 1;
+	}
+	printf("kvlane-serve-bench: %s (%u layers, %u KV heads x %u, bf16, %u-token blocks = %u "
+	       "KiB of "
+	       "KV per token), weights %.2f GB read per step\n",
+	       shape.name, shape.layers, shape.kv_heads, shape.head_dim, SB_BLOCK_TOKENS,
+	       bb / SB_BLOCK_TOKENS * shape.layers >> 10, shape.weight_bytes / 1e9);
+	printf("workload: %s, %u requests%s; prefill modelled at %.0f tokens/s x %u GPUs; decode "
+	       "max batch %u, KV budget %llu MiB, host tier %llu MiB; backend %s\n",
+	       o.trace ? o.trace : "synthetic", tr.n, tr.clipped ? " (some inputs clipped)" : "",
+	       o.prefill_tok_s, o.prefill_gpus, o.max_batch, (unsigned long long)o.budget_mb,
+	       (unsigned long long)o.host_mb, be->name);
+	if (o.synthetic)
+		printf("synthetic: Poisson %.3g req/s, input log-normal median %.0f sigma %.2f, "
+		       "output %u tokens, seed %llu\n",
+		       o.sy.rate, o.sy.input_median, o.sy.input_sigma, o.sy.output,
+		       (unsigned long long)o.sy.seed);
+	printf("modelled: the link (%g Gb/s token bucket%s) and the prefill time; real: decode "
+	       "compute, the copies into the decode side's memory, every byte checked\n",
+	       o.link_gbps, o.link_gbps > 0 ? "" : " off: PCIe/memory ceiling");
+	snprintf(p, sizeof(p), "%s/results.json", o.out);
+	js = fopen(p, "w");
+	snprintf(p, sizeof(p), "%s/results.csv", o.out);
+	csv = fopen(p, "w");
+	if (js == NULL || csv == NULL) {
+		fprintf(stderr, "serve-bench: cannot write in %s\n", o.out);
+		return 1;
+	}
+	fprintf(csv, "run,offered_rate,mode,req_s,ttft_p50_s,ttft_p99_s,tpot_p50_ms,tpot_p99_ms,"
+		     "gap_p50_ms,gap_p99_ms,cpu_decode_pct_core,cpu_prefill_pct_core,"
+		     "compute_busy_pct,kv_gb_moved,link_load_gbps,peak_kv_gb,completed,refused,"
+		     "delayed,socket_gbps,cpu_decode_pct_host,cpu_prefill_pct_host\n");
+	fprintf(js, "{\"params\": ");
+	params_json(js);
+	fprintf(js, ",\n \"runs\": [");
+	if (run_all("main",
+		    o.synthetic ? o.sy.rate : tr.n / fmax(1e-3, tr.r[tr.n - 1].arrival_ms / 1e3),
+		    js, csv, true) < 0)
+		rc = 1;
+	if (o.sweep && o.synthetic) {
+		char *list = strdup(o.sweep), *save = NULL;
+		unsigned k = 0;
+
+		for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			char tag[32];
+
+			o.sy.rate = atof(t);
+			if (o.sy.rate <= 0)
+				continue;
+			free(tr.r);
+			kvl_sb_trace_synth(&o.sy, &o.to, &tr);
+			snprintf(tag, sizeof(tag), "sweep%u", k++);
+			if (run_all(tag, o.sy.rate, js, csv, false) < 0)
+				rc = 1;
+		}
+		free(list);
+	}
+	fprintf(js, "]}\n");
+	fclose(js);
+	fclose(csv);
+	printf("results: %s/results.json, %s/results.csv\n", o.out, o.out);
+	if (o.plot) {
+		/* the PATH's python3 first; then the system's, which has python3-matplotlib when a
+		 * virtualenv or pyenv in front of it does not */
+		static const char *const py[] = { "python3", "/usr/bin/python3" };
+		const char *dir = getenv("KVL_SERVE_PLOT");
+		char cmd[1400];
+		int st = -1;
+
+		for (unsigned k = 0; k < 2 && st != 0; k++) {
+			snprintf(cmd, sizeof(cmd), "%s '%s' '%s/results.json' '%s' 2>%s", py[k],
+				 dir ? dir : KVL_SERVE_PLOT_PY, o.out, o.out,
+				 k ? "&1" : "/dev/null");
+			st = system(cmd);
+		}
+		if (st != 0)
+			fprintf(stderr, "serve-bench: the plots failed (%s)\n", cmd);
+	}
+	return rc;
+}

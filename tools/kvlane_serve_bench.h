@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* kvlane-serve-bench: what its C core and its compute backends (CPU, CUDA) share. */
+#ifndef KVL_TOOLS_SERVE_BENCH_H
+#define KVL_TOOLS_SERVE_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SB_BLOCK_TOKENS 16 /* tokens per KV block (one block per layer) */
+#define SB_GROUP_HEADS	8  /* KV heads per attention unit: the GPU kernel's shape */
+
+/* A model's decode-side shape. A layer's block is G units of [K|V][heads][16 tokens][dim]
+ * bf16, heads = min(kv_heads, 8), G = kv_heads / heads (the GPU kernel takes one unit). */
+struct sb_shape {
+	const char *name;
+	uint32_t layers, kv_heads, head_dim, q_heads;
+	uint64_t weight_bytes; /* read once per decode step (all layers) */
+	double params;	       /* for the prefill model's FLOPs (2 per parameter per token) */
+};
+
+static inline uint32_t sb_group_heads(const struct sb_shape *s)
+{
+	return s->kv_heads < SB_GROUP_HEADS ? s->kv_heads : SB_GROUP_HEADS;
+}
+
+static inline uint32_t sb_groups(const struct sb_shape *s)
+{
+	return s->kv_heads / sb_group_heads(s);
+}
+
+static inline uint32_t sb_block_bytes(const struct sb_shape *s)
+{
+	return 2u * s->kv_heads * SB_BLOCK_TOKENS * s->head_dim * 2u;
+}
+
+/*
+ * The KV pattern: 64-bit word i of request key @h (its byte offset 8i in the request's KV,
+ * layer-major) is 0x3F80 in every bf16 lane's high bits (values in [1, 2): attention stays
+ * finite) and 7 bits of a sequence distinct per request and offset in each lane's low bits.
+ * Cheap enough that filling it runs at memory speed.
+ */
+#define SB_PAT_HI  0x3F803F803F803F80ull
+#define SB_PAT_LO  0x007F007F007F007Full
+#define SB_PAT_MUL 0x9E3779B97F4A7C15ull
+
+#ifdef __CUDACC__
+#define SB_HD __host__ __device__
+#else
+#define SB_HD
+#endif
+
+static inline SB_HD uint64_t sb_pat_word(uint64_t h, uint64_t i)
+{
+	return SB_PAT_HI | ((h + i * SB_PAT_MUL) & SB_PAT_LO);
+}
+
+/* A compute backend: where the decode side's KV lives and how a step is computed. */
+struct sb_backend {
+	const char *name;
+	bool device; /* KV pointers are device memory */
+	/* weights, queries, outputs for @slots requests of up to @max_blocks blocks per layer,
+	 * and an own KV cache of @cache_bytes (0: none, the scheduler's staging is the cache) */
+	int (*init)(const struct sb_shape *s, unsigned slots, uint32_t max_blocks,
+		    uint64_t cache_bytes, uint64_t seed, char *err, unsigned errlen);
+	uint8_t *(*cache)(void);
+	/* the CPU copies host bytes into the cache (tcp) */
+	int (*upload)(void *dst, const void *src, uint64_t len);
+	/* @n blocks of @len bytes from @src[k] to @dst[k], inside the decode side's memory (the
+	 * scheduler's staging window into the KV cache) */
+	int (*gather)(void *const *dst, void *const *src, unsigned n, uint32_t len);
+	/* the pattern of key @h at request offset @off written in place (resident) */
+	int (*fill)(void *dst, uint64_t len, uint64_t h, uint64_t off);
+	/* @n blocks of @len bytes at @blk[k], request offset @off[k]: bytes unlike the pattern */
+	uint64_t (*verify)(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
+			   uint64_t h);
+	/* the block table of @slot's layer @layer: @nblk blocks, in token order */
+	int (*table)(unsigned slot, uint32_t layer, void *const *blk, uint32_t nblk);
+	void (*step_begin)(void);
+	void (*weights)(uint32_t layer);
+	void (*attn)(unsigned slot, uint32_t layer, uint32_t nblk);
+	/* waits for the step; returns its compute seconds (GPU: CUDA events) */
+	double (*step_end)(void);
+	/* a hash of @slot's last outputs, every layer */
+	uint64_t (*out_hash)(unsigned slot);
+	void (*fini)(void);
+};
+
+extern const struct sb_backend kvl_sb_cpu;
+#ifdef KVL_SB_GPU
+extern const struct sb_backend kvl_sb_gpu;
+int kvl_sb_gpu_present(char *why, unsigned len);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
