@@ -13,6 +13,9 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev python3-dev python3-pytest \
 	python3-numpy python3-torch \
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
+DEB_PKGS += libmicrohttpd-dev  # issue 18: Prometheus /metrics ([telemetry] prometheus_listen)
+DEB_PKGS += curl  # issue 18: the eal test scrapes /metrics as a Prometheus server would
+DEB_PKGS += python3-prometheus-client  # issue 18: the eal test parses every /metrics line
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
