@@ -52,18 +52,27 @@ struct table {
 	int rc;
 };
 
+/* Room for one more element of *@arr (@n used of @cap, @size bytes each): doubles it. */
+static int grow(void *arr, unsigned n, unsigned *cap, size_t size, unsigned first)
+{
+	void **p = arr, *q;
+	unsigned c = *cap ? 2 * *cap : first;
+
+	if (n < *cap)
+		return 0;
+	q = realloc(*p, c * size);
+	if (q == NULL)
+		return -ENOMEM;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
 static struct row *new_row(struct table *t)
 {
-	if (t->n == t->cap) {
-		unsigned cap = t->cap ? 2 * t->cap : 8;
-		struct row *r = realloc(t->rows, cap * sizeof(*r));
-
-		if (r == NULL) {
-			t->rc = -ENOMEM;
-			return NULL;
-		}
-		t->rows = r;
-		t->cap = cap;
+	if (grow(&t->rows, t->n, &t->cap, sizeof(*t->rows), 8) < 0) {
+		t->rc = -ENOMEM;
+		return NULL;
 	}
 	t->rows[t->n] = (struct row){ 0 };
 	return &t->rows[t->n++];
@@ -76,16 +85,9 @@ static struct field *new_field(struct table *t, const char *name)
 	if (t->n == 0 && new_row(t) == NULL)
 		return NULL;
 	r = &t->rows[t->n - 1];
-	if (r->n == r->cap) {
-		unsigned cap = r->cap ? 2 * r->cap : 32;
-		struct field *f = realloc(r->f, cap * sizeof(*f));
-
-		if (f == NULL) {
-			t->rc = -ENOMEM;
-			return NULL;
-		}
-		r->f = f;
-		r->cap = cap;
+	if (grow(&r->f, r->n, &r->cap, sizeof(*r->f), 32) < 0) {
+		t->rc = -ENOMEM;
+		return NULL;
 	}
 	r->f[r->n] = (struct field){ 0 };
 	snprintf(r->f[r->n].name, FIELD_NAME_LEN, "%s", name);

@@ -184,6 +184,18 @@ static int sink_finish(struct sink *k, struct rte_tel_data *reply)
 	return k->rc;
 }
 
+/* A whole table in column form (/kvlane/nics, /kvlane/peers, ...). */
+static int table_reply(struct rte_tel_data *d, void (*rows)(struct kvl_runtime *, struct sink *))
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	if (rt == NULL)
+		return -EAGAIN;
+	rows(rt, &k);
+	return sink_finish(&k, d);
+}
+
 struct config_walk {
 	struct rte_tel_data *d;
 	const char *section; /* only this section, or NULL for all */
@@ -274,7 +286,7 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	}
 }
 
-static void lcores_rows(const struct kvl_runtime *rt, struct sink *k)
+static void lcores_rows(struct kvl_runtime *rt, struct sink *k)
 {
 	unsigned lid;
 
@@ -285,15 +297,9 @@ static void lcores_rows(const struct kvl_runtime *rt, struct sink *k)
 /* Every lcore EAL gave us (main, one per NIC, any unused), in column form. */
 static int tel_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	lcores_rows(rt, &k);
-	return sink_finish(&k, d);
+	return table_reply(d, lcores_rows);
 }
 
 /* One lcore: /kvlane/lcore,<id>. */
@@ -358,7 +364,7 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "gpu_note", rt->nic[i].gpu.note);
 }
 
-static void nics_rows(const struct kvl_runtime *rt, struct sink *k)
+static void nics_rows(struct kvl_runtime *rt, struct sink *k)
 {
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
 		nic_row(rt, i, k);
@@ -367,15 +373,9 @@ static void nics_rows(const struct kvl_runtime *rt, struct sink *k)
 /* Every NIC in column form. */
 static int tel_nics(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	nics_rows(rt, &k);
-	return sink_finish(&k, d);
+	return table_reply(d, nics_rows);
 }
 
 /* One NIC: /kvlane/nic,<label>. */
@@ -398,7 +398,7 @@ static int tel_nic(const char *cmd, const char *params, struct rte_tel_data *d)
 }
 
 /* The staging budget and where it comes from: sampled free VRAM, or the INI. */
-static void gpu_row(const struct kvl_runtime *rt, struct sink *k)
+static void gpu_row(struct kvl_runtime *rt, struct sink *k)
 {
 	const struct kvl_gpu *g = &rt->gpu;
 
@@ -420,18 +420,24 @@ static void gpu_row(const struct kvl_runtime *rt, struct sink *k)
 	put_u64(k, "sample_interval_ms", rt->cfg.sched.resize_interval_ms);
 }
 
-static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
+/* A one-row table as a flat dict (/kvlane/gpu, /kvlane/stats). */
+static int dict_reply(struct rte_tel_data *d, void (*fill)(struct kvl_runtime *, struct sink *))
 {
 	struct kvl_runtime *rt = runtime_or_null();
 	struct sink k = { .d = d };
 
-	(void)cmd;
-	(void)params;
 	if (rt == NULL)
 		return -EAGAIN;
 	rte_tel_data_start_dict(d);
-	gpu_row(rt, &k);
+	fill(rt, &k);
 	return 0;
+}
+
+static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return dict_reply(d, gpu_row);
 }
 
 struct pool_walk {
@@ -564,15 +570,9 @@ static void peers_rows(struct kvl_runtime *rt, struct sink *k)
 /* Every peer the control path knows (connecting, ready or dead), in column form. */
 static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	peers_rows(rt, &k);
-	return sink_finish(&k, d); /* no peer: an empty dict */
+	return table_reply(d, peers_rows); /* no peer: an empty dict */
 }
 
 static void stats_transport(struct sink *k, const char *tr, const struct kvl_xport_stats *st)
@@ -663,16 +663,9 @@ static void stats_row(struct kvl_runtime *rt, struct sink *k)
 
 static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { .d = d };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	rte_tel_data_start_dict(d);
-	stats_row(rt, &k);
-	return 0;
+	return dict_reply(d, stats_row);
 }
 
 struct seg_walk {
@@ -734,7 +727,7 @@ static int tel_segments(const char *cmd, const char *params, struct rte_tel_data
 	return sink_finish(&k, d);
 }
 
-static void qps_rows(const struct kvl_runtime *rt, struct sink *k)
+static void qps_rows(struct kvl_runtime *rt, struct sink *k)
 {
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		const struct kvl_nic_io *io = rt->nic[n].io;
@@ -796,15 +789,9 @@ static void qps_rows(const struct kvl_runtime *rt, struct sink *k)
 /* Every RDMA queue pair in column form: its NIC, slot, peer, and what the NIC did. */
 static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	qps_rows(rt, &k);
-	return sink_finish(&k, d);
+	return table_reply(d, qps_rows);
 }
 
 /* ---- the scheduler of each NIC lcore: /kvlane/sched, /kvlane/requests ---- */
@@ -908,7 +895,7 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	}
 }
 
-static void sched_rows(const struct kvl_runtime *rt, struct sink *k)
+static void sched_rows(struct kvl_runtime *rt, struct sink *k)
 {
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
@@ -923,15 +910,9 @@ static void sched_rows(const struct kvl_runtime *rt, struct sink *k)
 /* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */
 static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	sched_rows(rt, &k);
-	return sink_finish(&k, d); /* no scheduler: an empty dict */
+	return table_reply(d, sched_rows); /* no scheduler: an empty dict */
 }
 
 static void tier_rows(struct kvl_runtime *rt, struct sink *k)
@@ -966,15 +947,9 @@ static void tier_rows(struct kvl_runtime *rt, struct sink *k)
 /* This host's KV tier ([sched] tier), one row per NIC lcore serving it: what it moved and how. */
 static int tel_tier(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	tier_rows(rt, &k);
-	return sink_finish(&k, d); /* no tier: an empty dict */
+	return table_reply(d, tier_rows); /* no tier: an empty dict */
 }
 
 /* A reply must fit DPDK's 16 KiB output buffer: at most this many request rows. */
@@ -1034,6 +1009,25 @@ static int tel_requests(const char *cmd, const char *params, struct rte_tel_data
 	return rc;
 }
 
+/* The one-row tables: a row of their own for the walk. */
+static void gpu_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	row_start(k);
+	gpu_row(rt, k);
+}
+
+static void stats_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	row_start(k);
+	stats_row(rt, k);
+}
+
+static void (*const walkers[KVL_TEL_TABLES])(struct kvl_runtime *, struct sink *) = {
+	[KVL_TEL_NICS] = nics_rows, [KVL_TEL_LCORES] = lcores_rows, [KVL_TEL_PEERS] = peers_rows,
+	[KVL_TEL_QPS] = qps_rows,   [KVL_TEL_SCHED] = sched_rows,   [KVL_TEL_TIER] = tier_rows,
+	[KVL_TEL_GPU] = gpu_rows,   [KVL_TEL_STATS] = stats_rows,
+};
+
 int kvl_telemetry_walk(enum kvl_tel_table t, kvl_tel_visit_fn fn, void *arg)
 {
 	struct sink k = { .visit = fn, .varg = arg };
@@ -1046,36 +1040,10 @@ int kvl_telemetry_walk(enum kvl_tel_table t, kvl_tel_visit_fn fn, void *arg)
 		pthread_rwlock_unlock(&tel_walk_lock);
 		return -EAGAIN;
 	}
-	switch (t) {
-	case KVL_TEL_NICS:
-		nics_rows(rt, &k);
-		break;
-	case KVL_TEL_LCORES:
-		lcores_rows(rt, &k);
-		break;
-	case KVL_TEL_PEERS:
-		peers_rows(rt, &k);
-		break;
-	case KVL_TEL_QPS:
-		qps_rows(rt, &k);
-		break;
-	case KVL_TEL_SCHED:
-		sched_rows(rt, &k);
-		break;
-	case KVL_TEL_TIER:
-		tier_rows(rt, &k);
-		break;
-	case KVL_TEL_GPU:
-		row_start(&k);
-		gpu_row(rt, &k);
-		break;
-	case KVL_TEL_STATS:
-		row_start(&k);
-		stats_row(rt, &k);
-		break;
-	default:
+	if ((unsigned)t < KVL_TEL_TABLES && walkers[t])
+		walkers[t](rt, &k);
+	else
 		rc = -EINVAL;
-	}
 	pthread_rwlock_unlock(&tel_walk_lock);
 	return rc;
 }
