@@ -15,6 +15,9 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
 DEB_PKGS += python3-matplotlib  # issue 15: kvlane-serve-bench's PNG plots (tools/serve_plot.py)
 DEB_PKGS += iperf3  # issue 15: the tcp baseline's link rate beside iperf3's on the same host
+DEB_PKGS += libmicrohttpd-dev  # issue 18: Prometheus /metrics ([telemetry] prometheus_listen)
+DEB_PKGS += curl  # issue 18: the eal test scrapes /metrics as a Prometheus server would
+DEB_PKGS += python3-prometheus-client  # issue 18: the eal test parses every /metrics line
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -32,8 +32,9 @@ enum key_type {
 
 #define F_REQUIRED  0x1
 #define F_POW2	    0x2
-#define F_RDMA_ONLY 0x4 /* meaningless on the tcp transport: setting it there is an error */
-#define F_APPEND    0x8 /* a list: each line with this key adds to it (inih lines are short) */
+#define F_RDMA_ONLY 0x4	 /* meaningless on the tcp transport: setting it there is an error */
+#define F_APPEND    0x8	 /* a list: each line with this key adds to it (inih lines are short) */
+#define F_EMPTY_OFF 0x10 /* KT_ADDR: an empty value is allowed and means off */
 
 struct key_def {
 	const char *name;
@@ -151,6 +152,8 @@ static const struct key_def control_keys[] = {
 #define TEL struct kvl_telemetry_conf
 static const struct key_def telemetry_keys[] = {
 	K(TEL, enable, KT_BOOL, 0, 0, 0, NULL, "true"),
+	/* Prometheus /metrics (runtime/prometheus.c): off unless given; port 0 = any free one */
+	K(TEL, prometheus_listen, KT_ADDR, F_EMPTY_OFF, 0, 65535, NULL, ""),
 };
 #undef TEL
 
@@ -650,6 +653,10 @@ static const char *set_value(const struct key_def *k, void *base, const char *va
 		memcpy(field, value, len + 1);
 		return NULL;
 	case KT_ADDR:
+		if (value[0] == '\0' && (k->flags & F_EMPTY_OFF)) {
+			field[0] = '\0';
+			return NULL;
+		}
 		if (strlen(value) >= k->size)
 			return "a shorter address";
 		if (!addr_ok(value, k->min, why, whylen))

@@ -167,6 +167,7 @@ struct kvl_control_conf {
 
 struct kvl_telemetry_conf {
 	bool enable;
+	char prometheus_listen[KVL_ADDR_LEN]; /* "": off */
 };
 
 /* ---- [eal] (issue 17): EAL's arguments when kvl_start() is passed none ---- */

@@ -418,6 +418,7 @@ static unsigned do_commands(struct kvl_nic_sched *ns, uint64_t now)
 					flag_end(ns, r, false);
 				ns->ct.open_failed++;
 			} else {
+				r->open_ns = now;
 				ns->ct.opened++;
 				ns->ct.flag_reqs += r->want_flags != 0;
 				ns->byid[(uint32_t)rc & ns->byid_mask] = r;
@@ -445,7 +446,22 @@ static unsigned do_commands(struct kvl_nic_sched *ns, uint64_t now)
 	return n;
 }
 
-static unsigned do_events(struct kvl_nic_sched *ns)
+const uint32_t kvl_nsched_lat_bounds_us[KVL_NSCHED_LAT_BUCKETS] = {
+	100,   250,    500,    1000,   2500,	5000,	 10000,	  25000,
+	50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
+};
+
+static void count_latency(struct kvl_nic_sched *ns, uint64_t ns_taken)
+{
+	unsigned b = 0;
+
+	while (b < KVL_NSCHED_LAT_BUCKETS && ns_taken > kvl_nsched_lat_bounds_us[b] * 1000ull)
+		b++;
+	ns->ct.lat_hist[b]++;
+	ns->ct.lat_sum_ns += ns_taken;
+}
+
+static unsigned do_events(struct kvl_nic_sched *ns, uint64_t now)
 {
 	struct kvl_sched_event ev[EV_BURST];
 	unsigned room = rte_ring_free_count(ns->ev), n, out = 0;
@@ -454,6 +470,8 @@ static unsigned do_events(struct kvl_nic_sched *ns)
 	for (unsigned i = 0; i < n; i++) {
 		struct kvl_nsreq *r = (struct kvl_nsreq *)(uintptr_t)ev[i].user;
 
+		if (ev[i].type == KVL_SCHED_EV_REQ_DONE)
+			count_latency(ns, now > r->open_ns ? now - r->open_ns : 0);
 		if (ev[i].type == KVL_SCHED_EV_STEP_READY) {
 			/* Where the step's blocks are, before the engine hears of it. */
 			if (kvl_sched_step_offsets(ns->s, ev[i].req, ev[i].step, r->off) < 0)
@@ -573,7 +591,7 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 			kvl_nic_io_complete(ns->io, wc, n);
 		work += n;
 	}
-	work += do_events(ns);
+	work += do_events(ns, now);
 	/* Telemetry: fresh within SNAP_NS while busy, exact once the lcore goes idle. */
 	if (ns->dirty && (work == 0 || now >= ns->snap_next))
 		publish(ns, now);

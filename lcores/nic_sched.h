@@ -64,6 +64,7 @@ struct kvl_nsreq {
 	int32_t sched_id;    /* the scheduler's id once open */
 	uint32_t flag_base;  /* want_flags: its first entry of the flag pool (before open_rc) */
 	uint32_t flag_epoch; /* want_flags: the epoch READY and DONE carry for this use */
+	uint64_t open_ns;    /* when OPEN was taken: the latency histogram's start */
 	uint64_t *off;	     /* per block: staging offset, written before its STEP_READY event */
 	void *priv;	     /* the opener's own state */
 };
@@ -74,6 +75,8 @@ struct kvl_nsched_cmd {
 	struct kvl_nsreq *r;
 };
 
+#define KVL_NSCHED_LAT_BUCKETS 16
+
 /* Counters of the stage itself (one writer: the lcore), beside the scheduler's own. */
 struct kvl_nsched_counters {
 	uint64_t opened, open_failed, done_cmds, cancel_cmds, cmd_errors;
@@ -83,7 +86,15 @@ struct kvl_nsched_counters {
 	/* step flags: entries held now, requests given a range, OPENs refused for want of a
 	 * range, READY words written, DONE words seen (steps freed through them) */
 	uint64_t flags_in_use, flag_reqs, flag_nospc, ready_written, done_seen;
+	/* requests that ended DONE, by time from OPEN taken to the end event (Prometheus'
+	 * histogram): lat_hist[i] counts those in (bound[i-1], bound[i]], the last one those
+	 * above every bound; their sum in ns. One increment per request, not per transfer. */
+	uint64_t lat_hist[KVL_NSCHED_LAT_BUCKETS + 1];
+	uint64_t lat_sum_ns;
 };
+
+/* Upper bounds of the latency histogram's buckets, in microseconds, increasing. */
+extern const uint32_t kvl_nsched_lat_bounds_us[KVL_NSCHED_LAT_BUCKETS];
 
 /* What telemetry reads: a copy the lcore refreshes, under a sequence count. */
 struct kvl_nsched_snap {

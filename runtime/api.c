@@ -17,6 +17,7 @@
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
 #include "peers.h"
+#include "prometheus.h"
 #include "runtime.h"
 #include "seg_place.h"
 #include "segments.h"
@@ -239,6 +240,16 @@ struct kvl_runtime *kvl_start(const struct kvl_start_args *a, char *err, size_t 
 		*stage = KVL_START_HOST;
 		goto fail;
 	}
+	/* /metrics after the runtime is up (it reads what start built); a taken port fails the
+	 * start, as the control port does. */
+	rc = kvl_prom_start(rt, err, errlen);
+	if (rc < 0) {
+		kvl_runtime_stop(rt);
+		rte_eal_cleanup();
+		atomic_store(&eal_state, 2);
+		*stage = KVL_START_HOST;
+		goto fail;
+	}
 	kvl_telemetry_attach(rt);
 	return rt;
 fail:
@@ -252,6 +263,7 @@ void kvl_stop(struct kvl_runtime *rt)
 	if (rt == NULL)
 		return;
 	kvl_telemetry_attach(NULL);
+	kvl_prom_stop();
 	kvl_runtime_stop(rt);
 	/* The lcore states stay: a telemetry reply may still be reading them, and
 	 * rte_eal_cleanup() releases EAL memory as a whole. */

@@ -32,6 +32,10 @@
 /* QP_INFO without its NIC name: conn_index, qpn, psn, gid, lid, mtu, gid_type, gid_index,
  * port */
 #define QP_INFO_FIXED (4 + 4 + 4 + 16 + 2 + 4)
+/* DOCTOR: one link (three strings, three u8, four u32) */
+#define LINK_MAX_LEN                                                                               \
+	(1 + KVL_CTRL_NAME_LEN - 1 + 1 + KVL_CTRL_NAME_LEN - 1 + 1 + 1 + KVL_CTRL_LL_LEN - 1 + 3 + \
+	 16)
 
 /*
  * Smallest and largest payload each type can have. Lets the decoder refuse an impossible
@@ -59,6 +63,7 @@ static const struct {
 	[KVL_CTRL_RKEYS] = { 1 + 4, KVL_CTRL_NAME_LEN + 4 + KVL_CTRL_MAX_SEGS * 16 },
 	[KVL_CTRL_QP_RESYNC] = { 20, 20 },
 	[KVL_CTRL_REQ_CANCEL] = { 12, 12 },
+	[KVL_CTRL_DOCTOR] = { 1 + 4, 1 + 4 + KVL_CTRL_MAX_EPS *LINK_MAX_LEN },
 };
 
 _Static_assert(4 + KVL_CTRL_MAX_SEGS * SEG_MAX_LEN <= KVL_CTRL_MAX_PAYLOAD,
@@ -374,6 +379,20 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 	}
 	case KVL_CTRL_REQ_CANCEL:
 		return m->u.req_cancel.status >= KVL_STATUS_COUNT ? -KVL_CTRL_E_FIELD : 0;
+	case KVL_CTRL_DOCTOR:
+		if (m->u.doctor.reply > 1 || m->u.doctor.n > KVL_CTRL_MAX_EPS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.doctor.n; i++) {
+			const struct kvl_ctrl_link *l = &m->u.doctor.link[i];
+
+			if (!str_ok(l->nic, sizeof(l->nic)) ||
+			    !str_ok(l->device, sizeof(l->device)) ||
+			    !str_ok(l->link_layer, sizeof(l->link_layer)) ||
+			    l->transport > KVL_TRANSPORT_TCP ||
+			    (l->gid_type > 2 && l->gid_type != KVL_CTRL_NONE))
+				return -KVL_CTRL_E_FIELD;
+		}
+		return 0;
 	case KVL_CTRL_AUTH:
 	case KVL_CTRL_AUTH_OK:
 	case KVL_CTRL_HEARTBEAT:
@@ -491,6 +510,27 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 	case KVL_CTRL_REQ_CANCEL:
 		TRY(r_u64(r, &m->u.req_cancel.req));
 		return r_u32(r, &m->u.req_cancel.status);
+	case KVL_CTRL_DOCTOR:
+		TRY(r_u8(r, &m->u.doctor.reply));
+		TRY(r_u32(r, &m->u.doctor.n));
+		if (m->u.doctor.n > KVL_CTRL_MAX_EPS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.doctor.n; i++) {
+			struct kvl_ctrl_link *l = &m->u.doctor.link[i];
+
+			TRY(r_str(r, l->nic, sizeof(l->nic)));
+			TRY(r_str(r, l->device, sizeof(l->device)));
+			TRY(r_u8(r, &l->transport));
+			TRY(r_str(r, l->link_layer, sizeof(l->link_layer)));
+			TRY(r_u8(r, &l->gid_type));
+			TRY(r_u8(r, &l->gid_index));
+			TRY(r_u8(r, &l->traffic_class));
+			TRY(r_u32(r, &l->port_mtu));
+			TRY(r_u32(r, &l->netdev_mtu));
+			TRY(r_u32(r, &l->ini_mtu));
+			TRY(r_u32(r, &l->rate_mbps));
+		}
+		return 0;
 	default:
 		return -KVL_CTRL_E_TYPE;
 	}
@@ -651,6 +691,25 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 		w_u64(w, m->u.req_cancel.req);
 		w_u32(w, m->u.req_cancel.status);
 		break;
+	case KVL_CTRL_DOCTOR:
+		w_u8(w, m->u.doctor.reply);
+		w_u32(w, m->u.doctor.n);
+		for (uint32_t i = 0; i < m->u.doctor.n; i++) {
+			const struct kvl_ctrl_link *l = &m->u.doctor.link[i];
+
+			w_str(w, l->nic, sizeof(l->nic));
+			w_str(w, l->device, sizeof(l->device));
+			w_u8(w, l->transport);
+			w_str(w, l->link_layer, sizeof(l->link_layer));
+			w_u8(w, l->gid_type);
+			w_u8(w, l->gid_index);
+			w_u8(w, l->traffic_class);
+			w_u32(w, l->port_mtu);
+			w_u32(w, l->netdev_mtu);
+			w_u32(w, l->ini_mtu);
+			w_u32(w, l->rate_mbps);
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: no payload; unknown types were refused by msg_check */
 		break;
 	}
@@ -702,6 +761,7 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_RKEYS] = "RKEYS",
 		[KVL_CTRL_REQ_CANCEL] = "REQ_CANCEL",
 		[KVL_CTRL_DATA_CHALLENGE] = "DATA_CHALLENGE",
+		[KVL_CTRL_DOCTOR] = "DOCTOR",
 	};
 
 	return type >= 1 && type <= KVL_CTRL_TYPE_MAX ? names[type] : "?";

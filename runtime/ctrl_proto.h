@@ -35,6 +35,10 @@
  *   RKEYS      {nic, [seg_id, rkey, addr]...}: per RDMA NIC, sent after SEGMENTS
  *   REQ_CANCEL {req, status}: the sender canceled its request @req (which READs from the
  *              receiver); one-sided READs hold nothing on the receiver, which counts it
+ *   DOCTOR     {reply, [nic, device, transport, link_layer, gid_type, gid_index,
+ *              traffic_class, port_mtu, netdev_mtu, ini_mtu, rate_mbps]...}: kvlane-doctor
+ *              --peer sends its NICs' link facts (reply 0); the receiver compares them with
+ *              its own, logs each mismatch, and answers with its own (reply 1)
  * A data connection (tcp) opens with a challenge of its own, so that a bind seen on the wire
  * cannot be replayed on another connection, then carries only data frames (tcp_data.h):
  *   S -> C  DATA_CHALLENGE {nonce_d[32]}   sent by the server as it accepts
@@ -79,8 +83,9 @@ enum kvl_ctrl_type {
 	KVL_CTRL_QP_RESYNC = 16,  /* RDMA: restart both QPs of a connection after an error */
 	KVL_CTRL_REQ_CANCEL = 17, /* the sender canceled a request that reads from the receiver */
 	KVL_CTRL_DATA_CHALLENGE =
-		18, /* data port: the accepting side's nonce for this connection */
-	KVL_CTRL_TYPE_MAX = 18,
+		18,	      /* data port: the accepting side's nonce for this connection */
+	KVL_CTRL_DOCTOR = 19, /* kvlane-doctor --peer: both ends' link facts (MTU, GID type...) */
+	KVL_CTRL_TYPE_MAX = 19,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -114,6 +119,24 @@ struct kvl_endpoint {
 	char nic[KVL_CTRL_NAME_LEN];  /* NIC label */
 	uint8_t transport;	      /* enum kvl_transport (tcp now; verbs/mlx5 later) */
 	char addr[KVL_CTRL_ADDR_LEN]; /* host:port */
+};
+
+/* One NIC's link as kvlane-doctor compares it between the two ends (runtime/doctor.c). */
+#define KVL_CTRL_LL_LEN 16
+#define KVL_CTRL_NONE	0xff /* gid_type, gid_index: not RDMA, or not known */
+
+struct kvl_ctrl_link {
+	char nic[KVL_CTRL_NAME_LEN];	  /* the INI's label */
+	char device[KVL_CTRL_NAME_LEN];	  /* mlx5_0, rxe0, lo */
+	uint8_t transport;		  /* enum kvl_transport, resolved */
+	char link_layer[KVL_CTRL_LL_LEN]; /* "Ethernet", "InfiniBand"; "" for a netdev */
+	uint8_t gid_type;		  /* 0 InfiniBand, 1 RoCE v1, 2 RoCE v2, or NONE */
+	uint8_t gid_index;		  /* the one kvlane uses, or NONE */
+	uint8_t traffic_class;		  /* [nic.*] traffic_class */
+	uint32_t port_mtu;		  /* bytes kvlane's QPs use: min(active, INI); 0 none */
+	uint32_t netdev_mtu;		  /* bytes; 0 unknown */
+	uint32_t ini_mtu;		  /* [nic.*] mtu (RDMA), 0 for tcp */
+	uint32_t rate_mbps;		  /* the port's (netdev's) rate; 0 unknown */
 };
 
 enum kvl_auth_fail_reason {
@@ -205,6 +228,12 @@ struct kvl_ctrl_msg {
 			uint64_t req;	 /* the sender's request handle */
 			uint32_t status; /* enum kvl_status: why (canceled) */
 		} req_cancel;
+		struct {
+			uint8_t reply; /* 0: kvlane-doctor asks (answer with yours), 1: the answer
+					*/
+			uint32_t n;
+			struct kvl_ctrl_link link[KVL_CTRL_MAX_EPS];
+		} doctor;
 	} u;
 };
 

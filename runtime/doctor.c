@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "ctrl_proto.h"
 #include "doctor.h"
 #include "pool.h"
 #include "sysfs.h"
@@ -1639,4 +1640,247 @@ int kvl_doctor_eal_lcores(int argc, char **argv, char *out, size_t cap)
 		return -ENOTSUP;
 	kvl_copy_str(out, cap, v);
 	return 0;
+}
+
+/* ---- two ends: each side's link facts (the DOCTOR message) and their comparison ---- */
+
+unsigned kvl_doctor_links(const char *sysfs_root, const struct kvl_config *cfg,
+			  struct kvl_ctrl_link *out, unsigned max)
+{
+	static struct kvl_gid_entry g[KVL_MAX_GIDS];
+	const char *sys = sysfs_root ? sysfs_root : "/sys";
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < cfg->n_nics && n < max; i++) {
+		const struct kvl_nic_conf *nic = &cfg->nics[i];
+		struct kvl_ctrl_link *l = &out[n++];
+		struct kvl_nic_info in;
+		char err[KVL_ERR_LEN], path[PATH_MAX];
+		unsigned h, act;
+		long speed;
+
+		memset(l, 0, sizeof(*l));
+		kvl_copy_str(l->nic, sizeof(l->nic), nic->label);
+		kvl_copy_str(l->device, sizeof(l->device), nic->device);
+		l->transport = (uint8_t)nic->transport;
+		l->traffic_class = (uint8_t)nic->traffic_class;
+		l->gid_type = l->gid_index = KVL_CTRL_NONE;
+		if (kvl_nic_discover(sys, nic, &in, err, sizeof(err)) < 0)
+			continue; /* the single-host rows say why; nothing to compare but the INI */
+		l->transport = (uint8_t)in.transport;
+		kvl_copy_str(l->link_layer, sizeof(l->link_layer), in.link_layer);
+		l->netdev_mtu = in.netdev_mtu;
+		l->rate_mbps = in.rate_mbps;
+		if (in.kind != KVL_NIC_RDMA) {
+			/* tcp: the netdev's speed where it has one (lo and veth say nothing) */
+			if (kvl_sysfs_path(path, sizeof(path), sys, "class/net/%s/speed",
+					   nic->device) == 0 &&
+			    kvl_sysfs_read_long(path, &speed) == 0 && speed > 0)
+				l->rate_mbps = (uint32_t)speed;
+			continue;
+		}
+		l->ini_mtu = nic->mtu ? nic->mtu : 4096;
+		l->port_mtu = l->ini_mtu; /* InfiniBand: the subnet manager's, not in sysfs */
+		if (strcmp(in.link_layer, "Ethernet") == 0) {
+			act = roce_active_mtu(in.driver, in.netdev_mtu, &h);
+			l->port_mtu = act < l->ini_mtu ? act : l->ini_mtu;
+		}
+		if (strcmp(in.link_layer, "InfiniBand") == 0) {
+			l->gid_type = 0;
+			l->gid_index = nic->gid_index >= 0 ? (uint8_t)nic->gid_index : 0;
+		} else {
+			int k = kvl_port_gids(sys, nic->device, nic->port, g, KVL_MAX_GIDS);
+			const struct kvl_gid_entry *e = NULL;
+
+			for (int j = 0; nic->gid_index >= 0 && j < k; j++)
+				if (g[j].index == nic->gid_index)
+					e = &g[j];
+			if (nic->gid_index < 0 && k > 0)
+				e = auto_gid(g, k);
+			if (e && e->type >= 0 && e->type <= 2) {
+				l->gid_type = (uint8_t)e->type;
+				l->gid_index = (uint8_t)e->index;
+			}
+		}
+	}
+	return n;
+}
+
+static bool is_rdma_link(const struct kvl_ctrl_link *l)
+{
+	return l->transport != KVL_TRANSPORT_TCP && l->link_layer[0] != '\0';
+}
+
+static void mtu_text(char *buf, size_t cap, const struct kvl_ctrl_link *l)
+{
+	if (is_rdma_link(l))
+		put(buf, cap, "port %u (INI %u, netdev %u)", l->port_mtu, l->ini_mtu,
+		    l->netdev_mtu);
+	else
+		put(buf, cap, "netdev %u", l->netdev_mtu);
+}
+
+static void compare_one(struct doc *d, const char *subj, const struct kvl_ctrl_link *a,
+			const struct kvl_ctrl_link *b)
+{
+	struct kvl_doc_row *w;
+	bool ra = is_rdma_link(a), rb = is_rdma_link(b);
+	char ma[96], mb[96];
+
+	/* link layer: InfiniBand and Ethernet never meet; tcp meets only tcp */
+	if (ra && rb) {
+		bool same = strcmp(a->link_layer, b->link_layer) == 0;
+
+		w = row(d, "peer_link_layer", subj, same ? KVL_DOC_PASS : KVL_DOC_FAIL);
+		OBS(w, "here %s, there %s", a->link_layer, b->link_layer);
+		EXP(w, "the same link layer at both ends");
+		if (!same)
+			FIX(w,
+			    "an InfiniBand port cannot reach a RoCE one: pair NICs on one fabric "
+			    "(the INI's [nic.*] order is the pairing)");
+	} else {
+		w = row(d, "peer_link_layer", subj, ra == rb ? KVL_DOC_PASS : KVL_DOC_WARN);
+		OBS(w, "here %s, there %s", ra ? a->link_layer : "tcp", rb ? b->link_layer : "tcp");
+		EXP(w, "the same transport at both ends");
+		if (ra != rb)
+			FIX(w, "one end is tcp, the other RDMA: data connections fall back to the "
+			       "transport both have, or none; give both ends the same [nic.*]");
+	}
+
+	/* GID type: "handshake fine, bulk terrible" when v1 meets v2 */
+	if (ra && rb && a->gid_type != KVL_CTRL_NONE && b->gid_type != KVL_CTRL_NONE &&
+	    strcmp(a->link_layer, "Ethernet") == 0 && strcmp(b->link_layer, "Ethernet") == 0) {
+		bool same = a->gid_type == b->gid_type;
+
+		w = row(d, "peer_gid_type", subj, same ? KVL_DOC_PASS : KVL_DOC_FAIL);
+		OBS(w, "here gid_index %u %s, there gid_index %u %s", a->gid_index,
+		    gid_type_name(a->gid_type), b->gid_index, gid_type_name(b->gid_type));
+		EXP(w, "the same RoCE version at both ends (v2 where the network routes UDP)");
+		if (!same)
+			FIX(w,
+			    "%s meets %s: the control path connects but no RDMA packet is "
+			    "understood; set gid_index to the RoCE v2 entry on both ends "
+			    "(gid_index = auto picks it)",
+			    gid_type_name(a->gid_type), gid_type_name(b->gid_type));
+	} else {
+		w = row(d, "peer_gid_type", subj, KVL_DOC_SKIP);
+		OBS(w, "here %s, there %s", ra ? gid_type_name(a->gid_type) : "tcp",
+		    rb ? gid_type_name(b->gid_type) : "tcp");
+		EXP(w, "RoCE at both ends to compare GID types");
+	}
+
+	/* MTU: the QPs of the two ends, or the two netdevs for tcp */
+	{
+		uint32_t x = ra ? a->port_mtu : a->netdev_mtu, y = rb ? b->port_mtu : b->netdev_mtu;
+		bool same = x == y;
+
+		mtu_text(ma, sizeof(ma), a);
+		mtu_text(mb, sizeof(mb), b);
+		w = row(d, "peer_mtu", subj,
+			x == 0 || y == 0 ? KVL_DOC_SKIP
+			: same		 ? KVL_DOC_PASS
+					 : KVL_DOC_WARN);
+		OBS(w, "here %s, there %s", ma, mb);
+		EXP(w, "the same MTU at both ends");
+		if (x && y && !same)
+			FIX(w,
+			    "the connection runs at the smaller (%u): every message is cut into "
+			    "more packets; set the same [nic.*] mtu and netdev MTU on both ends "
+			    "(ip link set dev ... mtu 9000 for 4096) and on the switch ports",
+			    x < y ? x : y);
+	}
+
+	/* rate: the slower port bounds the link */
+	w = row(d, "peer_rate", subj,
+		a->rate_mbps == 0 || b->rate_mbps == 0 ? KVL_DOC_SKIP
+		: a->rate_mbps == b->rate_mbps	       ? KVL_DOC_PASS
+						       : KVL_DOC_WARN);
+	OBS(w, "here %.1f Gb/s, there %.1f Gb/s (0: unknown)", a->rate_mbps / 1000.0,
+	    b->rate_mbps / 1000.0);
+	EXP(w, "the same port rate at both ends");
+	if (a->rate_mbps && b->rate_mbps && a->rate_mbps != b->rate_mbps)
+		FIX(w,
+		    "the link runs at the slower port's %.1f Gb/s: check the cable, the port "
+		    "speed (ethtool) and the switch",
+		    (a->rate_mbps < b->rate_mbps ? a->rate_mbps : b->rate_mbps) / 1000.0);
+
+	/* traffic class: PFC / ECN classes must agree end to end */
+	w = row(d, "peer_tclass", subj,
+		a->traffic_class == b->traffic_class ? KVL_DOC_PASS : KVL_DOC_WARN);
+	OBS(w, "here traffic_class %u, there %u", a->traffic_class, b->traffic_class);
+	EXP(w, "the same traffic class at both ends");
+	if (a->traffic_class != b->traffic_class)
+		FIX(w, "the two directions land in different switch classes (PFC, ECN): set the "
+		       "same [nic.*] traffic_class on both ends");
+}
+
+void kvl_doctor_compare(const struct kvl_ctrl_link *here, unsigned n_here,
+			const struct kvl_ctrl_link *there, unsigned n_there, const char *peer,
+			struct kvl_doc_report *r)
+{
+	struct doc *d = calloc(1, sizeof(*d)); /* row() needs only d->r; it is large */
+	unsigned n = n_here < n_there ? n_here : n_there;
+
+	if (d == NULL)
+		return;
+	d->r = r;
+	if (n_here != n_there || n == 0) {
+		struct kvl_doc_row *w = row(d, "peer_nics", peer, n ? KVL_DOC_WARN : KVL_DOC_FAIL);
+
+		OBS(w, "%u NIC%s here, %u there", n_here, n_here == 1 ? "" : "s", n_there);
+		EXP(w, "the same NICs at both ends, paired in INI order");
+		FIX(w, "compared the first %u pair%s only; give both INIs the same [nic.*] list", n,
+		    n == 1 ? "" : "s");
+	}
+	for (unsigned i = 0; i < n; i++) {
+		char subj[sizeof(d->r->rows[0].subject)];
+
+		snprintf(subj, sizeof(subj), "nic.%s (%s) <-> %s nic.%s (%s)", here[i].nic,
+			 here[i].device, peer, there[i].nic, there[i].device);
+		compare_one(d, subj, &here[i], &there[i]);
+	}
+	free(d);
+}
+
+void kvl_doctor_link_verdict(const char *subject, double gbps, uint64_t msg_bytes,
+			     uint32_t rate_mbps, struct kvl_doc_report *r)
+{
+	struct doc *d = calloc(1, sizeof(*d));
+	double port_gbps = rate_mbps / 8000.0, pct = port_gbps > 0 ? 100 * gbps / port_gbps : 0;
+	struct kvl_doc_row *w;
+	int v;
+
+	if (d == NULL)
+		return;
+	d->r = r;
+	v = rate_mbps == 0			   ? KVL_DOC_SKIP
+	    : pct >= 80 && msg_bytes >= (1u << 20) ? KVL_DOC_PASS
+						   : KVL_DOC_WARN;
+	w = row(d, "link_test", subject, v);
+	if (rate_mbps)
+		OBS(w,
+		    "%.3f GB/s with %" PRIu64 " KiB messages: %.0f %% of the slower port's %.1f "
+		    "Gb/s (%.2f GB/s)",
+		    gbps, msg_bytes >> 10, pct, rate_mbps / 1000.0, port_gbps);
+	else
+		OBS(w, "%.3f GB/s with %" PRIu64 " KiB messages; neither port's rate is known",
+		    gbps, msg_bytes >> 10);
+	if (v == KVL_DOC_SKIP)
+		EXP(w, "a port rate to judge against: --rate-gbps N (a netdev such as lo or a veth "
+		       "has none in sysfs)");
+	else
+		EXP(w, ">= 80 %% of the slower port's rate at >= 1 MiB messages");
+	if (v == KVL_DOC_SKIP)
+		goto out;
+	if (msg_bytes < (1u << 20))
+		FIX(w, "measure with >= 1 MiB messages (--size 1M) before judging the link");
+	else if (pct < 50)
+		FIX(w, "under half the port's rate: look at PCIe (the pcie_nic / pcie_gpu rows: a "
+		       "slot trained down in width or speed) and NUMA (the numa rows: NIC, lcores "
+		       "and memory on one node) first, at both ends");
+	else if (pct < 80)
+		FIX(w, "below 80 %%: check the MTU (peer_mtu), the polling cores' isolation and "
+		       "governor, and the NIC's IRQs on the polling cores, at both ends");
+out:
+	free(d);
 }

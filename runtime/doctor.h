@@ -124,4 +124,34 @@ void kvl_doctor_print_json(FILE *fp, const struct kvl_doc_report *r);
  */
 int kvl_doctor_eal_lcores(int argc, char **argv, char *out, size_t cap);
 
+/* ---- two ends (kvlane-doctor --peer; the DOCTOR control message) ---- */
+
+struct kvl_ctrl_link;
+
+/*
+ * The link facts of @cfg's NICs under @sysfs_root, one per NIC (up to @max), as the DOCTOR
+ * message carries them: transport, link layer, the GID kvlane uses (gid_index, or auto's
+ * choice) and its type, the MTU its QPs get (min of the port's active MTU and the INI's), the
+ * netdev MTU, the rate, the traffic class. Returns how many.
+ */
+unsigned kvl_doctor_links(const char *sysfs_root, const struct kvl_config *cfg,
+			  struct kvl_ctrl_link *out, unsigned max);
+
+/*
+ * Compare this end's links with the peer's (@peer names it in the rows), NIC by NIC in INI
+ * order: rows peer_link_layer, peer_gid_type, peer_mtu, peer_rate, peer_tclass (and
+ * peer_nics when the counts differ) appended to @r.
+ */
+void kvl_doctor_compare(const struct kvl_ctrl_link *here, unsigned n_here,
+			const struct kvl_ctrl_link *there, unsigned n_there, const char *peer,
+			struct kvl_doc_report *r);
+
+/*
+ * The link test's row (link_test) appended to @r: @gbps (GB/s, 10^9 B) measured with
+ * @msg_bytes messages against @rate_mbps, the slower port's rate (0: unknown, SKIP):
+ * >= 80 % at >= 1 MiB is healthy; under 50 %: PCIe and NUMA first.
+ */
+void kvl_doctor_link_verdict(const char *subject, double gbps, uint64_t msg_bytes,
+			     uint32_t rate_mbps, struct kvl_doc_report *r);
+
 #endif /* KVL_RUNTIME_DOCTOR_H */

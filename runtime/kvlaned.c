@@ -16,6 +16,7 @@
 #include "doctor.h"
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
+#include "prometheus.h"
 #include "runtime.h"
 #include "segments.h"
 #include "staging.h"
@@ -228,6 +229,8 @@ int main(int argc, char **argv)
 		       rte_eal_get_runtime_dir());
 	else
 		printf("  telemetry: off ([telemetry] enable = false)\n");
+	if (kvl_prom_addr())
+		printf("  prometheus: http://%s/metrics\n", kvl_prom_addr());
 	kvl_segs_visit(&rtp->segs, print_segment, NULL);
 	if (kvl_control_enabled(rtp))
 		printf("  control: listening on %s (authenticated with %s)\n", kvl_listen_addr(rtp),

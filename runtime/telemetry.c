@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* /kvlane/... telemetry commands: snapshots of the runtime, read through DPDK's socket. */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -49,11 +50,16 @@ static void socket_owner_only(void)
 			strerror(errno));
 }
 
+/* Held by kvl_telemetry_walk() readers; a detach takes it to wait for them. */
+static pthread_rwlock_t tel_walk_lock = PTHREAD_RWLOCK_INITIALIZER;
+
 void kvl_telemetry_attach(struct kvl_runtime *rt)
 {
 	if (rt != NULL)
 		socket_owner_only();
+	pthread_rwlock_wrlock(&tel_walk_lock);
 	__atomic_store_n(&tel_rt, rt, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&tel_walk_lock);
 }
 
 static struct kvl_runtime *runtime_or_null(void)
@@ -89,9 +95,12 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *d)
  * column form (a dict of arrays, one entry per row at the same index in every array), and one
  * row as a flat dict. Both are filled by the same row function through this sink.
  */
-#define MAX_COLS 64 /* /kvlane/sched has 46 */
+#define MAX_COLS 80 /* /kvlane/sched has 65 */
 
 struct sink {
+	/* walk mode (kvl_telemetry_walk: /metrics): each value handed to a visitor instead */
+	kvl_tel_visit_fn visit;
+	void *varg;
 	struct rte_tel_data *d; /* row mode: the reply dict */
 	/* column mode */
 	struct rte_tel_data *col[MAX_COLS];
@@ -118,7 +127,10 @@ static void put_int(struct sink *k, const char *name, int v)
 {
 	struct rte_tel_data *c;
 
-	if (k->d)
+	if (k->visit)
+		k->visit(k->varg,
+			 &(struct kvl_tel_value){ .name = name, .type = KVL_TEL_INT, .i = v });
+	else if (k->d)
 		rte_tel_data_add_dict_int(k->d, name, v);
 	else if ((c = column(k, name, RTE_TEL_INT_VAL)) != NULL)
 		rte_tel_data_add_array_int(c, v);
@@ -128,7 +140,10 @@ static void put_u64(struct sink *k, const char *name, uint64_t v)
 {
 	struct rte_tel_data *c;
 
-	if (k->d)
+	if (k->visit)
+		k->visit(k->varg,
+			 &(struct kvl_tel_value){ .name = name, .type = KVL_TEL_U64, .u = v });
+	else if (k->d)
 		rte_tel_data_add_dict_u64(k->d, name, v);
 	else if ((c = column(k, name, RTE_TEL_U64_VAL)) != NULL)
 		rte_tel_data_add_array_u64(c, v);
@@ -138,10 +153,20 @@ static void put_str(struct sink *k, const char *name, const char *v)
 {
 	struct rte_tel_data *c;
 
-	if (k->d)
+	if (k->visit)
+		k->visit(k->varg,
+			 &(struct kvl_tel_value){ .name = name, .type = KVL_TEL_STR, .s = v });
+	else if (k->d)
 		rte_tel_data_add_dict_string(k->d, name, v);
 	else if ((c = column(k, name, RTE_TEL_STRING_VAL)) != NULL)
 		rte_tel_data_add_array_string(c, v);
+}
+
+/* Walk mode: the values that follow belong to a new row. */
+static void row_start(struct sink *k)
+{
+	if (k->visit)
+		k->visit(k->varg, &(struct kvl_tel_value){ .type = KVL_TEL_ROW });
 }
 
 /* Column mode: hand the arrays to the reply dict. */
@@ -157,6 +182,18 @@ static int sink_finish(struct sink *k, struct rte_tel_data *reply)
 			k->rc = -ENOSPC;
 	}
 	return k->rc;
+}
+
+/* A whole table in column form (/kvlane/nics, /kvlane/peers, ...). */
+static int table_reply(struct rte_tel_data *d, void (*rows)(struct kvl_runtime *, struct sink *))
+{
+	struct kvl_runtime *rt = runtime_or_null();
+	struct sink k = { 0 };
+
+	if (rt == NULL)
+		return -EAGAIN;
+	rows(rt, &k);
+	return sink_finish(&k, d);
 }
 
 struct config_walk {
@@ -219,6 +256,7 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	int socket = kvl_runtime_lcore_socket(rt, lid, &cpu);
 	char pct[16];
 
+	row_start(k);
 	if (lc)
 		kvl_lcore_stats_read(lc, &s);
 	snprintf(pct, sizeof(pct), "%.2f", kvl_lcore_busy_pct(&s));
@@ -248,20 +286,20 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	}
 }
 
+static void lcores_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	unsigned lid;
+
+	RTE_LCORE_FOREACH(lid)
+	lcore_row(rt, lid, k);
+}
+
 /* Every lcore EAL gave us (main, one per NIC, any unused), in column form. */
 static int tel_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-	unsigned lid;
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	RTE_LCORE_FOREACH(lid)
-	lcore_row(rt, lid, &k);
-	return sink_finish(&k, d);
+	return table_reply(d, lcores_rows);
 }
 
 /* One lcore: /kvlane/lcore,<id>. */
@@ -291,6 +329,7 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	const struct kvl_nic_info *ni = &rt->nic[i].info;
 	const struct kvl_lcore *lc = rt->nic[i].lcore;
 
+	row_start(k);
 	put_str(k, "nic", nc->label);
 	put_str(k, "device", nc->device);
 	put_str(k, "kind", ni->kind == KVL_NIC_RDMA ? "rdma" : "netdev");
@@ -325,19 +364,18 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "gpu_note", rt->nic[i].gpu.note);
 }
 
+static void nics_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
+		nic_row(rt, i, k);
+}
+
 /* Every NIC in column form. */
 static int tel_nics(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
-	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
-		nic_row(rt, i, &k);
-	return sink_finish(&k, d);
+	return table_reply(d, nics_rows);
 }
 
 /* One NIC: /kvlane/nic,<label>. */
@@ -360,36 +398,46 @@ static int tel_nic(const char *cmd, const char *params, struct rte_tel_data *d)
 }
 
 /* The staging budget and where it comes from: sampled free VRAM, or the INI. */
-static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
+static void gpu_row(struct kvl_runtime *rt, struct sink *k)
+{
+	const struct kvl_gpu *g = &rt->gpu;
+
+	put_int(k, "enabled", g->open);
+	put_str(k, "budget_source", g->open ? "vram" : "config");
+	put_u64(k, "budget_bytes", kvl_staging_budget(rt));
+	if (!g->open)
+		return;
+	put_int(k, "device_id", g->device_id);
+	put_int(k, "device_count", g->device_count);
+	put_str(k, "name", g->name);
+	put_str(k, "pci_bus_id", g->pci_bus_id);
+	put_int(k, "gpudirect_rdma", g->gpudirect_rdma);
+	put_u64(k, "total_bytes", g->total_bytes);
+	put_u64(k, "free_bytes", __atomic_load_n(&g->free_bytes, __ATOMIC_RELAXED));
+	put_u64(k, "reserve_bytes", g->reserve_bytes);
+	put_u64(k, "samples", __atomic_load_n(&g->samples, __ATOMIC_RELAXED));
+	put_u64(k, "sample_errors", __atomic_load_n(&g->sample_errors, __ATOMIC_RELAXED));
+	put_u64(k, "sample_interval_ms", rt->cfg.sched.resize_interval_ms);
+}
+
+/* A one-row table as a flat dict (/kvlane/gpu, /kvlane/stats). */
+static int dict_reply(struct rte_tel_data *d, void (*fill)(struct kvl_runtime *, struct sink *))
 {
 	struct kvl_runtime *rt = runtime_or_null();
-	const struct kvl_gpu *g;
+	struct sink k = { .d = d };
 
-	(void)cmd;
-	(void)params;
 	if (rt == NULL)
 		return -EAGAIN;
-	g = &rt->gpu;
 	rte_tel_data_start_dict(d);
-	rte_tel_data_add_dict_int(d, "enabled", g->open);
-	rte_tel_data_add_dict_string(d, "budget_source", g->open ? "vram" : "config");
-	rte_tel_data_add_dict_u64(d, "budget_bytes", kvl_staging_budget(rt));
-	if (!g->open)
-		return 0;
-	rte_tel_data_add_dict_int(d, "device_id", g->device_id);
-	rte_tel_data_add_dict_int(d, "device_count", g->device_count);
-	rte_tel_data_add_dict_string(d, "name", g->name);
-	rte_tel_data_add_dict_string(d, "pci_bus_id", g->pci_bus_id);
-	rte_tel_data_add_dict_int(d, "gpudirect_rdma", g->gpudirect_rdma);
-	rte_tel_data_add_dict_u64(d, "total_bytes", g->total_bytes);
-	rte_tel_data_add_dict_u64(d, "free_bytes",
-				  __atomic_load_n(&g->free_bytes, __ATOMIC_RELAXED));
-	rte_tel_data_add_dict_u64(d, "reserve_bytes", g->reserve_bytes);
-	rte_tel_data_add_dict_u64(d, "samples", __atomic_load_n(&g->samples, __ATOMIC_RELAXED));
-	rte_tel_data_add_dict_u64(d, "sample_errors",
-				  __atomic_load_n(&g->sample_errors, __ATOMIC_RELAXED));
-	rte_tel_data_add_dict_u64(d, "sample_interval_ms", rt->cfg.sched.resize_interval_ms);
+	fill(rt, &k);
 	return 0;
+}
+
+static int tel_gpu(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return dict_reply(d, gpu_row);
 }
 
 struct pool_walk {
@@ -490,6 +538,7 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	fail = pub->fail_status;
 	rte_spinlock_unlock(&pub->lock);
 	now = kvl_now_ns();
+	row_start(k);
 	put_int(k, "peer", (int)p);
 	put_str(k, "addr", addr);
 	put_str(k, "name", name);
@@ -508,34 +557,32 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	put_str(k, "fail_reason", why);
 }
 
-/* Every peer the control path knows (connecting, ready or dead), in column form. */
-static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d)
+static void peers_rows(struct kvl_runtime *rt, struct sink *k)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
-	(void)cmd;
-	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
 	for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
 		struct kvl_peer_pub *pub = kvl_peer_get(&rt->peers, p);
 
 		if (pub && __atomic_load_n(&pub->state, __ATOMIC_ACQUIRE) != KVL_PEER_FREE)
-			peer_row(rt, p, pub, &k);
+			peer_row(rt, p, pub, k);
 	}
-	return sink_finish(&k, d); /* no peer: an empty dict */
 }
 
-static void stats_transport(struct rte_tel_data *d, const char *tr,
-			    const struct kvl_xport_stats *st)
+/* Every peer the control path knows (connecting, ready or dead), in column form. */
+static int tel_peers(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return table_reply(d, peers_rows); /* no peer: an empty dict */
+}
+
+static void stats_transport(struct sink *k, const char *tr, const struct kvl_xport_stats *st)
 {
 	char name[64];
 
 #define U(f)                                                \
 	do {                                                \
 		snprintf(name, sizeof(name), "%s/" #f, tr); \
-		rte_tel_data_add_dict_u64(d, name, st->f);  \
+		put_u64(k, name, st->f);                    \
 	} while (0)
 	U(posted_write);
 	U(posted_read);
@@ -567,12 +614,12 @@ static void stats_transport(struct rte_tel_data *d, const char *tr,
 		for (char *c = name; *c; c++)
 			if (*c == '-')
 				*c = '_';
-		rte_tel_data_add_dict_u64(d, name, st->failed[s]);
+		put_u64(k, name, st->failed[s]);
 		snprintf(name, sizeof(name), "%s/refused/%s", tr, kvl_status_name(s));
 		for (char *c = name; *c; c++)
 			if (*c == '-')
 				*c = '_';
-		rte_tel_data_add_dict_u64(d, name, st->refused[s]);
+		put_u64(k, name, st->refused[s]);
 	}
 }
 
@@ -581,17 +628,12 @@ static void stats_transport(struct rte_tel_data *d, const char *tr,
  * tcp counters are always there; a transport's own only when one of its NICs is. On RDMA the
  * serving side's CPU sees nothing of the peer's one-sided transfers: "served" stays 0 there.
  */
-static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+static void stats_row(struct kvl_runtime *rt, struct sink *k)
 {
-	struct kvl_runtime *rt = runtime_or_null();
 	struct kvl_xport_stats tcp = { 0 }, rdma = { 0 };
-	uint64_t ntf_queued = 0, ntf_dropped = 0;
+	uint64_t ntf_queued = 0, ntf_dropped = 0, tx, rx;
 	bool have_rdma = false;
 
-	(void)cmd;
-	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		if (rt->nic[n].io == NULL)
 			continue;
@@ -604,26 +646,26 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 			kvl_nic_io_total(rt->nic[n].io, &tcp);
 		}
 	}
-	rte_tel_data_start_dict(d);
-	stats_transport(d, "tcp", &tcp);
+	stats_transport(k, "tcp", &tcp);
 	if (have_rdma)
-		stats_transport(d, "verbs", &rdma);
+		stats_transport(k, "verbs", &rdma);
 	/* WRITE_WITH_IMM notices: queued for kvl_poll_notices(), or lost to a full ring */
-	rte_tel_data_add_dict_u64(d, "notices/queued", ntf_queued);
-	rte_tel_data_add_dict_u64(d, "notices/dropped", ntf_dropped);
-	rte_tel_data_add_dict_u64(d, "control/auth_failures", kvl_control_auth_failures(rt));
-	rte_tel_data_add_dict_u64(d, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
-	rte_tel_data_add_dict_u64(d, "control/data_preauth_evicted",
-				  kvl_control_data_preauth_evicted(rt));
-	rte_tel_data_add_dict_u64(d, "control/tls_failures", kvl_control_tls_failures(rt));
-	{
-		uint64_t tx, rx;
+	put_u64(k, "notices/queued", ntf_queued);
+	put_u64(k, "notices/dropped", ntf_dropped);
+	put_u64(k, "control/auth_failures", kvl_control_auth_failures(rt));
+	put_u64(k, "control/preauth_evicted", kvl_control_preauth_evicted(rt));
+	put_u64(k, "control/data_preauth_evicted", kvl_control_data_preauth_evicted(rt));
+	put_u64(k, "control/tls_failures", kvl_control_tls_failures(rt));
+	kvl_control_req_cancels(rt, &tx, &rx);
+	put_u64(k, "control/req_cancels_tx", tx);
+	put_u64(k, "control/req_cancels_rx", rx);
+}
 
-		kvl_control_req_cancels(rt, &tx, &rx);
-		rte_tel_data_add_dict_u64(d, "control/req_cancels_tx", tx);
-		rte_tel_data_add_dict_u64(d, "control/req_cancels_rx", rx);
-	}
-	return 0;
+static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return dict_reply(d, stats_row);
 }
 
 struct seg_walk {
@@ -685,16 +727,8 @@ static int tel_segments(const char *cmd, const char *params, struct rte_tel_data
 	return sink_finish(&k, d);
 }
 
-/* Every RDMA queue pair in column form: its NIC, slot, peer, and what the NIC did. */
-static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
+static void qps_rows(struct kvl_runtime *rt, struct sink *k)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
-	(void)cmd;
-	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		const struct kvl_nic_io *io = rt->nic[n].io;
 
@@ -708,50 +742,56 @@ static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
 				continue;
 			for (int s = 1; s < KVL_STATUS_COUNT; s++)
 				errors += __atomic_load_n(&st->failed[s], __ATOMIC_RELAXED);
-			put_str(&k, "nic", rt->cfg.nics[n].label);
-			put_str(&k, "device", rt->cfg.nics[n].device);
-			put_int(&k, "slot", (int)i);
-			put_int(&k, "peer", (int)io->stats[i].peer);
-			put_str(&k, "state",
+			row_start(k);
+			put_str(k, "nic", rt->cfg.nics[n].label);
+			put_str(k, "device", rt->cfg.nics[n].device);
+			put_int(k, "slot", (int)i);
+			put_int(k, "peer", (int)io->stats[i].peer);
+			put_str(k, "state",
 				kvl_qp_state_name(
 					__atomic_load_n(&st->qp_state, __ATOMIC_RELAXED)));
-			put_u64(&k, "posted", __atomic_load_n(&st->qp_posted, __ATOMIC_RELAXED));
-			put_u64(&k, "signaled",
-				__atomic_load_n(&st->qp_signaled, __ATOMIC_RELAXED));
-			put_u64(&k, "cqes", __atomic_load_n(&st->qp_cqes, __ATOMIC_RELAXED));
-			put_u64(&k, "posts", __atomic_load_n(&st->qp_posts, __ATOMIC_RELAXED));
-			put_u64(&k, "completed",
+			put_u64(k, "posted", __atomic_load_n(&st->qp_posted, __ATOMIC_RELAXED));
+			put_u64(k, "signaled", __atomic_load_n(&st->qp_signaled, __ATOMIC_RELAXED));
+			put_u64(k, "cqes", __atomic_load_n(&st->qp_cqes, __ATOMIC_RELAXED));
+			put_u64(k, "posts", __atomic_load_n(&st->qp_posts, __ATOMIC_RELAXED));
+			put_u64(k, "completed",
 				__atomic_load_n(&st->qp_completed, __ATOMIC_RELAXED));
-			put_u64(&k, "errors", errors);
-			put_u64(&k, "recoveries",
+			put_u64(k, "errors", errors);
+			put_u64(k, "recoveries",
 				__atomic_load_n(&st->qp_recoveries, __ATOMIC_RELAXED));
-			put_u64(&k, "resyncs", __atomic_load_n(&st->qp_resyncs, __ATOMIC_RELAXED));
-			put_u64(&k, "replayed",
-				__atomic_load_n(&st->qp_replayed, __ATOMIC_RELAXED));
-			put_u64(&k, "outstanding",
+			put_u64(k, "resyncs", __atomic_load_n(&st->qp_resyncs, __ATOMIC_RELAXED));
+			put_u64(k, "replayed", __atomic_load_n(&st->qp_replayed, __ATOMIC_RELAXED));
+			put_u64(k, "outstanding",
 				__atomic_load_n(&st->qp_outstanding, __ATOMIC_RELAXED));
-			put_u64(&k, "bytes_written",
+			put_u64(k, "bytes_written",
 				__atomic_load_n(&st->bytes_written, __ATOMIC_RELAXED));
-			put_u64(&k, "bytes_read",
+			put_u64(k, "bytes_read",
 				__atomic_load_n(&st->bytes_read, __ATOMIC_RELAXED));
 			/* Raw, so that errors the typed statuses merge can be told apart. */
 			last = __atomic_load_n(&st->qp_last_wc_status, __ATOMIC_RELAXED);
-			put_str(&k, "last_error",
+			put_str(k, "last_error",
 				last ? ibv_wc_status_str((enum ibv_wc_status)last) : "");
-			put_u64(&k, "last_vendor_err",
+			put_u64(k, "last_vendor_err",
 				__atomic_load_n(&st->qp_last_vendor_err, __ATOMIC_RELAXED));
-			put_u64(&k, "arms", __atomic_load_n(&st->qp_arms, __ATOMIC_RELAXED));
-			put_u64(&k, "cq_events",
+			put_u64(k, "arms", __atomic_load_n(&st->qp_arms, __ATOMIC_RELAXED));
+			put_u64(k, "cq_events",
 				__atomic_load_n(&st->qp_cq_events, __ATOMIC_RELAXED));
-			put_u64(&k, "doorbells",
+			put_u64(k, "doorbells",
 				__atomic_load_n(&st->qp_doorbells, __ATOMIC_RELAXED));
-			put_u64(&k, "bf_copies",
+			put_u64(k, "bf_copies",
 				__atomic_load_n(&st->qp_bf_copies, __ATOMIC_RELAXED));
-			put_u64(&k, "stray_cqes",
+			put_u64(k, "stray_cqes",
 				__atomic_load_n(&st->qp_stray_cqes, __ATOMIC_RELAXED));
 		}
 	}
-	return sink_finish(&k, d);
+}
+
+/* Every RDMA queue pair in column form: its NIC, slot, peer, and what the NIC did. */
+static int tel_qps(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return table_reply(d, qps_rows);
 }
 
 /* ---- the scheduler of each NIC lcore: /kvlane/sched, /kvlane/requests ---- */
@@ -767,6 +807,7 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	const struct kvl_nsched_counters *ct = &sn->ct;
 	uint64_t staging = (uint64_t)rt->cfg.sched.staging_mb << 20;
 
+	row_start(k);
 	put_str(k, "nic", rt->cfg.nics[nic].label);
 	put_str(k, "transport", rt->cfg.sched.null_transport ? "null" : "peer");
 	put_str(k, "staging", rt->staging_place == KVL_STAGING_GPU ? "gpu" : "host");
@@ -819,63 +860,96 @@ static void sched_row(const struct kvl_runtime *rt, unsigned nic, const struct k
 	put_u64(k, "flag_nospc", ct->flag_nospc);
 	put_u64(k, "flags_ready_written", ct->ready_written);
 	put_u64(k, "flags_done_seen", ct->done_seen);
+	/* requests that ended DONE, by time from open: "latency_hist/<bound_us>" counts those
+	 * above the bound before it, "latency_hist/inf" those above the last */
+	{
+		static const char *const names[KVL_NSCHED_LAT_BUCKETS + 1] = {
+#define B(us) "latency_hist/" #us
+			B(100),
+			B(250),
+			B(500),
+			B(1000),
+			B(2500),
+			B(5000),
+			B(10000),
+			B(25000),
+			B(50000),
+			B(100000),
+			B(250000),
+			B(500000),
+			B(1000000),
+			B(2500000),
+			B(5000000),
+			B(10000000),
+			"latency_hist/inf",
+#undef B
+		};
+		uint64_t n = 0;
+
+		for (unsigned b = 0; b <= KVL_NSCHED_LAT_BUCKETS; b++) {
+			put_u64(k, names[b], ct->lat_hist[b]);
+			n += ct->lat_hist[b];
+		}
+		put_u64(k, "latency_count", n);
+		put_u64(k, "latency_sum_us", ct->lat_sum_ns / 1000);
+	}
 }
 
-/* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */
-static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d)
+static void sched_rows(struct kvl_runtime *rt, struct sink *k)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct sink k = { 0 };
-
-	(void)cmd;
-	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
 	pthread_mutex_lock(&tel_snap_lock);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		if (rt->nic[n].sched == NULL)
 			continue;
 		kvl_nic_sched_read(rt->nic[n].sched, &tel_snap);
-		sched_row(rt, n, &tel_snap, &k);
+		sched_row(rt, n, &tel_snap, k);
 	}
 	pthread_mutex_unlock(&tel_snap_lock);
-	return sink_finish(&k, d); /* no scheduler: an empty dict */
 }
 
-/* This host's KV tier ([sched] tier), one row per NIC lcore serving it: what it moved and how. */
-static int tel_tier(const char *cmd, const char *params, struct rte_tel_data *d)
+/* Each NIC lcore's scheduler in column form: budget, bytes in use, requests, windows. */
+static int tel_sched(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct kvl_runtime *rt = runtime_or_null();
-	struct kvl_remote_seg segs[KVL_MAX_SEGS];
-	struct sink k = { 0 };
-	int n_segs;
-
 	(void)cmd;
 	(void)params;
-	if (rt == NULL)
-		return -EAGAIN;
+	return table_reply(d, sched_rows); /* no scheduler: an empty dict */
+}
+
+static void tier_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	struct kvl_remote_seg segs[KVL_MAX_SEGS];
+	int n_segs;
+
 	n_segs = kvl_tier_segments(rt, segs, KVL_MAX_SEGS);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		struct kvl_tier_stats t;
 
 		if (kvl_tier_stats(rt, n, &t) < 0)
 			continue;
-		put_str(&k, "nic", rt->cfg.nics[n].label);
-		put_str(&k, "method", t.engine ? "copy_engine" : "memcpy");
-		put_str(&k, "staging", kvl_staging_place_name(rt->staging_place));
-		put_int(&k, "segments", n_segs);
-		put_u64(&k, "reads", t.reads);
-		put_u64(&k, "done", t.done);
-		put_u64(&k, "refused", t.refused);
-		put_str(&k, "last_refusal", t.refused ? kvl_status_name(t.last_refusal) : "");
-		put_u64(&k, "bytes", t.bytes);
-		put_u64(&k, "copies", t.copies);
-		put_u64(&k, "batches", t.batches);
-		put_u64(&k, "copy_ns", t.copy_ns);
-		put_u64(&k, "inflight", t.inflight);
-		put_u64(&k, "engine_errors", t.engine_errors);
+		row_start(k);
+		put_str(k, "nic", rt->cfg.nics[n].label);
+		put_str(k, "method", t.engine ? "copy_engine" : "memcpy");
+		put_str(k, "staging", kvl_staging_place_name(rt->staging_place));
+		put_int(k, "segments", n_segs);
+		put_u64(k, "reads", t.reads);
+		put_u64(k, "done", t.done);
+		put_u64(k, "refused", t.refused);
+		put_str(k, "last_refusal", t.refused ? kvl_status_name(t.last_refusal) : "");
+		put_u64(k, "bytes", t.bytes);
+		put_u64(k, "copies", t.copies);
+		put_u64(k, "batches", t.batches);
+		put_u64(k, "copy_ns", t.copy_ns);
+		put_u64(k, "inflight", t.inflight);
+		put_u64(k, "engine_errors", t.engine_errors);
 	}
-	return sink_finish(&k, d); /* no tier: an empty dict */
+}
+
+/* This host's KV tier ([sched] tier), one row per NIC lcore serving it: what it moved and how. */
+static int tel_tier(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	return table_reply(d, tier_rows); /* no tier: an empty dict */
 }
 
 /* A reply must fit DPDK's 16 KiB output buffer: at most this many request rows. */
@@ -932,6 +1006,45 @@ static int tel_requests(const char *cmd, const char *params, struct rte_tel_data
 	rc = sink_finish(&k, d);
 	if (rc == 0)
 		rte_tel_data_add_dict_u64(d, "rows_omitted", omitted);
+	return rc;
+}
+
+/* The one-row tables: a row of their own for the walk. */
+static void gpu_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	row_start(k);
+	gpu_row(rt, k);
+}
+
+static void stats_rows(struct kvl_runtime *rt, struct sink *k)
+{
+	row_start(k);
+	stats_row(rt, k);
+}
+
+static void (*const walkers[KVL_TEL_TABLES])(struct kvl_runtime *, struct sink *) = {
+	[KVL_TEL_NICS] = nics_rows, [KVL_TEL_LCORES] = lcores_rows, [KVL_TEL_PEERS] = peers_rows,
+	[KVL_TEL_QPS] = qps_rows,   [KVL_TEL_SCHED] = sched_rows,   [KVL_TEL_TIER] = tier_rows,
+	[KVL_TEL_GPU] = gpu_rows,   [KVL_TEL_STATS] = stats_rows,
+};
+
+int kvl_telemetry_walk(enum kvl_tel_table t, kvl_tel_visit_fn fn, void *arg)
+{
+	struct sink k = { .visit = fn, .varg = arg };
+	struct kvl_runtime *rt;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&tel_walk_lock);
+	rt = runtime_or_null();
+	if (rt == NULL) {
+		pthread_rwlock_unlock(&tel_walk_lock);
+		return -EAGAIN;
+	}
+	if ((unsigned)t < KVL_TEL_TABLES && walkers[t])
+		walkers[t](rt, &k);
+	else
+		rc = -EINVAL;
+	pthread_rwlock_unlock(&tel_walk_lock);
 	return rc;
 }
 

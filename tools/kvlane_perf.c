@@ -16,6 +16,7 @@
 
 #include <ini.h>
 
+#include "config.h"
 #include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 
@@ -84,6 +85,8 @@ struct opts {
 	uint64_t seg_size;
 	const char *servers[MAX_SERVERS];
 	unsigned n_servers;
+	char *server_buf[MAX_SERVERS]; /* a bare host made host:port (resolve_servers) */
+	unsigned port;		       /* -p: 0 = none given */
 	bool help;
 	const char *client_only; /* the first client-only option given, for server mode */
 };
@@ -108,7 +111,10 @@ static const char *const help[] = {
 	"",
 	"Client mode: SERVER is the host:port of a kvlane control listener (kvlaned, or "
 	"kvlane-perf",
-	"in server mode). kvlane-perf connects to each, finds the segment named --segment, and",
+	"in server mode), or a bare host as perftest takes it (ib_write_bw SERVER): 10.0.0.2,",
+	"node7, [fe80::1] or ::1, whose port is -p's, else the port of the INI's [control]",
+	"listen (after --set). kvlane-perf connects to each, finds the segment named --segment, "
+	"and",
 	"moves messages between a local segment and it: local offset = remote offset, each new",
 	"transfer at the next message-sized offset, wrapping at the end of the range used",
 	"(--seg-size). Transfers go round robin over the servers, up to 16 per turn. Client mode",
@@ -117,6 +123,9 @@ static const char *const help[] = {
 	"Options (after --):",
 	"  -c, --config FILE     kvlane INI (required)",
 	"      --set S.K=V       override one INI key, as kvlaned (repeatable, at most 32)",
+	"  -p, --port PORT       client: the control port of every bare-host SERVER (default: the",
+	"                        INI's [control] listen port); server: listen on PORT (the host",
+	"                        stays the INI's), as perftest's -p on both ends",
 	"  -s, --size SIZE[,..]  message size(s) in bytes, or with K, M, G (2^10, 2^20, 2^30);",
 	"                        1 B .. 64M, the tcp transport's largest message (default 64K)",
 	"  -a, --all             every power of two from 2 B to 8M",
@@ -312,8 +321,8 @@ static int add_servers(const char *arg, struct opts *o)
 		size_t len = comma ? (size_t)(comma - p) : strlen(p);
 		char *s;
 
-		if (len == 0 || memchr(p, ':', len) == NULL)
-			return usage_error("\"%s\": a SERVER is host:port", arg);
+		if (len == 0)
+			return usage_error("\"%s\": an empty SERVER (host:port, or a host)", arg);
 		if (o->n_servers == MAX_SERVERS)
 			return usage_error("at most %u servers", MAX_SERVERS);
 		s = strndup(p, len);
@@ -333,7 +342,8 @@ static bool takes_value(const char *o)
 					 "--qp",       "-t",	   "--tx-depth",  "--duration",
 					 "-d",	       "--device", "--segment",	  "--seed",
 					 "--seg-size", "-x",	   "--gid-index", "--linger",
-					 "--nap",      "--warmup", NULL };
+					 "--nap",      "--warmup", "-p",	  "--port",
+					 NULL };
 
 	for (unsigned i = 0; v[i]; i++)
 		if (strcmp(o, v[i]) == 0)
@@ -440,6 +450,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					"most 86400",
 					v);
 			dur_set = true;
+		} else if (strcmp(name, "-p") == 0 || strcmp(name, "--port") == 0) {
+			if (parse_uint(v, 1, 65535, &n) < 0)
+				return usage_error("%s %s: expected a port 1..65535", name, v);
+			o->port = (unsigned)n;
 		} else if (strcmp(name, "-d") == 0 || strcmp(name, "--device") == 0) {
 			o->device = v;
 		} else if (strcmp(name, "-x") == 0 || strcmp(name, "--gid-index") == 0) {
@@ -517,6 +531,121 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->mode == MODE_LAT)
 		o->depth = 1;
 	return 0;
+}
+
+/* ---- SERVER: host:port, or a bare host (perftest's way) with -p's or the INI's port ---- */
+
+enum srv_form { SRV_HOSTPORT, SRV_BARE, SRV_BAD };
+
+/* "h:p" / "[v6]:p": host:port; "h", "[v6]", "v6" (two colons or more): a bare host. */
+static enum srv_form server_form(const char *a)
+{
+	const char *colon = strchr(a, ':');
+
+	if (a[0] == '[') {
+		const char *close = strchr(a, ']');
+
+		if (close == NULL || close == a + 1)
+			return SRV_BAD;
+		if (close[1] == '\0')
+			return SRV_BARE;
+		return close[1] == ':' && close[2] != '\0' ? SRV_HOSTPORT : SRV_BAD;
+	}
+	if (colon == NULL)
+		return SRV_BARE;
+	if (strchr(colon + 1, ':') != NULL)
+		return SRV_BARE; /* an IPv6 address without brackets */
+	return colon != a && colon[1] != '\0' ? SRV_HOSTPORT : SRV_BAD;
+}
+
+/* The port of [control] listen as the runtime will read it (the file, its defaults, --set). */
+static int ini_listen_port(const struct opts *o, unsigned *port, char *host, size_t hlen)
+{
+	struct kvl_conf_errors errs;
+	struct kvl_config *cfg = malloc(sizeof(*cfg));
+	const char *colon;
+	int rc;
+
+	if (cfg == NULL)
+		return -ENOMEM;
+	rc = kvl_config_load_sets(o->config, o->sets, o->n_sets, cfg, &errs);
+	if (rc == 0) {
+		colon = strrchr(cfg->control.listen, ':');
+		*port = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+		if (host && colon)
+			snprintf(host, hlen, "%.*s", (int)(colon - cfg->control.listen),
+				 cfg->control.listen);
+	}
+	free(cfg);
+	return rc < 0 ? rc : errs.count ? -EINVAL : 0;
+}
+
+/* Bare hosts get their port: -p, or the INI's. Returns 0 or a negative exit status. */
+static int resolve_servers(struct opts *o)
+{
+	unsigned port = o->port;
+	bool any_bare = false;
+
+	for (unsigned i = 0; i < o->n_servers; i++) {
+		enum srv_form f = server_form(o->servers[i]);
+
+		if (f == SRV_BAD) {
+			usage_error("SERVER \"%s\": expected host:port, [ipv6]:port or a host",
+				    o->servers[i]);
+			return -EXIT_USAGE;
+		}
+		any_bare |= f == SRV_BARE;
+	}
+	if (!any_bare)
+		return 0;
+	if (port == 0) {
+		if (ini_listen_port(o, &port, NULL, 0) < 0) {
+			/* kvl_start() reports the INI's errors in full; say what they block here */
+			fprintf(stderr,
+				"%s: %s: cannot read [control] listen for the port of a "
+				"bare-host SERVER (give -p PORT, or fix the errors below)\n",
+				prog, o->config);
+			return 0; /* kvl_start() fails on the same INI, with every detail */
+		}
+		if (port == 0) {
+			usage_error(
+				"SERVER without a port, and the INI's [control] listen port is 0 "
+				"(any): give -p PORT or host:port");
+			return -EXIT_USAGE;
+		}
+	}
+	for (unsigned i = 0; i < o->n_servers; i++) {
+		const char *a = o->servers[i];
+		char *s;
+		int n;
+
+		if (server_form(a) != SRV_BARE)
+			continue;
+		if (a[0] != '[' && strchr(a, ':'))
+			n = asprintf(&s, "[%s]:%u", a, port);
+		else
+			n = asprintf(&s, "%s:%u", a, port);
+		if (n < 0)
+			return -EXIT_USAGE;
+		free(o->server_buf[i]);
+		o->server_buf[i] = s;
+		o->servers[i] = s;
+	}
+	return 0;
+}
+
+/* Server mode with -p: the INI's listen host on -p's port, as one more --set. */
+static int server_listen_set(struct opts *o, char *buf, size_t len)
+{
+	char host[96];
+	unsigned ini_port;
+
+	if (o->port == 0)
+		return 0;
+	if (ini_listen_port(o, &ini_port, host, sizeof(host)) < 0)
+		return 0; /* kvl_start() reports the INI's errors */
+	snprintf(buf, len, "control.listen=%s:%u", host, o->port);
+	return 1;
 }
 
 /* ---- the INI's NICs: which one is tcp, for -d and -q ---- */
@@ -1794,12 +1923,12 @@ int main(int argc, char **argv)
 				 .gid_index = -1 };
 	static struct client c;
 	const char *sets[MAX_SETS + 4];
-	char qp_set[96], gid_set[96];
+	char qp_set[96], gid_set[96], listen_set[128];
 	struct nic_scan nics;
 	struct kvl_start_args sa;
 	struct sigaction act;
 	char err[8192];
-	int dd = -1, stage = 0, nic, status, n_sets = 0;
+	int dd = -1, stage = 0, nic, status, n_sets = 0, rc;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (int i = 1; i < argc; i++) {
@@ -1826,6 +1955,9 @@ int main(int argc, char **argv)
 	nic = pick_nic(&o, &nics);
 	if (nic < 0)
 		return -nic;
+	rc = resolve_servers(&o);
+	if (rc < 0)
+		return -rc;
 	for (unsigned i = 0; i < nics.n; i++)
 		if ((int)i != nic)
 			fprintf(stderr,
@@ -1840,6 +1972,8 @@ int main(int argc, char **argv)
 	}
 	for (unsigned i = 0; i < o.n_sets; i++)
 		sets[n_sets++] = o.sets[i];
+	if (o.n_servers == 0 && server_listen_set(&o, listen_set, sizeof(listen_set)))
+		sets[n_sets++] = listen_set; /* after the user's: -p wins, as perftest's */
 	if (o.qps) {
 		snprintf(qp_set, sizeof(qp_set), "nic.%s.qp_count=%u", nics.label[nic], o.qps);
 		sets[n_sets++] = qp_set;

@@ -544,6 +544,7 @@ static void *control_main(void *arg)
 			}
 		}
 		take_connect_waits(c);
+		kvl_ctl_take_doctor(c);
 		take_lcore_events(c);
 		kvl_ctl_lcmd_drain(c, kvl_now_ns());
 		timers(c, kvl_now_ns());
@@ -734,6 +735,7 @@ void kvl_control_stop(struct kvl_runtime *rt)
 			c->req[i]->result = -ECANCELED;
 			snprintf(c->req[i]->msg, sizeof(c->req[i]->msg), "the runtime stopped");
 		}
+	kvl_ctl_doctor_cancel(c);
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	__atomic_store_n(&rt->peers.on, false, __ATOMIC_RELEASE);

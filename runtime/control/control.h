@@ -23,6 +23,15 @@ void kvl_control_stop(struct kvl_runtime *rt);
 int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms,
 			uint32_t *peer, char *err, size_t errlen);
 
+struct kvl_ctrl_link;
+
+/* kvlane-doctor --peer: send this end's link facts to READY peer @peer and wait (at most
+ * @timeout_ms) for its own, copied to @theirs (up to @max, the count in *@n). The peer logs
+ * what differs on its side. 0, or a negative errno with a message in @err. */
+int kvl_control_doctor(struct kvl_runtime *rt, uint32_t peer, unsigned timeout_ms,
+		       struct kvl_ctrl_link *theirs, unsigned max, unsigned *n, char *err,
+		       size_t errlen);
+
 /* Tell peers that the local segment list changed. */
 void kvl_control_segments_changed(struct kvl_runtime *rt);
 

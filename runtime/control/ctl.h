@@ -80,6 +80,14 @@ struct connect_wait {
 	char msg[KVL_CTRL_TEXT_LEN];
 };
 
+/* kvlane-doctor --peer's exchange (doctor.c): one at a time, under kvl_control.lock. */
+struct doctor_wait {
+	uint32_t peer;
+	bool sent, done;
+	int result;
+	struct kvl_ctrl_msg reply; /* the peer's DOCTOR (reply 1) */
+};
+
 /* A data connection slot of a NIC lcore, as the control thread hands them out. */
 struct ctl_slot {
 	bool used;
@@ -168,6 +176,7 @@ struct kvl_control {
 	pthread_mutex_t lock; /* API requests and waits */
 	pthread_cond_t cond;
 	struct connect_wait *req[MAX_CONNECT_WAITS];
+	struct doctor_wait *doc; /* kvl_control_doctor() waiting, or NULL */
 };
 
 /* sockets.c */
@@ -220,6 +229,12 @@ void kvl_ctl_addr_to_msg(struct kvl_ctrl_msg *m, uint32_t idx, const char *nic,
 void kvl_ctl_refresh_remote(struct kvl_control *c, uint32_t p);
 void kvl_ctl_resync_send(struct kvl_control *c, unsigned nic, const struct kvl_levt *ev);
 void kvl_ctl_on_qp_resync(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+
+/* doctor.c: a DOCTOR from peer @p (answered with ours, or the reply a waiter expects); the
+ * waiter's request sent (from the thread's loop); waiters woken at stop. */
+void kvl_ctl_on_doctor(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+void kvl_ctl_take_doctor(struct kvl_control *c);
+void kvl_ctl_doctor_cancel(struct kvl_control *c);
 void kvl_ctl_on_qp_info_server(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
 void kvl_ctl_on_qp_info_client(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
 

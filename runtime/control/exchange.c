@@ -278,6 +278,9 @@ void kvl_ctl_exchange_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg
 		KVL_LOG(WARNING, "peer %u (%s): error %u: %s", p, pub->addr, m->u.error.code,
 			m->u.error.text);
 		break;
+	case KVL_CTRL_DOCTOR:
+		kvl_ctl_on_doctor(c, p, m);
+		break;
 	case KVL_CTRL_BYE:
 		/* A clean goodbye: what was in flight with it is canceled, not lost. */
 		kvl_ctl_peer_fail(c, p, KVL_ERR_CANCELED, "the peer stopped (BYE)");

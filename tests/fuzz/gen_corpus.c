@@ -80,7 +80,7 @@ static void put_frame(const struct kvl_ctrl_msg *m)
 	put_raw(buf, (size_t)n);
 }
 
-/* fuzz_ctl's op for "any message of type t": ops 0x80..0xbf pick 1 + op % 18. */
+/* fuzz_ctl's op for "any message of type t": ops 0x80..0xbf pick 1 + op % KVL_CTRL_TYPE_MAX. */
 static uint8_t ctl_any(uint8_t type)
 {
 	for (unsigned op = 0x80; op < 0xc0; op++)
@@ -115,6 +115,8 @@ static void gen_ctl(void)
 	put8(3);
 	put8(ctl_any(KVL_CTRL_ENDPOINTS)); /* ENDPOINTS, 1 */
 	put8(1);
+	put8(ctl_any(KVL_CTRL_DOCTOR)); /* kvlane-doctor --peer asks: no links, answered */
+	put8(0);
 	put8(ctl_any(KVL_CTRL_HEARTBEAT));
 	put8(16);
 	put(hb, 16);

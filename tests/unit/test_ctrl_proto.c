@@ -143,6 +143,25 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 		x->u.req_cancel.req = 0x0102030405060708ull;
 		x->u.req_cancel.status = 8; /* KVL_ERR_CANCELED */
 		break;
+	case KVL_CTRL_DOCTOR: /* every field at its widest */
+		x->u.doctor.reply = 1;
+		x->u.doctor.n = KVL_CTRL_MAX_EPS;
+		for (uint32_t i = 0; i < KVL_CTRL_MAX_EPS; i++) {
+			struct kvl_ctrl_link *l = &x->u.doctor.link[i];
+
+			memset(l->nic, 'n', KVL_CTRL_NAME_LEN - 1);
+			memset(l->device, 'd', KVL_CTRL_NAME_LEN - 1);
+			memset(l->link_layer, 'l', KVL_CTRL_LL_LEN - 1);
+			l->transport = (uint8_t)(i % 4);
+			l->gid_type = i % 2 ? 2 : KVL_CTRL_NONE;
+			l->gid_index = (uint8_t)i;
+			l->traffic_class = 0xff;
+			l->port_mtu = 4096;
+			l->netdev_mtu = 0xfffffff0u;
+			l->ini_mtu = 1024;
+			l->rate_mbps = 400000 + i;
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: header only */
 		break;
 	}
@@ -750,10 +769,11 @@ static void test_names(void)
 		"AUTH_OK",   "AUTH_FAIL",     "SEGMENTS",	"ENDPOINTS",
 		"HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND",	"DATA_BIND_OK",
 		"ERROR",     "BYE",	      "QP_INFO",	"RKEYS",
-		"QP_RESYNC", "REQ_CANCEL",    "DATA_CHALLENGE", "?"
+		"QP_RESYNC", "REQ_CANCEL",    "DATA_CHALLENGE", "DOCTOR",
+		"?"
 	};
 
-	for (int t = 0; t <= 19; t++)
+	for (int t = 0; t <= 20; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrl_proto.h"
 #include "doctor.h"
 #include "kvl_test.h"
 
@@ -429,6 +430,106 @@ static void test_eal_lcores(void)
 	expect("lcores", "host", KVL_DOC_FAIL, "\"zero\" is not a CPU list", NULL, "-l");
 }
 
+/* ---- two ends: link facts, their comparison, the wire, the link test's verdict ---- */
+
+static struct kvl_ctrl_link here[KVL_CTRL_MAX_EPS], there[KVL_CTRL_MAX_EPS];
+
+static unsigned links_of(const char *ini, const char *const *sets, unsigned n_sets,
+			 const char *host, struct kvl_ctrl_link *out)
+{
+	CHECK_INT(kvl_config_load_sets(fx(ini), sets, n_sets, &cfg, &errs), 0);
+	return kvl_doctor_links(fx(host), &cfg, out, KVL_CTRL_MAX_EPS);
+}
+
+/* Through the codec as the control path sends it: what the peer compares is what arrived. */
+static unsigned over_the_wire(const struct kvl_ctrl_link *l, unsigned n, struct kvl_ctrl_link *out)
+{
+	static struct kvl_ctrl_msg m, d;
+	static uint8_t buf[KVL_CTRL_HDR_LEN + KVL_CTRL_MAX_PAYLOAD];
+	size_t used = 0;
+	int len;
+
+	memset(&m, 0, sizeof(m));
+	m.type = KVL_CTRL_DOCTOR;
+	m.u.doctor.reply = 1;
+	m.u.doctor.n = n;
+	memcpy(m.u.doctor.link, l, n * sizeof(l[0]));
+	len = kvl_ctrl_encode(&m, buf, sizeof(buf));
+	CHECK(len > KVL_CTRL_HDR_LEN);
+	CHECK_INT(kvl_ctrl_decode(buf, (size_t)len, &d, &used), 1);
+	CHECK_INT(used, len);
+	memcpy(out, d.u.doctor.link, d.u.doctor.n * sizeof(out[0]));
+	return d.u.doctor.n;
+}
+
+static void test_two_ends(void)
+{
+	static const char *const auto_gid[] = { "nic.rail1.gid_index=auto" };
+	static const char *const mtu1024[] = { "nic.rail1.mtu=1024" };
+	unsigned nh, nt;
+
+	/* The facts: doctor-bad's rail1 pins gid_index 2, a RoCE v1 entry; rail0 takes auto's
+	 * RoCE v2 choice; the port MTU is min(active, INI). */
+	nh = links_of("doctor/bad.ini", NULL, 0, "sysfs/doctor-bad", here);
+	CHECK_INT(nh, 2);
+	CHECK_STR(here[1].nic, "rail1");
+	CHECK_INT(here[1].gid_type, 1);
+	CHECK_INT(here[1].gid_index, 2);
+	CHECK_STR(here[1].link_layer, "Ethernet");
+
+	/* v1 meets v2: the other end leaves rail1 at auto (RoCE v2). Named from both ends. */
+	nt = over_the_wire(here, nh, there);
+	CHECK_INT(nt, 2);
+	nt = links_of("doctor/bad.ini", auto_gid, 1, "sysfs/doctor-bad", there);
+	CHECK_INT(there[1].gid_type, 2);
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_compare(here, nh, there, nt, "peer", &rep);
+	expect("peer_gid_type", "nic.rail1", KVL_DOC_FAIL, "gid_index 2 RoCE v1, there gid_index",
+	       "the same RoCE version", "RoCE v1 meets RoCE v2");
+	expect("peer_link_layer", "nic.rail1", KVL_DOC_PASS, "here Ethernet, there Ethernet", NULL,
+	       NULL);
+	expect("peer_mtu", "nic.rail1", KVL_DOC_PASS, NULL, NULL, NULL);
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_compare(there, nt, here, nh, "peer", &rep);
+	expect("peer_gid_type", "nic.rail1", KVL_DOC_FAIL, "RoCE v2, there gid_index 2 RoCE v1",
+	       NULL, "RoCE v2 meets RoCE v1");
+	CHECK_INT(kvl_doctor_exit_code(&rep), 2);
+
+	/* MTU 4096 here, 1024 there (the INI): the connection runs at 1024. */
+	nt = links_of("doctor/bad.ini", mtu1024, 1, "sysfs/doctor-bad", there);
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_compare(here, nh, there, nt, "peer", &rep);
+	CHECK_INT(here[1].port_mtu, 4096); /* netdev 9000 */
+	CHECK_INT(here[0].port_mtu, 1024); /* netdev 1500: 1500 - 96 B of headers */
+	expect("peer_mtu", "nic.rail1", KVL_DOC_WARN,
+	       "here port 4096 (INI 4096, netdev 9000), there port 1024 (INI 1024", "the same MTU",
+	       "runs at the smaller (1024)");
+	expect("peer_mtu", "nic.rail0", KVL_DOC_PASS, NULL, NULL, NULL);
+	/* One NIC there, two here: the pairs compared are said. */
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_compare(here, nh, there, 1, "peer", &rep);
+	expect("peer_nics", "peer", KVL_DOC_WARN, "2 NICs here, 1 there", NULL, "first 1 pair");
+
+	/* The link test's verdict against the slower port (100 Gb/s = 12.5 GB/s). */
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_link_verdict("peer x", 11.0, 1u << 20, 100000, &rep);
+	expect("link_test", "peer x", KVL_DOC_PASS, "88 % of the slower port's 100.0 Gb/s",
+	       ">= 80 %", NULL);
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_link_verdict("peer x", 5.0, 1u << 20, 100000, &rep);
+	expect("link_test", "peer x", KVL_DOC_WARN, "40 %", NULL, "PCIe");
+	CHECK_HAS(rep.rows[0].fix, "NUMA");
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_link_verdict("peer x", 8.0, 1u << 20, 100000, &rep);
+	expect("link_test", "peer x", KVL_DOC_WARN, "64 %", NULL, "below 80 %");
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_link_verdict("peer x", 11.0, 64u << 10, 100000, &rep);
+	expect("link_test", "peer x", KVL_DOC_WARN, "64 KiB", NULL, ">= 1 MiB");
+	memset(&rep, 0, sizeof(rep));
+	kvl_doctor_link_verdict("peer x", 1.5, 1u << 20, 0, &rep);
+	expect("link_test", "peer x", KVL_DOC_SKIP, "rate is known", NULL, NULL);
+}
+
 int main(void)
 {
 	const char *f = getenv("KVL_FIXTURES");
@@ -445,6 +546,7 @@ int main(void)
 	test_host_config();
 	test_json();
 	test_eal_lcores();
+	test_two_ends();
 	printf("test_doctor: %d checks, %d failed\n", kvl_test_checks, kvl_test_failures);
 	return kvl_test_failures ? 1 : 0;
 }
