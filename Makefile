@@ -13,6 +13,9 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 	libnuma-dev libinih-dev libssl-dev clang libclang-rt-14-dev python3-dev python3-pytest \
 	python3-numpy python3-torch \
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
+DEB_PKGS += libcurl4-openssl-dev  # issue 19: [cluster] speaks etcd's v3 JSON gateway over libcurl
+DEB_PKGS += libjansson-dev  # issue 19: the gateway's JSON bodies and the cluster records
+DEB_PKGS += etcd-server etcd-client  # issue 19: the cluster suite starts a real etcd on 127.0.0.1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
