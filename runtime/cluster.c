@@ -59,7 +59,8 @@ struct kvl_cluster {
 	char key[KVL_PATH_LEN + 80];	     /* <prefix>/nodes/<name> */
 	char rec[KVL_CLUSTER_RECORD_MAX + 1];
 	size_t rec_len;
-	uint32_t segs_version; /* of the record published */
+	char held[KVL_CLUSTER_RECORD_MAX + 1]; /* the record holding our name, when one does */
+	uint32_t segs_version;		       /* of the record published */
 	struct kvl_etcd *etcd;
 	CURLM *multi;
 	struct kvl_etcd_watch *watch;
@@ -454,7 +455,6 @@ static void came_up(struct kvl_cluster *c)
 static int step(struct kvl_cluster *c, uint64_t now, uint64_t *retry_ns)
 {
 	int64_t ttl = 0;
-	char held[256];
 	int rc;
 
 	if (!c->connected) {
@@ -481,8 +481,8 @@ static int step(struct kvl_cluster *c, uint64_t now, uint64_t *retry_ns)
 		pthread_mutex_unlock(&c->lock);
 	}
 	if (!c->registered) {
-		rc = kvl_etcd_create(c->etcd, c->key, c->rec, c->rec_len, c->lease, held,
-				     sizeof(held));
+		rc = kvl_etcd_create(c->etcd, c->key, c->rec, c->rec_len, c->lease, c->held,
+				     sizeof(c->held));
 		if (rc == -EEXIST) {
 			struct kvl_cluster_rec *r = malloc(sizeof(*r));
 			char why[128];
@@ -490,7 +490,7 @@ static int step(struct kvl_cluster *c, uint64_t now, uint64_t *retry_ns)
 			pthread_mutex_lock(&c->lock);
 			if (c->state != CL_NAME_TAKEN) {
 				snprintf(c->held_by, sizeof(c->held_by), "another node");
-				if (r && kvl_cluster_rec_decode(held, strlen(held), r, why,
+				if (r && kvl_cluster_rec_decode(c->held, strlen(c->held), r, why,
 								sizeof(why)) == 0)
 					snprintf(c->held_by, sizeof(c->held_by), "%s", r->control);
 				KVL_LOG(ERR,
@@ -690,11 +690,15 @@ int kvl_cluster_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	if (rc == 0 && (c->multi = curl_multi_init()) == NULL)
 		rc = -ENOMEM;
 	if (rc == 0) {
+		KVL_LOG(INFO, "cluster: %s as %s, etcd %s", c->key, kvl_cluster_role_name(cf->role),
+			cf->etcd_endpoints);
+		__atomic_store_n(&the_cl, c, __ATOMIC_RELEASE);
 		rc = -rte_ctrl_thread_create(&c->thread, "kvl-etcd", NULL, cluster_main, c);
 		if (rc < 0)
 			snprintf(err, errlen, "cannot start the cluster thread: %s", strerror(-rc));
 	}
 	if (rc < 0) {
+		__atomic_store_n(&the_cl, NULL, __ATOMIC_RELEASE);
 		if (c->multi)
 			curl_multi_cleanup(c->multi);
 		kvl_etcd_free(c->etcd);
@@ -702,9 +706,6 @@ int kvl_cluster_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		free(c);
 		return rc;
 	}
-	KVL_LOG(INFO, "cluster: %s as %s (%s), etcd %s", c->key, kvl_cluster_role_name(cf->role),
-		c->rec_len ? "record ready" : "", cf->etcd_endpoints);
-	__atomic_store_n(&the_cl, c, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -766,7 +767,8 @@ int kvl_cluster_list(struct kvl_runtime *rt, int role, struct kvl_cluster_node *
 	}
 	pthread_mutex_unlock(&c->lock);
 	qsort(all, n, sizeof(*all), cmp_node);
-	memcpy(out, all, (n < max ? n : max) * sizeof(*out));
+	if (out != NULL && max > 0)
+		memcpy(out, all, (n < max ? n : max) * sizeof(*out));
 	free(all);
 	return (int)n;
 }
