@@ -1409,6 +1409,19 @@ static void validate_eal(const struct kvl_config *cfg, const char *file,
 /* ---- end [eal] ---- */
 
 /* ---- [cluster] (issue 19) ---- */
+/* Two [cluster] keys set both or neither: the error is on the one missing. */
+static void together(const struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs,
+		     const char *ka, const char *va, const char *kb, const char *vb,
+		     const char *why)
+{
+	const char *k = va[0] ? kb : ka;
+
+	if ((va[0] == '\0') == (vb[0] == '\0'))
+		return;
+	add_error(errs, "%s:%u: cluster.%s: %s and %s go together (%s)", file,
+		  key_line(cfg, KVL_SEC_CLUSTER, 0, k), k, ka, kb, why);
+}
+
 static void validate_cluster(const struct kvl_config *cfg, const char *file,
 			     struct kvl_conf_errors *errs)
 {
@@ -1430,28 +1443,16 @@ static void validate_cluster(const struct kvl_config *cfg, const char *file,
 			"%s:%u: cluster.prefix: expected an etcd key prefix that starts with '/', "
 			"has no empty part, no blank and no trailing '/'; got \"%s\"",
 			file, key_line(cfg, KVL_SEC_CLUSTER, 0, "prefix"), p);
-	if ((cl->tls_cert_file[0] == '\0') != (cl->tls_key_file[0] == '\0')) {
-		const char *k = cl->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file";
-
-		add_error(errs,
-			  "%s:%u: cluster.%s: tls_cert_file and tls_key_file go together (a client "
-			  "certificate needs its key)",
-			  file, key_line(cfg, KVL_SEC_CLUSTER, 0, k), k);
-	}
+	together(cfg, file, errs, "tls_cert_file", cl->tls_cert_file, "tls_key_file",
+		 cl->tls_key_file, "a client certificate needs its key");
 	if ((cl->tls_ca_file[0] || cl->tls_cert_file[0]) &&
 	    strstr(cl->etcd_endpoints, "https://") == NULL)
 		add_error(errs,
 			  "%s:%u: cluster.etcd_endpoints: TLS files are set but no endpoint is "
 			  "https://",
 			  file, key_line(cfg, KVL_SEC_CLUSTER, 0, "etcd_endpoints"));
-	if ((cl->user[0] == '\0') != (cl->password_file[0] == '\0')) {
-		const char *k = cl->user[0] ? "password_file" : "user";
-
-		add_error(errs,
-			  "%s:%u: cluster.%s: user and password_file go together (etcd "
-			  "authentication needs both)",
-			  file, key_line(cfg, KVL_SEC_CLUSTER, 0, k), k);
-	}
+	together(cfg, file, errs, "user", cl->user, "password_file", cl->password_file,
+		 "etcd authentication needs both");
 }
 /* ---- end [cluster] ---- */
 
