@@ -34,9 +34,9 @@ _Static_assert((int)KVL_NODE_PREFILL == (int)KVL_CLUSTER_PREFILL &&
 #define TAKEN_RETRY_NS 1000000000ull /* a held name is tried again each second */
 #define WARN_EVERY     100	     /* skipped records: the first 5, then one in 100 */
 
-enum cl_state { CL_CONNECTING = 0, CL_REGISTERED, CL_NAME_TAKEN, CL_UNREACHABLE };
-static const char *const state_names[] = { "connecting", "registered", "name-taken",
-					   "unreachable" };
+enum cl_state { CL_CONNECTING = 0, CL_REGISTERED, CL_NAME_TAKEN, CL_UNREACHABLE, CL_REFUSED };
+static const char *const state_names[] = { "connecting", "registered", "name-taken", "unreachable",
+					   "auth-failed" };
 
 /* What the view keeps of a node (the full record stays in etcd). */
 struct node {
@@ -415,19 +415,27 @@ static void set_state(struct kvl_cluster *c, int st)
 /* An etcd call failed: log once per change, forget the connection, keep the view. */
 static void went_down(struct kvl_cluster *c, int rc)
 {
+	int st = rc == -EACCES ? CL_REFUSED : CL_UNREACHABLE;
+
 	pthread_mutex_lock(&c->lock);
 	snprintf(c->last_err, sizeof(c->last_err), "%s", kvl_etcd_error(c->etcd));
-	if (c->etcd_ok || c->state == CL_CONNECTING) {
-		KVL_LOG(WARNING,
-			"cluster: etcd unreachable (%s): serving the %u peers known, retrying with "
-			"backoff",
-			c->last_err, c->n_nodes);
-		c->down_since_ns = kvl_now_ns();
+	if (c->etcd_ok || c->state != st) {
+		if (st == CL_REFUSED)
+			KVL_LOG(ERR,
+				"cluster: etcd refused this node's credentials (%s): check "
+				"cluster.user and cluster.password_file; retrying with backoff",
+				c->last_err);
+		else
+			KVL_LOG(WARNING,
+				"cluster: etcd unreachable (%s): serving the %u peers known, "
+				"retrying with backoff",
+				c->last_err, c->n_nodes);
+		if (c->etcd_ok || c->state == CL_CONNECTING)
+			c->down_since_ns = kvl_now_ns();
 	}
 	c->etcd_ok = false;
-	set_state(c, CL_UNREACHABLE);
+	set_state(c, st);
 	pthread_mutex_unlock(&c->lock);
-	(void)rc;
 	c->connected = false;
 	c->listed = false;
 	if (c->watch) {

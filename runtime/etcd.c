@@ -33,6 +33,7 @@ struct kvl_etcd {
 	char user[64], password[256];
 	char token_hdr[600];
 	unsigned timeout_ms;
+	long http_status; /* of the last answer, 0 when none came */
 	CURL *h;
 	struct buf rx;
 	char err[KVL_ETCD_ERR_LEN];
@@ -259,6 +260,7 @@ static int call(struct kvl_etcd *e, const char *path, json_t *req, json_t **out)
 	int rc = -EHOSTUNREACH;
 
 	*out = NULL;
+	e->http_status = 0;
 	if (req && body == NULL) {
 		set_err(e, "cannot encode the request");
 		return -ENOMEM;
@@ -289,6 +291,7 @@ static int call(struct kvl_etcd *e, const char *path, json_t *req, json_t **out)
 			json_error_t je;
 
 			curl_easy_getinfo(e->h, CURLINFO_RESPONSE_CODE, &status);
+			e->http_status = status;
 			*out = json_loadb(e->rx.p ? e->rx.p : "", e->rx.len, 0, &je);
 			if (*out == NULL || !json_is_object(*out)) {
 				set_err(e, "etcd %s%s: HTTP %ld, not JSON (%s)", e->urls[e->cur],
@@ -339,6 +342,8 @@ static int authenticate(struct kvl_etcd *e)
 	snprintf(path, sizeof(path), "%s/auth/authenticate", e->api);
 	rc = call(e, path, req, &r);
 	json_decref(req);
+	if (rc < 0 && e->http_status >= 400 && e->http_status < 500)
+		rc = -EACCES; /* etcd answered: a wrong user or password (gRPC InvalidArgument) */
 	if (rc < 0)
 		return rc;
 	tok = json_string_value(json_object_get(r, "token"));

@@ -417,6 +417,31 @@ def scenario_bad_input(ctx):
           "[cluster] without a secret", "exit 3, needs control.secret_file", r.stderr, r)
     log("bad [cluster] keys: exit 3, each error with file:line:key")
     p1.stop()
+    # (e) etcd with authentication on: a node with the user's password registers; one with a
+    # wrong password starts, serves, and says why it is not in the cluster
+    etcd.ctl("user", "add", "root", "--new-user-password=kvl-test-pw")
+    etcd.ctl("auth", "enable")
+    good = ctx.write("pw", "kvl-test-pw\n")
+    bad = ctx.write("badpw", "wrong\n")
+    a1 = ctx.node("a1", "prefill", etcd.url, cluster_extra=f"user = root\npassword_file = {good}\n")
+    ok = wait_for(lambda: cluster_tel(a1)["state"] == "registered", 5)
+    check(ok, "a node with etcd's user and password", "registered", cluster_tel(a1), a1)
+    a2 = ctx.node("a2", "prefill", etcd.url, wait=False,
+                  cluster_extra=f"user = root\npassword_file = {bad}\n")
+    ok = wait_for(lambda: "authentication failed" in cluster_tel(a2)["last_error"], 5)
+    tel = cluster_tel(a2)
+    check(ok and tel["state"] == "auth-failed", "a node with a wrong etcd password",
+          "state auth-failed, last_error 'authentication failed'", tel, a2)
+    a2.wait_line(r"cluster: etcd refused this node's credentials", 1, "err", "a2's error")
+    out = subprocess.run(["etcdctl", "--endpoints", etcd.url, "--user", "root:kvl-test-pw", "get",
+                          "--prefix", "--keys-only", "/kvlane/t/nodes/a"], text=True,
+                         capture_output=True, env=dict(os.environ, ETCDCTL_API="3"), timeout=10)
+    check_eq(sorted(k for k in out.stdout.split("\n") if k in ("/kvlane/t/nodes/a1",
+                                                                "/kvlane/t/nodes/a2")),
+             ["/kvlane/t/nodes/a1"], "keys under auth", a1, a2)
+    a2.stop()
+    a1.stop()
+    log(f"etcd with auth: the right password registers, a wrong one: {tel['last_error']!r}")
 
 
 SCENARIOS = {"register": scenario_register, "sigkill": scenario_sigkill,
