@@ -10,6 +10,9 @@ environment. Exit 0 pass, 1 fail, 77 when etcd is not installed.
              connects to each prefill by name and READs its segment, every byte checked; the
              records in etcd carry no secret and no rkey; /kvlane/cluster on a node shows the
              view; a clean stop deletes the key at once.
+  tls_failover  etcd over TLS (a CA of the test's own): a node whose first endpoint is dead
+             fails over and registers with tls_ca_file; one without the CA stays out with the
+             certificate error in /kvlane/cluster.
   sigkill    a prefill SIGKILLed: its key is gone within lease_ttl_s and the client marks its
              peer dead from the watch (failure "etcd: ... left the cluster"), long before its
              peer_timeout_ms; restarted, it is a new incarnation, found and read afresh.
@@ -27,6 +30,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -36,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kvl_harness as h  # noqa: E402
 from kvl_harness import KVL_SRC, Fail, check, check_eq, log, wait_for  # noqa: E402
 
-LIMITS = {"register": 60, "sigkill": 60, "etcd_down": 60, "bad_input": 60}
+LIMITS = {"register": 60, "tls_failover": 60, "sigkill": 60, "etcd_down": 60, "bad_input": 60}
 SECRET = os.path.join(KVL_SRC, "config", "demo.secret")
 EAL = ["--lcores", "0@(0-1),1@(0-1)", "--no-huge", "--no-pci", "-m", "128"]
 SEG_BYTES = 2 * 2 * 16 * 4096  # the nodes' [segment.kv]: 256 KiB
@@ -53,13 +57,31 @@ def free_port():
 class Etcd:
     """Debian's etcd on 127.0.0.1: a private data dir, free client and peer ports."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, tls=False):
         self.ctx = ctx
         self.data = os.path.join(ctx.tmp, "etcd")
         self.client, self.peer = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.client}"
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.client}"
         self.p = None
+        if tls:
+            self.make_certs()
         self.start()
+
+    def make_certs(self):
+        """A CA of the test's own and a server certificate for 127.0.0.1 it signs."""
+        d = self.ctx.tmp
+        self.ca = os.path.join(d, "ca.pem")
+        ext = self.ctx.write("san.ext", "subjectAltName=IP:127.0.0.1\n")
+        for argv in (
+                ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key",
+                 "-out", self.ca, "-days", "1", "-subj", "/CN=kvl-test-ca"],
+                ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/srv.key", "-out",
+                 f"{d}/srv.csr", "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", f"{d}/srv.csr", "-CA", self.ca, "-CAkey", f"{d}/ca.key",
+                 "-CAcreateserial", "-out", f"{d}/srv.pem", "-days", "1", "-extfile", ext]):
+            r = subprocess.run(["openssl", *argv], capture_output=True, text=True, timeout=30)
+            check(r.returncode == 0, f"openssl {argv[0]}", "exit 0", r.stderr, self.ctx)
 
     def start(self):
         argv = ["etcd", "--name", "kvl", "--data-dir", self.data,
@@ -68,13 +90,17 @@ class Etcd:
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer}",
                 "--initial-cluster", f"kvl=http://127.0.0.1:{self.peer}",
                 "--logger", "zap", "--log-level", "error"]
+        if self.tls:
+            argv += ["--cert-file", f"{self.ctx.tmp}/srv.pem",
+                     "--key-file", f"{self.ctx.tmp}/srv.key"]
         self.p = h.Proc(self.ctx, argv, self.ctx.rundir("etcd"), "etcd", "etcd")
         ok = wait_for(self.healthy, 15, 0.1)
         check(ok, "etcd start", f"{self.url}/health true within 15 s", "no", self.p)
 
     def healthy(self):
+        ctx = ssl.create_default_context(cafile=self.ca) if self.tls else None
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+            with urllib.request.urlopen(self.url + "/health", timeout=1, context=ctx) as r:
                 return json.load(r).get("health") == "true"
         except (OSError, ValueError):
             return False
@@ -85,7 +111,8 @@ class Etcd:
 
     def ctl(self, *args, value=None):
         env = dict(os.environ, ETCDCTL_API="3")
-        r = subprocess.run(["etcdctl", "--endpoints", self.url, *args], env=env, text=True,
+        tls = ["--cacert", self.ca] if self.tls else []
+        r = subprocess.run(["etcdctl", "--endpoints", self.url, *tls, *args], env=env, text=True,
                            input=value, capture_output=True, timeout=10)
         check(r.returncode == 0, f"etcdctl {' '.join(args)}", "exit 0",
               f"{r.returncode}: {r.stderr}", self.p)
@@ -444,7 +471,31 @@ def scenario_bad_input(ctx):
     log(f"etcd with auth: the right password registers, a wrong one: {tel['last_error']!r}")
 
 
-SCENARIOS = {"register": scenario_register, "sigkill": scenario_sigkill,
+def scenario_tls_failover(ctx):
+    etcd = Etcd(ctx, tls=True)
+    dead = f"https://127.0.0.1:{free_port()}"
+    # the first endpoint refuses connections: calls fail over to the second
+    n1 = ctx.node("n1", "prefill", f"{dead}, {etcd.url}", seed=9,
+                  cluster_extra=f"tls_ca_file = {etcd.ca}\n")
+    tel = cluster_tel(n1)
+    check_eq((tel["state"], tel["etcd_endpoint"]), ("registered", etcd.url),
+             "n1 over TLS, its first endpoint dead", n1)
+    check(etcd.keys("/kvlane/t/nodes/n1") == ["/kvlane/t/nodes/n1"], "n1's key", "in etcd",
+          "missing", n1)
+    # without the CA, etcd's certificate does not verify: a clear error, no registration
+    n2 = ctx.node("n2", "prefill", etcd.url, wait=False)
+    ok = wait_for(lambda: cluster_tel(n2)["state"] == "unreachable", 5)
+    tel2 = cluster_tel(n2)
+    check(ok and re.search(r"certificate|SSL", tel2["last_error"]), "n2 without the CA",
+          "unreachable, last_error about the certificate", tel2, n2)
+    log(f"etcd over TLS: n1 registered through {etcd.url} after {dead} refused; without the "
+        f"CA: {tel2['last_error']!r}")
+    n2.stop()
+    n1.stop()
+    check(etcd.keys("/kvlane/t/nodes/") == [], "keys after both stopped", "none", "some", n1)
+
+
+SCENARIOS = {"register": scenario_register, "tls_failover": scenario_tls_failover, "sigkill": scenario_sigkill,
              "etcd_down": scenario_etcd_down, "bad_input": scenario_bad_input}
 
 if __name__ == "__main__":
