@@ -389,6 +389,12 @@ static int relist(struct kvl_cluster *c)
 		node_put(c, &l.nodes[j]);
 	c->revision = rev;
 	c->relists++;
+	if (c->registered && find(c, c->name) == NULL) {
+		/* our key went while we were not watching (deleted by someone): publish again */
+		KVL_LOG(WARNING, "cluster: our key %s is gone from etcd; publishing it again",
+			c->key);
+		c->registered = false;
+	}
 	pthread_mutex_unlock(&c->lock);
 	free(l.nodes);
 	if (c->watch) {

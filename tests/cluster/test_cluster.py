@@ -269,6 +269,19 @@ def scenario_register(ctx):
     check(tel["keepalives"] >= 0 and tel["etcd_api"] == "/v3", "/kvlane/cluster etcd_api",
           "/v3 (etcd 3.4's gateway)", tel["etcd_api"], p1)
     log("records carry no secret or rkey; /kvlane/cluster on p1 shows the view of 4")
+    # someone deletes a live node's key: the node sees it in its watch and publishes again
+    etcd.ctl("del", "/kvlane/t/nodes/p2")
+    p2.wait_line(r"our key /kvlane/t/nodes/p2 was deleted by someone", 5, "err",
+                 "p2 seeing its key deleted")
+    ok = wait_for(lambda: etcd.keys("/kvlane/t/nodes/p2") == ["/kvlane/t/nodes/p2"], 5)
+    check(ok, "p2's key after someone deleted it", "published again within 5 s", "missing", p2)
+    rec2 = json.loads(etcd.ctl("get", "--print-value-only", "/kvlane/t/nodes/p2"))
+    check_eq(rec2["control"], p2.addr, "p2's record, published again", p2)
+    # its peers took the deletion for a departure (a key that goes is a node that left) and
+    # reach it afresh once it is back
+    ask(cl, "wait prefill 2 5000", r"^wait ok 2$")
+    read_ok(cl, "p2", 22, "READ from p2 after its key came back")
+    log("p2's key deleted by someone else: p2 published it again, the client read it afresh")
     t0 = time.monotonic()
     d1.stop()
     check(etcd.keys("/kvlane/t/nodes/d1") == [], "d1's key after a clean stop", "deleted",
