@@ -16,6 +16,7 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 DEB_PKGS += libcurl4-openssl-dev  # issue 19: [cluster] speaks etcd's v3 JSON gateway over libcurl
 DEB_PKGS += libjansson-dev  # issue 19: the gateway's JSON bodies and the cluster records
 DEB_PKGS += etcd-server etcd-client  # issue 19: the cluster suite starts a real etcd on 127.0.0.1
+DEB_PKGS += openssl  # issue 19: the cluster suite's TLS scenario makes its own CA (openssl req/x509)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
