@@ -28,6 +28,7 @@ enum key_type {
 	KT_GPU_SEL,   /* char[size]: auto | none | a GPU index | a PCI address (normalised) */
 	KT_LCORES,    /* char[size]: an EAL --lcores map: digits and @ ( ) , - only */
 	KT_ARGS,      /* char[size]: options split on blanks; no quotes, '\\' or ';' */
+	KT_URL_LIST,  /* char[size]: comma-separated http(s)://host:port, stored joined by ',' */
 };
 
 #define F_REQUIRED  0x1
@@ -68,6 +69,7 @@ static const char *const fill_names[] = { "zero", "pattern", NULL };
 static const char *const seg_memory_names[] = { "host", "gpu", NULL };
 static const char *const staging_names[] = { "auto", "host", "gpu", NULL };
 static const char *const tls_names[] = { "off", "on", NULL };
+static const char *const role_names[] = { "prefill", "decode", "tier", NULL };
 
 #define K(s, field, t, fl, lo, hi, nm, d)                                                 \
 	{                                                                                 \
@@ -171,6 +173,27 @@ static const struct key_def eal_keys[] = {
 #undef EAL
 /* ---- end [eal] ---- */
 
+/* ---- [cluster] (issue 19) ---- */
+#define CLU struct kvl_cluster_conf
+static const struct key_def cluster_keys[] = {
+	K(CLU, etcd_endpoints, KT_URL_LIST, 0, 1, 65535, NULL, ""),
+	K(CLU, name, KT_NAME, 0, 0, KVL_NAME_LEN - 1, NULL, ""),
+	K(CLU, cluster, KT_NAME, 0, 1, KVL_NAME_LEN - 1, NULL, "default"),
+	K(CLU, prefix, KT_PATH, 0, 0, 200, NULL, ""),
+	K(CLU, role, KT_ENUM, 0, 0, 0, role_names, "decode"),
+	K(CLU, advertise, KT_ADDR, 0, 1, 65535, NULL, ""),
+	/* etcd itself refuses a TTL under about 2 s (1.5 election timeouts) */
+	K(CLU, lease_ttl_s, KT_UINT, 0, 2, 3600, NULL, "10"),
+	K(CLU, request_timeout_ms, KT_UINT, 0, 50, 60000, NULL, "1000"),
+	K(CLU, tls_ca_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
+	K(CLU, tls_cert_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
+	K(CLU, tls_key_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
+	K(CLU, user, KT_NAME, 0, 0, KVL_NAME_LEN - 1, NULL, ""),
+	K(CLU, password_file, KT_PATH, 0, 0, KVL_PATH_LEN - 1, NULL, ""),
+};
+#undef CLU
+/* ---- end [cluster] ---- */
+
 /* [nic.*] gpu = <index>: as many GPUs as the topology scans (KVL_MAX_GPUS in topo.h). */
 #define KVL_MAX_GPU_INDEX 63
 
@@ -233,6 +256,7 @@ static const struct section_def sections[KVL_SEC_COUNT] = {
 	SEC(KVL_SEC_CONTROL, "control", control_keys, control),
 	SEC(KVL_SEC_TELEMETRY, "telemetry", telemetry_keys, telemetry),
 	SEC(KVL_SEC_EAL, "eal", eal_keys, eal),
+	SEC(KVL_SEC_CLUSTER, "cluster", cluster_keys, cluster),
 	MULTI(KVL_SEC_NIC, "nic", nic_keys, nics, n_nics, nic_origin, KVL_MAX_NICS),
 	MULTI(KVL_SEC_SEGMENT, "segment", segment_keys, segments, n_segments, seg_origin,
 	      KVL_MAX_SEG_CONF),
@@ -243,6 +267,11 @@ static const struct section_def sections[KVL_SEC_COUNT] = {
 _Static_assert(sizeof(nic_keys) / sizeof(nic_keys[0]) <= KVL_MAX_SECT_KEYS, "origin too small");
 _Static_assert(sizeof(control_keys) / sizeof(control_keys[0]) <= KVL_MAX_SECT_KEYS,
 	       "origin too small");
+
+const char *kvl_cluster_role_name(int r)
+{
+	return r >= 0 && r <= KVL_CLUSTER_TIER ? role_names[r] : "?";
+}
 
 const char *kvl_idle_policy_name(int p)
 {
@@ -496,6 +525,59 @@ static const char *parse_peers(const char *v, const struct key_def *k, struct kv
 	return NULL;
 }
 
+/* etcd_endpoints: http(s)://host:port, comma-separated, each once; stored joined by ','. */
+static const char *parse_urls(const char *v, const struct key_def *k, char *field, char *why,
+			      size_t whylen)
+{
+	char buf[KVL_CLUSTER_ENDPOINTS_LEN], out[KVL_CLUSTER_ENDPOINTS_LEN], *save, *tok;
+	size_t len = 0;
+	unsigned n = 0;
+
+	if (strlen(v) >= sizeof(buf))
+		return "a shorter list";
+	strcpy(buf, v);
+	trim(buf);
+	out[0] = '\0';
+	if (buf[0] == '\0') {
+		field[0] = '\0';
+		return NULL;
+	}
+	for (save = buf; (tok = strsep(&save, ",")) != NULL;) {
+		const char *hp;
+
+		trim(tok);
+		if (tok[0] == '\0')
+			return "a comma-separated list of http://host:port without empty entries";
+		if (strncmp(tok, "http://", 7) == 0)
+			hp = tok + 7;
+		else if (strncmp(tok, "https://", 8) == 0)
+			hp = tok + 8;
+		else
+			return "etcd client URLs, each http://host:port or https://host:port";
+		if (n == KVL_CLUSTER_MAX_ENDPOINTS) {
+			snprintf(why, whylen, "at most %d endpoints", KVL_CLUSTER_MAX_ENDPOINTS);
+			return why;
+		}
+		if (strlen(tok) >= KVL_CLUSTER_URL_LEN || strlen(hp) >= KVL_ADDR_LEN ||
+		    !addr_ok(hp, k->min, why, whylen))
+			return why[0] ? why : "http(s)://host:port";
+		for (char *p = out; *p;) {
+			size_t l = strcspn(p, ",");
+
+			if (l == strlen(tok) && strncmp(p, tok, l) == 0) {
+				snprintf(why, whylen, "each endpoint once (%s is listed twice)",
+					 tok);
+				return why;
+			}
+			p += l + (p[l] == ',');
+		}
+		len += (size_t)snprintf(out + len, sizeof(out) - len, "%s%s", n ? "," : "", tok);
+		n++;
+	}
+	memcpy(field, out, len + 1);
+	return NULL;
+}
+
 /* 1..@max hex digits at *@p; advances it. */
 static int hex_field(const char **p, unsigned max, unsigned long *v)
 {
@@ -659,12 +741,18 @@ static const char *set_value(const struct key_def *k, void *base, const char *va
 		}
 		if (strlen(value) >= k->size)
 			return "a shorter address";
+		if (value[0] == '\0' && k->def[0] == '\0') { /* optional: "" means unset */
+			*(char *)field = '\0';
+			return NULL;
+		}
 		if (!addr_ok(value, k->min, why, whylen))
 			return why;
 		strcpy(field, value);
 		return NULL;
 	case KT_ADDR_LIST:
 		return parse_peers(value, k, (struct kvl_control_conf *)base, why, whylen);
+	case KT_URL_LIST:
+		return parse_urls(value, k, field, why, whylen);
 	case KT_GPU_SEL:
 		return parse_gpu_sel(value, k, field, why, whylen);
 	case KT_LCORES:
@@ -732,6 +820,7 @@ static void format_value(const struct key_def *k, const void *base, char *out, s
 	case KT_GPU_SEL:
 	case KT_LCORES:
 	case KT_ARGS:
+	case KT_URL_LIST:
 		snprintf(out, outlen, "%s", field);
 		break;
 	case KT_ADDR_LIST: {
@@ -873,7 +962,8 @@ static void suggest_section(char *out, size_t outlen, const char *name)
 		snprintf(
 			out, outlen,
 			"; sections are [runtime], [nic.<label>], [segment.<label>], "
-			"[cq_moderation], [memory], [gpu], [sched], [control], [telemetry], [eal]");
+			"[cq_moderation], [memory], [gpu], [sched], [control], [telemetry], [eal], "
+			"[cluster]");
 }
 
 static bool label_ok(const char *l)
@@ -1326,6 +1416,54 @@ static void validate_eal(const struct kvl_config *cfg, const char *file,
 }
 /* ---- end [eal] ---- */
 
+/* ---- [cluster] (issue 19) ---- */
+/* Two [cluster] keys set both or neither: the error is on the one missing. */
+static void together(const struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs,
+		     const char *ka, const char *va, const char *kb, const char *vb,
+		     const char *why)
+{
+	const char *k = va[0] ? kb : ka;
+
+	if ((va[0] == '\0') == (vb[0] == '\0'))
+		return;
+	add_error(errs, "%s:%u: cluster.%s: %s and %s go together (%s)", file,
+		  key_line(cfg, KVL_SEC_CLUSTER, 0, k), k, ka, kb, why);
+}
+
+static void validate_cluster(const struct kvl_config *cfg, const char *file,
+			     struct kvl_conf_errors *errs)
+{
+	const struct kvl_cluster_conf *cl = &cfg->cluster;
+	const char *p = cl->prefix;
+	size_t pl = strlen(p);
+
+	if (cl->etcd_endpoints[0] == '\0')
+		return; /* off: the other keys are not read */
+	if (cfg->control.secret_file[0] == '\0')
+		add_error(errs,
+			  "%s:%u: cluster.etcd_endpoints: a cluster node needs control.secret_file "
+			  "(peers found by name are reached over the authenticated control path)",
+			  file, key_line(cfg, KVL_SEC_CLUSTER, 0, "etcd_endpoints"));
+	if (pl > 0 && (p[0] != '/' || p[pl - 1] == '/' || strstr(p, "//") != NULL ||
+		       strpbrk(p, " \t") != NULL))
+		add_error(
+			errs,
+			"%s:%u: cluster.prefix: expected an etcd key prefix that starts with '/', "
+			"has no empty part, no blank and no trailing '/'; got \"%s\"",
+			file, key_line(cfg, KVL_SEC_CLUSTER, 0, "prefix"), p);
+	together(cfg, file, errs, "tls_cert_file", cl->tls_cert_file, "tls_key_file",
+		 cl->tls_key_file, "a client certificate needs its key");
+	if ((cl->tls_ca_file[0] || cl->tls_cert_file[0]) &&
+	    strstr(cl->etcd_endpoints, "https://") == NULL)
+		add_error(errs,
+			  "%s:%u: cluster.etcd_endpoints: TLS files are set but no endpoint is "
+			  "https://",
+			  file, key_line(cfg, KVL_SEC_CLUSTER, 0, "etcd_endpoints"));
+	together(cfg, file, errs, "user", cl->user, "password_file", cl->password_file,
+		 "etcd authentication needs both");
+}
+/* ---- end [cluster] ---- */
+
 static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_errors *errs)
 {
 	const struct kvl_cq_moderation_conf *cq = &cfg->cq_moderation;
@@ -1477,6 +1615,7 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 		validate_pool_fits(cfg, file, errs);
 	}
 	validate_eal(cfg, file, errs);
+	validate_cluster(cfg, file, errs);
 	if ((uint64_t)cfg->sched.window_min_kb > (uint64_t)cfg->sched.window_max_mb * 1024) {
 		bool blame_min = key_set(cfg, KVL_SEC_SCHED, 0, "window_min_kb");
 		const char *key = blame_min ? "window_min_kb" : "window_max_mb";

@@ -186,6 +186,37 @@ struct kvl_eal_conf {
 };
 /* ---- end [eal] ---- */
 
+/* ---- [cluster] (issue 19): membership through etcd (runtime/cluster.c) ---- */
+#define KVL_CLUSTER_ENDPOINTS_LEN 512 /* etcd_endpoints: comma-separated URLs */
+#define KVL_CLUSTER_MAX_ENDPOINTS 8
+#define KVL_CLUSTER_URL_LEN	  128 /* one of them */
+
+enum kvl_cluster_role {
+	KVL_CLUSTER_PREFILL = 0,
+	KVL_CLUSTER_DECODE,
+	KVL_CLUSTER_TIER,
+};
+
+/* Off while etcd_endpoints is empty (the default): then nothing of it runs. */
+struct kvl_cluster_conf {
+	char etcd_endpoints[KVL_CLUSTER_ENDPOINTS_LEN]; /* "http://h:p,https://h:p" */
+	char name[KVL_NAME_LEN];      /* unique in the cluster; "": [runtime] name */
+	char cluster[KVL_NAME_LEN];   /* the default prefix's last part */
+	char prefix[KVL_PATH_LEN];    /* "": /kvlane/<cluster> */
+	int role;		      /* enum kvl_cluster_role */
+	char advertise[KVL_ADDR_LEN]; /* "": control.listen as bound */
+	uint32_t lease_ttl_s;
+	uint32_t request_timeout_ms; /* one etcd call, at most */
+	char tls_ca_file[KVL_PATH_LEN];
+	char tls_cert_file[KVL_PATH_LEN];
+	char tls_key_file[KVL_PATH_LEN];
+	char user[KVL_NAME_LEN];
+	char password_file[KVL_PATH_LEN];
+};
+
+const char *kvl_cluster_role_name(int r);
+/* ---- end [cluster] ---- */
+
 /* Where each value came from, for messages that name file and line. 0 = default. */
 struct kvl_conf_origin {
 	uint32_t section_line;
@@ -201,6 +232,7 @@ enum kvl_section_id {
 	KVL_SEC_CONTROL,
 	KVL_SEC_TELEMETRY,
 	KVL_SEC_EAL,
+	KVL_SEC_CLUSTER,
 	KVL_SEC_NIC,	 /* repeated: [nic.<label>] */
 	KVL_SEC_SEGMENT, /* repeated: [segment.<label>] */
 	KVL_SEC_COUNT,
@@ -216,6 +248,7 @@ struct kvl_config {
 	struct kvl_control_conf control;
 	struct kvl_telemetry_conf telemetry;
 	struct kvl_eal_conf eal;
+	struct kvl_cluster_conf cluster;
 	struct kvl_nic_conf nics[KVL_MAX_NICS];
 	uint32_t n_nics;
 	struct kvl_segment_conf segments[KVL_MAX_SEG_CONF];

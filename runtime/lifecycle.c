@@ -10,6 +10,7 @@
 #include <rte_log.h>
 #include <rte_malloc.h>
 
+#include "cluster.h"
 #include "control/control.h"
 #include "kvlane/kvlane.h"
 #include "lifecycle.h"
@@ -430,6 +431,8 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 		rc = kvl_staging_register(rt, err, errlen);
 	if (rc == 0)
 		rc = kvl_control_start(rt, err, errlen);
+	if (rc == 0)
+		rc = kvl_cluster_start(rt, err, errlen); /* its record names the listener */
 	if (rc < 0) {
 		kvl_runtime_stop(rt);
 		return rc;
@@ -439,6 +442,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 
 void kvl_runtime_stop(struct kvl_runtime *rt)
 {
+	kvl_cluster_stop(rt); /* our key goes first: peers stop choosing us */
 	kvl_control_stop(rt);
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();

@@ -481,6 +481,43 @@ int kvl_req_budget_cap(struct kvl_runtime *rt, uint64_t bytes);
 void kvl_pattern_fill(void *buf, uint64_t len, uint32_t seed, uint64_t offset);
 uint64_t kvl_pattern_check(const void *buf, uint64_t len, uint32_t seed, uint64_t offset);
 
+/* ---- cluster: peers found by name through etcd ([cluster], docs/cluster.md) ---- */
+
+/* A node's role, as its [cluster] role says. */
+enum kvl_node_role {
+	KVL_NODE_PREFILL = 0,
+	KVL_NODE_DECODE = 1,
+	KVL_NODE_TIER = 2,
+};
+#define KVL_NODE_ANY (-1) /* kvl_cluster_list(): every role */
+
+/* A node of the cluster as this runtime's view has it (from etcd's list and watch). */
+struct kvl_cluster_node {
+	char name[64];	      /* its [cluster] name, unique in the cluster */
+	int32_t role;	      /* enum kvl_node_role */
+	char control[80];     /* host:port of its control listener */
+	uint64_t incarnation; /* the etcd lease it registered under: a restart is a new one */
+	uint32_t proto;	      /* its control protocol version */
+	uint32_t n_nics, n_gpus, n_segs;
+};
+
+/*
+ * The nodes of @role (KVL_NODE_ANY: all), this one included, in name order: returns how many
+ * there are (up to @max are copied), or -ENOTSUP without [cluster]. While etcd is unreachable
+ * the view is the last one seen; /kvlane/cluster says since when.
+ */
+int kvl_cluster_list(struct kvl_runtime *rt, int role, struct kvl_cluster_node *out, unsigned max);
+
+/*
+ * kvl_connect() to the node registered as @name: its control endpoint comes from the view,
+ * never from an earlier incarnation. A READY peer already connected to that same incarnation
+ * is returned as it is. Returns 0, or a negative errno with the reason in @err: -ENOTSUP
+ * without [cluster], -ENOENT when no node has that name (etcd answering), -EHOSTUNREACH when
+ * the name is unknown and etcd is unreachable, else kvl_connect()'s errors.
+ */
+int kvl_connect_name(struct kvl_runtime *rt, const char *name, unsigned timeout_ms,
+		     kvl_peer_t *peer, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

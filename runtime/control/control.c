@@ -206,6 +206,48 @@ static void take_connect_waits(struct kvl_control *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* "host:port" and "[v6]:port" -> the host part, for matching a peer's source address. */
+static void host_of(const char *addr, char *out, size_t len)
+{
+	const char *colon = strrchr(addr, ':');
+	size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+
+	snprintf(out, len, "%.*s", (int)n, addr);
+}
+
+/* The peers the cluster's watch saw leave: one failure path, the heartbeat timeout's. */
+static void take_gone(struct kvl_control *c)
+{
+	struct gone g[MAX_GONE];
+	unsigned n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->n_gone;
+	memcpy(g, c->gone, n * sizeof(g[0]));
+	c->n_gone = 0;
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < n; i++) {
+		char want[KVL_CTRL_ADDR_LEN], have[KVL_CTRL_ADDR_LEN];
+
+		host_of(g[i].addr, want, sizeof(want));
+		for (uint32_t p = 0; p < KVL_MAX_PEERS_RT; p++) {
+			struct kvl_peer_pub *pub = &c->pub[p];
+			int st = pub->state;
+			bool match;
+
+			if (st == KVL_PEER_FREE || st == KVL_PEER_DEAD)
+				continue;
+			host_of(pub->addr, have, sizeof(have));
+			match = pub->initiator
+					? strcmp(pub->addr, g[i].addr) == 0
+					: g[i].name[0] && strcmp(pub->name, g[i].name) == 0 &&
+						  strcmp(have, want) == 0;
+			if (match)
+				kvl_ctl_peer_fail(c, p, KVL_ERR_PEER_DEAD, "%s", g[i].why);
+		}
+	}
+}
+
 static void take_lcore_events(struct kvl_control *c)
 {
 	struct kvl_runtime *rt = c->rt;
@@ -544,6 +586,7 @@ static void *control_main(void *arg)
 			}
 		}
 		take_connect_waits(c);
+		take_gone(c);
 		kvl_ctl_take_doctor(c);
 		take_lcore_events(c);
 		kvl_ctl_lcmd_drain(c, kvl_now_ns());
@@ -792,6 +835,29 @@ int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeo
 		*peer = r.peer;
 	else
 		snprintf(err, errlen, "%s: %s", addr, r.msg[0] ? r.msg : strerror(-rc));
+	return rc;
+}
+
+int kvl_control_peer_gone(struct kvl_runtime *rt, const char *addr, const char *name,
+			  const char *why)
+{
+	struct kvl_control *c = rt->ctl;
+	int rc = 0;
+
+	if (c == NULL)
+		return -ENOTSUP;
+	pthread_mutex_lock(&c->lock);
+	if (c->n_gone == MAX_GONE) {
+		rc = -ENOBUFS;
+	} else {
+		struct gone *g = &c->gone[c->n_gone++];
+
+		snprintf(g->addr, sizeof(g->addr), "%s", addr);
+		snprintf(g->name, sizeof(g->name), "%s", name);
+		snprintf(g->why, sizeof(g->why), "%s", why);
+	}
+	pthread_mutex_unlock(&c->lock);
+	wake(c);
 	return rc;
 }
 

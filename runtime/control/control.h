@@ -23,6 +23,16 @@ void kvl_control_stop(struct kvl_runtime *rt);
 int kvl_control_connect(struct kvl_runtime *rt, const char *addr, unsigned timeout_ms,
 			uint32_t *peer, char *err, size_t errlen);
 
+/*
+ * The cluster's watch saw the node at control endpoint @addr, whose handshake name is @name,
+ * leave (its key deleted or its lease expired): fail it at once, with its transfers, as a
+ * missed heartbeat does (KVL_ERR_PEER_DEAD), with @why in its failure. A peer we connected
+ * to matches by @addr; one that connected to us by @name and the host part of @addr. Never
+ * blocks on the control thread. 0, -ENOTSUP without a control path, -ENOBUFS when too many
+ * wait (the heartbeat timeout still catches those).
+ */
+int kvl_control_peer_gone(struct kvl_runtime *rt, const char *addr, const char *name,
+			  const char *why);
 struct kvl_ctrl_link;
 
 /* kvlane-doctor --peer: send this end's link facts to READY peer @peer and wait (at most

@@ -138,6 +138,15 @@ struct peer {
 	unsigned n_vpend;
 };
 
+/* A peer the cluster's watch saw leave (runtime/cluster.c): failed as a missed heartbeat
+ * fails one. Queued under the control thread's lock, taken each turn. */
+#define MAX_GONE 64
+struct gone {
+	char addr[KVL_CTRL_ADDR_LEN]; /* its advertised control endpoint */
+	char name[KVL_CTRL_NAME_LEN]; /* the name its handshake gives */
+	char why[KVL_CTRL_TEXT_LEN];
+};
+
 struct kvl_control {
 	struct kvl_runtime *rt;
 	struct kvl_secret secret;
@@ -176,6 +185,8 @@ struct kvl_control {
 	pthread_mutex_t lock; /* API requests and waits */
 	pthread_cond_t cond;
 	struct connect_wait *req[MAX_CONNECT_WAITS];
+	struct gone gone[MAX_GONE]; /* under @lock */
+	unsigned n_gone;
 	struct doctor_wait *doc; /* kvl_control_doctor() waiting, or NULL */
 };
 
