@@ -601,7 +601,11 @@ static PyObject *Handle_req_open(Handle *h, PyObject *args)
 				   .dir = dir,
 				   .flags = flags };
 	rc = kvl_req_open(rt, peer, &d, &req);
-	if (rc < 0) {
+	if (rc < 0 && kvl_req_error()[0] != '\0') {
+		/* the runtime named the block, its address and the segment or NIC */
+		raise_errno(rc, kvl_req_error());
+		rc = -1;
+	} else if (rc < 0) {
 		raise_errno(rc, rc == -ENOTSUP ? "no scheduler: set [sched] staging_mb > 0"
 				: rc == -EINVAL
 					? "a malformed request (counts, steps, class, direction "
@@ -612,6 +616,12 @@ static PyObject *Handle_req_open(Handle *h, PyObject *args)
 				: rc == -EFAULT	  ? "a PUSH block's local bytes are not inside one "
 						    "registered local segment"
 				: rc == -ENOTCONN ? "the peer is not connected"
+				: rc == -EXDEV	  ? "a GPU destination on a NIC whose transport "
+						    "cannot write VRAM (tcp)"
+				: rc == -EACCES	  ? "a segment the peer does not let us READ (or "
+						    "WRITE, for a PUSH)"
+				: rc == -ENOSPC	  ? "[sched] max_requests or max_blocks reached, "
+						    "or no free run of step flags"
 						  : "kvl_req_open");
 		rc = -1;
 	}
@@ -907,8 +917,8 @@ static int mod_exec(PyObject *m)
 	    C(KVL_READ) || C(KVL_REMOTE_READ) || C(KVL_REMOTE_WRITE) || C(KVL_XFER_NOTIFY) ||
 	    C(KVL_MEM_HOST) || C(KVL_MEM_GPU) || C(KVL_GPU_CONFIGURED) || C(KVL_REQ_DECODE) ||
 	    C(KVL_REQ_PREFILL) || C(KVL_REQ_PULL) || C(KVL_REQ_PUSH) || C(KVL_REQ_STEP_FLAGS) ||
-	    C(KVL_REQ_EV_STEP_READY) || C(KVL_REQ_EV_DONE) || C(KVL_REQ_EV_FAILED) ||
-	    C(KVLANE_VERSION_NUM) || C(KVL_MAX_IOV))
+	    C(KVL_REQ_ENGINE_DEST) || C(KVL_REQ_EV_STEP_READY) || C(KVL_REQ_EV_DONE) ||
+	    C(KVL_REQ_EV_FAILED) || C(KVLANE_VERSION_NUM) || C(KVL_MAX_IOV))
 		return -1;
 #undef C
 	return 0;

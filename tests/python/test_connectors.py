@@ -1,0 +1,475 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The connectors (python/kvlane/connectors) driven by a real PyTorch decode engine
+(tests/python/engine.py) against a kvlaned prefill peer over tcp:
+
+  - a prefill engine (the vLLM-shaped connector as kv_producer) computes a prompt and PUSHes
+    its KV, layer by layer from save_kv_layer, into the kvlaned's segment;
+  - a decode engine (kv_consumer) is handed the producer's kv_transfer_params, loads that KV
+    into its own paged cache (engine destinations, one kvlane request, steps = layers, waited
+    layer by layer), and decodes; its logits and tokens equal, bit for bit, those of the same
+    engine that computed the prompt's KV itself;
+  - the SGLang-shaped sender/receiver move a prefill pool's pages through the same kvlaned;
+  - bad input: a cache of the wrong dtype, shape or device, blocks outside the cache, a
+    cache freed while registered, and every call after close() raise naming the problem.
+With CUDA (KVL_PY_CUDA=1 and torch.cuda), the decode engine's cache is on the GPU: READY is
+waited for on the stream (cuStreamWaitValue32), never on the host, and outputs are compared
+with the same engine on the GPU computing its KV itself. One Runtime per process (EAL starts
+once): the tests share it, in file order; the last one closes it. Run by meson (suite python).
+"""
+import os
+import sys
+import tempfile
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kvlane  # noqa: E402
+from kvlane import connectors  # noqa: E402
+from kvlane.connectors import sglang as sgl  # noqa: E402
+from kvlane.connectors import vllm as kvv  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import engine as eng  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.environ["KVL_SRC"], "tests", "eal"))
+import kvl_harness as h  # noqa: E402
+
+CFG = eng.ModelConfig()
+PROMPT_BLOCKS = 32  # blocks per layer and plane of the kvlaned's "prompt" segment
+SGL_PAGES = 32
+WANT_CUDA = os.environ.get("KVL_PY_CUDA") == "1"
+CUDA = WANT_CUDA and torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def cuda_only():
+    if not WANT_CUDA:
+        pytest.skip("CUDA part: set KVL_PY_CUDA=1 on a machine with a GPU and a kvlane built "
+                    "with CUDA ([gpu] enable = true)")
+    if not torch.cuda.is_available():
+        pytest.skip("KVL_PY_CUDA=1 but torch sees no CUDA device")
+
+
+@pytest.fixture(scope="module")
+def server():
+    ctx = h.Ctx("pyconn", os.environ["KVL_KVLANED"], "pyc")
+    args = h.sets("segment.prompt.layers=%d" % CFG.layers, "segment.prompt.planes=2",
+                  "segment.prompt.blocks=%d" % PROMPT_BLOCKS,
+                  "segment.prompt.block_bytes=%d" % CFG.block_bytes,
+                  "segment.prompt.access=readwrite",
+                  "segment.sglpool.layers=%d" % (2 * CFG.layers), "segment.sglpool.planes=1",
+                  "segment.sglpool.blocks=%d" % SGL_PAGES,
+                  "segment.sglpool.block_bytes=%d" % CFG.block_bytes,
+                  "segment.sglpool.access=readwrite")
+    try:
+        yield ctx.kvlaned("srv", args=args)
+    finally:
+        ctx.cleanup()
+
+
+@pytest.fixture(scope="module")
+def rt(server):
+    tmp = tempfile.mkdtemp(prefix="kvl-pyc-")
+    os.environ["RUNTIME_DIRECTORY"] = tmp
+    ini = os.path.join(tmp, "pyc.ini")
+    with open(ini, "w") as f:
+        f.write("[runtime]\nname = pyconn\nidle_policy = yield\n"
+                "[nic.lo]\ndevice = lo\ntransport = tcp\n"
+                "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n"
+                "[sched]\nstaging_mb = 8\n[telemetry]\nenable = false\n%s"
+                "[eal]\nlcores = 0@(0-1),1@(0-1)\nmemory_mb = 256\nno_huge = true\n"
+                "no_pci = true\nfile_prefix = kvlpyc%d\n"
+                % (os.path.join(os.environ["KVL_SRC"], "config", "demo.secret"),
+                   "[gpu]\nenable = true\n" if CUDA else "", os.getpid()))
+    r = kvlane.Runtime(config=ini)
+    connectors.use_runtime(r)
+    yield r
+    r.close()
+
+
+class KVTransferConfig:
+    def __init__(self, role, extra=None):
+        self.kv_role, self.kv_connector_extra_config = role, dict(extra or {})
+        self.kv_connector = "KvlaneConnector"
+        self.kv_connector_module_path = "kvlane.connectors.vllm"
+
+
+class VllmConfig:
+    def __init__(self, role, extra=None):
+        self.kv_transfer_config = KVTransferConfig(role, extra)
+
+        class CacheConfig:
+            block_size = CFG.block_size
+        self.cache_config = CacheConfig()
+
+
+def connector_pair(role, extra=None):
+    cfg = VllmConfig(role, extra)
+    return (kvv.KvlaneConnector(cfg, kvv.KVConnectorRole.SCHEDULER),
+            kvv.KvlaneConnector(cfg, kvv.KVConnectorRole.WORKER))
+
+
+def prompt(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, CFG.vocab, (n,), generator=g).tolist()
+
+
+def prefill_and_push(server, rt, model, toks, push_blocks, rid):
+    """The prefill engine (kv_producer): computes @toks, PUSHes their KV to the kvlaned's
+    "prompt" segment at @push_blocks; returns the params request_finished hands the decode
+    side, and the engine."""
+    sc, wc = connector_pair("kv_producer")
+    pe = eng.Engine(model, eng.make_cache(CFG), sc, wc)
+    req = eng.Request(rid, toks, max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "push_host": server.addr, "push_segment": "prompt",
+        "push_block_ids": push_blocks,
+        "geometry": (CFG.layers, 2, PROMPT_BLOCKS, CFG.block_bytes)})
+    pe.add_request(req)
+    pe.run()
+    assert req.status == "FINISHED_LENGTH" and not pe.delayed, \
+        "the prefill's blocks were handed back once get_finished said they were sent"
+    assert wc.stats["pushes"] == CFG.layers
+    return req.finished_params, pe
+
+
+def reference(model, toks, max_tokens, device="cpu"):
+    """The same engine, no connector: it computes the prompt's KV itself (the whole prompt,
+    as the prefill engine does), then decodes from the prompt's last token."""
+    e = eng.Engine(model, eng.make_cache(CFG, device), device=device)
+    req = eng.Request("ref", toks, max_tokens)
+    req.block_ids = e.blocks.allocate(-(-(len(toks) + max_tokens) // CFG.block_size))
+    out = eng.SchedulerOutput([(req, 0, toks)], set())
+    e.forward(out)  # every prompt position's KV, as the prefill engine computes it
+    e.blocks.release(req.block_ids)
+    req.block_ids = []
+
+    class Prefix:  # the engine's own "connector": the prefix is already in the cache
+        def get_num_new_matched_tokens(self, r, n):
+            return len(toks) - 1, False
+
+        def update_state_after_alloc(self, r, blocks, n):
+            pass
+
+        def build_connector_meta(self, so):
+            return None
+
+        def request_finished(self, r, ids):
+            return False, None
+    e.sc = Prefix()
+    # the same block ids as the forward above used (BlockManager hands them out again)
+    e.blocks = eng.BlockManager(CFG.num_blocks)
+    e.add_request(req)
+    e.run()
+    return req
+
+
+def decode_remote(model, params, max_tokens, device="cpu", one_pool=True, rid="d0"):
+    sc, wc = connector_pair("kv_consumer")
+    de = eng.Engine(model, eng.make_cache(CFG, device, one_pool), sc, wc, device=device)
+    req = eng.Request(rid, list(params.pop("_prompt")), max_tokens, kv_transfer_params=params)
+    de.add_request(req)
+    de.run()
+    return req, de, wc
+
+
+VLLM_ORDER = ["bind_connector_metadata", "start_load_kv"] + \
+    ["wait_for_layer_load", "save_kv_layer"] * CFG.layers + \
+    ["wait_for_save", "get_finished", "get_block_ids_with_load_errors",
+     "clear_connector_metadata"]
+
+
+def check_same(got, ref):
+    assert got.status == "FINISHED_LENGTH", (got.status, got.load_errors)
+    assert got.output_token_ids == ref.output_token_ids
+    for i, (a, b) in enumerate(zip(got.logits, ref.logits)):
+        assert torch.equal(a.cpu(), b.cpu()), "step %d: logits differ by %g" % (
+            i, float((a.cpu() - b.cpu()).abs().max()))
+
+
+def test_vllm_prefill_push_then_decode_pull(server, rt):
+    model = eng.Model(CFG)
+    toks = prompt(21, 1)  # 3 blocks of 8, the last one partial
+    push_blocks = [5, 6, 17]  # where on the peer: not the engine's ids, not one run
+    params, pe = prefill_and_push(server, rt, model, toks, push_blocks, "p0")
+    assert params["remote_block_ids"] == push_blocks and params["remote_num_tokens"] == 21
+    params["_prompt"] = toks
+    got, de, wc = decode_remote(model, dict(params), 6)
+    ref = reference(model, toks, 6)
+    check_same(got, ref)
+    assert len(got.output_token_ids) == 6
+    # one registration of the whole pool; one kvlane request; a wait per layer
+    assert wc._cache.one_registration and wc.stats["loads"] == 1
+    assert wc.stats["layer_waits"] == CFG.layers and wc.stats["load_failures"] == 0
+    # the hooks in vLLM's order, scheduler side first
+    log = [hk for hk, _ in de.hook_log]
+    assert log[:5] == ["register_kv_caches", "get_num_new_matched_tokens",
+                       "update_state_after_alloc", "build_connector_meta",
+                       "bind_connector_metadata"], log[:5]
+    assert log[4:4 + len(VLLM_ORDER)] == VLLM_ORDER, log[4:4 + len(VLLM_ORDER)]
+    assert ("update_state_after_alloc", ("d0", 20)) in de.hook_log  # all but the last token
+    # the engine's blocks really came from the peer: with the peer's KV zeroed first the
+    # same decode differs (the test can fail)
+    assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks), \
+        "decode with the peer's blocks zeroed gave the same tokens"
+
+
+def decode_zeroed(server, rt, model, params, toks):
+    peer = rt.connect(server.addr)
+    seg = [s for s in rt.peer_segments(peer) if s.name == "prompt"][0]
+    zero = bytearray(CFG.block_bytes)
+    z = rt.register(zero, name="zero")
+    g = seg.geom
+    xs = [kvlane.Xfer(i, z.base, ((l * 2 + p) * g.blocks + b) * g.block_bytes, g.block_bytes,
+                      seg.id, kvlane.Op.KVL_WRITE)
+          for i, (l, p, b) in enumerate((l, p, b) for l in range(CFG.layers) for p in range(2)
+                                        for b in params["remote_block_ids"])]
+    assert rt.post(peer, xs) == len(xs)
+    got, end = [], time.monotonic() + 20
+    while len(got) < len(xs) and time.monotonic() < end:
+        got += rt.poll()
+    assert len(got) == len(xs) and all(c.status == kvlane.Status.KVL_OK for c in got)
+    p = dict(params, _prompt=toks)
+    req, _, _ = decode_remote(model, p, 6, rid="dz")
+    return req.output_token_ids
+
+
+def test_vllm_per_layer_registration_and_two_sequences(server, rt):
+    # separate per-layer tensors: one registration per layer; two sequences in one batch
+    model = eng.Model(CFG)
+    ta, tb = prompt(16, 2), prompt(9, 3)
+    pa, _ = prefill_and_push(server, rt, model, ta, [0, 1], "pa")
+    pb, _ = prefill_and_push(server, rt, model, tb, [30, 2], "pb")
+    sc, wc = connector_pair("kv_consumer")
+    de = eng.Engine(model, eng.make_cache(CFG, one_pool=False), sc, wc)
+    ra = eng.Request("a", ta, 4, kv_transfer_params=pa)
+    rb = eng.Request("b", tb, 4, kv_transfer_params=pb)
+    de.add_request(ra)
+    de.add_request(rb)
+    de.run()
+    assert not wc._cache.one_registration and len(wc._cache.segments) == CFG.layers
+    assert wc.stats["loads"] == 2
+    check_same(ra, reference(model, ta, 4))
+    check_same(rb, reference(model, tb, 4))
+
+
+def test_vllm_load_failure_maps_to_blocks(server, rt):
+    # the peer's segment has 32 blocks: block 40 is past its end. kvlane refuses the request
+    # (ERANGE) and the connector reports exactly that request's blocks as load errors
+    model = eng.Model(CFG)
+    params = {"do_remote_prefill": True, "remote_host": server.addr,
+              "remote_segment": "prompt", "remote_block_ids": [3, 40, 4],
+              "remote_num_tokens": 21}
+    sc, wc = connector_pair("kv_consumer")
+    de = eng.Engine(model, eng.make_cache(CFG), sc, wc)
+    req = eng.Request("bad", prompt(21, 4), 2, kv_transfer_params=params)
+    de.add_request(req)
+    de.step()
+    assert req.status == "FINISHED_ERROR" and req.load_errors == set(req.block_ids[:3])
+    assert "ERANGE" in wc.last_error and "request bad" in wc.last_error, wc.last_error
+    # a typed failure from the peer: a segment that does not let us READ
+    params2 = dict(params, remote_segment="nope", remote_block_ids=[1, 2, 3])
+    req2 = eng.Request("bad2", prompt(21, 5), 2, kv_transfer_params=params2)
+    de.add_request(req2)
+    de.step()
+    assert req2.status == "FINISHED_ERROR" and "no segment 'nope'" in wc.last_error
+
+
+def test_vllm_geometry_checked(server, rt):
+    # a cache whose blocks are not the peer's size (another dtype) is refused, named
+    model = eng.Model(CFG)
+    params = {"do_remote_prefill": True, "remote_host": server.addr,
+              "remote_segment": "prompt", "remote_block_ids": [1, 2, 3],
+              "remote_num_tokens": 21}
+    import dataclasses
+    half = dataclasses.replace(CFG, dtype=torch.float64)
+    sc, wc = connector_pair("kv_consumer")
+    wc.register_kv_caches(eng.make_cache(half))
+    sc_req = eng.Request("g", prompt(21, 6), 1, kv_transfer_params=params)
+    n, _ = sc.get_num_new_matched_tokens(sc_req, 0)
+    sc.update_state_after_alloc(sc_req, [9, 10, 11], n)
+    wc.bind_connector_metadata(sc.build_connector_meta(None))
+    wc.start_load_kv(None)
+    assert wc.get_block_ids_with_load_errors() == {9, 10, 11}
+    assert "2048-byte blocks" in wc.last_error and "prompt" in wc.last_error, wc.last_error
+
+
+def test_vllm_bad_caches(rt):
+    _, wc = connector_pair("kv_consumer")
+    good = eng.make_cache(CFG)
+    names = list(good)
+    mixed = dict(good)
+    mixed[names[3]] = good[names[3]].to(torch.float16)
+    with pytest.raises(ValueError, match="layer %s is .*float16.*every layer must match"
+                       % names[3].replace(".", r"\.")):
+        wc.register_kv_caches(mixed)
+    bad_shape = dict(good)
+    bad_shape[names[0]] = torch.zeros(3, 4, 5)
+    with pytest.raises(ValueError, match="expected \\(2, num_blocks"):
+        wc.register_kv_caches(bad_shape)
+    strided = {n: t.transpose(2, 3) for n, t in good.items()}
+    with pytest.raises(ValueError, match="not contiguous"):
+        wc.register_kv_caches(strided)
+    with pytest.raises(TypeError, match="not a torch.Tensor"):
+        wc.register_kv_caches({names[0]: bytearray(16)})
+    meta_dev = {n: torch.empty(t.shape, device="meta") for n, t in good.items()}
+    with pytest.raises((ValueError, TypeError), match="device meta"):
+        wc.register_kv_caches(meta_dev)
+
+
+def test_vllm_blocks_outside_the_cache(server, rt):
+    sc, wc = connector_pair("kv_consumer")
+    wc.register_kv_caches(eng.make_cache(CFG))
+    meta = kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec("oob", [1, CFG.num_blocks + 5],
+                                                           [1, 2], server.addr, "prompt")])
+    wc.bind_connector_metadata(meta)
+    with pytest.raises(ValueError, match="request oob names local block %d outside the "
+                       "registered cache \\(num_blocks %d\\)" % (CFG.num_blocks + 5,
+                                                                CFG.num_blocks)):
+        wc.start_load_kv(None)
+    # the same through the binding: a destination no registered segment holds
+    peer = rt.connect(server.addr)
+    seg = [s for s in rt.peer_segments(peer) if s.name == "prompt"][0]
+    stray = bytearray(CFG.block_bytes)
+    with pytest.raises(kvlane.Error) as e:
+        rt.open_request(peer, [kvlane.Block(seg.id, 0, CFG.block_bytes,
+                                            kvlane._kvlane.buffer_address(stray)[0])],
+                        [[0]], engine_dest=True)
+    assert e.value.errno == 14 and "EFAULT" in str(e.value) and "block 0" in str(e.value), \
+        str(e.value)
+
+
+def test_vllm_cache_freed_while_registered(server, rt):
+    sc, wc = connector_pair("kv_consumer")
+    cache = eng.make_cache(CFG)
+    wc.register_kv_caches(cache)
+    # the tensors are kept, but their storage can still be freed under kvlane
+    st = cache[next(iter(cache))].storage()
+    st.resize_(0)
+    meta = kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec("freed", [1, 2], [1, 2],
+                                                           server.addr, "prompt")])
+    wc.bind_connector_metadata(meta)
+    with pytest.raises(RuntimeError, match="freed or moved since register_kv_caches"):
+        wc.start_load_kv(None)
+
+
+def sgl_pool(device="cpu"):
+    """SGLang's MHA pool: per layer a K and a V buffer of pages (page_size tokens)."""
+    shape = (SGL_PAGES, CFG.heads, CFG.block_size, CFG.head_dim)
+    pool = torch.zeros((2 * CFG.layers,) + shape, dtype=CFG.dtype, device=device)
+    bufs = list(pool)  # K of every layer, then V of every layer: one allocation
+    args = sgl.KVArgs(kv_data_ptrs=[b.data_ptr() for b in bufs],
+                      kv_data_lens=[b.numel() * b.element_size() for b in bufs],
+                      kv_item_lens=[b[0].numel() * b.element_size() for b in bufs],
+                      page_size=CFG.block_size)
+    return bufs, args
+
+
+def test_sglang_sender_and_receiver(server, rt):
+    g = torch.Generator().manual_seed(9)
+    src, sargs = sgl_pool()
+    for b in src:
+        b.copy_(torch.randn(b.shape, generator=g))
+    dst, dargs = sgl_pool()
+    opts = {"kvlane_block_bytes": 2 * CFG.block_bytes}  # runs are cut at 2 pages
+    pm = sgl.KvlaneKVManager(sargs, "prefill", opts)
+    dm = sgl.KvlaneKVManager(dargs, "decode", opts)
+    src_pages = [3, 4, 5, 6, 7, 12, 20, 21]
+    peer_pages = [10, 11, 12, 13, 14, 1, 2, 3]  # runs: 3-7/10-14, 12/1, 20-21/2-3
+    dst_pages = [0, 1, 2, 30, 31, 8, 9, 16]
+    tx = sgl.KvlaneKVSender(pm, server.addr, 77)
+    assert tx.poll() == sgl.KVPoll.Bootstrapping
+    pm.set_room(77, "sglpool", peer_pages)  # what the decode side said (ZMQ in SGLang)
+    tx.init(len(src_pages))
+    assert tx.poll() == sgl.KVPoll.WaitingForInput
+    tx.send(src_pages[:5])  # a first chunk
+    assert tx.poll() == sgl.KVPoll.Transferring, "not Transferring (or Success) before the "\
+        "last chunk"
+    tx.send(src_pages[5:])
+    assert tx.wait() == sgl.KVPoll.Success, tx.exc
+    m = tx.get_transfer_metric()
+    # runs consecutive on both sides: 3-7 -> 10-14 (chunk 1); 12 -> 1 and 20-21 -> 2-3
+    assert m["runs"] == 1 + 2 and m["transfer_total_bytes"] == 8 * 2 * CFG.layers * \
+        CFG.block_bytes
+    # each of the 16 buffers: the run of 5 pages cut at 2 pages -> 3 blocks, then 1, then 1
+    assert m["blocks"] == 2 * CFG.layers * 5, m
+    rx = sgl.KvlaneKVReceiver(dm, server.addr, 78)
+    assert rx.poll() == sgl.KVPoll.Bootstrapping
+    dm.set_room(78, "sglpool", peer_pages)  # where the prefill put them
+    assert rx.poll() == sgl.KVPoll.WaitingForInput
+    rx.send_metadata(dst_pages)
+    assert rx.wait() == sgl.KVPoll.Success, rx.exc
+    for b_src, b_dst in zip(src, dst):
+        assert torch.equal(b_dst[dst_pages], b_src[src_pages])
+        others = [p for p in range(SGL_PAGES) if p not in dst_pages]
+        assert not b_dst[others].any(), "bytes landed outside the named pages"
+
+
+def test_sglang_failures(server, rt):
+    _, args = sgl_pool()
+    mgr = sgl.KvlaneKVManager(args, "prefill", {})
+    tx = sgl.KvlaneKVSender(mgr, server.addr, 90)
+    mgr.set_room(90, "sglpool", [SGL_PAGES + 1])  # past the peer segment's end
+    tx.init(1)
+    tx.send([0])
+    assert tx.wait() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="room 90: .*ERANGE"):
+        tx.failure_exception()
+    tx2 = sgl.KvlaneKVSender(mgr, server.addr, 91)
+    mgr.set_room(91, "sglpool", [0])
+    tx2.init(1)
+    tx2.send([SGL_PAGES + 3])
+    assert tx2.poll() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="page %d outside the registered pool"
+                       % (SGL_PAGES + 3)):
+        tx2.failure_exception()
+    with pytest.raises(ValueError, match="do not describe one pool"):
+        sgl.KvlaneKVManager(sgl.KVArgs(kv_data_ptrs=[1, 2], kv_data_lens=[4096],
+                                       kv_item_lens=[64]), "prefill", {})
+    # an abort ends a transfer in flight with a canceled status
+    tx3 = sgl.KvlaneKVSender(mgr, server.addr, 92)
+    mgr.set_room(92, "sglpool", list(range(SGL_PAGES)))
+    tx3.init(SGL_PAGES)
+    tx3.send(list(range(SGL_PAGES)))
+    tx3.abort()
+    assert tx3.poll() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="aborted"):
+        tx3.failure_exception()
+
+
+def test_cuda_decode_layer_wise(server, rt):
+    cuda_only()
+    model_cpu = eng.Model(CFG)
+    toks = prompt(21, 11)
+    params, _ = prefill_and_push(server, rt, model_cpu, toks, [7, 8, 9], "pcu")
+    model = eng.Model(CFG, device="cuda")
+    p = dict(params, _prompt=toks)
+    got, de, wc = decode_remote(model, p, 6, device="cuda", rid="dcu")
+    ref = reference(model, toks, 6, device="cuda")
+    check_same(got, ref)
+    assert wc._cache.cuda and wc.stats["layer_waits"] == CFG.layers
+
+
+def test_after_close(server, rt):
+    sc, wc = connector_pair("kv_consumer")
+    wc.register_kv_caches(eng.make_cache(CFG))
+    _, args = sgl_pool()
+    mgr = sgl.KvlaneKVManager(args, "prefill", {})
+    tx = sgl.KvlaneKVSender(mgr, server.addr, 99)
+    mgr.set_room(99, "sglpool", [0])
+    rt.close()
+    meta = kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec("late", [1], [1], server.addr,
+                                                           "prompt")])
+    wc.bind_connector_metadata(meta)
+    with pytest.raises(kvlane.Error, match="EBADF: start_load_kv: the kvlane runtime is "
+                       "closed"):
+        wc.start_load_kv(None)
+    _, wc2 = connector_pair("kv_consumer")
+    with pytest.raises(RuntimeError, match="no Runtime"):
+        wc2.register_kv_caches(eng.make_cache(CFG))
+    tx.init(1)
+    tx.send([0])
+    assert tx.poll() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="EBADF"):
+        tx.failure_exception()
