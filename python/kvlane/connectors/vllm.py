@@ -235,6 +235,18 @@ class _Cache:
                                                  geom=(1, 2, self.num_blocks, self.block_bytes)))
         self.one_registration = len(self.segments) == 1
 
+    def preload(self):
+        """Run the copy path once now: CUDA loads kernels lazily at their first launch, and
+        that load may synchronise the context, i.e. wait for a stream that waits on READY
+        (kvlane.h). Engines should load their own kernels before the first wait too
+        (CUDA_MODULE_LOADING=EAGER)."""
+        import torch
+        idx = torch.zeros(1, dtype=torch.long).pin_memory().to(self.device, non_blocking=True)
+        land = self.landing[0, 0:1].to(self.device, non_blocking=True)
+        scratch = torch.empty_like(self.tensors[0][:, 0:1])
+        scratch.index_copy_(1, idx, land.transpose(0, 1))
+        torch.cuda.synchronize(self.device)
+
     @staticmethod
     def _storage_bytes(t):
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
@@ -389,6 +401,7 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._cache = _Cache(self._rt, kv_caches, int(self._get("landing_blocks", 256)))
         if self._cache.cuda:
             self._cuda = _common.CudaStreamOps()
+            self._cache.preload()
 
     def _need_cache(self, what):
         if self._cache is None:
@@ -455,8 +468,10 @@ class KvlaneConnector(KVConnectorBase_V1):
         ld = _Load(spec, req, _common.Words(rt, req), slot)
         if c.cuda:
             import torch
-            ld.idx = torch.tensor([int(b) for b in spec.local_block_ids], dtype=torch.long,
-                                  device=c.device)
+            # pinned and non_blocking: a pageable copy would wait for the stream, which may
+            # itself be waiting on an earlier step's READY words
+            ld.idx = torch.tensor([int(b) for b in spec.local_block_ids],
+                                  dtype=torch.long).pin_memory().to(c.device, non_blocking=True)
             if not ld.words.flags.ready_dev:
                 rt.cancel(req)
                 raise RuntimeError("kvlane connector: CUDA cache but the READY words are not "
