@@ -116,12 +116,12 @@ def prompt(n, seed):
     return torch.randint(0, CFG.vocab, (n,), generator=g).tolist()
 
 
-def prefill_and_push(server, rt, model, toks, push_blocks, rid):
+def prefill_and_push(server, rt, model, toks, push_blocks, rid, device="cpu"):
     """The prefill engine (kv_producer): computes @toks, PUSHes their KV to the kvlaned's
     "prompt" segment at @push_blocks; returns the params request_finished hands the decode
     side, and the engine."""
     sc, wc = connector_pair("kv_producer")
-    pe = eng.Engine(model, eng.make_cache(CFG), sc, wc)
+    pe = eng.Engine(model, eng.make_cache(CFG, device), sc, wc, device=device)
     req = eng.Request(rid, toks, max_tokens=1, kv_transfer_params={
         "do_remote_decode": True, "push_host": server.addr, "push_segment": "prompt",
         "push_block_ids": push_blocks,
@@ -215,7 +215,7 @@ def test_vllm_prefill_push_then_decode_pull(server, rt):
         "decode with the peer's blocks zeroed gave the same tokens"
 
 
-def decode_zeroed(server, rt, model, params, toks):
+def decode_zeroed(server, rt, model, params, toks, device="cpu"):
     peer = rt.connect(server.addr)
     seg = [s for s in rt.peer_segments(peer) if s.name == "prompt"][0]
     zero = bytearray(CFG.block_bytes)
@@ -231,7 +231,7 @@ def decode_zeroed(server, rt, model, params, toks):
         got += rt.poll()
     assert len(got) == len(xs) and all(c.status == kvlane.Status.KVL_OK for c in got)
     p = dict(params, _prompt=toks)
-    req, _, _ = decode_remote(model, p, 6, rid="dz")
+    req, _, _ = decode_remote(model, p, 6, device=device, rid="dz" + device)
     return req.output_token_ids
 
 
@@ -440,15 +440,19 @@ def test_sglang_failures(server, rt):
 
 def test_cuda_decode_layer_wise(server, rt):
     cuda_only()
-    model_cpu = eng.Model(CFG)
-    toks = prompt(21, 11)
-    params, _ = prefill_and_push(server, rt, model_cpu, toks, [7, 8, 9], "pcu")
+    # the same weights on the GPU for the prefill, the decode and the reference: the prompt's
+    # KV is computed by the same kernels in the prefill engine and in the reference
     model = eng.Model(CFG, device="cuda")
+    toks = prompt(21, 11)
+    params, _ = prefill_and_push(server, rt, model, toks, [7, 8, 9], "pcu", device="cuda")
     p = dict(params, _prompt=toks)
     got, de, wc = decode_remote(model, p, 6, device="cuda", rid="dcu")
     ref = reference(model, toks, 6, device="cuda")
     check_same(got, ref)
     assert wc._cache.cuda and wc.stats["layer_waits"] == CFG.layers
+    assert wc.stats["load_failures"] == 0
+    # and it depended on the peer's bytes: zeroed there, the same decode differs
+    assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks, "cuda")
 
 
 def test_after_close(server, rt):

@@ -37,8 +37,9 @@ address), remote_segment (its segment's name), remote_block_ids, remote_num_toke
 checked against the peer's, geometry (layers, planes, blocks, block_bytes).
 
 Prefill side (kv_producer) PUSHes: kv_transfer_params["do_remote_decode"] with push_host,
-push_segment, push_block_ids name where; save_kv_layer WRITEs the layer's blocks (CPU caches),
-wait_for_save waits until they are on the peer, get_finished reports them as sent, and
+push_segment, push_block_ids name where; save_kv_layer WRITEs the layer's blocks (a CUDA
+cache's through pinned landing slots, pushed once the stream's copy is done), wait_for_save
+waits until they are on the peer, get_finished reports them as sent, and
 request_finished hands the decode side its kv_transfer_params. Aborts and preemptions cancel
 (kvl_req_cancel) what is still in flight.
 """
@@ -319,6 +320,7 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._active = {}  # req_id -> _Load
         self._by_req = {}  # kvlane handle -> ("load"|"save", req_id)
         self._pushes = {}  # req_id -> [handles not DONE]
+        self._cuda_saves, self._save_slots = [], {}  # CUDA: (spec, layer, slot); req -> slot
         self._sent, self._finished_seen, self._recv_done = set(), set(), set()
         self._errors = set()
         self._error_status = {}  # block id -> kvlane.Status (what failed it)
@@ -517,38 +519,67 @@ class KvlaneConnector(KVConnectorBase_V1):
             self.stats["layer_waits"] += 1
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        """Prefill side: PUSH this layer's blocks of each saving sequence (a CPU cache: from
+        the cache itself, now; a CUDA cache: copied to pinned landing slots on the stream, and
+        pushed from wait_for_save once that copy is done)."""
         meta = self._connector_metadata
         if meta is None or not meta.saves:
             return  # the decode side pulls: nothing to save
-        c, rt = self._cache, self._rt
-        if c.cuda:
-            raise NotImplementedError("kvlane connector: PUSH from a CUDA cache needs a device "
-                                      "to host copy first; use pull (the decode side loads)")
+        c = self._cache
         l = c.index[layer_name]
         for spec in meta.saves:
-            peer = self._peers.peer(spec.push_host)
-            seg = self._peers.segment(peer, spec.push_segment)
-            g = seg.geom
-            blocks = [kvlane.Block(seg.id, ((l * 2 + p) * g.blocks + int(rb)) * g.block_bytes,
-                                   c.block_bytes, c.addr(l, p, int(lb)))
-                      for p in range(2)
-                      for rb, lb in zip(spec.push_block_ids, spec.local_block_ids)]
-            req = rt.open_request(peer, blocks, [list(range(len(blocks)))],
-                                  cls=kvlane.ReqClass.KVL_REQ_PREFILL,
-                                  dir=kvlane.ReqDir.KVL_REQ_PUSH)
-            self._pushes.setdefault(spec.req_id, []).append(req)
-            self._by_req[req] = ("save", spec.req_id)
-            self.stats["pushes"] += 1
+            if not c.cuda:
+                self._open_push(spec, l, lambda p, i, lb: c.addr(l, p, lb))
+                continue
+            import torch
+            n = len(spec.local_block_ids)
+            slot = self._save_slots.get(spec.req_id)
+            if slot is None:
+                slot = self._save_slots[spec.req_id] = c.take_slots(n)
+            idx = torch.tensor([int(b) for b in spec.local_block_ids],
+                               dtype=torch.long).pin_memory().to(c.device, non_blocking=True)
+            c.landing[l, slot:slot + n].copy_(
+                c.tensors[l].index_select(1, idx).transpose(0, 1), non_blocking=True)
+            self._cuda_saves.append((spec, l, slot))
+
+    def _open_push(self, spec, l, local_addr):
+        c, rt = self._cache, self._rt
+        peer = self._peers.peer(spec.push_host)
+        seg = self._peers.segment(peer, spec.push_segment)
+        g = seg.geom
+        blocks = [kvlane.Block(seg.id, ((l * 2 + p) * g.blocks + int(rb)) * g.block_bytes,
+                               c.block_bytes, local_addr(p, i, int(lb)))
+                  for p in range(2)
+                  for i, (rb, lb) in enumerate(zip(spec.push_block_ids, spec.local_block_ids))]
+        req = rt.open_request(peer, blocks, [list(range(len(blocks)))],
+                              cls=kvlane.ReqClass.KVL_REQ_PREFILL,
+                              dir=kvlane.ReqDir.KVL_REQ_PUSH)
+        self._pushes.setdefault(spec.req_id, []).append(req)
+        self._by_req[req] = ("save", spec.req_id)
+        self.stats["pushes"] += 1
 
     def wait_for_save(self):
         """Until every PUSH of this step is on the peer (a push's bytes must stay as they are
-        until then)."""
+        until then). A CUDA cache's layers were copied to landing slots on the stream: this
+        waits for that copy (a host sync, on the prefill side only) and pushes them."""
+        if self._cuda_saves:
+            import torch
+            torch.cuda.current_stream(self._cache.device).synchronize()
+            c = self._cache
+            for spec, l, slot in self._cuda_saves:
+                self._open_push(spec, l, lambda p, i, lb: c.landing_addr(l, slot + i, p))
+            self._cuda_saves = []
         end = time.monotonic() + self._timeout_s
         while self._pushes:
             self._drain()
             if time.monotonic() > end:
                 raise TimeoutError("kvlane connector: %d PUSH requests not done within %.0f s"
                                    % (sum(map(len, self._pushes.values())), self._timeout_s))
+        for rid, slot in self._save_slots.items():
+            meta = self._connector_metadata
+            n = next(len(sp.local_block_ids) for sp in meta.saves if sp.req_id == rid)
+            self._cache.give_slots(slot, n)
+        self._save_slots = {}
 
     def _drain(self):
         rt = self._rt
