@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--blocks", type=int, default=4, help="blocks per layer and plane")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("skipped: --device cuda but torch sees no CUDA device")
+        sys.exit(77)
     cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
     dtype = torch.float16
     bb = HEADS * BS * HEAD_DIM * 2
