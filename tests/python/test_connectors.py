@@ -354,6 +354,42 @@ def test_vllm_cache_freed_while_registered(server, rt):
         wc.start_load_kv(None)
 
 
+def test_vllm_abort_and_preemption_cancel(server, rt):
+    # the scheduler side: an aborted request's load is canceled in the next step's metadata
+    sc, wc = connector_pair("kv_consumer")
+    r = eng.Request("ab", prompt(21, 8), 2, kv_transfer_params={
+        "do_remote_prefill": True, "remote_host": server.addr, "remote_segment": "prompt",
+        "remote_block_ids": [1, 2, 3], "remote_num_tokens": 21})
+    n, _ = sc.get_num_new_matched_tokens(r, 0)
+    sc.update_state_after_alloc(r, [4, 5, 6], n)
+    assert [sp.req_id for sp in sc.build_connector_meta(None).loads] == ["ab"]
+    r.status = "FINISHED_ABORTED"
+    assert sc.request_finished(r, [4, 5, 6]) == (False, None)
+    assert sc.build_connector_meta(None).cancels == ["ab"]
+    # the worker side: a 32 MiB load (default.ini's 32-layer pattern segment "kv") canceled
+    # right after it opened (handle_preemptions) ends FAILED(canceled): its blocks are load
+    # errors with that status, and no layer's wait hangs (a failed request's READY words are
+    # set too)
+    pool = torch.zeros((32, 2, 16, 8, 16, 128), dtype=torch.float16)  # one registration
+    big = {"l%d" % i: pool[i] for i in range(32)}
+    _, wc = connector_pair("kv_consumer")
+    wc.register_kv_caches(big)
+    ids = list(range(16))
+    wc.bind_connector_metadata(kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec(
+        "pre", ids, list(range(16)), server.addr, "kv")]))
+    wc.start_load_kv(None)
+    wc.handle_preemptions(kvv.KvlaneConnectorMetadata(cancels=["pre"]))
+    t0 = time.monotonic()
+    for name in big:
+        wc.wait_for_layer_load(name)
+    assert time.monotonic() - t0 < 10
+    errs = wc.get_block_ids_with_load_errors()
+    assert errs == set(ids), (errs, getattr(wc, "last_error", ""))
+    assert set(wc.block_error_status().values()) == {kvlane.Status.KVL_ERR_CANCELED}
+    assert "KVL_ERR_CANCELED" in wc.last_error
+    wc.clear_connector_metadata()
+
+
 def sgl_pool(device="cpu"):
     """SGLang's MHA pool: per layer a K and a V buffer of pages (page_size tokens)."""
     shape = (SGL_PAGES, CFG.heads, CFG.block_size, CFG.head_dim)

@@ -629,10 +629,14 @@ class KvlaneConnector(KVConnectorBase_V1):
             try:
                 self._rt.cancel(ld.req)  # ends FAILED(KVL_ERR_CANCELED), once READs are back
             except kvlane.Error as e:
-                if e.errno != 114:  # EALREADY: canceled already
+                if e.errno not in (2, 114):  # ENOENT: it ended already; EALREADY: canceled
                     raise
         for req in self._pushes.get(rid, []):
-            self._rt.cancel(req)
+            try:
+                self._rt.cancel(req)
+            except kvlane.Error as e:
+                if e.errno not in (2, 114):
+                    raise
 
     def handle_preemptions(self, kv_connector_metadata):
         """Preempted sequences' loads end now: their blocks are about to be reused."""
