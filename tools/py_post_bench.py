@@ -107,7 +107,8 @@ def perf_c(a, perf, server, rundir):
     env = dict(os.environ, RUNTIME_DIRECTORY=rundir)
     p = subprocess.run([perf, *EAL, "--file-prefix", "pbc%d" % time.monotonic_ns(), "--", "-c",
                         INI, "--set", "telemetry.enable=false", "--read", "--bw", "-s",
-                        str(a.size), "-n", str(a.iters), "-t", str(a.depth), "--nap", "0", "--json", server],
+                        str(a.size), "-n", str(a.iters), "-t", str(a.depth), "--nap", "0",
+                        "--json", server],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                        timeout=300)
     if p.returncode != 0:
@@ -194,8 +195,8 @@ def main():
                 py_mb.append(pj["mb_s"])
                 py_us.append(pj["us_per_xfer_in_calls"])
                 ratios.append(py_mb[-1] / c_mb[-1])
-                print("kvlane-perf round %d (%s first): C %.0f MB/s, Python %.0f MB/s, ratio %.2f (%.2f us "
-                      "per transfer inside post+poll, Xfer building not counted)"
+                print("kvlane-perf round %d (%s first): C %.0f MB/s, Python %.0f MB/s, ratio "
+                      "%.2f (%.2f us per transfer inside post+poll, Xfer building not counted)"
                       % (r + 1, "C" if r % 2 == 0 else "Python", c_mb[-1], py_mb[-1],
                          ratios[-1], py_us[-1]))
             c, py = statistics.median(c_mb), statistics.median(py_mb)

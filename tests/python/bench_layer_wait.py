@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
@@ -36,6 +35,9 @@ from kvlane.connectors import vllm as kvv
 SRC = os.environ["KVL_SRC"]
 sys.path.insert(0, os.path.join(SRC, "tests", "eal"))
 import kvl_harness as h  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyini  # noqa: E402
 
 LAYERS, HEADS, BS, HEAD_DIM = 32, 8, 16, 128  # 32 KiB blocks in fp16, as Llama-3-8B's
 PEER_BLOCKS = 64
@@ -73,18 +75,7 @@ def main():
         "segment.bench.layers=%d" % LAYERS, "segment.bench.planes=2",
         "segment.bench.blocks=%d" % PEER_BLOCKS, "segment.bench.block_bytes=%d" % bb,
         "segment.bench.access=read", "segment.bench.fill=pattern"))
-    tmp = tempfile.mkdtemp(prefix="kvl-pyl-")
-    os.environ["RUNTIME_DIRECTORY"] = tmp
-    ini = os.path.join(tmp, "b.ini")
-    with open(ini, "w") as f:
-        f.write("[runtime]\nname = pybench\nidle_policy = yield\n"
-                "[nic.lo]\ndevice = lo\ntransport = tcp\n"
-                "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n"
-                "[sched]\nstaging_mb = 8\n[telemetry]\nenable = false\n%s"
-                "[eal]\nlcores = 0@(0-1),1@(0-1)\nmemory_mb = 256\nno_huge = true\n"
-                "no_pci = true\nfile_prefix = kvlpyl%d\n"
-                % (os.path.join(SRC, "config", "demo.secret"),
-                   "[gpu]\nenable = true\n" if cuda else "", os.getpid()))
+    ini = pyini.fresh_runtime_ini("pybench", "kvlpyl", "[gpu]\nenable = true\n" if cuda else "")
     out = {"device": "cuda" if cuda else "cpu", "layers": LAYERS, "blocks": a.blocks,
            "block_bytes": bb, "steps": a.steps}
     try:

@@ -18,7 +18,6 @@ once): the tests share it, in file order; the last one closes it. Run by meson (
 """
 import os
 import sys
-import tempfile
 import time
 
 import pytest
@@ -32,6 +31,7 @@ from kvlane.connectors import vllm as kvv  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import engine as eng  # noqa: E402
+import pyini  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.environ["KVL_SRC"], "tests", "eal"))
 import kvl_harness as h  # noqa: E402
@@ -71,19 +71,8 @@ def server():
 
 @pytest.fixture(scope="module")
 def rt(server):
-    tmp = tempfile.mkdtemp(prefix="kvl-pyc-")
-    os.environ["RUNTIME_DIRECTORY"] = tmp
-    ini = os.path.join(tmp, "pyc.ini")
-    with open(ini, "w") as f:
-        f.write("[runtime]\nname = pyconn\nidle_policy = yield\n"
-                "[nic.lo]\ndevice = lo\ntransport = tcp\n"
-                "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n"
-                "[sched]\nstaging_mb = 8\n[telemetry]\nenable = false\n%s"
-                "[eal]\nlcores = 0@(0-1),1@(0-1)\nmemory_mb = 256\nno_huge = true\n"
-                "no_pci = true\nfile_prefix = kvlpyc%d\n"
-                % (os.path.join(os.environ["KVL_SRC"], "config", "demo.secret"),
-                   "[gpu]\nenable = true\n" if CUDA else "", os.getpid()))
-    r = kvlane.Runtime(config=ini)
+    r = kvlane.Runtime(config=pyini.fresh_runtime_ini(
+        "pyconn", "kvlpyc", "[gpu]\nenable = true\n" if CUDA else ""))
     connectors.use_runtime(r)
     yield r
     r.close()
