@@ -480,6 +480,37 @@ def test_cuda_decode_layer_wise(server, rt):
     assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks, "cuda")
 
 
+def test_register_wrong_device(rt):
+    # a tensor with no memory kvlane can register is refused, naming its device
+    with pytest.raises(ValueError, match="the tensor is on device meta: kvlane registers CPU "
+                       "or CUDA memory"):
+        rt.register(torch.empty(1024, device="meta"))
+
+
+def test_telemetry_module(server):
+    # python -m kvlane.telemetry against the kvlaned's own telemetry socket
+    import subprocess
+    env = dict(os.environ)
+    run = [sys.executable, "-m", "kvlane.telemetry", "-s", server.socket_path, "-w", "5"]
+    r = subprocess.run(run + ["/kvlane/info", "/kvlane/segments"], capture_output=True,
+                       text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    info, segs = [__import__("json").loads(x) for x in r.stdout.splitlines()]
+    assert info["/kvlane/info"]["pid"] == server.proc.pid
+    assert {"prompt", "sglpool", "kv"} <= set(segs["/kvlane/segments"]["name"])
+    r = subprocess.run(run + ["--list"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0 and "/kvlane/info" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(run + ["-i", "0.05", "-n", "3", "/kvlane/info"], capture_output=True,
+                       text=True, timeout=30, env=env)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 3, r.stdout + r.stderr
+    r = subprocess.run(run + ["/kvlane/nothing"], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert r.returncode == 1 and "/kvlane/nothing: null reply" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "kvlane.telemetry", "-f", "no-such-prefix",
+                        "/kvlane/info"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 1 and "no telemetry socket at" in r.stderr, r.stderr
+
+
 def test_after_close(server, rt):
     sc, wc = connector_pair("kv_consumer")
     wc.register_kv_caches(eng.make_cache(CFG))
