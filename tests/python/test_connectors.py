@@ -62,7 +62,14 @@ def server():
                   "segment.sglpool.layers=%d" % (2 * CFG.layers), "segment.sglpool.planes=1",
                   "segment.sglpool.blocks=%d" % SGL_PAGES,
                   "segment.sglpool.block_bytes=%d" % CFG.block_bytes,
-                  "segment.sglpool.access=readwrite")
+                  "segment.sglpool.access=readwrite",
+                  "segment.sglro.layers=%d" % (2 * CFG.layers), "segment.sglro.planes=1",
+                  "segment.sglro.blocks=4", "segment.sglro.block_bytes=%d" % CFG.block_bytes,
+                  "segment.sglro.access=read",
+                  # a segment peers may only WRITE: a PULL from it is refused (EACCES)
+                  "segment.wonly.layers=%d" % CFG.layers, "segment.wonly.planes=2",
+                  "segment.wonly.blocks=4", "segment.wonly.block_bytes=%d" % CFG.block_bytes,
+                  "segment.wonly.access=write")
     try:
         yield ctx.kvlaned("srv", args=args)
     finally:
@@ -244,8 +251,9 @@ def test_vllm_per_layer_registration_and_two_sequences(server, rt):
 
 
 def test_vllm_load_failure_maps_to_blocks(server, rt):
-    # the peer's segment has 32 blocks: block 40 is past its end. kvlane refuses the request
-    # (ERANGE) and the connector reports exactly that request's blocks as load errors
+    # the peer's segment has 32 blocks per layer and plane: block 40 is past them. The
+    # connector refuses the load (ERANGE) and reports exactly that request's blocks as load
+    # errors
     model = eng.Model(CFG)
     params = {"do_remote_prefill": True, "remote_host": server.addr,
               "remote_segment": "prompt", "remote_block_ids": [3, 40, 4],
@@ -256,13 +264,47 @@ def test_vllm_load_failure_maps_to_blocks(server, rt):
     de.add_request(req)
     de.step()
     assert req.status == "FINISHED_ERROR" and req.load_errors == set(req.block_ids[:3])
-    assert "ERANGE" in wc.last_error and "request bad" in wc.last_error, wc.last_error
-    # a typed failure from the peer: a segment that does not let us READ
+    assert "ERANGE: block 40 is outside the peer's segment prompt" in wc.last_error and \
+        "request bad" in wc.last_error, wc.last_error
+    # a segment the peer does not offer
     params2 = dict(params, remote_segment="nope", remote_block_ids=[1, 2, 3])
     req2 = eng.Request("bad2", prompt(21, 5), 2, kv_transfer_params=params2)
     de.add_request(req2)
     de.step()
     assert req2.status == "FINISHED_ERROR" and "no segment 'nope'" in wc.last_error
+    # kvlane's own refusal: a segment the peer does not let us READ
+    params3 = dict(params, remote_segment="wonly", remote_block_ids=[0, 1, 2])
+    req3 = eng.Request("bad3", prompt(21, 6), 2, kv_transfer_params=params3)
+    de.add_request(req3)
+    de.step()
+    assert req3.status == "FINISHED_ERROR" and req3.load_errors == set(req3.block_ids[:3])
+    assert "request bad3: [Errno 13] EACCES" in wc.last_error, wc.last_error
+
+
+def test_vllm_push_refused(server, rt):
+    # a push past the end of the peer's segment: the prefill engine goes on, the failure is
+    # counted and named, and its blocks still come back to the engine
+    model = eng.Model(CFG)
+    sc, wc = connector_pair("kv_producer")
+    pe = eng.Engine(model, eng.make_cache(CFG), sc, wc)
+    req = eng.Request("pbad", prompt(21, 12), max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "push_host": server.addr, "push_segment": "prompt",
+        "push_block_ids": [1, PROMPT_BLOCKS + 2, 3]})
+    free0 = len(pe.blocks.free)
+    pe.add_request(req)
+    pe.run()
+    assert wc.stats["push_failures"] == CFG.layers and wc.stats["pushes"] == 0, \
+        (wc.stats, wc.last_error)
+    # every layer refused by the connector: kvlane alone would have taken layers 0-6, whose
+    # "block 34" is block 2 of the next plane inside the segment
+    assert "push of pbad, layer 7" in wc.last_error and "ERANGE: block 34 is outside the " \
+        "peer's segment prompt (32 blocks" in wc.last_error, wc.last_error
+    assert not pe.delayed and len(pe.blocks.free) == free0
+    with pytest.raises(ValueError, match="pushes 3 blocks for 21 prompt tokens: the engine "
+                       "gave .*, push_block_ids names 2"):
+        sc.update_state_after_alloc(eng.Request("short", prompt(21, 13), 1, {
+            "do_remote_decode": True, "push_host": server.addr, "push_segment": "prompt",
+            "push_block_ids": [1, 2]}), list(range(4)), 0)
 
 
 def test_vllm_geometry_checked(server, rt):
@@ -439,8 +481,26 @@ def test_sglang_failures(server, rt):
     tx.init(1)
     tx.send([0])
     assert tx.wait() == sgl.KVPoll.Failed
-    with pytest.raises(sgl.KVTransferError, match="room 90: .*ERANGE"):
+    with pytest.raises(sgl.KVTransferError, match="room 90: ERANGE: page 33 is outside the "
+                       "peer's segment sglpool"):
         tx.failure_exception()
+    # a peer segment of another shape: default.ini's "kv" is 32 x 2 x 16 x 32768
+    mgr.set_room(93, "kv", [0])
+    tx4 = sgl.KvlaneKVSender(mgr, server.addr, 93)
+    tx4.init(1)
+    tx4.send([0])
+    assert tx4.poll() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="the peer's segment kv is \\(32, 2, 16, "
+                       "32768\\): this pool is 16 buffers of 1024-byte pages"):
+        tx4.failure_exception()
+    # kvlane's own refusal, its status kept: a PUSH into a segment peers may only READ
+    mgr.set_room(94, "sglro", [0])
+    tx5 = sgl.KvlaneKVSender(mgr, server.addr, 94)
+    tx5.init(1)
+    tx5.send([0])
+    assert tx5.poll() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match="room 94: .*EACCES"):
+        tx5.failure_exception()
     tx2 = sgl.KvlaneKVSender(mgr, server.addr, 91)
     mgr.set_room(91, "sglpool", [0])
     tx2.init(1)

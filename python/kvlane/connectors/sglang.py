@@ -141,6 +141,10 @@ class KvlaneKVManager(BaseKVManager):
             raise KVTransferError(room, "the peer's segment %s is %s: this pool is %d buffers "
                                   "of %d-byte pages" % (segment.name, tuple(g), n_buf,
                                                         self.item_lens[0]))
+        for p in peer_pages:  # kvlane checks the segment's bounds, not its pages
+            if not 0 <= int(p) < g.blocks:
+                raise KVTransferError(room, "ERANGE: page %d is outside the peer's segment %s "
+                                      "(%d pages)" % (int(p), segment.name, g.blocks))
         runs = _common.merge_runs(local_pages, peer_pages)
         per_layer = 2 if n_buf % 2 == 0 and n_buf > 1 else 1
         layers = n_buf // per_layer

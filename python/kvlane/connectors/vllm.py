@@ -171,6 +171,15 @@ def _block_ids(blocks):
     return [int(b) for b in blocks]
 
 
+def _check_remote(ids, seg):
+    """Block ids on the peer inside its segment's geometry: kvlane checks only the segment's
+    bounds, and block 34 of a 32-block layer is block 2 of the next plane there."""
+    bad = [b for b in ids if not 0 <= int(b) < seg.geom.blocks]
+    if bad:
+        raise LookupError("ERANGE: block %d is outside the peer's segment %s (%d blocks per "
+                          "layer and plane)" % (int(bad[0]), seg.name, seg.geom.blocks))
+
+
 class _Cache:
     """The registered paged cache: per layer (2, num_blocks, ...) tensors, their addresses."""
 
@@ -212,7 +221,8 @@ class _Cache:
         self.bases = [t.data_ptr() for t in ts]
         self.storage = [self._storage_bytes(t) for t in ts]
         # one allocation in layer order (a pool carved layer by layer): one registration
-        one = all(b == self.bases[0] + i * self.layer_bytes for i, b in enumerate(self.bases))
+        one = all(b == self.bases[0] + i * self.layer_bytes and st == self.storage[0]
+                  for i, (b, st) in enumerate(zip(self.bases, self.storage)))
         self.segments = []
         if self.cuda:
             # tcp cannot write VRAM: blocks land in pinned host slots, then the stream copies
@@ -315,16 +325,19 @@ class KvlaneConnector(KVConnectorBase_V1):
         # scheduler side
         self._loads, self._saves, self._cancels = {}, {}, []
         self._loading = set()  # request ids whose load was handed to a worker
+        self._saving = set()  # request ids whose PUSH was handed to a worker
         # worker side
         self._rt = self._cache = self._peers = self._cuda = None
         self._active = {}  # req_id -> _Load
         self._by_req = {}  # kvlane handle -> ("load"|"save", req_id)
         self._pushes = {}  # req_id -> [handles not DONE]
         self._cuda_saves, self._save_slots = [], {}  # CUDA: (spec, layer, slot); req -> slot
+        self._push_failed = set()  # request ids with a PUSH refused this step
         self._sent, self._finished_seen, self._recv_done = set(), set(), set()
         self._errors = set()
         self._error_status = {}  # block id -> kvlane.Status (what failed it)
-        self.stats = {"layer_waits": 0, "loads": 0, "load_failures": 0, "pushes": 0}
+        self.stats = {"layer_waits": 0, "loads": 0, "load_failures": 0, "pushes": 0,
+                      "push_failures": 0}
 
     def _get(self, key, default=None):
         return self._extra.get("kvlane." + key, default)
@@ -365,28 +378,37 @@ class KvlaneConnector(KVConnectorBase_V1):
                 request.request_id, ids[:nblk], remote[:nblk], params["remote_host"],
                 params["remote_segment"], tuple(g) if g else None)
         elif params.get("do_remote_decode"):
-            ids = _block_ids(blocks)
+            # the prompt's blocks, pushed from the step that computes them
+            nblk = math.ceil(len(request.prompt_token_ids) / self._block_size)
+            ids, push = _block_ids(blocks), list(params["push_block_ids"])
+            if len(ids) < nblk or len(push) < nblk:
+                raise ValueError("kvlane connector: request %s pushes %d blocks for %d prompt "
+                                 "tokens: the engine gave %d, push_block_ids names %d" % (
+                                     request.request_id, nblk, len(request.prompt_token_ids),
+                                     len(ids), len(push)))
             self._saves[request.request_id] = SaveSpec(
-                request.request_id, ids, list(params["push_block_ids"]), params["push_host"],
+                request.request_id, ids[:nblk], push[:nblk], params["push_host"],
                 params["push_segment"])
 
     def build_connector_meta(self, scheduler_output):
         meta = KvlaneConnectorMetadata(list(self._loads.values()), list(self._saves.values()),
                                        self._cancels)
         self._loading.update(self._loads)
+        self._saving.update(self._saves)
         self._loads, self._saves, self._cancels = {}, {}, []
         return meta
 
     def request_finished(self, request, block_ids):
         params = getattr(request, "kv_transfer_params", None) or {}
         rid = request.request_id
-        if rid in self._loads:  # aborted before its load was handed over
-            del self._loads[rid]
+        self._loads.pop(rid, None)  # aborted before its load was handed over
+        self._saves.pop(rid, None)
         self._loading.discard(rid)
         status = getattr(request, "status", None)
         if status is not None and "ABORT" in str(status).upper():
             self._cancels.append(rid)
-        if params.get("do_remote_decode"):
+        if rid in self._saving:
+            self._saving.discard(rid)
             # the blocks stay ours until get_finished reports the PUSH sent
             return True, {"do_remote_prefill": True, "remote_host": params["push_host"],
                           "remote_segment": params["push_segment"],
@@ -448,6 +470,10 @@ class KvlaneConnector(KVConnectorBase_V1):
             return self._failed_open(spec, ValueError(
                 "the peer's segment %s is %s: this cache is %d layers x 2 planes of %d-byte "
                 "blocks" % (seg.name, tuple(g), c.layers, c.block_bytes)))
+        try:
+            _check_remote(spec.remote_block_ids, seg)
+        except LookupError as e:
+            return self._failed_open(spec, e)
         n = len(spec.local_block_ids)
         slot = c.take_slots(n) if c.cuda else None
         blocks, steps = [], []
@@ -543,10 +569,21 @@ class KvlaneConnector(KVConnectorBase_V1):
             self._cuda_saves.append((spec, l, slot))
 
     def _open_push(self, spec, l, local_addr):
+        try:
+            self._open_push_req(spec, l, local_addr)
+        except (kvlane.Error, LookupError) as e:
+            # refused (no peer, no segment, a block past its end): counted, named, and the
+            # request's blocks are handed back once its other pushes are done
+            self.last_error = "push of %s, layer %d: %s" % (spec.req_id, l, e)
+            self.stats["push_failures"] += 1
+            self._push_failed.add(spec.req_id)
+
+    def _open_push_req(self, spec, l, local_addr):
         c, rt = self._cache, self._rt
         peer = self._peers.peer(spec.push_host)
         seg = self._peers.segment(peer, spec.push_segment)
         g = seg.geom
+        _check_remote(spec.push_block_ids, seg)
         blocks = [kvlane.Block(seg.id, ((l * 2 + p) * g.blocks + int(rb)) * g.block_bytes,
                                c.block_bytes, local_addr(p, i, int(lb)))
                   for p in range(2)
@@ -575,6 +612,8 @@ class KvlaneConnector(KVConnectorBase_V1):
             if time.monotonic() > end:
                 raise TimeoutError("kvlane connector: %d PUSH requests not done within %.0f s"
                                    % (sum(map(len, self._pushes.values())), self._timeout_s))
+        self._sent |= self._push_failed
+        self._push_failed = set()
         for rid, slot in self._save_slots.items():
             meta = self._connector_metadata
             n = next(len(sp.local_block_ids) for sp in meta.saves if sp.req_id == rid)
@@ -600,7 +639,9 @@ class KvlaneConnector(KVConnectorBase_V1):
                     if ev.req in left:
                         left.remove(ev.req)
                     if ev.type == E.KVL_REQ_EV_FAILED:
+                        # vLLM has no channel for it: the stats and last_error tell
                         self.last_error = "push of %s: %s" % (rid, ev.status.name)
+                        self.stats["push_failures"] += 1
                     if not left:
                         self._pushes.pop(rid, None)
                         self._sent.add(rid)
