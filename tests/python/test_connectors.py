@@ -473,6 +473,27 @@ def test_sglang_sender_and_receiver(server, rt):
         assert not b_dst[others].any(), "bytes landed outside the named pages"
 
 
+def test_connectors_share_the_runtime(server, rt):
+    # a vLLM load and an SGLang PUSH in flight at once on one runtime: each connector gets its
+    # own requests' events, whichever polls first (kvl_req_poll hands out everyone's)
+    model = eng.Model(CFG)
+    toks = prompt(17, 14)
+    params, _ = prefill_and_push(server, rt, model, toks, [20, 21, 22], "psh")
+    g = torch.Generator().manual_seed(15)
+    src, sargs = sgl_pool()
+    for b in src:
+        b.copy_(torch.randn(b.shape, generator=g))
+    pm = sgl.KvlaneKVManager(sargs, "prefill", {})
+    pm.set_room(300, "sglpool", [25, 26, 27, 28])
+    tx = sgl.KvlaneKVSender(pm, server.addr, 300)
+    tx.init(4)
+    tx.send([0, 1, 2, 3])  # in flight while the decode engine below loads and polls
+    got, _, wc = decode_remote(model, dict(params, _prompt=toks), 3, rid="dsh")
+    assert wc.stats["load_failures"] == 0
+    check_same(got, reference(model, toks, 3))
+    assert tx.wait() == sgl.KVPoll.Success, tx.exc
+
+
 def test_sglang_failures(server, rt):
     _, args = sgl_pool()
     mgr = sgl.KvlaneKVManager(args, "prefill", {})

@@ -43,6 +43,38 @@ def peers(rt):
     return p
 
 
+_EVENTS = {}
+
+
+def events(rt):
+    """The request-event router of @rt, shared by every connector on it: kvl_req_poll hands
+    out every request's events to whoever polls, so one poller keeps them per request."""
+    e = _EVENTS.get(id(rt))
+    if e is None or e.rt is not rt:
+        e = _EVENTS[id(rt)] = Events(rt)
+    return e
+
+
+class Events:
+    """Events of kvl_req_poll, kept per request until its owner takes them."""
+
+    def __init__(self, rt):
+        self.rt, self.q = rt, {}
+
+    def pump(self):
+        if self.rt.closed:
+            return
+        while True:
+            evs = self.rt.poll_requests(256)
+            if not evs:
+                return
+            for ev in evs:
+                self.q.setdefault(ev.req, []).append(ev)
+
+    def take(self, req):
+        return self.q.pop(req, ())
+
+
 class Peers:
     """kvl_connect once per address; segments looked up by name (or id)."""
 

@@ -114,7 +114,6 @@ class KvlaneKVManager(BaseKVManager):
                                           geom=(1, 1, 1, n))
                          for p, n in spans]
         self.rooms = {}
-        self._events = {}  # kvlane request -> list of its end events, read by the owner
 
     def register_to_bootstrap(self):
         return  # the peer is reached by its kvlane address (bootstrap_addr)
@@ -210,10 +209,10 @@ class _Transfer:
                 self.exc = KVTransferError(self.room, "the kvlane runtime is closed")
             return
         E = kvlane.ReqEventType
-        for ev in rt.poll_requests(256):
-            self.mgr._events.setdefault(ev.req, []).append(ev)
+        evq = _common.events(rt)
+        evq.pump()
         for req in list(self.reqs):
-            for ev in self.mgr._events.pop(req, []):
+            for ev in evq.take(req):
                 if ev.type == E.KVL_REQ_EV_STEP_READY:
                     rt.step_done(req, ev.step)
                     continue

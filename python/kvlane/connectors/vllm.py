@@ -625,12 +625,10 @@ class KvlaneConnector(KVConnectorBase_V1):
         if rt is None or rt.closed:
             return
         E = kvlane.ReqEventType
-        while True:
-            evs = rt.poll_requests(256)
-            if not evs:
-                return
-            for ev in evs:
-                kind, rid = self._by_req.get(ev.req, (None, None))
+        evq = _common.events(rt)
+        evq.pump()
+        for req, (kind, rid) in list(self._by_req.items()):
+            for ev in evq.take(req):
                 if kind == "save":
                     if ev.type == E.KVL_REQ_EV_STEP_READY:
                         rt.step_done(ev.req, ev.step)
