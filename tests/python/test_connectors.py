@@ -376,7 +376,8 @@ def test_vllm_cache_freed_while_registered(server, rt):
     cache = eng.make_cache(CFG)
     wc.register_kv_caches(cache)
     # the tensors are kept, but their storage can still be freed under kvlane
-    st = cache[next(iter(cache))].storage()
+    t = cache[next(iter(cache))]
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
     st.resize_(0)
     meta = kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec("freed", [1, 2], [1, 2],
                                                            server.addr, "prompt")])
