@@ -476,16 +476,22 @@ class KvlaneConnector(KVConnectorBase_V1):
             return self._failed_open(spec, e)
         n = len(spec.local_block_ids)
         slot = c.take_slots(n) if c.cuda else None
-        blocks, steps = [], []
+        # (remote_seg, remote_off, length, local) tuples, layer-major: step l is layer l's
+        # 2 * n blocks (K then V); built from per-block offsets once, the host cost of a load
+        bb, sid = c.block_bytes, seg.id
+        roffs = [int(rb) * bb for rb in spec.remote_block_ids]
+        if c.cuda:
+            loffs = [(slot + i) * 2 * bb for i in range(n)]
+        else:
+            loffs = [int(lb) * bb for lb in spec.local_block_ids]
+        blocks = []
         for l in range(c.layers):
-            step = []
             for p in range(2):
-                for i, (rb, lb) in enumerate(zip(spec.remote_block_ids, spec.local_block_ids)):
-                    roff = ((l * 2 + p) * g.blocks + int(rb)) * g.block_bytes
-                    dst = c.landing_addr(l, slot + i, p) if c.cuda else c.addr(l, p, int(lb))
-                    step.append(len(blocks))
-                    blocks.append(kvlane.Block(seg.id, roff, c.block_bytes, dst))
-            steps.append(step)
+                rbase = (l * 2 + p) * g.blocks * bb
+                lbase = c.landing_addr(l, 0, p) if c.cuda else c.addr(l, p, 0)
+                blocks.extend([(sid, rbase + ro, bb, lbase + lo)
+                               for ro, lo in zip(roffs, loffs)])
+        steps = [range(l * 2 * n, (l + 1) * 2 * n) for l in range(c.layers)]
         try:
             req = rt.open_request(peer, blocks, steps, cls=kvlane.ReqClass.KVL_REQ_DECODE,
                                   step_flags=True, engine_dest=True)
