@@ -112,11 +112,11 @@ def prompt(n, seed):
     return torch.randint(0, CFG.vocab, (n,), generator=g).tolist()
 
 
-def prefill_and_push(server, rt, model, toks, push_blocks, rid, device="cpu"):
+def prefill_and_push(server, rt, model, toks, push_blocks, rid, device="cpu", extra=None):
     """The prefill engine (kv_producer): computes @toks, PUSHes their KV to the kvlaned's
     "prompt" segment at @push_blocks; returns the params request_finished hands the decode
     side, and the engine."""
-    sc, wc = connector_pair("kv_producer")
+    sc, wc = connector_pair("kv_producer", extra)
     pe = eng.Engine(model, eng.make_cache(CFG, device), sc, wc, device=device)
     req = eng.Request(rid, toks, max_tokens=1, kv_transfer_params={
         "do_remote_decode": True, "push_host": server.addr, "push_segment": "prompt",
@@ -161,8 +161,9 @@ def reference(model, toks, max_tokens, device="cpu"):
     return req
 
 
-def decode_remote(model, params, max_tokens, device="cpu", one_pool=True, rid="d0"):
-    sc, wc = connector_pair("kv_consumer")
+def decode_remote(model, params, max_tokens, device="cpu", one_pool=True, rid="d0",
+                  extra=None):
+    sc, wc = connector_pair("kv_consumer", extra)
     de = eng.Engine(model, eng.make_cache(CFG, device, one_pool), sc, wc, device=device)
     req = eng.Request(rid, list(params.pop("_prompt")), max_tokens, kv_transfer_params=params)
     de.add_request(req)
@@ -248,6 +249,29 @@ def test_vllm_per_layer_registration_and_two_sequences(server, rt):
     assert wc.stats["loads"] == 2
     check_same(ra, reference(model, ta, 4))
     check_same(rb, reference(model, tb, 4))
+
+
+def test_vllm_through_landing_slots(server, rt):
+    # 'kvlane.landing' on a CPU cache: blocks land in a host area and are copied in (and out,
+    # for the PUSH) by the code a CUDA cache uses, with host waits where CUDA's stream waits
+    model = eng.Model(CFG)
+    toks = prompt(19, 16)
+    land = {"kvlane.landing": True, "kvlane.landing_blocks": 8}
+    params, pe = prefill_and_push(server, rt, model, toks, [23, 24, 25], "pl", extra=land)
+    assert pe.wc._cache.landed and pe.wc._cache.free_slots == [(0, 8)], "slots not given back"
+    got, de, wc = decode_remote(model, dict(params, _prompt=toks), 5, rid="dl", extra=land)
+    check_same(got, reference(model, toks, 5))
+    assert wc._cache.landed and wc.stats["layer_waits"] == CFG.layers
+    assert wc._cache.free_slots == [(0, 8)], wc._cache.free_slots
+    # more blocks than landing slots: refused, naming the setting
+    sc2, wc2 = connector_pair("kv_consumer", {"kvlane.landing": True,
+                                              "kvlane.landing_blocks": 2})
+    wc2.register_kv_caches(eng.make_cache(CFG))
+    wc2.bind_connector_metadata(kvv.KvlaneConnectorMetadata(loads=[kvv.LoadSpec(
+        "big", [1, 2, 3], [1, 2, 3], server.addr, "prompt")]))
+    with pytest.raises(RuntimeError, match="3 landing slots asked, the largest free run is 2 "
+                       "of 2 .*kvlane.landing_blocks"):
+        wc2.start_load_kv(None)
 
 
 def test_vllm_load_failure_maps_to_blocks(server, rt):

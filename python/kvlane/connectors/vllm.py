@@ -183,7 +183,7 @@ def _check_remote(ids, seg):
 class _Cache:
     """The registered paged cache: per layer (2, num_blocks, ...) tensors, their addresses."""
 
-    def __init__(self, rt, kv_caches, landing_blocks):
+    def __init__(self, rt, kv_caches, landing_blocks, force_landing=False):
         import torch
         if not kv_caches:
             raise ValueError("register_kv_caches: no layers")
@@ -217,6 +217,10 @@ class _Cache:
         self.plane_bytes = self.num_blocks * self.block_bytes
         self.layer_bytes = 2 * self.plane_bytes
         self.cuda = t0.device.type == "cuda"
+        # blocks land in a host area and are copied into the cache: always for CUDA (tcp
+        # cannot write VRAM), on request for a CPU cache ('kvlane.landing'), which runs the
+        # same slot and copy code the CUDA path does, with host waits for the stream's
+        self.landed = self.cuda or bool(force_landing)
         self.device = t0.device
         self.bases = [t.data_ptr() for t in ts]
         self.storage = [self._storage_bytes(t) for t in ts]
@@ -224,15 +228,17 @@ class _Cache:
         one = all(b == self.bases[0] + i * self.layer_bytes and st == self.storage[0]
                   for i, (b, st) in enumerate(zip(self.bases, self.storage)))
         self.segments = []
-        if self.cuda:
+        if self.landed:
             # tcp cannot write VRAM: blocks land in pinned host slots, then the stream copies
             # them in behind READY. Slot s of layer l: (landing_blocks, 2, ...) per layer.
             self.slots = landing_blocks
             self.landing = torch.empty((self.layers, landing_blocks, 2) + tuple(t0.shape[2:]),
-                                       dtype=t0.dtype, pin_memory=True)
+                                       dtype=t0.dtype, pin_memory=self.cuda)
             self.segments.append(rt.register(
                 self.landing, name="vllm-landing",
-                geom=(self.layers, landing_blocks, 2, self.block_bytes)))
+                # (layers, slots, 2) blocks in that order; kvlane's geometry is only the
+                # byte count here (its planes are 1 or 2)
+                geom=(self.layers, 2, landing_blocks, self.block_bytes)))
             self.free_slots = [(0, landing_blocks)]
         elif one:
             pool = ts[0].as_strided((self.layers,) + tuple(t0.shape),
@@ -275,6 +281,25 @@ class _Cache:
 
     def addr(self, layer, plane, block):
         return self.bases[layer] + plane * self.plane_bytes + block * self.block_bytes
+
+    def index_tensor(self, ids):
+        """Block ids as an index tensor where the cache is: for CUDA pinned and non_blocking
+        (a pageable copy would wait for the stream, which may be waiting on READY words)."""
+        import torch
+        t = torch.tensor([int(b) for b in ids], dtype=torch.long)
+        return t.pin_memory().to(self.device, non_blocking=True) if self.cuda else t
+
+    def copy_in(self, layer, slot, idx):
+        """The landed K/V blocks of @layer (slots slot..) into the cache at blocks @idx."""
+        land = self.landing[layer, slot:slot + len(idx)]
+        if self.cuda:
+            land = land.to(self.device, non_blocking=True)
+        self.tensors[layer].index_copy_(1, idx, land.transpose(0, 1))
+
+    def copy_out(self, layer, slot, idx):
+        """The cache's K/V blocks @idx of @layer into landing slots slot.. (for a PUSH)."""
+        self.landing[layer, slot:slot + len(idx)].copy_(
+            self.tensors[layer].index_select(1, idx).transpose(0, 1), non_blocking=self.cuda)
 
     def landing_addr(self, layer, slot, plane):
         # landing layout (layers, slots, 2, ...): a sequence's slots of a layer are one run
@@ -422,7 +447,8 @@ class KvlaneConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches):
         self._rt = _common.runtime(self._get("config"), self._get("sets"), self._get("eal"))
         self._peers = _common.peers(self._rt)
-        self._cache = _Cache(self._rt, kv_caches, int(self._get("landing_blocks", 256)))
+        self._cache = _Cache(self._rt, kv_caches, int(self._get("landing_blocks", 256)),
+                             self._get("landing", False))
         if self._cache.cuda:
             self._cuda = _common.CudaStreamOps()
             self._cache.preload()
@@ -475,12 +501,12 @@ class KvlaneConnector(KVConnectorBase_V1):
         except LookupError as e:
             return self._failed_open(spec, e)
         n = len(spec.local_block_ids)
-        slot = c.take_slots(n) if c.cuda else None
+        slot = c.take_slots(n) if c.landed else None
         # (remote_seg, remote_off, length, local) tuples, layer-major: step l is layer l's
         # 2 * n blocks (K then V); built from per-block offsets once, the host cost of a load
         bb, sid = c.block_bytes, seg.id
         roffs = [int(rb) * bb for rb in spec.remote_block_ids]
-        if c.cuda:
+        if c.landed:
             loffs = [(slot + i) * 2 * bb for i in range(n)]
         else:
             loffs = [int(lb) * bb for lb in spec.local_block_ids]
@@ -488,7 +514,7 @@ class KvlaneConnector(KVConnectorBase_V1):
         for l in range(c.layers):
             for p in range(2):
                 rbase = (l * 2 + p) * g.blocks * bb
-                lbase = c.landing_addr(l, 0, p) if c.cuda else c.addr(l, p, 0)
+                lbase = c.landing_addr(l, 0, p) if c.landed else c.addr(l, p, 0)
                 blocks.extend([(sid, rbase + ro, bb, lbase + lo)
                                for ro, lo in zip(roffs, loffs)])
         steps = [range(l * 2 * n, (l + 1) * 2 * n) for l in range(c.layers)]
@@ -500,12 +526,9 @@ class KvlaneConnector(KVConnectorBase_V1):
                 c.give_slots(slot, n)
             return self._failed_open(spec, e)
         ld = _Load(spec, req, _common.Words(rt, req), slot)
+        if c.landed:
+            ld.idx = c.index_tensor(spec.local_block_ids)
         if c.cuda:
-            import torch
-            # pinned and non_blocking: a pageable copy would wait for the stream, which may
-            # itself be waiting on an earlier step's READY words
-            ld.idx = torch.tensor([int(b) for b in spec.local_block_ids],
-                                  dtype=torch.long).pin_memory().to(c.device, non_blocking=True)
             if not ld.words.flags.ready_dev:
                 rt.cancel(req)
                 raise RuntimeError("kvlane connector: CUDA cache but the READY words are not "
@@ -538,10 +561,15 @@ class KvlaneConnector(KVConnectorBase_V1):
                 # the stream, not the host, waits on READY; then the landed K/V blocks go
                 # into the cache and DONE is written behind that copy
                 self._cuda.wait(sp, w.flags.ready_dev + l * w.flags.stride, w.epoch)
-                n = len(ld.spec.local_block_ids)
-                land = c.landing[l, ld.slot:ld.slot + n].to(c.device, non_blocking=True)
-                c.tensors[l].index_copy_(1, ld.idx, land.transpose(0, 1))
+                c.copy_in(l, ld.slot, ld.idx)
                 self._cuda.write(sp, w.flags.done_dev + l * w.flags.stride, w.epoch)
+            elif c.landed:
+                if not w.wait_ready(l, self._timeout_s):
+                    raise TimeoutError("kvlane connector: layer %s of request %s not READY "
+                                       "within %.0f s" % (layer_name, ld.spec.req_id,
+                                                          self._timeout_s))
+                c.copy_in(l, ld.slot, ld.idx)
+                w.set_done(l)  # copied out of the landing slots: kvlane may end the request
             else:
                 if not w.wait_ready(l, self._timeout_s):
                     raise TimeoutError("kvlane connector: layer %s of request %s not READY "
@@ -560,18 +588,14 @@ class KvlaneConnector(KVConnectorBase_V1):
         c = self._cache
         l = c.index[layer_name]
         for spec in meta.saves:
-            if not c.cuda:
+            if not c.landed:
                 self._open_push(spec, l, lambda p, i, lb: c.addr(l, p, lb))
                 continue
-            import torch
             n = len(spec.local_block_ids)
             slot = self._save_slots.get(spec.req_id)
             if slot is None:
                 slot = self._save_slots[spec.req_id] = c.take_slots(n)
-            idx = torch.tensor([int(b) for b in spec.local_block_ids],
-                               dtype=torch.long).pin_memory().to(c.device, non_blocking=True)
-            c.landing[l, slot:slot + n].copy_(
-                c.tensors[l].index_select(1, idx).transpose(0, 1), non_blocking=True)
+            c.copy_out(l, slot, c.index_tensor(spec.local_block_ids))
             self._cuda_saves.append((spec, l, slot))
 
     def _open_push(self, spec, l, local_addr):
@@ -606,9 +630,10 @@ class KvlaneConnector(KVConnectorBase_V1):
         until then). A CUDA cache's layers were copied to landing slots on the stream: this
         waits for that copy (a host sync, on the prefill side only) and pushes them."""
         if self._cuda_saves:
-            import torch
-            torch.cuda.current_stream(self._cache.device).synchronize()
             c = self._cache
+            if c.cuda:
+                import torch
+                torch.cuda.current_stream(c.device).synchronize()
             for spec, l, slot in self._cuda_saves:
                 self._open_push(spec, l, lambda p, i, lb: c.landing_addr(l, slot + i, p))
             self._cuda_saves = []
