@@ -11,10 +11,11 @@
   - the SGLang-shaped sender/receiver move a prefill pool's pages through the same kvlaned;
   - bad input: a cache of the wrong dtype, shape or device, blocks outside the cache, a
     cache freed while registered, and every call after close() raise naming the problem.
-With CUDA (KVL_PY_CUDA=1 and torch.cuda), the decode engine's cache is on the GPU: READY is
-waited for on the stream (cuStreamWaitValue32), never on the host, and outputs are compared
-with the same engine on the GPU computing its KV itself. One Runtime per process (EAL starts
-once): the tests share it, in file order; the last one closes it. Run by meson (suite python).
+With CUDA (torch.cuda sees a GPU; KVL_PY_CUDA=0 turns it off), test_cuda_decode_layer_wise
+puts the prefill and decode engines' caches on the GPU: READY is waited for on the stream
+(cuStreamWaitValue32), never on the host, and outputs are compared with the same engine on
+the GPU computing its KV itself. One Runtime per process (EAL starts once): the tests share
+it, in file order; the last one closes it. Run by meson (suite python).
 """
 import os
 import sys
@@ -39,17 +40,19 @@ import kvl_harness as h  # noqa: E402
 CFG = eng.ModelConfig()
 PROMPT_BLOCKS = 32  # blocks per layer and plane of the kvlaned's "prompt" segment
 SGL_PAGES = 32
-WANT_CUDA = os.environ.get("KVL_PY_CUDA") == "1"
-CUDA = WANT_CUDA and torch.cuda.is_available()
+# KVL_PY_CUDA: unset = when torch sees a GPU (kvlane must then be built with CUDA: the
+# Runtime starts with [gpu] enable = true), 0 = never, 1 = wanted (skipped, saying so, without)
+WANT_CUDA = os.environ.get("KVL_PY_CUDA", "auto")
+CUDA = WANT_CUDA != "0" and torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 
 
 def cuda_only():
-    if not WANT_CUDA:
-        pytest.skip("CUDA part: set KVL_PY_CUDA=1 on a machine with a GPU and a kvlane built "
-                    "with CUDA ([gpu] enable = true)")
+    if WANT_CUDA == "0":
+        pytest.skip("CUDA part: KVL_PY_CUDA=0")
     if not torch.cuda.is_available():
-        pytest.skip("KVL_PY_CUDA=1 but torch sees no CUDA device")
+        pytest.skip("CUDA part: torch sees no CUDA device (it runs on a machine with a GPU, "
+                    "kvlane built with CUDA; KVL_PY_CUDA=0 turns it off)")
 
 
 @pytest.fixture(scope="module")
