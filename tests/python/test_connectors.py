@@ -522,42 +522,31 @@ def test_connectors_share_the_runtime(server, rt):
     assert tx.wait() == sgl.KVPoll.Success, tx.exc
 
 
+def sgl_refused(mgr, server, room, segment, peer_pages, pages, why):
+    """A one-chunk send that must end Failed, failure_exception() matching @why."""
+    mgr.set_room(room, segment, peer_pages)
+    tx = sgl.KvlaneKVSender(mgr, server.addr, room)
+    tx.init(len(pages))
+    tx.send(pages)
+    assert tx.wait() == sgl.KVPoll.Failed
+    with pytest.raises(sgl.KVTransferError, match=why):
+        tx.failure_exception()
+
+
 def test_sglang_failures(server, rt):
     _, args = sgl_pool()
     mgr = sgl.KvlaneKVManager(args, "prefill", {})
-    tx = sgl.KvlaneKVSender(mgr, server.addr, 90)
-    mgr.set_room(90, "sglpool", [SGL_PAGES + 1])  # past the peer segment's end
-    tx.init(1)
-    tx.send([0])
-    assert tx.wait() == sgl.KVPoll.Failed
-    with pytest.raises(sgl.KVTransferError, match="room 90: ERANGE: page 33 is outside the "
-                       "peer's segment sglpool"):
-        tx.failure_exception()
+    # a peer page past the segment's pages
+    sgl_refused(mgr, server, 90, "sglpool", [SGL_PAGES + 1], [0],
+                "room 90: ERANGE: page 33 is outside the peer's segment sglpool")
     # a peer segment of another shape: default.ini's "kv" is 32 x 2 x 16 x 32768
-    mgr.set_room(93, "kv", [0])
-    tx4 = sgl.KvlaneKVSender(mgr, server.addr, 93)
-    tx4.init(1)
-    tx4.send([0])
-    assert tx4.poll() == sgl.KVPoll.Failed
-    with pytest.raises(sgl.KVTransferError, match="the peer's segment kv is \\(32, 2, 16, "
-                       "32768\\): this pool is 16 buffers of 1024-byte pages"):
-        tx4.failure_exception()
+    sgl_refused(mgr, server, 93, "kv", [0], [0], "the peer's segment kv is \\(32, 2, 16, "
+                "32768\\): this pool is 16 buffers of 1024-byte pages")
     # kvlane's own refusal, its status kept: a PUSH into a segment peers may only READ
-    mgr.set_room(94, "sglro", [0])
-    tx5 = sgl.KvlaneKVSender(mgr, server.addr, 94)
-    tx5.init(1)
-    tx5.send([0])
-    assert tx5.poll() == sgl.KVPoll.Failed
-    with pytest.raises(sgl.KVTransferError, match="room 94: .*EACCES"):
-        tx5.failure_exception()
-    tx2 = sgl.KvlaneKVSender(mgr, server.addr, 91)
-    mgr.set_room(91, "sglpool", [0])
-    tx2.init(1)
-    tx2.send([SGL_PAGES + 3])
-    assert tx2.poll() == sgl.KVPoll.Failed
-    with pytest.raises(sgl.KVTransferError, match="page %d outside the registered pool"
-                       % (SGL_PAGES + 3)):
-        tx2.failure_exception()
+    sgl_refused(mgr, server, 94, "sglro", [0], [0], "room 94: .*EACCES")
+    # a local page outside the registered pool
+    sgl_refused(mgr, server, 91, "sglpool", [0], [SGL_PAGES + 3],
+                "page %d outside the registered pool" % (SGL_PAGES + 3))
     with pytest.raises(ValueError, match="do not describe one pool"):
         sgl.KvlaneKVManager(sgl.KVArgs(kv_data_ptrs=[1, 2], kv_data_lens=[4096],
                                        kv_item_lens=[64]), "prefill", {})
