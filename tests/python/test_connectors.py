@@ -277,6 +277,26 @@ def test_vllm_through_landing_slots(server, rt):
         wc2.start_load_kv(None)
 
 
+def test_vllm_scheduler_side_prefix_hit():
+    # a local prefix-cache hit of one block (8 tokens): the connector loads the blocks after
+    # it, from the peer's matching blocks, and counts only those tokens
+    sc, _ = connector_pair("kv_consumer")
+    r = eng.Request("hit", prompt(21, 17), 2, kv_transfer_params={
+        "do_remote_prefill": True, "remote_host": "h:1", "remote_segment": "prompt",
+        "remote_block_ids": [10, 11, 12], "remote_num_tokens": 21})
+    n, is_async = sc.get_num_new_matched_tokens(r, 8)
+    assert (n, is_async) == (12, False)
+    sc.update_state_after_alloc(r, [40, 41, 42, 43], n)
+    (spec,) = sc.build_connector_meta(None).loads
+    assert (spec.local_block_ids, spec.remote_block_ids) == ([41, 42], [11, 12])
+    # asked again while its load is handed over: nothing more to match
+    assert sc.get_num_new_matched_tokens(r, 8) == (0, False)
+    r2 = eng.Request("odd", prompt(21, 18), 2, kv_transfer_params=r.kv_transfer_params)
+    n2, _ = sc.get_num_new_matched_tokens(r2, 5)
+    with pytest.raises(ValueError, match="5 tokens computed locally, not whole blocks of 8"):
+        sc.update_state_after_alloc(r2, [1, 2, 3], n2)
+
+
 def test_vllm_load_failure_maps_to_blocks(server, rt):
     # the peer's segment has 32 blocks per layer and plane: block 40 is past them. The
     # connector refuses the load (ERANGE) and reports exactly that request's blocks as load

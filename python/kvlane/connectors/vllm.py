@@ -351,6 +351,7 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._loads, self._saves, self._cancels = {}, {}, []
         self._loading = set()  # request ids whose load was handed to a worker
         self._saving = set()  # request ids whose PUSH was handed to a worker
+        self._local_hit = {}  # request id -> tokens its prefix cache held (asked, not loaded)
         # worker side
         self._rt = self._cache = self._peers = self._cuda = None
         self._active = {}  # req_id -> _Load
@@ -383,24 +384,31 @@ class KvlaneConnector(KVConnectorBase_V1):
         params = getattr(request, "kv_transfer_params", None) or {}
         if not params.get("do_remote_prefill") or request.request_id in self._loading:
             return 0, False
-        # the prompt's KV but its last token's: the engine computes that one for its logits
+        # the prompt's KV but its last token's: the engine computes that one for its logits;
+        # what its own prefix cache holds (num_computed_tokens, whole blocks) is not loaded
         n = int(params["remote_num_tokens"]) - 1 - num_computed_tokens
+        self._local_hit[request.request_id] = num_computed_tokens
         return max(n, 0), False  # False: loaded inside this step's forward, layer by layer
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         params = getattr(request, "kv_transfer_params", None) or {}
         if num_external_tokens > 0:
-            nblk = math.ceil(num_external_tokens / self._block_size)
-            ids = _block_ids(blocks)
+            hit = self._local_hit.pop(request.request_id, 0)
+            bs = self._block_size
+            if hit % bs:
+                raise ValueError("kvlane connector: request %s: %d tokens computed locally, "
+                                 "not whole blocks of %d" % (request.request_id, hit, bs))
+            first, last = hit // bs, math.ceil((hit + num_external_tokens) / bs)
+            ids = _block_ids(blocks)  # the request's blocks from its first token on
             remote = list(params["remote_block_ids"])
-            if len(ids) < nblk or len(remote) < nblk:
-                raise ValueError("kvlane connector: request %s needs %d blocks for %d tokens: "
-                                 "the engine gave %d, the peer named %d" % (
-                                     request.request_id, nblk, num_external_tokens, len(ids),
-                                     len(remote)))
+            if len(ids) < last or len(remote) < last:
+                raise ValueError("kvlane connector: request %s needs blocks %d..%d for its "
+                                 "tokens %d..%d: the engine gave %d, the peer named %d" % (
+                                     request.request_id, first, last - 1, hit,
+                                     hit + num_external_tokens - 1, len(ids), len(remote)))
             g = params.get("geometry")
             self._loads[request.request_id] = LoadSpec(
-                request.request_id, ids[:nblk], remote[:nblk], params["remote_host"],
+                request.request_id, ids[first:last], remote[first:last], params["remote_host"],
                 params["remote_segment"], tuple(g) if g else None)
         elif params.get("do_remote_decode"):
             # the prompt's blocks, pushed from the step that computes them
