@@ -172,7 +172,6 @@ def main():
                   % (LAYERS * 2 * a.blocks, statistics.median(opens), statistics.median(reqs)))
             if cuda:
                 ops = wc._cuda
-                ld_words = None
                 sp = torch.cuda.current_stream().cuda_stream
                 # the READY path alone: one stream wait on a word already satisfied
                 word = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -190,7 +189,6 @@ def main():
                 print("steps where the stream was still waiting after all 32 calls returned: "
                       "%d of %d (READY words still unset then: %d): no host sync"
                       % (busy, a.steps + 3, unset_words))
-                del ld_words
             print(json.dumps(out))
     finally:
         ctx.cleanup()
