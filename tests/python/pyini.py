@@ -5,6 +5,13 @@ a file prefix of its own). One place for tests/python's copies of it."""
 import os
 import tempfile
 
+# git keeps no mode but the x bit: a fresh clone has config/demo.secret at 0644, which kvlaned
+# and the runtime refuse (make build chmods it; tests/eal's harness main() does too, but
+# pytest runs no main). Done at import, before any fixture starts a kvlaned.
+_SECRET = os.path.join(os.environ.get("KVL_SRC", ""), "config", "demo.secret")
+if os.path.exists(_SECRET) and os.stat(_SECRET).st_mode & 0o077:
+    os.chmod(_SECRET, 0o600)
+
 
 def runtime_ini(tmp, name, prefix, extra=""):
     """Write @tmp/@name.ini and return its path; @extra: more sections (e.g. "[gpu]...")."""
