@@ -27,7 +27,8 @@ from . import _kvlane
 
 __all__ = ["Runtime", "Error", "Status", "Op", "Access", "ReqClass", "ReqDir", "ReqEventType",
            "Geom", "Segment", "RemoteSegment", "Xfer", "Completion", "Notice", "Block",
-           "ReqEvent", "StepFlags", "VERSION", "pattern_check"]
+           "ReqEvent", "StepFlags", "VERSION", "pattern_check", "REQ_STEP_FLAGS",
+           "REQ_ENGINE_DEST", "XFER_NOTIFY"]
 
 Error = _kvlane.Error
 VERSION = _kvlane.KVLANE_VERSION_NUM
@@ -56,6 +57,7 @@ ReqEventType = _c_enum("ReqEventType", "Request event (enum kvl_req_ev_type).",
                        "KVL_REQ_EV_STEP_READY", "KVL_REQ_EV_DONE", "KVL_REQ_EV_FAILED")
 XFER_NOTIFY = _kvlane.KVL_XFER_NOTIFY
 REQ_STEP_FLAGS = _kvlane.KVL_REQ_STEP_FLAGS
+REQ_ENGINE_DEST = _kvlane.KVL_REQ_ENGINE_DEST
 
 Geom = namedtuple("Geom", "layers planes blocks block_bytes")
 Geom.__doc__ = "struct kvl_seg_geom: layers x planes (K, V) x blocks of block_bytes."
@@ -69,7 +71,8 @@ Xfer.__doc__ = "struct kvl_xfer (without iov): local is an address inside a loca
 Completion = namedtuple("Completion", "cookie bytes status")
 Notice = namedtuple("Notice", "peer value length")
 Block = namedtuple("Block", "remote_seg remote_off length local", defaults=(0,))
-Block.__doc__ = "struct kvl_req_block: local is 0 for a PULL, the bytes' address for a PUSH."
+Block.__doc__ = ("struct kvl_req_block: local is 0 for a PULL into staging, the bytes' address "
+                 "for a PUSH, where the block lands for a PULL with engine_dest=True.")
 ReqEvent = namedtuple("ReqEvent", "req user type step status")
 StepFlags = namedtuple("StepFlags", "ready done ready_dev done_dev stride epoch n_steps")
 StepFlags.__doc__ = ("kvl_req_step_flags: step k's READY word at ready + k * stride (host "
@@ -100,6 +103,10 @@ def _memory_of(obj):
     C-contiguous buffer, a DLPack capsule (or __dlpack__), an object with
     __cuda_array_interface__, in that order; keep: what must stay alive while registered."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # torch.Tensor
+        dev = getattr(obj, "device", None)
+        if dev is not None and getattr(dev, "type", "cpu") not in ("cpu", "cuda"):
+            raise ValueError("register: the tensor is on device %s: kvlane registers CPU or "
+                             "CUDA memory" % dev)
         if not obj.is_contiguous():
             raise ValueError("register: the tensor is not contiguous (shape %s, stride %s): "
                              "kvlane registers one range; pass tensor.contiguous()"
@@ -257,9 +264,12 @@ class Runtime:
     # ---- the request API ----
 
     def open_request(self, peer, blocks, steps, cls=ReqClass.KVL_REQ_DECODE, deadline_us=0,
-                     dir=ReqDir.KVL_REQ_PULL, user=0, step_flags=False):
+                     dir=ReqDir.KVL_REQ_PULL, user=0, step_flags=False, engine_dest=False):
         """kvl_req_open: blocks are Block tuples; steps a list, step k the indices of the
-        blocks it needs. Returns the request's handle (an int)."""
+        blocks it needs. step_flags: KVL_REQ_STEP_FLAGS (READY/DONE words, step_flags());
+        engine_dest: KVL_REQ_ENGINE_DEST (a PULL lands at each Block.local, inside memory
+        registered here, instead of staging). Returns the request's handle (an int).
+        A refused request raises Error naming the block and segment (kvl_req_error)."""
         first, flat = [0], []
         for k, s in enumerate(steps):
             if isinstance(s, (str, bytes)) or not hasattr(s, "__iter__"):
@@ -267,7 +277,8 @@ class Runtime:
             flat.extend(s)
             first.append(len(flat))
         return self._h.req_open(peer, list(blocks), first, flat, deadline_us, user, int(cls),
-                                int(dir), REQ_STEP_FLAGS if step_flags else 0)
+                                int(dir), (REQ_STEP_FLAGS if step_flags else 0) |
+                                (REQ_ENGINE_DEST if engine_dest else 0))
 
     def poll_requests(self, max=64):
         """kvl_req_poll: up to max ReqEvent (type ReqEventType, status Status)."""

@@ -5,6 +5,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -481,6 +483,78 @@ static PyObject *poll_list(Handle *h, PyObject *args,
 	return list;
 }
 
+static double ts_diff(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+/* c_read_loop(peer, seg, local, span, size, iters, depth) -> (seconds, failed, in_calls): the
+ * loop that tools/py_post_bench.py runs in Python (READs of @size, @depth in flight, offsets
+ * wrapping at @span, sched_yield on an empty poll), in C through kvl_post/kvl_poll on this
+ * same runtime and connection, so that the two alternate back to back in one process.
+ * in_calls: seconds inside kvl_post/kvl_poll calls that took or gave something, as the Python
+ * loop counts its own. The GIL is released. */
+static PyObject *Handle_c_read_loop(Handle *h, PyObject *args)
+{
+	struct kvl_runtime *rt = open_rt(h);
+	unsigned long long local, span, iters;
+	unsigned peer, seg, size, depth;
+	struct kvl_xfer x[256];
+	struct kvl_completion c[64];
+	uint64_t posted = 0, done = 0, off = 0, bad = 0;
+	struct timespec t0, t1, c0, c1;
+	double in_calls = 0;
+	int rc = 0;
+
+	if (rt == NULL ||
+	    !PyArg_ParseTuple(args, "IIKKIKI", &peer, &seg, &local, &span, &size, &iters, &depth))
+		return NULL;
+	if (size == 0 || span < size || depth == 0 || depth > 256)
+		return raise_errno(-EINVAL, "c_read_loop: size > 0, span >= size, depth 1..256");
+	Py_BEGIN_ALLOW_THREADS;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (done < iters) {
+		uint64_t want = depth - (posted - done);
+		unsigned got;
+
+		if (want > iters - posted)
+			want = iters - posted;
+		if (want > 0) {
+			for (uint64_t i = 0; i < want; i++) {
+				x[i] = (struct kvl_xfer){ .cookie = posted + i,
+							  .local = (void *)(uintptr_t)(local + off),
+							  .remote_off = off,
+							  .length = size,
+							  .remote_seg = seg,
+							  .op = KVL_READ };
+				off = off + 2ull * size <= span ? off + size : 0;
+			}
+			clock_gettime(CLOCK_MONOTONIC, &c0);
+			rc = kvl_post(rt, peer, x, (unsigned)want);
+			clock_gettime(CLOCK_MONOTONIC, &c1);
+			if (rc < 0)
+				break;
+			in_calls += ts_diff(&c0, &c1);
+			posted += (unsigned)rc; /* offsets not taken are skipped, as in Python */
+		}
+		clock_gettime(CLOCK_MONOTONIC, &c0);
+		got = kvl_poll(rt, c, 64);
+		clock_gettime(CLOCK_MONOTONIC, &c1);
+		if (got == 0)
+			sched_yield();
+		else
+			in_calls += ts_diff(&c0, &c1);
+		for (unsigned i = 0; i < got; i++)
+			bad += c[i].status != KVL_OK;
+		done += got;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	Py_END_ALLOW_THREADS;
+	if (rc < 0)
+		return raise_errno(rc, "c_read_loop: kvl_post");
+	return Py_BuildValue("dKd", ts_diff(&t0, &t1), (unsigned long long)bad, in_calls);
+}
+
 static PyObject *Handle_poll(Handle *h, PyObject *args)
 {
 	return poll_list(h, args, take_completions, completion_item);
@@ -601,7 +675,11 @@ static PyObject *Handle_req_open(Handle *h, PyObject *args)
 				   .dir = dir,
 				   .flags = flags };
 	rc = kvl_req_open(rt, peer, &d, &req);
-	if (rc < 0) {
+	if (rc < 0 && kvl_req_error()[0] != '\0') {
+		/* the runtime named the block, its address and the segment or NIC */
+		raise_errno(rc, kvl_req_error());
+		rc = -1;
+	} else if (rc < 0) {
 		raise_errno(rc, rc == -ENOTSUP ? "no scheduler: set [sched] staging_mb > 0"
 				: rc == -EINVAL
 					? "a malformed request (counts, steps, class, direction "
@@ -612,6 +690,12 @@ static PyObject *Handle_req_open(Handle *h, PyObject *args)
 				: rc == -EFAULT	  ? "a PUSH block's local bytes are not inside one "
 						    "registered local segment"
 				: rc == -ENOTCONN ? "the peer is not connected"
+				: rc == -EXDEV	  ? "a GPU destination on a NIC whose transport "
+						    "cannot write VRAM (tcp)"
+				: rc == -EACCES	  ? "a segment the peer does not let us READ (or "
+						    "WRITE, for a PUSH)"
+				: rc == -ENOSPC	  ? "[sched] max_requests or max_blocks reached, "
+						    "or no free run of step flags"
 						  : "kvl_req_open");
 		rc = -1;
 	}
@@ -719,6 +803,8 @@ static PyMethodDef handle_methods[] = {
 	{ "connect", (PyCFunction)Handle_connect, METH_VARARGS, "kvl_connect() (GIL released)" },
 	{ "peer_segments", (PyCFunction)Handle_peer_segments, METH_VARARGS, "kvl_peer_segments()" },
 	{ "post", (PyCFunction)Handle_post, METH_VARARGS, "kvl_post()" },
+	{ "c_read_loop", (PyCFunction)Handle_c_read_loop, METH_VARARGS,
+	  "the benchmark's READ loop in C (tools/py_post_bench.py)" },
 	{ "poll", (PyCFunction)Handle_poll, METH_VARARGS, "kvl_poll()" },
 	{ "poll_notices", (PyCFunction)Handle_poll_notices, METH_VARARGS, "kvl_poll_notices()" },
 	{ "req_open", (PyCFunction)Handle_req_open, METH_VARARGS, "kvl_req_open()" },
@@ -907,8 +993,8 @@ static int mod_exec(PyObject *m)
 	    C(KVL_READ) || C(KVL_REMOTE_READ) || C(KVL_REMOTE_WRITE) || C(KVL_XFER_NOTIFY) ||
 	    C(KVL_MEM_HOST) || C(KVL_MEM_GPU) || C(KVL_GPU_CONFIGURED) || C(KVL_REQ_DECODE) ||
 	    C(KVL_REQ_PREFILL) || C(KVL_REQ_PULL) || C(KVL_REQ_PUSH) || C(KVL_REQ_STEP_FLAGS) ||
-	    C(KVL_REQ_EV_STEP_READY) || C(KVL_REQ_EV_DONE) || C(KVL_REQ_EV_FAILED) ||
-	    C(KVLANE_VERSION_NUM) || C(KVL_MAX_IOV))
+	    C(KVL_REQ_ENGINE_DEST) || C(KVL_REQ_EV_STEP_READY) || C(KVL_REQ_EV_DONE) ||
+	    C(KVL_REQ_EV_FAILED) || C(KVLANE_VERSION_NUM) || C(KVL_MAX_IOV))
 		return -1;
 #undef C
 	return 0;

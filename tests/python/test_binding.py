@@ -7,7 +7,6 @@ close it. Run by meson (suite python): KVL_KVLANED, KVL_SRC, PYTHONPATH=build/py
 import os
 import socket
 import sys
-import tempfile
 import gc
 import threading
 import time
@@ -19,6 +18,9 @@ import kvlane
 
 sys.path.insert(0, os.path.join(os.environ["KVL_SRC"], "tests", "eal"))
 import kvl_harness as h  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyini  # noqa: E402
 
 SEED = 1  # config/default.ini: [segment.kv] fill = pattern, pattern_seed default
 WAIT_S = 20.0
@@ -38,19 +40,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def rt(server):
-    tmp = tempfile.mkdtemp(prefix="kvl-py-")
-    os.environ["RUNTIME_DIRECTORY"] = tmp
-    ini = os.path.join(tmp, "py.ini")
-    with open(ini, "w") as f:
-        f.write("[runtime]\nname = python\nidle_policy = yield\n"
-                "[nic.lo]\ndevice = lo\ntransport = tcp\n"
-                "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n"
-                "[sched]\nstaging_mb = 8\n[telemetry]\nenable = false\n"
-                # no eal=[]: EAL's arguments come from here
-                "[eal]\nlcores = 0@(0-1),1@(0-1)\nmemory_mb = 256\nno_huge = true\n"
-                "no_pci = true\nfile_prefix = kvlpy%d\n"
-                % (os.path.join(os.environ["KVL_SRC"], "config", "demo.secret"), os.getpid()))
-    r = kvlane.Runtime(config=ini)
+    r = kvlane.Runtime(config=pyini.fresh_runtime_ini("python", "kvlpy"))
     yield r
     r.close()
 

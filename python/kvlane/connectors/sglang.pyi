@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Type stubs of kvlane.connectors.sglang (BaseKVManager / BaseKVSender / BaseKVReceiver shape).
+import enum
+from typing import Any, Optional, Sequence
+
+import kvlane
+
+HAVE_SGLANG: bool
+
+class KVPoll(enum.IntEnum):
+    Failed: int
+    Bootstrapping: int
+    WaitingForInput: int
+    Transferring: int
+    Success: int
+
+class KVArgs:
+    engine_rank: int
+    kv_data_ptrs: list[int]
+    kv_data_lens: list[int]
+    kv_item_lens: list[int]
+    page_size: int
+    gpu_id: int
+    def __init__(self, **kw: Any) -> None: ...
+
+class BaseKVManager: ...
+class BaseKVSender: ...
+class BaseKVReceiver: ...
+
+class KVTransferError(Exception):
+    room: Any
+    status: Optional[kvlane.Status]
+    def __init__(self, room: Any, msg: str, status: Optional[kvlane.Status] = ...) -> None: ...
+
+class KvlaneKVManager(BaseKVManager):
+    rt: kvlane.Runtime
+    pages: int
+    segments: list[kvlane.Segment]
+    def __init__(self, args: KVArgs, disaggregation_mode: Any, server_args: Any,
+                 is_mla_backend: bool = ...) -> None: ...
+    def register_to_bootstrap(self) -> None: ...
+    def set_room(self, room: Any, segment: str | int, pages: Sequence[int]) -> None: ...
+
+class _Transfer:
+    exc: Optional[KVTransferError]
+    def poll(self) -> KVPoll: ...
+    def failure_exception(self) -> None: ...
+    def abort(self) -> None: ...
+    def wait(self, timeout_s: Optional[float] = ...) -> KVPoll: ...
+    def get_transfer_metric(self) -> dict[str, Any]: ...
+    def clear(self) -> None: ...
+
+class KvlaneKVSender(_Transfer, BaseKVSender):
+    def __init__(self, mgr: KvlaneKVManager, bootstrap_addr: str, bootstrap_room: Any,
+                 dest_tp_ranks: Any = ..., pp_rank: int = ...,
+                 req_has_disagg_prefill_dp_rank: bool = ...) -> None: ...
+    def init(self, num_kv_indices: int, aux_index: Optional[int] = ...) -> None: ...
+    def send(self, kv_indices: Sequence[int], state_indices: Any = ...,
+             token_position_offset: int = ...) -> None: ...
+
+class KvlaneKVReceiver(_Transfer, BaseKVReceiver):
+    def __init__(self, mgr: KvlaneKVManager, bootstrap_addr: str,
+                 bootstrap_room: Any = ...) -> None: ...
+    def init(self, prefill_dp_rank: Optional[int] = ...) -> None: ...
+    def send_metadata(self, kv_indices: Sequence[int], aux_index: Optional[int] = ...,
+                      state_indices: Any = ..., decode_prefix_len: Optional[int] = ...) -> None: ...
