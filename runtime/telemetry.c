@@ -761,6 +761,10 @@ static void qps_rows(struct kvl_runtime *rt, struct sink *k)
 				__atomic_load_n(&st->qp_recoveries, __ATOMIC_RELAXED));
 			put_u64(k, "resyncs", __atomic_load_n(&st->qp_resyncs, __ATOMIC_RELAXED));
 			put_u64(k, "replayed", __atomic_load_n(&st->qp_replayed, __ATOMIC_RELAXED));
+			put_u64(k, "stall_resets",
+				__atomic_load_n(&st->qp_stall_resets, __ATOMIC_RELAXED));
+			put_u64(k, "drain_timeouts",
+				__atomic_load_n(&st->qp_drain_timeouts, __ATOMIC_RELAXED));
 			put_u64(k, "outstanding",
 				__atomic_load_n(&st->qp_outstanding, __ATOMIC_RELAXED));
 			put_u64(k, "bytes_written",

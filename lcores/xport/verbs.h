@@ -191,6 +191,13 @@ void kvl_verbs_resync_in(struct kvl_verbs_conn *c, const struct kvl_resync *m);
 void kvl_verbs_set_resync_timeout(struct kvl_verbs_conn *c, unsigned ms);
 
 /*
+ * The stall watchdog's bound: WRs at the NIC and no completion for @ms puts the QP in error
+ * and resyncs it, as an error CQE would (stats.stall_resets). Default: twice the NIC's own
+ * retry bound ((retry_count + 1) ACK timeouts), at least 10 s.
+ */
+void kvl_verbs_set_stall_timeout(struct kvl_verbs_conn *c, unsigned ms);
+
+/*
  * Sleeping until completions come (hybrid idle mode): the completion channel's fd (-1 when
  * the device gave none), arm the CQ (one event for the next CQE: after arming, progress once
  * more before sleeping, for a CQE that came in between), and take the events that came
@@ -231,6 +238,8 @@ struct kvl_verbs_stats {
 	uint64_t sge_wrs;	       /* WRs given to the QP with two SGEs or more */
 	uint64_t recv_errors, recv_post_errors;
 	uint64_t rq_drain_timeouts; /* drains that went on without every receive flushed */
+	uint64_t stall_resets;	    /* QPs the watchdog put in error: WRs out, no completion */
+	uint64_t drain_timeouts;    /* drains that never ended: the connection failed */
 	uint64_t cq_polls, cqes;    /* to see what selective signaling saves */
 	/* mlx5 direct backend: doorbells rung (one per batch), lone WQEs written whole through
 	 * BlueFlame, CQEs that named no outstanding WQE (stale, dropped), and stale CQEs

@@ -60,6 +60,21 @@
  * provider that never flushes receives is waited for this long, then the drain goes on.
  */
 #define RQ_DRAIN_NS (250ull * 1000 * 1000)
+/*
+ * A drain that never ends (a flush the provider never writes, a completion we never saw)
+ * fails the connection after this long: bounded, like every other failure.
+ */
+#define DRAIN_NS (10000ull * 1000 * 1000)
+/*
+ * The stall watchdog: WRs at the NIC and not one completion for stall_ns. A QP the NIC has
+ * given up on says so itself (RETRY_EXC after retry_cnt + 1 ACK timeouts); one that says
+ * nothing at all is wedged (soft-RoCE under load: 16 WRITEs outstanding, every packet sent
+ * and answered, no CQE and no retransmission for 30 s, rdma e2e). It is put in error, its
+ * WRs come back flushed and go again once both ends resync. stall_ns is twice the NIC's own
+ * retry bound, at least STALL_MIN_NS; the clock is read once every STALL_POLLS empty polls.
+ */
+#define STALL_MIN_NS (10000ull * 1000 * 1000)
+#define STALL_POLLS  1024u
 
 struct mr_ent {
 	uintptr_t base;
@@ -220,10 +235,14 @@ struct kvl_verbs_conn {
 	enum phase phase;
 	uint64_t flush_end;	    /* seq + 1 of the newest error or flush CQE of this drain */
 	uint64_t rq_drain_deadline; /* PH_DRAIN: when to stop waiting for the receive flushes */
-	bool resp_pending;	    /* the peer's REQ came: answer it once drained */
-	uint32_t peer_new_psn;	    /* its fresh PSN */
-	uint32_t my_new_psn;	    /* PH_WAIT: the PSN our REQ offers */
-	bool ack_due;		    /* an ACK to send: ack_psn, echoing ack_echo */
+	uint64_t drain_deadline;    /* PH_DRAIN: when it fails the connection (DRAIN_NS) */
+	/* the stall watchdog (STALL_MIN_NS): done_seq when the silence began, and since when */
+	uint64_t stall_done_seq, stall_since_ns, stall_ns;
+	unsigned stall_polls;
+	bool resp_pending;     /* the peer's REQ came: answer it once drained */
+	uint32_t peer_new_psn; /* its fresh PSN */
+	uint32_t my_new_psn;   /* PH_WAIT: the PSN our REQ offers */
+	bool ack_due;	       /* an ACK to send: ack_psn, echoing ack_echo */
 	uint32_t ack_psn, ack_echo;
 	bool answered; /* the last REQ we restarted for: a repeat gets the same ACK */
 	uint64_t wait_deadline, next_req_ns, resync_timeout_ns;

@@ -244,6 +244,11 @@ struct kvl_verbs_conn *kvl_verbs_conn_new(struct kvl_verbs_dev *d, unsigned dept
 	c->depth = depth;
 	c->signal_every = signal_every == 0 ? 1 : signal_every > depth ? depth : signal_every;
 	c->resync_timeout_ns = 5000ull * 1000 * 1000;
+	/* (retry_cnt + 1) ACK timeouts of 4.096 us << ack_timeout: when the NIC would say RETRY_EXC
+	 */
+	c->stall_ns = 2ull * (d->retry_cnt + 1u) * (4096ull << (d->ack_timeout & 31));
+	if (c->stall_ns < STALL_MIN_NS)
+		c->stall_ns = STALL_MIN_NS;
 	c->max_sge = d->max_sge < KVL_WR_MAX_SGE ? (unsigned)(d->max_sge > 0 ? d->max_sge : 1)
 						 : KVL_WR_MAX_SGE;
 	c->rq_depth = depth;

@@ -72,6 +72,12 @@ unsigned kvl_verbs_resync_step(struct kvl_verbs_conn *c)
 		}
 		return 1;
 	}
+	if (c->phase == PH_DRAIN && kvl_now_ns() > c->drain_deadline) {
+		/* A flush that never came (or a completion we never saw): bounded too. */
+		c->stats.drain_timeouts++;
+		kvl_verbs_fail_all(c, KVL_ERR_CONN_LOST);
+		return 1;
+	}
 	if (c->phase == PH_WAIT && kvl_now_ns() > c->wait_deadline) {
 		/* The peer never answered: bounded, like any other failure. */
 		c->stats.resync_timeouts++;
@@ -105,6 +111,11 @@ int kvl_verbs_resync_out(struct kvl_verbs_conn *c, struct kvl_resync *m)
 void kvl_verbs_set_resync_timeout(struct kvl_verbs_conn *c, unsigned ms)
 {
 	c->resync_timeout_ns = (uint64_t)(ms ? ms : 1) * 1000 * 1000;
+}
+
+void kvl_verbs_set_stall_timeout(struct kvl_verbs_conn *c, unsigned ms)
+{
+	c->stall_ns = (uint64_t)(ms ? ms : 1) * 1000 * 1000;
 }
 
 void kvl_verbs_resync_in(struct kvl_verbs_conn *c, const struct kvl_resync *m)

@@ -73,6 +73,33 @@ void kvl_verbs_start_drain(struct kvl_verbs_conn *c)
 	c->phase = PH_DRAIN;
 	c->flush_end = c->done_seq;
 	c->rq_drain_deadline = kvl_now_ns() + RQ_DRAIN_NS;
+	c->drain_deadline = c->rq_drain_deadline - RQ_DRAIN_NS + DRAIN_NS;
+	c->stall_since_ns = 0;
+}
+
+/*
+ * An empty poll with WRs at the NIC: every STALL_POLLS of them, has a completion come since
+ * the last look? None for stall_ns: the QP is wedged; in error with it, and resync.
+ */
+static __attribute__((noinline)) unsigned stall_check(struct kvl_verbs_conn *c)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	uint64_t now;
+
+	if (++c->stall_polls % STALL_POLLS != 0)
+		return 0;
+	now = kvl_now_ns();
+	if (c->stall_since_ns == 0 || c->stall_done_seq != c->done_seq) {
+		c->stall_done_seq = c->done_seq;
+		c->stall_since_ns = now;
+		return 0;
+	}
+	if (now - c->stall_since_ns < c->stall_ns)
+		return 0;
+	c->stats.stall_resets++;
+	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+	kvl_verbs_start_drain(c);
+	return 1;
 }
 
 /*
@@ -181,6 +208,10 @@ unsigned kvl_verbs_progress(struct kvl_verbs_conn *c)
 	/* After the poll: a reset cleans the CQ, which must not happen inside one. */
 	if (c->phase != PH_RUN)
 		work += kvl_verbs_resync_step(c);
+	else if (work == 0 && c->nic_end > c->done_seq && !c->broken)
+		work += stall_check(c);
+	else if (work == 0 && c->stall_since_ns != 0 && c->nic_end == c->done_seq)
+		c->stall_since_ns = 0; /* nothing out: the next silence starts afresh */
 	return work;
 }
 

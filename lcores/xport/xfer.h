@@ -89,6 +89,7 @@ struct kvl_xport_stats {
 	/* RDMA queue pairs (0 on tcp): what the NIC was given and what it reported */
 	uint64_t qp_posted, qp_signaled, qp_cqes, qp_posts, qp_recoveries, qp_outstanding;
 	uint64_t qp_resyncs, qp_replayed;
+	uint64_t qp_stall_resets, qp_drain_timeouts; /* the watchdog's restarts; drains cut */
 	uint64_t qp_notes, qp_notes_dropped; /* WRITE_WITH_IMM received, and dropped untaken */
 	uint64_t qp_sge_wrs;		     /* WRs with several SGEs */
 	uint64_t qp_last_wc_status, qp_last_vendor_err; /* the last error CQE, raw */

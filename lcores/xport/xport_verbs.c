@@ -62,6 +62,8 @@ static void verbs_stats(const void *c, struct kvl_xport_stats *out)
 	out->qp_recoveries = v->recoveries;
 	out->qp_resyncs = v->resyncs;
 	out->qp_replayed = v->replayed;
+	out->qp_stall_resets = v->stall_resets;
+	out->qp_drain_timeouts = v->drain_timeouts;
 	out->qp_notes = v->notes;
 	out->qp_sge_wrs = v->sge_wrs;
 	out->qp_notes_dropped = v->notes_dropped;

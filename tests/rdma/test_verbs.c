@@ -1093,6 +1093,49 @@ static void test_fail_all(void)
 }
 
 #ifdef KVL_VERBS_MODEL
+
+/*
+ * A NIC that goes silent: WQEs taken, then no completion, no error and no retransmission
+ * (soft-RoCE under load, rdma e2e). The watchdog puts the QP in error after its bound, both
+ * ends resync, the requests go again and land; the NIC's own error path never ran.
+ */
+static void test_stall(void)
+{
+	enum { N = 8 };
+	struct kvl_wr w[N];
+	struct kvl_wc wc[N];
+	struct kvl_verbs_stats a0 = *kvl_verbs_stats(A.c), a1;
+	unsigned ok = 0;
+	double t0;
+
+	kvl_test_fill_random(A.buf, N * 64 * KIB);
+	poison(B.buf, A.buf, N * 64 * KIB);
+	for (unsigned i = 0; i < N; i++)
+		w[i] = mkwr(KVL_OP_WRITE, A.buf + i * 64 * KIB, SEG_RW, i * 64 * KIB, 64 * KIB);
+	kvl_verbs_set_stall_timeout(A.c, 300);
+	fake_nic_wedge(true);
+	t0 = kvl_now_s();
+	CHECK_INT(kvl_verbs_post(A.c, w, N), N);
+	CHECK(collect(A.c, B.c, wc, N, PHASE_TIMEOUT));
+	for (unsigned i = 0; i < N; i++)
+		ok += wc[i].wr_id == w[i].wr_id && wc[i].status == KVL_OK;
+	CHECK_INT(ok, N);
+	CHECK(kvl_now_s() - t0 >= 0.29); /* not before the bound */
+	CHECK_INT(first_diff(B.buf, A.buf, N * 64 * KIB), N * 64 * KIB);
+	a1 = *kvl_verbs_stats(A.c);
+	CHECK_INT(a1.stall_resets - a0.stall_resets, 1);
+	CHECK_INT(a1.recoveries - a0.recoveries, 1);
+	CHECK_INT(a1.replayed - a0.replayed, N);
+	CHECK_INT(a1.drain_timeouts - a0.drain_timeouts, 0);
+	CHECK_STR(kvl_verbs_qp_state(A.c), "RTS");
+	CHECK_STR(kvl_verbs_qp_state(B.c), "RTS");
+	printf("  wedged NIC: %u of %u WRITEs OK after %.2f s (stall bound 0.30 s), %llu stall "
+	       "reset, %llu posted again, every byte verified\n",
+	       ok, N, kvl_now_s() - t0, (unsigned long long)(a1.stall_resets - a0.stall_resets),
+	       (unsigned long long)(a1.replayed - a0.replayed));
+	fake_nic_wedge(false);
+	kvl_verbs_set_stall_timeout(A.c, 10000);
+}
 /*
  * fail_all, and connect again before A ever polls: the NIC's completions and flushes of the
  * failed incarnation are still in the send CQ at the reset. rdma-core leaves a CQ read
@@ -2503,6 +2546,8 @@ int main(void)
 #ifdef KVL_VERBS_MODEL
 	test_stale_at_reset();
 	test_replay_meets_err();
+	printf("a NIC that goes silent (model)\n");
+	test_stall();
 	printf("small READs and scatter to CQE (model)\n");
 	test_small_read();
 	printf("MLX5_SHUT_UP_BF (model)\n");

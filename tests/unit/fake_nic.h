@@ -68,6 +68,9 @@ void fake_nic_stats(struct fake_nic_stats *out);
 /* Knobs (set before traffic): flush CQEs only for signaled WQEs (default: for every WQE);
  * the interval between retransmissions of a WQE the responder did not take. */
 void fake_nic_flush_signaled_only(bool on);
+/* Wedge the NIC (as soft-RoCE under load was seen to): QPs in RTS keep the WQEs they are
+ * given, with no completion, error or retransmission, until any QP is moved to ERR. */
+void fake_nic_wedge(bool on);
 void fake_nic_retry_interval_us(unsigned us);
 /* The CQE size mlx5dv_init_obj reports from now on (as rdma-core with MLX5_CQE_SIZE=128 set):
  * the fast path must refuse it. 0: back to 64. No CQE is ever written at that size. */

@@ -145,6 +145,7 @@ static struct {
 	unsigned n_mr;
 	uint32_t next_qpn, next_cqn, next_key;
 	bool flush_signaled_only;
+	bool wedge; /* fake_nic_wedge(): RTS QPs hold their WQEs until a QP is put in error */
 	unsigned dv_cqe_size; /* what mlx5dv_init_obj says of CQs (0: 64) */
 	int scatter_mode;     /* fake_nic_scatter_to_cqe() */
 	uint64_t retry_ns;
@@ -193,6 +194,13 @@ void fake_nic_stats(struct fake_nic_stats *out)
 {
 	pthread_mutex_lock(&nic.lock);
 	*out = nic.st;
+	pthread_mutex_unlock(&nic.lock);
+}
+
+void fake_nic_wedge(bool on)
+{
+	pthread_mutex_lock(&nic.lock);
+	nic.wedge = on;
 	pthread_mutex_unlock(&nic.lock);
 }
 
@@ -721,6 +729,8 @@ static unsigned qp_step(struct fqp *q, uint64_t now)
 
 		if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR)
 			break; /* not sending yet: the WQEs wait */
+		if (q->state == IBV_QPS_RTS && nic.wedge)
+			break; /* wedged: no CQE, no error, no retransmission */
 		nbb = exec_wqe(q, (uint16_t)(announced - q->hw_ci), now);
 		if (nbb == 0)
 			break;
@@ -1674,6 +1684,8 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		rc = EINVAL;
 		goto out;
 	}
+	if (to == IBV_QPS_ERR)
+		nic.wedge = false; /* what a wedged NIC's reset brings back */
 	/* IB spec 10.3.1 / the PRM's QP state machine, RC, the attributes each move takes */
 	if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
 		need = 0;
