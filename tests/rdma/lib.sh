@@ -94,6 +94,18 @@ kvl_rdma_server() {
 	fi
 }
 
+# kvl_rdma_sample_qps PID FILE: while PID lives, both runtimes' /kvlane/qps (client "cli",
+# server "srv") every 15 s into FILE, so that a run that stalls shows what each QP held
+# (posted, completed, outstanding, state) while it did.
+kvl_rdma_sample_qps() {
+	while sleep 15 && kill -0 "$1" 2> /dev/null; do
+		for _p in cli srv; do
+			echo "== $(date +%T) $_p: $(timeout 20 python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" \
+				-f $_p /kvlane/qps 2>&1 | tr -d '\n' | cut -c1-1500)"
+		done >> "$2"
+	done
+}
+
 # kvl_rdma_perf TAG OP SEG_SIZE N "TELEMETRY..." EAL...
 # One verified kvlane-perf run (OP --read or --write, N x 1 MiB, 16 in flight) from DIR $tmp's
 # a.ini on $RXE_DEV0 against the kvlaned of kvl_rdma_server. It lingers once done, so that each
@@ -107,7 +119,10 @@ kvl_rdma_perf() {
 		$_op --verify --json --linger 120 "$RXE_IP1:18515" \
 		> "$out/perf$_op.json" 2> "$out/perf$_op.log" &
 	cli=$!
+	kvl_rdma_sample_qps $cli "$out/qps$_op.log" &
+	_smp=$!
 	kvl_rdma_wait_line "$out/perf$_op.log" lingering $cli || true
+	kill $_smp 2> /dev/null || true
 	for _c in $_cmds; do
 		python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f cli "$_c" \
 			> "$out/cli_${_c##*/}$_op.json" || _rc=1
@@ -115,6 +130,8 @@ kvl_rdma_perf() {
 	kill -TERM $cli 2> /dev/null || true
 	if ! wait $cli; then
 		echo "$_tag: kvlane-perf $_op failed:"; cat "$out/perf$_op.log" "$out/perf$_op.json"
+		echo "$_tag: the last /kvlane/qps samples of both runtimes ($out/qps$_op.log):"
+		tail -n 24 "$out/qps$_op.log" 2> /dev/null
 		_rc=1
 	fi
 	return $_rc
