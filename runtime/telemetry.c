@@ -548,6 +548,13 @@ static void stats_transport(struct rte_tel_data *d, const char *tr,
 	U(served_bytes);
 	U(tx_bytes);
 	U(rx_bytes);
+	if (strcmp(tr, "tcp") == 0) { /* READs into VRAM through the bounce (tcp_data.h) */
+		U(gpu_bounce_bytes);
+		U(gpu_copies);
+		U(gpu_copies_done);
+		U(gpu_copy_ns);
+		U(gpu_bounce_waits);
+	}
 	if (strcmp(tr, "tcp") != 0) {
 		U(qp_posted);
 		U(qp_signaled);
