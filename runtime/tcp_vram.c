@@ -2,7 +2,6 @@
 /* tcp's road into VRAM: bounce buffers carved from the [memory] pool, copies by lcores/gpu/h2d.c.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,10 +54,7 @@ static void b_free(void *arg)
 	struct kvl_local_segs *s = &b->rt->segs;
 
 	kvl_h2d_free(b->h); /* waits for its stream: no copy reads the buffers after this */
-	pthread_mutex_lock(&s->lock);
-	if (s->pool.base != NULL)
-		kvl_pool_free(&s->pool, b->mem);
-	pthread_mutex_unlock(&s->lock);
+	kvl_pool_free(&s->pool, b->mem); /* the pool locks its own allocator */
 	free(b);
 }
 
@@ -74,6 +70,7 @@ int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_con
 	struct bounce *b;
 	char why[256];
 	int dev = kvl_staging_gpu_of(rt, nic);
+	static bool said; /* the log line, once per process */
 
 	if (!kvl_tcp_vram_ok(rt, NULL, 0))
 		return 0; /* READs into VRAM stay refused; kvl_tcp_vram_ok says why where asked */
@@ -85,7 +82,6 @@ int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_con
 	}
 	b->rt = rt;
 	b->nic = nic;
-	pthread_mutex_lock(&s->lock);
 	b->mem = kvl_pool_alloc(&s->pool, len, 0);
 	if (b->mem == NULL)
 		snprintf(err, errlen,
@@ -95,7 +91,6 @@ int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_con
 			 rt->cfg.nics[nic].label, (unsigned long long)(len >> 20),
 			 kvl_pool_chunks_used(&s->pool), s->pool.n_chunks,
 			 kvl_pool_largest_free(&s->pool));
-	pthread_mutex_unlock(&s->lock);
 	if (b->mem == NULL) {
 		free(b);
 		return -ENOMEM;
@@ -103,9 +98,7 @@ int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_con
 	b->h = kvl_h2d_new(dev, KVL_TCP_VRAM_BUFS, why, sizeof(why));
 	if (b->h == NULL) {
 		snprintf(err, errlen, "nic.%s: tcp into VRAM: %s", rt->cfg.nics[nic].label, why);
-		pthread_mutex_lock(&s->lock);
 		kvl_pool_free(&s->pool, b->mem);
-		pthread_mutex_unlock(&s->lock);
 		free(b);
 		return -ENODEV;
 	}
@@ -119,6 +112,13 @@ int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_con
 		b_free(b);
 		return -EINVAL;
 	}
+	if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		KVL_LOG(INFO,
+			"nic.%s: tcp READs into VRAM land in %u bounce buffers of %u KiB per data "
+			"connection (%llu MiB of the [memory] pool each), copied to GPU %d on the "
+			"connection's own stream",
+			rt->cfg.nics[nic].label, KVL_TCP_VRAM_BUFS, KVL_TCP_VRAM_BUF >> 10,
+			(unsigned long long)(len >> 20), dev);
 	return 0;
 #else
 	(void)rt;
