@@ -139,8 +139,10 @@ static void start_server(const char *kvlaned, const char *ini, const char *log, 
 		if (f == NULL || dup2(fileno(stdout), 2) < 0)
 			_exit(127);
 		setenv("RUNTIME_DIRECTORY", rundir, 1);
-		execl(kvlaned, "kvlaned", "-l", "2-3", "--no-huge", "-m", "1600", "--no-pci",
-		      "--file-prefix", prefix, "--", "-c", ini, (char *)NULL);
+		/* beside this process's lcores 0-1 where the host has the cores for it */
+		execl(kvlaned, "kvlaned", "-l", sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? "2-3" : "0-1",
+		      "--no-huge", "-m", "1600", "--no-pci", "--file-prefix", prefix, "--", "-c",
+		      ini, (char *)NULL);
 		_exit(127);
 	}
 	atexit(stop_server);
@@ -166,6 +168,8 @@ static void start_server(const char *kvlaned, const char *ini, const char *log, 
 		usleep(50000);
 	}
 }
+
+static char lcore_comm[64]; /* the thread lcore_cpu_s() read, for the BENCH line */
 
 /* CPU seconds (user + system) of this process's thread named like a DPDK worker lcore; -1 if
  * none is found. */
@@ -207,8 +211,11 @@ static double lcore_cpu_s(void)
 			   &st) == 2) {
 			double s = (double)(ut + st) / sysconf(_SC_CLK_TCK);
 
-			if (s > best)
+			if (s > best) {
 				best = s; /* the NIC lcore: the busiest worker */
+				snprintf(lcore_comm, sizeof(lcore_comm), "%.*s",
+					 (int)strcspn(comm, "\n"), comm);
+			}
 		}
 	}
 	if (d != NULL)
@@ -263,13 +270,121 @@ static long long tel_num(const char *out, const char *key)
 	return strtoll(p, NULL, 10);
 }
 
+/* The BENCH line of one run (see the header). */
+static void bench_line(const char *mode, uint64_t bytes, double wall, double lc, double pc,
+		       double sc)
+{
+	const double gib = (double)bytes / (1u << 30);
+
+	/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it runs;
+	 * the peer's is the sending kvlaned, which the host tier does not have */
+	printf("BENCH tcp_vram mode=%s bytes=%llu wall_s=%.3f GBps=%.2f lcore_cpu_s=%.3f "
+	       "lcore_cpu_s_per_gib=%.3f process_cpu_s_per_gib=%.3f peer_cpu_s_per_gib=%.3f "
+	       "lcore_thread=%s\n",
+	       mode, (unsigned long long)bytes, wall, bytes / wall / 1e9, lc, lc / gib, pc / gib,
+	       sc / gib, lcore_comm[0] ? lcore_comm : "(none found)");
+}
+
+/*
+ * host: the same 1 GiB over tcp into host staging (no GPU, no bounce), checked by the CPU
+ * behind the READY words: the tcp path's baseline, on any host, for the BENCH line beside the
+ * VRAM modes'.
+ */
+static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
+{
+	static struct kvl_req_block blocks[N_BLOCKS];
+	static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
+	struct kvl_req_desc d;
+	struct kvl_req_flags fl;
+	struct kvl_req_event ev[64];
+	uint64_t checked = 0, bad = 0;
+	double t0, t_end, lc0, pc0, sc0;
+	int ended = 0, end_status = -1;
+	kvl_req_t req;
+
+	for (uint32_t i = 0; i < N_BLOCKS; i++) {
+		memset(&blocks[i], 0, sizeof(blocks[i]));
+		blocks[i].remote_seg = seg_id;
+		blocks[i].remote_off = (uint64_t)i * BLOCK;
+		blocks[i].length = BLOCK;
+		refs[i] = i;
+	}
+	for (uint32_t k = 0; k <= N_STEPS; k++)
+		first[k] = k * PER_STEP;
+	memset(&d, 0, sizeof(d));
+	d.blocks = blocks;
+	d.n_blocks = N_BLOCKS;
+	d.n_steps = N_STEPS;
+	d.step_first = first;
+	d.step_blocks = refs;
+	d.flags = KVL_REQ_STEP_FLAGS;
+	lc0 = lcore_cpu_s();
+	pc0 = proc_cpu_s();
+	sc0 = pid_cpu_s(server);
+	t0 = now_s();
+	EXPECT(kvl_req_open(rt, peer, &d, &req) == 0, "kvl_req_open into host staging");
+	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0, "step flags");
+	for (uint32_t k = 0; k < N_STEPS; k++) {
+		const volatile uint32_t *rw =
+			(const volatile uint32_t *)((const uint8_t *)fl.ready +
+						    (size_t)k * fl.stride);
+
+		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
+			int n = (int)kvl_req_poll(rt, ev, 64);
+
+			for (int i = 0; i < n; i++)
+				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+					ended = 1;
+					end_status = ev[i].status;
+				}
+			EXPECT(!ended, "request ended before step %u was READY: %s", k,
+			       kvl_status_name(end_status));
+			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
+			       LIMIT_S);
+		}
+		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
+			void *a;
+
+			EXPECT(kvl_req_block_addr(rt, req, j, &a) == 0, "block %u address", j);
+			bad += kvl_pattern_check(a, BLOCK, SEED, (uint64_t)j * BLOCK) != BLOCK;
+			checked += BLOCK;
+		}
+		__atomic_store_n((uint32_t *)((uintptr_t)fl.done + (size_t)k * fl.stride), fl.epoch,
+				 __ATOMIC_RELEASE);
+	}
+	while (!ended) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+				ended = 1;
+				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+			}
+		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
+	}
+	t_end = now_s();
+	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
+	EXPECT(checked == (uint64_t)N_BLOCKS * BLOCK && bad == 0,
+	       "%llu of %llu bytes checked, %llu blocks differ", (unsigned long long)checked,
+	       (unsigned long long)N_BLOCKS * BLOCK, (unsigned long long)bad);
+	printf("%u blocks (%llu bytes) over tcp into host staging, checked by the CPU behind "
+	       "READY words, 0 bad; open to DONE in %.3f s\n",
+	       N_BLOCKS, (unsigned long long)checked, t_end - t0);
+	bench_line("host", checked, t_end - t0, lcore_cpu_s() - lc0, proc_cpu_s() - pc0,
+		   pid_cpu_s(server) - sc0);
+	kvl_stop(rt);
+	stop_server();
+	printf("PASS: tcp_vram host (1 GiB over tcp into host staging, every byte checked)\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char srv_ini[2048], cli_ini[2048], out[65536];
 	static struct kvl_req_block blocks[N_BLOCKS];
 	static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
 	const char *kvlaned = argc > 1 ? argv[1] : NULL, *mode = argc > 2 ? argv[2] : "staging";
-	bool dest = strcmp(mode, "dest") == 0;
+	bool dest = strcmp(mode, "dest") == 0, host = strcmp(mode, "host") == 0;
 	struct kvl_remote_seg rs[8];
 	struct kvl_segment cache_seg;
 	struct kvl_req_desc d;
@@ -289,14 +404,15 @@ int main(int argc, char **argv)
 	int stage = 0, n, ended = 0, end_status = -1;
 	FILE *f;
 
-	if (kvlaned == NULL || (!dest && strcmp(mode, "staging") != 0)) {
-		printf("usage: %s KVLANED staging|dest\n", argv[0]);
+	if (kvlaned == NULL || (!dest && !host && strcmp(mode, "staging") != 0)) {
+		printf("usage: %s KVLANED staging|dest|host\n", argv[0]);
 		return 2;
 	}
-	if (gpu_test_devices() == 0)
+	if (!host && gpu_test_devices() == 0)
 		return GPU_TEST_SKIP;
 	gpu_rt_init("tcpvram");
-	CK(cudaSetDevice(0));
+	if (!host)
+		CK(cudaSetDevice(0));
 	snprintf(secret, sizeof(secret), "%s/secret", gpu_rt_tmp);
 	f = fopen(secret, "w");
 	EXPECT(f != NULL, "write %s", secret);
@@ -319,14 +435,15 @@ int main(int argc, char **argv)
 	snprintf(cli_ini, sizeof(cli_ini),
 		 "[runtime]\nname = tcpvram\nidle_policy = poll\n"
 		 "[nic.lo]\ndevice = lo\ntransport = tcp\n"
-		 "[gpu]\nenable = true\ndevice_id = 0\nvram_reserve_mb = 2048\n"
+		 "[gpu]\nenable = %s\ndevice_id = 0\nvram_reserve_mb = 2048\n"
 		 "[memory]\npool_size_mb = %u\nchunk_size_kb = 2048\n"
 		 "[sched]\nstaging_mb = %u\nslot_kb = 64\nstaging = %s\n"
 		 "window_max_mb = 256\nmax_blocks = 65536\n"
 		 "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n",
 		 /* the configuration check counts staging against the pool even in VRAM;
 		  * 16 MiB more for the bounce buffers of the NIC's 2 data connections */
-		 dest ? 64u : 320u, dest ? 16u : 256u, dest ? "host" : "gpu", secret);
+		 host ? "false" : "true", dest ? 64u : 320u, dest ? 16u : 256u,
+		 dest || host ? "host" : "gpu", secret);
 	rt = gpu_rt_start(gpu_rt_write_ini("client.ini", cli_ini), NULL, 0, err, sizeof(err),
 			  &stage);
 	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
@@ -339,6 +456,8 @@ int main(int argc, char **argv)
 	EXPECT(seg_id != 0, "the peer offers no 1 GiB segment (%d segments)", n);
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.300s\n", out);
+	if (host)
+		return run_host(rt, peer, seg_id);
 	if (!dest)
 		EXPECT(strstr(out, "\"staging\":[\"gpu\"]") != NULL, "staging not in VRAM: %s",
 		       out);
@@ -471,7 +590,6 @@ int main(int argc, char **argv)
 	}
 	{
 		struct counts h;
-		const double gib = (double)N_BLOCKS * BLOCK / (1u << 30);
 
 		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
@@ -489,13 +607,7 @@ int main(int argc, char **argv)
 			printf("guards: %llu bytes around the destinations checked, 0 changed\n",
 			       h.guard_checked);
 		}
-		/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it
-		 * runs; the peer's is the sending kvlaned, which the host tier does not have */
-		printf("BENCH tcp_vram mode=%s bytes=%llu wall_s=%.3f GBps=%.2f lcore_cpu_s=%.3f "
-		       "lcore_cpu_s_per_gib=%.3f process_cpu_s_per_gib=%.3f "
-		       "peer_cpu_s_per_gib=%.3f\n",
-		       mode, h.checked, t_end - t0, h.checked / (t_end - t0) / 1e9, lc1 - lc0,
-		       (lc1 - lc0) / gib, (pc1 - pc0) / gib, (sc1 - sc0) / gib);
+		bench_line(mode, h.checked, t_end - t0, lc1 - lc0, pc1 - pc0, sc1 - sc0);
 	}
 	gpu_rt_tel("/kvlane/stats", out, sizeof(out));
 	{
