@@ -46,6 +46,7 @@ struct kvl_h2d *kvl_h2d_new(int device, unsigned depth, char *err, size_t errlen
 	CUcontext prev = NULL;
 	CUresult r;
 	const char *what;
+	bool swapped = false;
 
 	if (d == NULL)
 		return NULL; /* errno ENODEV, err says why */
@@ -80,6 +81,7 @@ struct kvl_h2d *kvl_h2d_new(int device, unsigned depth, char *err, size_t errlen
 	if (r == CUDA_SUCCESS) {
 		what = "cuCtxSetCurrent";
 		r = d->ctx_set_current(h->ctx);
+		swapped = r == CUDA_SUCCESS && prev != h->ctx;
 	}
 	if (r == CUDA_SUCCESS) {
 		what = "cuStreamCreate";
@@ -89,15 +91,17 @@ struct kvl_h2d *kvl_h2d_new(int device, unsigned depth, char *err, size_t errlen
 		what = "cuEventCreate";
 		r = d->event_create(&h->ev[i], CU_EVENT_DISABLE_TIMING);
 	}
-	if (h->ctx != NULL && prev != h->ctx)
-		d->ctx_set_current(prev);
 	if (r != CUDA_SUCCESS) {
 		snprintf(err, errlen, "h2d: CUDA device %d: %s: %s", device, what,
 			 kvl_cudrv_strerror(r));
-		destroy(h);
+		destroy(h); /* with the primary context still current, where it was made so */
+		if (swapped)
+			d->ctx_set_current(prev);
 		errno = ENODEV;
 		return NULL;
 	}
+	if (swapped)
+		d->ctx_set_current(prev);
 	return h;
 }
 
