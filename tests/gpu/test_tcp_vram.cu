@@ -285,28 +285,23 @@ static void bench_line(const char *mode, uint64_t bytes, double wall, double lc,
 	       sc / gib, lcore_comm[0] ? lcore_comm : "(none found)");
 }
 
-/*
- * host: the same 1 GiB over tcp into host staging (no GPU, no bounce), checked by the CPU
- * behind the READY words: the tcp path's baseline, on any host, for the BENCH line beside the
- * VRAM modes'.
- */
-static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
+/* The request: 16384 blocks of the peer's segment @seg_id in 64 steps, each block at @dest's
+ * scattered slot when @dest (KVL_REQ_ENGINE_DEST), else in staging. */
+static struct kvl_req_block blocks[N_BLOCKS];
+static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
+
+static struct kvl_req_desc make_request(uint32_t seg_id, uint8_t *dest)
 {
-	static struct kvl_req_block blocks[N_BLOCKS];
-	static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
 	struct kvl_req_desc d;
-	struct kvl_req_flags fl;
-	struct kvl_req_event ev[64];
-	uint64_t checked = 0, bad = 0;
-	double t0, t_end, lc0, pc0, sc0;
-	int ended = 0, end_status = -1;
-	kvl_req_t req;
 
 	for (uint32_t i = 0; i < N_BLOCKS; i++) {
 		memset(&blocks[i], 0, sizeof(blocks[i]));
 		blocks[i].remote_seg = seg_id;
 		blocks[i].remote_off = (uint64_t)i * BLOCK;
 		blocks[i].length = BLOCK;
+		/* slot (i * 7919) mod N: odd and coprime with 2^14, so a permutation */
+		if (dest != NULL)
+			blocks[i].local = dest + LEAD + (size_t)((i * 7919u) % N_BLOCKS) * SLOT;
 		refs[i] = i;
 	}
 	for (uint32_t k = 0; k <= N_STEPS; k++)
@@ -317,7 +312,59 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 	d.n_steps = N_STEPS;
 	d.step_first = first;
 	d.step_blocks = refs;
-	d.flags = KVL_REQ_STEP_FLAGS;
+	d.flags = KVL_REQ_STEP_FLAGS | (dest != NULL ? KVL_REQ_ENGINE_DEST : 0);
+	return d;
+}
+
+/* Until step @k's READY word says its blocks landed, taking the STEP_READY events; a request
+ * that ended before, or LIMIT_S from @t0, fails the test. */
+static void wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl, uint32_t k,
+		       double t0)
+{
+	const volatile uint32_t *rw =
+		(const volatile uint32_t *)((const uint8_t *)fl->ready + (size_t)k * fl->stride);
+	struct kvl_req_event ev[64];
+
+	while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
+			       "request ended before step %u was READY: %s", k,
+			       kvl_status_name(ev[i].status));
+		EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k, LIMIT_S);
+	}
+}
+
+/* Until the request ends: 0 for DONE, else its FAILED status. */
+static int wait_end(struct kvl_runtime *rt, double t0)
+{
+	struct kvl_req_event ev[64];
+
+	for (;;) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != KVL_REQ_EV_STEP_READY)
+				return ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
+	}
+}
+
+/*
+ * host: the same 1 GiB over tcp into host staging (no GPU, no bounce), checked by the CPU
+ * behind the READY words: the tcp path's baseline, on any host, for the BENCH line beside the
+ * VRAM modes'.
+ */
+static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
+{
+	struct kvl_req_desc d = make_request(seg_id, NULL);
+	struct kvl_req_flags fl;
+	uint64_t checked = 0, bad = 0;
+	double t0, t_end, lc0, pc0, sc0;
+	int end_status;
+	kvl_req_t req;
+
 	lc0 = lcore_cpu_s();
 	pc0 = proc_cpu_s();
 	sc0 = pid_cpu_s(server);
@@ -325,23 +372,7 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 	EXPECT(kvl_req_open(rt, peer, &d, &req) == 0, "kvl_req_open into host staging");
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0, "step flags");
 	for (uint32_t k = 0; k < N_STEPS; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl.ready +
-						    (size_t)k * fl.stride);
-
-		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
-			int n = (int)kvl_req_poll(rt, ev, 64);
-
-			for (int i = 0; i < n; i++)
-				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-					ended = 1;
-					end_status = ev[i].status;
-				}
-			EXPECT(!ended, "request ended before step %u was READY: %s", k,
-			       kvl_status_name(end_status));
-			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
-			       LIMIT_S);
-		}
+		wait_ready(rt, &fl, k, t0);
 		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
 			void *a;
 
@@ -352,16 +383,7 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 		__atomic_store_n((uint32_t *)((uintptr_t)fl.done + (size_t)k * fl.stride), fl.epoch,
 				 __ATOMIC_RELEASE);
 	}
-	while (!ended) {
-		int n = (int)kvl_req_poll(rt, ev, 64);
-
-		for (int i = 0; i < n; i++)
-			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-				ended = 1;
-				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
-			}
-		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
-	}
+	end_status = wait_end(rt, t0);
 	t_end = now_s();
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	EXPECT(checked == (uint64_t)N_BLOCKS * BLOCK && bad == 0,
@@ -381,15 +403,12 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 int main(int argc, char **argv)
 {
 	static char srv_ini[2048], cli_ini[2048], out[65536];
-	static struct kvl_req_block blocks[N_BLOCKS];
-	static uint32_t first[N_STEPS + 1], refs[N_BLOCKS];
 	const char *kvlaned = argc > 1 ? argv[1] : NULL, *mode = argc > 2 ? argv[2] : "staging";
 	bool dest = strcmp(mode, "dest") == 0, host = strcmp(mode, "host") == 0;
 	struct kvl_remote_seg rs[8];
 	struct kvl_segment cache_seg;
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
-	struct kvl_req_event ev[64];
 	char err[2048], addr[64], secret[160], log[160];
 	uint64_t **tab, **tab_dev;
 	volatile uint32_t *table_ready;
@@ -401,7 +420,7 @@ int main(int argc, char **argv)
 	cudaStream_t st;
 	kvl_req_t req;
 	double t0, t_end, lc0, lc1, pc0, pc1, sc0, sc1;
-	int stage = 0, n, ended = 0, end_status = -1;
+	int stage = 0, n, end_status = -1;
 	FILE *f;
 
 	if (kvlaned == NULL || (!dest && !host && strcmp(mode, "staging") != 0)) {
@@ -476,25 +495,7 @@ int main(int argc, char **argv)
 		EXPECT(cache_seg.mem == KVL_MEM_GPU, "the cache is not seen as GPU memory (%u)",
 		       cache_seg.mem);
 	}
-	for (uint32_t i = 0; i < N_BLOCKS; i++) {
-		memset(&blocks[i], 0, sizeof(blocks[i]));
-		blocks[i].remote_seg = seg_id;
-		blocks[i].remote_off = (uint64_t)i * BLOCK;
-		blocks[i].length = BLOCK;
-		/* slot (i * 7919) mod N: odd and coprime with 2^14, so a permutation */
-		if (dest)
-			blocks[i].local = cache + LEAD + (size_t)((i * 7919u) % N_BLOCKS) * SLOT;
-		refs[i] = i;
-	}
-	for (uint32_t k = 0; k <= N_STEPS; k++)
-		first[k] = k * PER_STEP;
-	memset(&d, 0, sizeof(d));
-	d.blocks = blocks;
-	d.n_blocks = N_BLOCKS;
-	d.n_steps = N_STEPS;
-	d.step_first = first;
-	d.step_blocks = refs;
-	d.flags = KVL_REQ_STEP_FLAGS | (dest ? KVL_REQ_ENGINE_DEST : 0);
+	d = make_request(seg_id, dest ? cache : NULL);
 
 	CK(cudaHostAlloc((void **)&tab, N_BLOCKS * sizeof(*tab), cudaHostAllocMapped));
 	CK(cudaHostGetDevicePointer((void **)&tab_dev, tab, 0));
@@ -540,22 +541,7 @@ int main(int argc, char **argv)
 		       "write DONE %u: %s", k, err);
 	}
 	for (uint32_t k = 0; k < N_STEPS; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl.ready +
-						    (size_t)k * fl.stride);
-
-		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
-			n = (int)kvl_req_poll(rt, ev, 64);
-			for (int i = 0; i < n; i++)
-				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-					ended = 1;
-					end_status = ev[i].status;
-				}
-			EXPECT(!ended, "request ended before step %u was READY: %s", k,
-			       kvl_status_name(end_status));
-			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
-			       LIMIT_S);
-		}
+		wait_ready(rt, &fl, k, t0);
 		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
 			void *a;
 
@@ -568,15 +554,7 @@ int main(int argc, char **argv)
 		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
 				 __ATOMIC_RELEASE);
 	}
-	while (!ended) {
-		n = (int)kvl_req_poll(rt, ev, 64);
-		for (int i = 0; i < n; i++)
-			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-				ended = 1;
-				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
-			}
-		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
-	}
+	end_status = wait_end(rt, t0);
 	t_end = now_s();
 	lc1 = lcore_cpu_s();
 	pc1 = proc_cpu_s();
