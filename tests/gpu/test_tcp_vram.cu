@@ -270,19 +270,65 @@ static long long tel_num(const char *out, const char *key)
 	return strtoll(p, NULL, 10);
 }
 
-/* The BENCH line of one run (see the header). */
-static void bench_line(const char *mode, uint64_t bytes, double wall, double lc, double pc,
-		       double sc)
+/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
+static unsigned long long tel_sum(const char *out, const char *key)
 {
-	const double gib = (double)bytes / (1u << 30);
+	unsigned long long sum = 0;
+	char k[96];
+	const char *p;
 
-	/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it runs;
-	 * the peer's is the sending kvlaned, which the host tier does not have */
+	snprintf(k, sizeof(k), "\"%s\":[", key);
+	p = strstr(out, k);
+	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
+		char *e;
+
+		sum += strtoull(p, &e, 10);
+		p = *e == ',' ? e + 1 : e;
+		if (e == p && *p != ']')
+			break;
+	}
+	return sum;
+}
+
+/* What the BENCH line compares, taken before and after the request. */
+struct sample {
+	double t, lcore, proc, peer;   /* seconds: wall, then CPU */
+	unsigned long long busy, idle; /* the NIC lcore's loop (/kvlane/lcores) */
+};
+
+static struct sample take(void)
+{
+	static char out[16384];
+	struct sample x;
+
+	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
+	x.busy = tel_sum(out, "busy_cycles");
+	x.idle = tel_sum(out, "idle_cycles");
+	x.lcore = lcore_cpu_s();
+	x.proc = proc_cpu_s();
+	x.peer = pid_cpu_s(server);
+	x.t = now_s();
+	return x;
+}
+
+/* The BENCH line of one run (see the header). */
+static void bench_line(const char *mode, uint64_t bytes, const struct sample *a,
+		       const struct sample *b)
+{
+	const double gib = (double)bytes / (1u << 30), wall = b->t - a->t;
+	unsigned long long busy = b->busy - a->busy, all = busy + (b->idle - a->idle);
+	/* the loop's passes that did work, as a share of the wall time */
+	double busy_s = all ? wall * (double)busy / (double)all : 0;
+
+	/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it runs,
+	 * its busy time is what the path cost it; the peer's is the sending kvlaned, which the
+	 * host tier does not have */
 	printf("BENCH tcp_vram mode=%s bytes=%llu wall_s=%.3f GBps=%.2f lcore_cpu_s=%.3f "
-	       "lcore_cpu_s_per_gib=%.3f process_cpu_s_per_gib=%.3f peer_cpu_s_per_gib=%.3f "
-	       "lcore_thread=%s\n",
-	       mode, (unsigned long long)bytes, wall, bytes / wall / 1e9, lc, lc / gib, pc / gib,
-	       sc / gib, lcore_comm[0] ? lcore_comm : "(none found)");
+	       "lcore_cpu_s_per_gib=%.3f lcore_busy_s_per_gib=%.3f process_cpu_s_per_gib=%.3f "
+	       "peer_cpu_s_per_gib=%.3f lcore_thread=%s\n",
+	       mode, (unsigned long long)bytes, wall, bytes / wall / 1e9, b->lcore - a->lcore,
+	       (b->lcore - a->lcore) / gib, busy_s / gib, (b->proc - a->proc) / gib,
+	       (b->peer - a->peer) / gib, lcore_comm[0] ? lcore_comm : "(none found)");
 }
 
 /* The request: 16384 blocks of the peer's segment @seg_id in 64 steps, each block at @dest's
@@ -361,14 +407,13 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 	struct kvl_req_desc d = make_request(seg_id, NULL);
 	struct kvl_req_flags fl;
 	uint64_t checked = 0, bad = 0;
-	double t0, t_end, lc0, pc0, sc0;
+	struct sample s0, s1;
+	double t0, t_end;
 	int end_status;
 	kvl_req_t req;
 
-	lc0 = lcore_cpu_s();
-	pc0 = proc_cpu_s();
-	sc0 = pid_cpu_s(server);
-	t0 = now_s();
+	s0 = take();
+	t0 = s0.t;
 	EXPECT(kvl_req_open(rt, peer, &d, &req) == 0, "kvl_req_open into host staging");
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0, "step flags");
 	for (uint32_t k = 0; k < N_STEPS; k++) {
@@ -384,7 +429,8 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 				 __ATOMIC_RELEASE);
 	}
 	end_status = wait_end(rt, t0);
-	t_end = now_s();
+	s1 = take();
+	t_end = s1.t;
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	EXPECT(checked == (uint64_t)N_BLOCKS * BLOCK && bad == 0,
 	       "%llu of %llu bytes checked, %llu blocks differ", (unsigned long long)checked,
@@ -392,8 +438,7 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 	printf("%u blocks (%llu bytes) over tcp into host staging, checked by the CPU behind "
 	       "READY words, 0 bad; open to DONE in %.3f s\n",
 	       N_BLOCKS, (unsigned long long)checked, t_end - t0);
-	bench_line("host", checked, t_end - t0, lcore_cpu_s() - lc0, proc_cpu_s() - pc0,
-		   pid_cpu_s(server) - sc0);
+	bench_line("host", checked, &s0, &s1);
 	kvl_stop(rt);
 	stop_server();
 	printf("PASS: tcp_vram host (1 GiB over tcp into host staging, every byte checked)\n");
@@ -419,7 +464,8 @@ int main(int argc, char **argv)
 	kvl_peer_t peer;
 	cudaStream_t st;
 	kvl_req_t req;
-	double t0, t_end, lc0, lc1, pc0, pc1, sc0, sc1;
+	double t0, t_end;
+	struct sample s0, s1;
 	int stage = 0, n, end_status = -1;
 	FILE *f;
 
@@ -514,10 +560,8 @@ int main(int argc, char **argv)
 		CK(cudaFuncGetAttributes(&fa, check_guards));
 	}
 
-	lc0 = lcore_cpu_s();
-	pc0 = proc_cpu_s();
-	sc0 = pid_cpu_s(server);
-	t0 = now_s();
+	s0 = take();
+	t0 = s0.t;
 	{
 		int rc = kvl_req_open(rt, peer, &d, &req);
 
@@ -555,10 +599,8 @@ int main(int argc, char **argv)
 				 __ATOMIC_RELEASE);
 	}
 	end_status = wait_end(rt, t0);
-	t_end = now_s();
-	lc1 = lcore_cpu_s();
-	pc1 = proc_cpu_s();
-	sc1 = pid_cpu_s(server);
+	s1 = take();
+	t_end = s1.t;
 	CK(cudaStreamSynchronize(st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	if (dest) {
@@ -585,7 +627,7 @@ int main(int argc, char **argv)
 			printf("guards: %llu bytes around the destinations checked, 0 changed\n",
 			       h.guard_checked);
 		}
-		bench_line(mode, h.checked, t_end - t0, lc1 - lc0, pc1 - pc0, sc1 - sc0);
+		bench_line(mode, h.checked, &s0, &s1);
 	}
 	gpu_rt_tel("/kvlane/stats", out, sizeof(out));
 	{
