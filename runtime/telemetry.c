@@ -323,6 +323,15 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "gpu_distance", kvl_pci_dist_name(rt->nic[i].gpu.dist));
 	put_str(k, "gpu_source", rt->nic[i].gpu.from_conf ? "config" : "topology");
 	put_str(k, "gpu_note", rt->nic[i].gpu.note);
+	/* tcp: whether its READs can land in VRAM (bounce buffers + copies), else why not */
+	{
+		char why[160], v[176] = "";
+
+		if (ni->transport == KVL_TRANSPORT_TCP && rt->nic[i].vdev == NULL)
+			snprintf(v, sizeof(v), "%s%s",
+				 kvl_tcp_vram_ok(rt, why, sizeof(why)) ? "bounce" : "off: ", why);
+		put_str(k, "tcp_vram", v);
+	}
 }
 
 /* Every NIC in column form. */
