@@ -521,6 +521,10 @@ int main(int argc, char **argv)
 	EXPECT(seg_id != 0, "the peer offers no 1 GiB segment (%d segments)", n);
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.300s\n", out);
+	gpu_rt_tel("/kvlane/nics", out, sizeof(out));
+	EXPECT(strstr(out,
+		      host ? "\"tcp_vram\":[\"off: no GPU is open" : "\"tcp_vram\":[\"bounce\"]"),
+	       "/kvlane/nics tcp_vram: %.1500s", out);
 	if (host)
 		return run_host(rt, peer, seg_id);
 	if (!dest)
