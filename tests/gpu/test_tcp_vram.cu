@@ -169,10 +169,33 @@ static void start_server(const char *kvlaned, const char *ini, const char *log, 
 	}
 }
 
+/* CPU seconds (user + system) in the /proc stat file @path (a process's or a thread's); -1
+ * if unreadable. */
+static double stat_cpu_s(const char *path)
+{
+	char stat[1024];
+	unsigned long ut = 0, st = 0;
+	FILE *f = fopen(path, "r");
+	char *p;
+
+	if (f == NULL)
+		return -1;
+	if (fgets(stat, sizeof(stat), f) == NULL)
+		stat[0] = '\0';
+	fclose(f);
+	p = strrchr(stat, ')');
+	/* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+	 * cmajflt utime stime */
+	if (p == NULL ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+}
+
 static char lcore_comm[64]; /* the thread lcore_cpu_s() read, for the BENCH line */
 
-/* CPU seconds (user + system) of this process's thread named like a DPDK worker lcore; -1 if
- * none is found. */
+/* CPU seconds of this process's thread named like a DPDK worker lcore (the busiest: the NIC
+ * lcore); -1 if none is found. */
 static double lcore_cpu_s(void)
 {
 	DIR *d = opendir("/proc/self/task");
@@ -180,10 +203,9 @@ static double lcore_cpu_s(void)
 	double best = -1;
 
 	while (d != NULL && (e = readdir(d)) != NULL) {
-		char path[300], comm[64] = "", stat[1024];
-		unsigned long ut = 0, st = 0;
+		char path[300], comm[64] = "";
 		FILE *f;
-		char *p;
+		double s;
 
 		if (e->d_name[0] == '.')
 			continue;
@@ -197,25 +219,11 @@ static double lcore_cpu_s(void)
 		if (strstr(comm, "worker") == NULL)
 			continue; /* EAL names its lcore threads rte-worker-N / lcore-worker-N */
 		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
-		f = fopen(path, "r");
-		if (f == NULL)
-			continue;
-		if (fgets(stat, sizeof(stat), f) == NULL)
-			stat[0] = '\0';
-		fclose(f);
-		p = strrchr(stat, ')');
-		/* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt
-		 * majflt cmajflt utime stime */
-		if (p != NULL &&
-		    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-			   &st) == 2) {
-			double s = (double)(ut + st) / sysconf(_SC_CLK_TCK);
-
-			if (s > best) {
-				best = s; /* the NIC lcore: the busiest worker */
-				snprintf(lcore_comm, sizeof(lcore_comm), "%.*s",
-					 (int)strcspn(comm, "\n"), comm);
-			}
+		s = stat_cpu_s(path);
+		if (s > best) {
+			best = s;
+			snprintf(lcore_comm, sizeof(lcore_comm), "%.*s", (int)strcspn(comm, "\n"),
+				 comm);
 		}
 	}
 	if (d != NULL)
@@ -223,26 +231,13 @@ static double lcore_cpu_s(void)
 	return best;
 }
 
-/* CPU seconds (user + system) of process @pid, all its threads; -1 if unreadable. */
+/* CPU seconds of process @pid, all its threads; -1 if unreadable. */
 static double pid_cpu_s(pid_t pid)
 {
-	char path[64], stat[1024];
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-	char *p;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return -1;
-	if (fgets(stat, sizeof(stat), f) == NULL)
-		stat[0] = '\0';
-	fclose(f);
-	p = strrchr(stat, ')');
-	if (p == NULL ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+	return stat_cpu_s(path);
 }
 
 static double proc_cpu_s(void)
