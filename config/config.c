@@ -1643,19 +1643,21 @@ static void validate(struct kvl_config *cfg, const char *file, struct kvl_conf_e
 			  "%s:%u: sched.staging: gpu needs gpu.enable = true (staging lives in "
 			  "that GPU's VRAM); set [gpu] enable = true, or staging = auto or host",
 			  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"));
-	/* PULLs land in staging through the NIC; over tcp that needs the bounce + copy path,
-	 * which does not exist yet. A NIC resolved to tcp at start-up is refused there. */
+	/* PULLs land in staging through the NIC; over tcp that takes its pinned bounce buffers,
+	 * carved from the [memory] pool (runtime/tcp_vram.c). A NIC resolved to tcp at start-up
+	 * without them is refused there. */
 	/* With the host tier, VRAM staging is what the tier lands in by the copy engine; a tcp
-	 * peer's PULL into it then fails with gpu-memory, typed, until that path exists. */
-	for (unsigned i = 0;
-	     i < cfg->n_nics && cfg->sched.staging == KVL_STAGING_GPU &&
-	     cfg->sched.staging_mb > 0 && !cfg->sched.null_transport && !cfg->sched.tier;
+	 * peer's PULL into it without the pool fails with gpu-memory, typed. */
+	for (unsigned i = 0; i < cfg->n_nics && cfg->sched.staging == KVL_STAGING_GPU &&
+			     cfg->sched.staging_mb > 0 && !cfg->sched.null_transport &&
+			     !cfg->sched.tier && cfg->memory.pool_size_mb == 0;
 	     i++)
 		if (cfg->nics[i].transport == KVL_TRANSPORT_TCP)
 			add_error(errs,
 				  "%s:%u: sched.staging: gpu, but nic.%s has transport = tcp "
-				  "(%s:%u), which cannot land bytes in VRAM yet (no bounce + copy "
-				  "path); use staging = host (or auto) with tcp NICs",
+				  "(%s:%u), which cannot land bytes in VRAM yet without its bounce "
+				  "buffers, carved from the [memory] pool: set memory.pool_size_mb "
+				  "> 0, or use staging = host (or auto) with tcp NICs",
 				  file, key_line(cfg, KVL_SEC_SCHED, 0, "staging"),
 				  cfg->nics[i].label, file,
 				  key_line(cfg, KVL_SEC_NIC, i, "transport"));

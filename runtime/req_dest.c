@@ -40,6 +40,7 @@ static int check_one(struct kvl_runtime *rt, const struct kvl_req_block *b, uint
 {
 	const struct kvl_seg *g;
 	const struct kvl_rt_nic *n = &rt->nic[nic];
+	char why[160];
 	uint8_t reg;
 
 	if (kvl_staging_touches(rt, b->local, b->length)) {
@@ -60,16 +61,18 @@ static int check_one(struct kvl_runtime *rt, const struct kvl_req_block *b, uint
 	}
 	if (rt->cfg.sched.null_transport)
 		return 0; /* nothing moves: any registered memory will do */
-	if ((g->flags & KVL_SEG_GPU) && n->info.transport == KVL_TRANSPORT_TCP) {
+	if ((g->flags & KVL_SEG_GPU) && n->info.transport == KVL_TRANSPORT_TCP &&
+	    !kvl_tcp_vram_ok(rt, why, sizeof(why))) {
 		snprintf(err, errlen,
 			 "block %" PRIu32 ": destination %p is in GPU segment %" PRIu32
 			 " but NIC %s uses the tcp transport, which cannot land bytes in VRAM "
-			 "(no bounce path yet): use host memory or an RDMA NIC with GPUDirect",
-			 i, b->local, *seg, nic_label(rt, nic));
+			 "here (%s): use host memory, give tcp its bounce buffers ([gpu] enable, "
+			 "memory.pool_size_mb), or an RDMA NIC with GPUDirect",
+			 i, b->local, *seg, nic_label(rt, nic), why);
 		return -EXDEV;
 	}
 	if (n->vdev == NULL)
-		return 0; /* tcp into host memory: recv() writes there */
+		return 0; /* tcp: recv() into host memory, or through its bounce into VRAM */
 	pthread_mutex_lock(&rt->segs.lock);
 	reg = rt->segs.meta[*seg - 1].reg[nic];
 	/* carved from the [memory] pool: the pool's one MR on that device serves it */

@@ -195,12 +195,22 @@ int kvl_segs_add_gpu(struct kvl_local_segs *s, const char *name, void *base, voi
 			"so it is registered nowhere and usable locally only",
 			name, (unsigned long long)(desc->length >> 20), mem->device,
 			mem->pci_bus_id);
-	/* The CPU cannot touch it: the tcp transport refuses it (status gpu-memory) until its
-	 * bounce + copy path exists. Said once here, counted per transfer. */
-	KVL_LOG(NOTICE,
-		"segment \"%s\" is GPU memory: tcp NICs refuse transfers into or out of it "
-		"(status gpu-memory) until tcp's copy path to VRAM exists",
-		name);
+	/* The CPU cannot touch it: tcp lands this side's READs in it through pinned bounce
+	 * buffers and a copy (runtime/tcp_vram.c) where it can, and refuses the rest (status
+	 * gpu-memory). Said once here, counted per transfer. */
+	if (s->pool.base != NULL && s->pool.cuda_registered) /* kvl_tcp_vram_ok's test, here */
+		KVL_LOG(INFO,
+			"segment \"%s\" is GPU memory: tcp NICs land READs into it through their "
+			"bounce buffers; WRITEs out of it and peers' requests of it over tcp are "
+			"refused (status gpu-memory)",
+			name);
+	else
+		KVL_LOG(NOTICE,
+			"segment \"%s\" is GPU memory: tcp NICs refuse transfers into or out of it "
+			"(status gpu-memory): their bounce buffers into VRAM need the [memory] "
+			"pool "
+			"pinned for CUDA",
+			name);
 	publish(s, i, name, base, owned, desc, KVL_SEG_GPU);
 	pthread_mutex_unlock(&s->lock);
 	*id = i + 1;

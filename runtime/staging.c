@@ -95,11 +95,31 @@ int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic)
 	return p != NULL && p->cuda_device >= 0 ? p->cuda_device : rt->gpu.device_id;
 }
 
-/* The first NIC that would have to land bytes in VRAM over tcp (no copy path yet), or -1. */
+bool kvl_tcp_vram_ok(const struct kvl_runtime *rt, char *why, size_t len)
+{
+	const char *w = NULL;
+
+	if (!KVL_HAVE_CUDA)
+		w = "this build has no CUDA";
+	else if (!rt->gpu.open)
+		w = "no GPU is open ([gpu] enable = false)";
+	else if (rt->segs.pool.base == NULL)
+		w = "the [memory] pool is off (memory.pool_size_mb = 0), and tcp's pinned bounce "
+		    "buffers are carved from it";
+	else if (!rt->segs.pool.cuda_registered)
+		w = "the [memory] pool is not pinned for CUDA";
+	if (why != NULL && len > 0)
+		snprintf(why, len, "%s", w ? w : "");
+	return w == NULL;
+}
+
+/* The first NIC that would have to land bytes in VRAM over tcp without a way to (no bounce
+ * buffers: kvl_tcp_vram_ok), or -1. */
 static int tcp_nic(const struct kvl_runtime *rt)
 {
-	if (rt->cfg.sched.null_transport)
-		return -1; /* nothing lands: VRAM staging is only sized and registered */
+	if (rt->cfg.sched.null_transport || kvl_tcp_vram_ok(rt, NULL, 0))
+		return -1; /* nothing lands (VRAM staging is only sized and registered), or
+			    * tcp lands it through its bounce buffers */
 	for (unsigned i = 0; i < rt->cfg.n_nics; i++)
 		if (rt->nic[i].info.transport == KVL_TRANSPORT_TCP)
 			return (int)i;
@@ -110,17 +130,19 @@ static int tcp_nic(const struct kvl_runtime *rt)
 static int staging_place(struct kvl_runtime *rt, char *err, size_t errlen)
 {
 	int want = rt->cfg.sched.staging, t = tcp_nic(rt);
+	char why[160];
 
 	rt->staging_why[0] = '\0';
+	(void)kvl_tcp_vram_ok(rt, why, sizeof(why));
 	if (want == KVL_STAGING_GPU) {
 		/* [sched] tier: the tier lands there by the copy engine (runtime/tier.c); tcp
 		 * peers' PULLs into it fail with gpu-memory */
 		if (t >= 0 && !rt->cfg.sched.tier) {
 			snprintf(err, errlen,
 				 "sched.staging = gpu: nic.%s uses the tcp transport, which cannot "
-				 "land bytes in VRAM yet (no bounce + cudaMemcpyAsync path); use "
-				 "staging = host or auto with tcp NICs",
-				 rt->cfg.nics[t].label);
+				 "land bytes in VRAM yet here: %s; use staging = host or auto, or "
+				 "give tcp its bounce buffers ([gpu] enable, memory.pool_size_mb)",
+				 rt->cfg.nics[t].label, why);
 			return -EINVAL;
 		}
 		if (!rt->gpu.open) { /* the configuration check asks for [gpu] enable already */
@@ -143,7 +165,8 @@ static int staging_place(struct kvl_runtime *rt, char *err, size_t errlen)
 	else
 		rt->staging_place = KVL_STAGING_GPU;
 	if (rt->staging_why[0] != '\0' && rt->gpu.open)
-		KVL_LOG(NOTICE, "sched.staging = auto: host memory, since %s", rt->staging_why + 6);
+		KVL_LOG(NOTICE, "sched.staging = auto: host memory, since %s%s%s",
+			rt->staging_why + 6, t >= 0 ? ": " : "", t >= 0 ? why : "");
 	return 0;
 }
 

@@ -26,6 +26,13 @@ void kvl_staging_stop(struct kvl_runtime *rt);
  */
 int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic);
 
+/*
+ * Whether tcp can land bytes in VRAM here: a build with CUDA, an open GPU, and the [memory]
+ * pool pinned for CUDA to carve each data connection's bounce buffers from
+ * (runtime/tcp_vram.c). When not, @why (if given) says which is missing.
+ */
+bool kvl_tcp_vram_ok(const struct kvl_runtime *rt, char *why, size_t len);
+
 /* How many NIC lcores run a scheduler. */
 unsigned kvl_staging_count(const struct kvl_runtime *rt);
 

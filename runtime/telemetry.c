@@ -362,6 +362,15 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 	put_str(k, "gpu_distance", kvl_pci_dist_name(rt->nic[i].gpu.dist));
 	put_str(k, "gpu_source", rt->nic[i].gpu.from_conf ? "config" : "topology");
 	put_str(k, "gpu_note", rt->nic[i].gpu.note);
+	/* tcp: whether its READs can land in VRAM (bounce buffers + copies), else why not */
+	{
+		char why[160], v[176] = "";
+
+		if (ni->transport == KVL_TRANSPORT_TCP && rt->nic[i].vdev == NULL)
+			snprintf(v, sizeof(v), "%s%s",
+				 kvl_tcp_vram_ok(rt, why, sizeof(why)) ? "bounce" : "off: ", why);
+		put_str(k, "tcp_vram", v);
+	}
 }
 
 static void nics_rows(struct kvl_runtime *rt, struct sink *k)
@@ -595,6 +604,13 @@ static void stats_transport(struct sink *k, const char *tr, const struct kvl_xpo
 	U(served_bytes);
 	U(tx_bytes);
 	U(rx_bytes);
+	if (strcmp(tr, "tcp") == 0) { /* READs into VRAM through the bounce (tcp_data.h) */
+		U(gpu_bounce_bytes);
+		U(gpu_copies);
+		U(gpu_copies_done);
+		U(gpu_copy_ns);
+		U(gpu_bounce_waits);
+	}
 	if (strcmp(tr, "tcp") != 0) {
 		U(qp_posted);
 		U(qp_signaled);

@@ -34,8 +34,9 @@ enum kvl_status {
 	KVL_ERR_CANCELED = 8,	/* the runtime stopped before the transfer finished */
 	KVL_ERR_TOO_LARGE = 9,	/* longer than the transport's largest message */
 	KVL_ERR_NO_PEER = 10,	/* unknown peer handle, or the peer is not connected */
-	/* a local or served range is GPU memory and the transport has no copy path to it (tcp,
-	 * until its bounce + cudaMemcpyAsync path exists) */
+	/* a local or served range is GPU memory and the transport has no copy path to it (tcp:
+	 * a WRITE out of VRAM, a peer's request of it, any of it without [gpu] enable and the
+	 * [memory] pool; or tcp's copy into VRAM failed) */
 	KVL_ERR_GPU_MEMORY = 11,
 	KVL_STATUS_COUNT
 };
@@ -135,8 +136,9 @@ int kvl_seg_alloc(struct kvl_runtime *rt, const char *name, const struct kvl_seg
 /*
  * Allocate a segment in VRAM of GPU @gpu (a CUDA ordinal, or KVL_GPU_CONFIGURED), zeroed, and
  * register it with every RDMA NIC (dma-buf, else peer memory). With no RDMA NIC it is
- * registered nowhere and usable locally. The CPU cannot touch it: the tcp transport refuses
- * transfers into or out of it (KVL_ERR_GPU_MEMORY) until its copy path exists. Returns 0, or a
+ * registered nowhere and usable locally. The CPU cannot touch it: over tcp this side's READs
+ * land in it through tcp's bounce buffers (with the [memory] pool), anything else into or
+ * out of it is refused (KVL_ERR_GPU_MEMORY). Returns 0, or a
  * negative errno with the reason in kvl_seg_error(): -ENOTSUP (built without CUDA), -ENODEV
  * (no GPU, or no GPU @gpu), -EXDEV (not the GPU of [gpu] device_id while [gpu] enable = true),
  * -ENOMEM (VRAM), -EINVAL (geometry, access), or a registration's errno.
@@ -357,7 +359,9 @@ _Static_assert(sizeof(struct kvl_req_desc) == 40 + 3 * sizeof(void *),
  * staging; a request that ends (FAILED, a cancel) while READs are in flight sends its end event
  * only once they are back: until then the NIC may still write the destinations. Remote-adjacent
  * blocks with adjacent destinations in one segment merge into one READ.
- * Over tcp a destination must be host memory (tcp cannot land in VRAM yet); over verbs a GPU
+ * Over tcp a GPU destination lands through tcp's bounce buffers and a copy on the NIC lcore's
+ * stream ([gpu] enable = true and the [memory] pool, which they are carved from; without them
+ * -EXDEV says which is missing); READY comes once the copy has completed. Over verbs a GPU
  * destination needs the segment registered by GPUDirect (dma-buf or peer memory).
  */
 #define KVL_REQ_ENGINE_DEST (1u << 1)
@@ -375,7 +379,7 @@ _Static_assert(sizeof(struct kvl_req_desc) == 40 + 3 * sizeof(void *),
  * local bytes not inside one registered local segment; KVL_REQ_ENGINE_DEST: a destination not
  * inside one registered local segment, or in one the request's NIC has no registration of),
  * -EXDEV (KVL_REQ_ENGINE_DEST: a GPU destination on a NIC whose transport cannot write VRAM:
- * tcp), -ENOSPC ([sched] max_requests or max_blocks
+ * tcp without a GPU open and the pinned [memory] pool), -ENOSPC ([sched] max_requests or max_blocks
  * reached; KVL_REQ_STEP_FLAGS: no free run of n_steps entries in the NIC lcore's flag pool,
  * one entry per [sched] max_blocks), -ENOMEM.
  *

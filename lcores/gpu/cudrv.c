@@ -45,7 +45,21 @@ const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen)
 			   resolve("cuDeviceGetAttribute", (void **)&drv.device_get_attribute) ||
 			   resolve("cuPointerGetAttribute", (void **)&drv.pointer_get_attribute) ||
 			   resolve("cuPointerGetAttributes",
-				   (void **)&drv.pointer_get_attributes)) {
+				   (void **)&drv.pointer_get_attributes) ||
+			   resolve("cuDeviceGet", (void **)&drv.device_get) ||
+			   resolve("cuDevicePrimaryCtxRetain", (void **)&drv.primary_ctx_retain) ||
+			   resolve("cuDevicePrimaryCtxRelease",
+				   (void **)&drv.primary_ctx_release) ||
+			   resolve("cuCtxSetCurrent", (void **)&drv.ctx_set_current) ||
+			   resolve("cuCtxGetCurrent", (void **)&drv.ctx_get_current) ||
+			   resolve("cuStreamCreate", (void **)&drv.stream_create) ||
+			   resolve("cuStreamDestroy", (void **)&drv.stream_destroy) ||
+			   resolve("cuStreamSynchronize", (void **)&drv.stream_synchronize) ||
+			   resolve("cuEventCreate", (void **)&drv.event_create) ||
+			   resolve("cuEventDestroy", (void **)&drv.event_destroy) ||
+			   resolve("cuEventRecord", (void **)&drv.event_record) ||
+			   resolve("cuEventQuery", (void **)&drv.event_query) ||
+			   resolve("cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async)) {
 			drv_state = -1;
 		} else {
 			drv_state = 1;

@@ -22,6 +22,20 @@ struct kvl_cudrv {
 	CUresult (*pointer_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
 	/* unlike the above, answers for any address (defaults for one CUDA does not know) */
 	CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
+	/* the host -> device copies of tcp's bounce buffers (h2d.c) */
+	CUresult (*device_get)(CUdevice *, int);
+	CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+	CUresult (*primary_ctx_release)(CUdevice);
+	CUresult (*ctx_set_current)(CUcontext);
+	CUresult (*ctx_get_current)(CUcontext *);
+	CUresult (*stream_create)(CUstream *, unsigned);
+	CUresult (*stream_destroy)(CUstream);
+	CUresult (*stream_synchronize)(CUstream);
+	CUresult (*event_create)(CUevent *, unsigned);
+	CUresult (*event_destroy)(CUevent);
+	CUresult (*event_record)(CUevent, CUstream);
+	CUresult (*event_query)(CUevent);
+	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
 };
 
 /* Resolve them once (later calls return the same table). Returns NULL with a message naming

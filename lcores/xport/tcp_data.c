@@ -13,6 +13,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "kvl_clock.h"
 #include "tcp_data.h"
 
 /* A private sanity limit: a larger window buys nothing over TCP and costs memory. */
@@ -54,6 +55,7 @@ enum pl_kind {
 	PL_SERVE_WRITE, /* peer's WRITE_REQ into our segment */
 	PL_DISCARD,	/* peer's refused WRITE_REQ */
 	PL_READ_RESP,	/* answer to our READ, into wr->local */
+	PL_READ_GPU,	/* answer to our READ into VRAM: through the bounce buffers */
 };
 
 struct req_slot {
@@ -63,6 +65,8 @@ struct req_slot {
 	uint8_t op;
 	int32_t status; /* valid once completed */
 	uint32_t bytes;
+	bool gpu;	 /* a READ into VRAM: lands through the bounce */
+	uint64_t ticket; /* reaped once this many bounce copies have completed (0: at once) */
 };
 
 struct tx_frame {
@@ -110,6 +114,20 @@ struct kvl_tcp_conn {
 	uint32_t pl_rem;
 	struct kvl_tcp_hdr pl_hdr;
 	uint8_t *scratch;
+
+	/*
+	 * READs into VRAM (kvl_tcp_set_bounce). Copy k uses buffer k % n_bufs; copies complete
+	 * in order, so [b_done, b_started) are the buffers in flight and buffer b_started is the
+	 * one being filled, when there is room for it. The payload being received lands at
+	 * pl_dst in it (b_room bytes left there, b_fill in it already) and goes to pl_dev.
+	 */
+	bool has_bounce, copy_failed;
+	bool b_waiting; /* the receive is stopped for want of a buffer (counted once) */
+	struct kvl_tcp_bounce bn;
+	uint64_t b_started, b_done;
+	uint32_t b_fill, b_room;
+	uintptr_t pl_dev;
+	uint64_t busy_since; /* copies in flight since (gpu_copy_ns) */
 
 	struct kvl_xport_stats stats;
 	struct iovec iov[TX_IOV];
@@ -384,6 +402,9 @@ void kvl_tcp_conn_free(struct kvl_tcp_conn *c)
 	}
 	free(c->gather);
 	close(c->fd);
+	/* the copier waits for its stream before the buffers go back */
+	if (c->has_bounce)
+		c->bn.ops->free(c->bn.arg);
 	free(c->scratch);
 	free(c->tx);
 	free(c->req);
@@ -433,8 +454,9 @@ static void conn_break(struct kvl_tcp_conn *c, int status)
 
 /*
  * Whether [p, p + len) touches a GPU segment of @t: this transport moves bytes with the CPU
- * (send/recv/memcpy), which would fault on a device pointer. Until the bounce + copy path
- * exists such a range is refused, never touched.
+ * (send/recv/memcpy), which would fault on a device pointer. Such a range is never touched:
+ * a READ into it lands through the bounce (when the connection has one), anything else is
+ * refused.
  */
 static bool touches_gpu(const struct kvl_seg_table *t, const uint8_t *p, uint64_t len)
 {
@@ -467,16 +489,17 @@ int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr)
 		return -EPIPE;
 	if (c->post_seq - c->reap_seq >= c->depth)
 		return -EAGAIN;
-	if (touches_gpu(c->segs, wr->local, wr->length)) {
+	s = &c->req[c->post_seq & c->req_mask];
+	s->gpu = touches_gpu(c->segs, wr->local, wr->length);
+	if (s->gpu && (wr->op != KVL_OP_READ || !c->has_bounce)) {
 		c->stats.failed[KVL_ERR_GPU_MEMORY]++;
 		return -EXDEV;
 	}
-
-	s = &c->req[c->post_seq & c->req_mask];
 	s->wr_id = wr->wr_id;
 	s->local = wr->local;
 	s->length = wr->length;
 	s->op = wr->op;
+	s->ticket = 0;
 
 	h.magic = KVL_TCP_MAGIC;
 	h.type = wr->op == KVL_OP_WRITE ? KVL_TCP_WRITE_REQ : KVL_TCP_READ_REQ;
@@ -620,8 +643,114 @@ static void payload_done(struct kvl_tcp_conn *c)
 	case PL_READ_RESP:
 		complete(c, KVL_OK, h->length);
 		break;
+	case PL_READ_GPU:
+		/* its bytes are on their way to VRAM: it is reaped once its last copy is done */
+		c->req[c->resp_seq & c->req_mask].ticket = c->b_started;
+		complete(c, KVL_OK, h->length);
+		break;
 	}
 	c->pl_kind = PL_NONE;
+}
+
+/* ---- READs into VRAM: the bounce buffers and their copies ---- */
+
+int kvl_tcp_set_bounce(struct kvl_tcp_conn *c, const struct kvl_tcp_bounce *b)
+{
+	if (c == NULL || b == NULL || b->ops == NULL || b->ops->start == NULL ||
+	    b->ops->completed == NULL || b->ops->free == NULL || b->mem == NULL ||
+	    b->buf_len == 0 || b->n_bufs == 0 || c->has_bounce || c->post_seq != 0)
+		return -EINVAL;
+	c->bn = *b;
+	c->has_bounce = true;
+	return 0;
+}
+
+/* The copier failed: nothing more lands in VRAM. What waits for a copy fails in reap. */
+static void copy_fail(struct kvl_tcp_conn *c)
+{
+	c->copy_failed = true;
+	conn_break(c, KVL_ERR_GPU_MEMORY);
+}
+
+/* Take in what the copier has completed: buffers come free, READs become reapable. */
+static unsigned bounce_poll(struct kvl_tcp_conn *c)
+{
+	int64_t n;
+
+	if (!c->has_bounce || c->copy_failed || c->b_done == c->b_started)
+		return 0;
+	n = c->bn.ops->completed(c->bn.arg);
+	if (n < 0 || (uint64_t)n > c->b_started) {
+		copy_fail(c);
+		return 1;
+	}
+	if ((uint64_t)n == c->b_done)
+		return 0;
+	c->b_done = (uint64_t)n;
+	c->stats.gpu_copies_done = c->b_done;
+	if (c->b_done == c->b_started)
+		c->stats.gpu_copy_ns += kvl_now_ns() - c->busy_since;
+	return 1;
+}
+
+/* Give the payload in progress a free buffer to land in: false when all are in flight. */
+static bool bounce_take(struct kvl_tcp_conn *c)
+{
+	if (c->b_started - c->b_done >= c->bn.n_bufs) {
+		if (!c->b_waiting)
+			c->stats.gpu_bounce_waits++;
+		c->b_waiting = true;
+		return false;
+	}
+	c->b_waiting = false;
+	c->pl_dst = c->bn.mem + (size_t)(c->b_started % c->bn.n_bufs) * c->bn.buf_len;
+	c->b_room = c->pl_rem < c->bn.buf_len ? c->pl_rem : c->bn.buf_len;
+	c->b_fill = 0;
+	return true;
+}
+
+/* Hand the filled buffer to the copier, to the payload's place in VRAM. */
+static int bounce_flush(struct kvl_tcp_conn *c)
+{
+	const uint8_t *src = c->bn.mem + (size_t)(c->b_started % c->bn.n_bufs) * c->bn.buf_len;
+	int rc = c->bn.ops->start(c->bn.arg, c->pl_dev, src, c->b_fill);
+
+	if (rc < 0)
+		return rc;
+	if (c->b_started == c->b_done)
+		c->busy_since = kvl_now_ns();
+	c->b_started++;
+	c->stats.gpu_copies++;
+	c->pl_dev += c->b_fill;
+	c->b_fill = 0;
+	c->pl_dst = NULL;
+	return 0;
+}
+
+/* Bytes the payload in progress can take now (a GPU payload: 0 until it has a buffer). */
+static uint32_t pl_room(const struct kvl_tcp_conn *c)
+{
+	return c->pl_kind == PL_READ_GPU ? c->b_room : c->pl_rem;
+}
+
+/* @take bytes of the payload in progress landed at pl_dst (or were dropped): move on. */
+static void pl_advance(struct kvl_tcp_conn *c, uint32_t take)
+{
+	c->pl_rem -= take;
+	if (c->pl_kind == PL_READ_GPU) {
+		c->pl_dst += take;
+		c->b_room -= take;
+		c->b_fill += take;
+		c->stats.gpu_bounce_bytes += take;
+		if (c->b_room == 0 && bounce_flush(c) < 0) {
+			copy_fail(c);
+			return;
+		}
+	} else if (c->pl_kind != PL_DISCARD) {
+		c->pl_dst += take;
+	}
+	if (c->pl_rem == 0)
+		payload_done(c);
 }
 
 static void start_payload(struct kvl_tcp_conn *c, const struct kvl_tcp_hdr *h, uint8_t kind,
@@ -693,7 +822,14 @@ static int rx_frame(struct kvl_tcp_conn *c, const struct kvl_tcp_hdr *h)
 		/* The length decides how many bytes land in wr->local: it must be the asked one. */
 		if (h->length != slot->length)
 			return KVL_ERR_PROTOCOL;
-		start_payload(c, h, PL_READ_RESP, slot->local);
+		if (slot->gpu) {
+			/* a buffer is taken when the first bytes come (bounce_take) */
+			c->pl_dev = (uintptr_t)slot->local;
+			c->b_room = 0;
+			start_payload(c, h, PL_READ_GPU, NULL);
+		} else {
+			start_payload(c, h, PL_READ_RESP, slot->local);
+		}
 	}
 	return 0;
 }
@@ -705,14 +841,42 @@ static bool hdr_ok(const struct kvl_tcp_hdr *h)
 }
 
 /*
+ * Feed the payload in progress from the staging buffer. Returns false when it must wait: a
+ * GPU payload with every bounce buffer in flight, or a broken connection.
+ */
+static bool rx_feed(struct kvl_tcp_conn *c)
+{
+	while (c->pl_kind != PL_NONE && c->st_tail != c->st_head) {
+		uint32_t take = c->st_tail - c->st_head, room = pl_room(c);
+
+		if (room == 0) { /* only a GPU payload waits for room */
+			if (!bounce_take(c))
+				return false;
+			room = pl_room(c);
+		}
+		if (take > room)
+			take = room;
+		if (c->pl_kind != PL_DISCARD)
+			memcpy(c->pl_dst, c->stage + c->st_head, take);
+		c->st_head += take;
+		pl_advance(c, take);
+		if (c->broken)
+			return false;
+	}
+	return true;
+}
+
+/*
  * Parse every complete header in the staging buffer, copying into a payload the part of it
- * that came along. Returns false when reading must stop: broken, or a request waits for room.
+ * that came along. Returns false when reading must stop: broken, a request waits for room,
+ * or a GPU payload waits for a bounce buffer.
  */
 static bool rx_parse(struct kvl_tcp_conn *c, unsigned *work)
 {
+	if (c->broken || !rx_feed(c))
+		return false;
 	while (c->pl_kind == PL_NONE && c->st_tail - c->st_head >= KVL_TCP_HDR_LEN) {
 		struct kvl_tcp_hdr h;
-		uint32_t take;
 		int st;
 
 		kvl_tcp_hdr_decode(c->stage + c->st_head, &h);
@@ -736,19 +900,8 @@ static bool rx_parse(struct kvl_tcp_conn *c, unsigned *work)
 			conn_break(c, st);
 			return false;
 		}
-		if (c->pl_kind == PL_NONE)
-			continue;
-		take = c->st_tail - c->st_head;
-		if (take > c->pl_rem)
-			take = c->pl_rem;
-		if (c->pl_kind != PL_DISCARD) {
-			memcpy(c->pl_dst, c->stage + c->st_head, take);
-			c->pl_dst += take;
-		}
-		c->st_head += take;
-		c->pl_rem -= take;
-		if (c->pl_rem == 0)
-			payload_done(c);
+		if (!rx_feed(c))
+			return false;
 	}
 	if (c->st_head == c->st_tail)
 		c->st_head = c->st_tail = 0;
@@ -769,9 +922,13 @@ static unsigned rx_poll(struct kvl_tcp_conn *c)
 		if (!rx_parse(c, &work) || drained || calls == IO_BUDGET)
 			break;
 		if (c->pl_kind != PL_NONE) {
-			uint8_t *dst = c->pl_dst;
+			uint8_t *dst;
 
-			pl_want = c->pl_rem;
+			if (pl_room(c) == 0 && !bounce_take(c))
+				break; /* every bounce buffer in flight: the bytes wait in the
+					  socket */
+			dst = c->pl_dst;
+			pl_want = pl_room(c);
 			if (c->pl_kind == PL_DISCARD) {
 				dst = c->scratch;
 				if (pl_want > SCRATCH_LEN)
@@ -811,12 +968,10 @@ static unsigned rx_poll(struct kvl_tcp_conn *c)
 		if (pl_want != 0) {
 			size_t take = (size_t)r < pl_want ? (size_t)r : pl_want;
 
-			if (c->pl_kind != PL_DISCARD)
-				c->pl_dst += take;
-			c->pl_rem -= (uint32_t)take;
 			r -= (ssize_t)take;
-			if (c->pl_rem == 0)
-				payload_done(c);
+			pl_advance(c, (uint32_t)take);
+			if (c->broken)
+				break;
 		}
 		c->st_tail += (uint32_t)r;
 	}
@@ -827,9 +982,13 @@ unsigned kvl_tcp_progress(struct kvl_tcp_conn *c)
 {
 	unsigned work;
 
-	if (c == NULL || c->broken)
+	if (c == NULL)
 		return 0;
-	work = tx_flush(c);
+	/* copies finish whatever the socket's state: a broken connection still reaps them */
+	work = bounce_poll(c);
+	if (c->broken)
+		return work;
+	work += tx_flush(c);
 	if (!c->broken)
 		work += rx_poll(c);
 	/* Responses made by this poll leave now rather than one loop turn later (unless the socket
@@ -844,8 +1003,20 @@ unsigned kvl_tcp_reap(struct kvl_tcp_conn *c, struct kvl_wc *wc, unsigned max)
 	unsigned n = 0;
 
 	for (; n < max && c->reap_seq != c->resp_seq; n++, c->reap_seq++) {
-		const struct req_slot *s = &c->req[c->reap_seq & c->req_mask];
+		struct req_slot *s = &c->req[c->reap_seq & c->req_mask];
 
+		if (s->ticket > c->b_done) {
+			if (!c->copy_failed)
+				break; /* its bytes are not all in VRAM yet */
+			/* received, but its copy never completed: nothing may read it */
+			if (s->status == KVL_OK) {
+				c->stats.done_read--;
+				c->stats.bytes_read -= s->bytes;
+				c->stats.failed[KVL_ERR_GPU_MEMORY]++;
+			}
+			s->status = KVL_ERR_GPU_MEMORY;
+			s->bytes = 0;
+		}
 		wc[n].wr_id = s->wr_id;
 		wc[n].bytes = s->bytes;
 		wc[n].status = s->status;

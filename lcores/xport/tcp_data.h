@@ -95,12 +95,49 @@ struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
 void kvl_tcp_conn_free(struct kvl_tcp_conn *c);
 
 /*
+ * READs into VRAM. recv() cannot write a device pointer, so with a bounce set the payload of a
+ * READ whose local range lies in a KVL_SEG_GPU segment is received into pinned host buffers
+ * (@n_bufs of @buf_len bytes at @mem: carved from the [memory] pool, pinned for CUDA), and
+ * each buffer, once full or at the payload's end, is handed to @ops->start, which copies it to
+ * the device asynchronously (runtime/tcp_vram.c: cuMemcpyHtoDAsync on a stream of the
+ * connection's own, lcores/gpu/h2d.c). A buffer is reused only once its copy has completed;
+ * while none is free the connection stops reading (the bytes wait in the socket). The READ
+ * completes (is reaped) only once all of its copies have: @ops->completed is polled by
+ * kvl_tcp_progress, never waited for. Each buffer holds one payload's bytes: one copy per
+ * buffer filled, copies complete in the order started.
+ */
+struct kvl_tcp_bounce_ops {
+	/* Start copying @len bytes from @src (inside the buffers) to device address @dst:
+	 * 0, or a negative errno (the connection then fails with KVL_ERR_GPU_MEMORY). */
+	int (*start)(void *arg, uintptr_t dst, const void *src, uint32_t len);
+	/* How many of the started copies have completed (a count since creation), without
+	 * blocking; a negative errno once the copier has failed. */
+	int64_t (*completed)(void *arg);
+	/* Wait for every started copy, then free the copier and give the buffers back
+	 * (teardown only: kvl_tcp_conn_free calls it). */
+	void (*free)(void *arg);
+};
+
+struct kvl_tcp_bounce {
+	const struct kvl_tcp_bounce_ops *ops;
+	void *arg;
+	uint8_t *mem; /* n_bufs * buf_len bytes of pinned host memory */
+	uint32_t buf_len;
+	uint32_t n_bufs;
+};
+
+/* Give @c its bounce (before anything is posted): 0, -EINVAL for a malformed one or one set
+ * already. The connection owns it from then on (ops->free at kvl_tcp_conn_free). */
+int kvl_tcp_set_bounce(struct kvl_tcp_conn *c, const struct kvl_tcp_bounce *b);
+
+/*
  * Queue one request. Returns 0; -EAGAIN when @depth requests are outstanding (try again after
  * progress); -EPIPE when the connection is broken; -EMSGSIZE over KVL_TCP_MAX_MSG; -EINVAL for
- * an unknown op; -EXDEV when the local range touches a KVL_SEG_GPU segment of the table (no copy
- * path to VRAM yet: counted in failed[KVL_ERR_GPU_MEMORY]). Nothing is sent until
- * kvl_tcp_progress(). A peer's request into or out of a GPU segment is refused with
- * KVL_ERR_GPU_MEMORY (counted in refused[]).
+ * an unknown op; -EXDEV when the local range touches a KVL_SEG_GPU segment of the table and
+ * either the request is a WRITE (sending from VRAM has no copy path) or the connection has no
+ * bounce (counted in failed[KVL_ERR_GPU_MEMORY]). Nothing is sent until kvl_tcp_progress(). A
+ * peer's request into or out of a GPU segment here is refused with KVL_ERR_GPU_MEMORY
+ * (counted in refused[]): the bounce serves this side's READs only.
  */
 int kvl_tcp_post(struct kvl_tcp_conn *c, const struct kvl_wr *wr);
 

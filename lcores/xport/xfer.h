@@ -99,6 +99,10 @@ struct kvl_xport_stats {
 	/* doorbells rung (a post: ibv_wr_complete, or the mlx5 doorbell); mlx5 direct only: lone
 	 * WQEs written whole through BlueFlame, CQEs matching no outstanding WQE */
 	uint64_t qp_doorbells, qp_bf_copies, qp_stray_cqes;
+	/* tcp READs into VRAM (tcp_data.h's bounce): payload bytes received into the pinned
+	 * bounce buffers, host -> device copies started and completed, time with copies in
+	 * flight (ns), and receives that waited for a bounce buffer to come free */
+	uint64_t gpu_bounce_bytes, gpu_copies, gpu_copies_done, gpu_copy_ns, gpu_bounce_waits;
 };
 
 /* ---- local segments: what peers may read and write here ---- */

@@ -11,6 +11,7 @@
 
 #include "ctl.h"
 #include "kvl_clock.h"
+#include "tcp_vram.h"
 
 static uint32_t slot_take(struct kvl_control *c, unsigned nic)
 {
@@ -115,6 +116,7 @@ static void hand_over(struct kvl_control *c, struct pconn *pc)
 {
 	struct kvl_runtime *rt = c->rt;
 	struct kvl_tcp_conn *conn;
+	char why[256];
 
 	if (c->pub[pc->peer].gen != pc->peer_gen) {
 		kvl_ctl_pconn_close(pc);
@@ -128,6 +130,15 @@ static void hand_over(struct kvl_control *c, struct pconn *pc)
 		kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_CONN_LOST,
 				  "nic.%s: cannot set up a connection: %s",
 				  rt->cfg.nics[pc->nic].label, strerror(errno));
+		return;
+	}
+	/* READs into VRAM: its bounce buffers and copier (runtime/tcp_vram.c), where there is
+	 * a GPU and the pool to carve them from */
+	if (kvl_tcp_vram_attach(rt, pc->nic, conn, why, sizeof(why)) < 0) {
+		kvl_tcp_conn_free(conn); /* the fd and the SSL were the connection's */
+		pc->ssl = NULL;
+		pc->state = PC_FREE;
+		kvl_ctl_peer_fail(c, pc->peer, KVL_ERR_GPU_MEMORY, "%s", why);
 		return;
 	}
 	if (pc->ssl && !c->ktls_logged) {

@@ -463,6 +463,9 @@ def scenario_telemetry(ctx):
     want = {"nic": "lo", "device": "lo", "kind": "netdev", "transport": "tcp",
             "transport_conf": "tcp", "lcore": nic["lcore"]}
     check_eq({k: n[k] for k in want}, want, "/kvlane/nics row of lo", d)
+    # tcp into VRAM needs a GPU and the pinned pool: off here, and why
+    check_eq(n.get("tcp_vram"), "off: no GPU is open ([gpu] enable = false)",
+             "/kvlane/nics tcp_vram of lo", d)
     check_eq(h.cmd(c, "/kvlane/nic,lo", d), n, "/kvlane/nic,lo equals its /kvlane/nics row",
              d)
     check_eq(h.query(c, "/kvlane/nic,nope", d), None, "/kvlane/nic,nope", d)

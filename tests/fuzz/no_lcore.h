@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "nic_io.h"
+#include "tcp_vram.h"
 #include "xport.h"
 
 /* Nothing to wake: the harness reads the command ring itself. */
@@ -47,6 +48,24 @@ struct kvl_tcp_conn *kvl_tcp_conn_new_tls(int fd, struct ssl_st *ssl,
 	(void)segs;
 	(void)depth;
 	abort();
+}
+
+/* No GPU here: a handed-over connection gets no bounce buffers (runtime/tcp_vram.c), so the
+ * connection is never freed on that path either. */
+int kvl_tcp_vram_attach(struct kvl_runtime *rt, unsigned nic, struct kvl_tcp_conn *conn, char *err,
+			size_t errlen)
+{
+	(void)rt;
+	(void)nic;
+	(void)conn;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+void kvl_tcp_conn_free(struct kvl_tcp_conn *c)
+{
+	free(c); /* the harness's heap block */
 }
 
 #endif /* KVL_TESTS_FUZZ_NO_LCORE_H */

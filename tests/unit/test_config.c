@@ -293,6 +293,11 @@ static const struct bad_case bad_cases[] = {
 	{ "host tier into VRAM without the pool",
 	  "[gpu]\nenable = true\n[sched]\nstaging_mb = 8\nstaging = gpu\ntier = true\n" NIC_LO,
 	  "t.ini:6: sched.tier:", "with staging = gpu needs the [memory] pool" },
+	{ "VRAM staging on a tcp NIC without the pool (tcp's bounce buffers)",
+	  "[gpu]\nenable = true\n[sched]\nstaging_mb = 8\nstaging = gpu\n" NIC_LO,
+	  "t.ini:5: sched.staging:",
+	  "gpu, but nic.lo has transport = tcp (t.ini:8), which cannot land bytes in VRAM yet "
+	  "without its bounce buffers, carved from the [memory] pool: set memory.pool_size_mb > 0" },
 	{ "gpudirect without gpu", "[gpu]\ngpudirect = true\n" NIC_LO,
 	  "t.ini:2: gpu.gpudirect:", "true needs gpu.enable = true" },
 	{ "peer_timeout < 2x heartbeat, both set",
@@ -1189,6 +1194,11 @@ static void test_paths_and_sets(void)
 /* The scheduler's keys reach the struct; the null transport loads once acknowledged. */
 static void test_sched_keys(void)
 {
+	/* tcp lands PULLs in VRAM through bounce buffers carved from the pool */
+	if (load_good("VRAM staging on a tcp NIC with the pool",
+		      "[gpu]\nenable = true\n[memory]\npool_size_mb = 16\nchunk_size_kb = 1024\n"
+		      "[sched]\nstaging_mb = 8\nstaging = gpu\n" NIC_LO) == 0)
+		CHECK_INT(cfg.sched.staging, KVL_STAGING_GPU);
 	if (load_good("null transport acknowledged",
 		      "[sched]\nstaging_mb = 8\nslot_kb = 16\nmax_msg_kb = 0\nnull_transport = "
 		      "true\nnull_transport_ack = true\nready_ahead = 1\n" NIC_LO) == 0) {

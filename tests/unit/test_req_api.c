@@ -958,11 +958,20 @@ static void test_budget(void)
 	world_fini();
 }
 
+/* gpu_world's [memory] pool: 0 none, 1 mapped, 2 mapped and pinned for CUDA (tcp's bounce
+ * buffers come from it) */
+static int world_pool;
+static uint8_t pool_mem[4 << 20] __attribute__((aligned(4096)));
+
 /* A runtime with one tcp NIC and an open GPU (0: 8 MiB free, 1 MiB reserve), [sched] staging
  * @place, the null transport or not: kvl_staging_start()'s answer. */
 static int gpu_world(int place, bool null_xport)
 {
 	world_conf();
+	if (world_pool) {
+		CHECK_INT(kvl_pool_init_at(&rt.segs.pool, pool_mem, sizeof(pool_mem), 1 << 20), 0);
+		rt.segs.pool.cuda_registered = world_pool == 2;
+	}
 	rt.cfg.sched.staging = place;
 	rt.cfg.sched.null_transport = null_xport;
 	rt.gpu.open = true;
@@ -1032,6 +1041,56 @@ static void test_gpu_staging(void)
 	CHECK_INT(rt.staging_place, KVL_STAGING_HOST);
 	CHECK_STR(rt.staging_why, "");
 	gpu_world_fini();
+}
+
+/* tcp into VRAM: what it needs (CUDA, an open GPU, the pool pinned for CUDA) and, where one is
+ * missing, the refusal of VRAM staging on a tcp NIC naming it; with all three, staging = gpu
+ * and auto land in VRAM on a tcp NIC. */
+static void test_tcp_vram_staging(void)
+{
+	char why[160];
+
+	world_conf();
+	CHECK(!kvl_tcp_vram_ok(&rt, why, sizeof(why)));
+	CHECK_STR(why, KVL_HAVE_CUDA ? "no GPU is open ([gpu] enable = false)"
+				     : "this build has no CUDA");
+	kvl_segs_fini(&rt.segs);
+
+	/* a GPU, no pool */
+	world_pool = 0;
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, false), -EINVAL);
+	if (KVL_HAVE_CUDA)
+		CHECK_HAS(err, "which cannot land bytes in VRAM yet here: the [memory] pool is off "
+			       "(memory.pool_size_mb = 0), and tcp's pinned bounce buffers are "
+			       "carved from it");
+	gpu_world_fini();
+	/* the pool, not pinned for CUDA */
+	world_pool = 1;
+	CHECK_INT(gpu_world(KVL_STAGING_GPU, false), -EINVAL);
+	if (KVL_HAVE_CUDA)
+		CHECK_HAS(err, "here: the [memory] pool is not pinned for CUDA");
+	CHECK(!kvl_tcp_vram_ok(&rt, NULL, 0));
+	gpu_world_fini();
+	/* pinned: VRAM staging on the tcp NIC (a build without CUDA still refuses, saying so) */
+	world_pool = 2;
+	vram_allocs = 0;
+	if (KVL_HAVE_CUDA) {
+		CHECK_INT(gpu_world(KVL_STAGING_GPU, false), 0);
+		CHECK(kvl_tcp_vram_ok(&rt, why, sizeof(why)));
+		CHECK_STR(why, "");
+		CHECK_INT(rt.staging_place, KVL_STAGING_GPU);
+		CHECK_INT(vram_allocs, 1);
+		gpu_world_fini();
+		CHECK_INT(gpu_world(KVL_STAGING_AUTO, false), 0);
+		CHECK_INT(rt.staging_place, KVL_STAGING_GPU);
+		CHECK_STR(rt.staging_why, "");
+		gpu_world_fini();
+	} else {
+		CHECK_INT(gpu_world(KVL_STAGING_GPU, false), -EINVAL);
+		CHECK_HAS(err, "here: this build has no CUDA");
+		gpu_world_fini();
+	}
+	world_pool = 0;
 }
 
 /* KVL_REQ_STEP_FLAGS: the words the lcore gave come back with their epoch and stride, the
@@ -1212,6 +1271,23 @@ static void test_engine_dest(void)
 	h = open_ok(&d, &rc);
 	CHECK_INT(rc, 0);
 	rt.cfg.sched.null_transport = false;
+	/* tcp with its bounce buffers into VRAM (an open GPU, the pool pinned for CUDA): the GPU
+	 * destination passes; with the pool not pinned it is refused and the reason named */
+	rt.gpu.open = true;
+	CHECK_INT(kvl_pool_init_at(&rt.segs.pool, pool_mem, sizeof(pool_mem), 1 << 20), 0);
+	CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), -EXDEV);
+	CHECK(strstr(kvl_req_error(), KVL_HAVE_CUDA ? "here (the [memory] pool is not pinned for "
+						      "CUDA)"
+						    : "here (this build has no CUDA)") != NULL);
+	rt.segs.pool.cuda_registered = true;
+	if (KVL_HAVE_CUDA) {
+		h = open_ok(&d, &rc);
+		CHECK_INT(rc, 0);
+		CHECK_INT(kvl_req_error()[0], 0);
+	}
+	rt.segs.pool.cuda_registered = false;
+	memset(&rt.segs.pool, 0, sizeof(rt.segs.pool));
+	rt.gpu.open = false;
 	/* without the flag a PULL block with an address is still refused */
 	d.flags = 0;
 	CHECK_INT(kvl_req_open(&rt, PEER, &d, &h), -EINVAL);
@@ -1238,6 +1314,7 @@ int main(void)
 	test_push();
 	test_budget();
 	test_gpu_staging();
+	test_tcp_vram_staging();
 	test_step_flags();
 	test_engine_dest();
 	test_segments();
