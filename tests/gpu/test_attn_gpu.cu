@@ -1,0 +1,496 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* gpu suite: paged decode attention behind READY flags on KV PULLed from the host tier. */
+/*
+ * The whole runtime, as test_tier_gpu: kvl_start with [sched] tier = true, staging = gpu, the
+ * [memory] pool pinned for CUDA; a 1 GiB segment carved from the pool holds a model's KV cache
+ * for one decode step: 64 layers x 4 sequences x 64 blocks (1024 tokens) of 64 KiB, in the
+ * layout of tools/gpu_attn.cuh (bf16, 8 KV heads, head dim 128, 16 tokens a block).
+ *
+ *   resident  the same 1 GiB copied into VRAM first (cudaMemcpy from the segment); per layer,
+ *             the paged decode attention kernel (att_split_kernel + att_reduce_kernel) over
+ *             block tables that point into it;
+ *   tier      one request on KVL_PEER_LOCAL_TIER opened with KVL_REQ_STEP_FLAGS, one step per
+ *             layer (256 blocks, 16 MiB): the NIC lcore's scheduler READs them from the tier
+ *             through the copy engine into VRAM staging (256 MiB: each slot is used 4 times)
+ *             and writes the step's READY word once its copies have passed. One real stream,
+ *             every operation enqueued before the request runs: per layer, a wait on its READY
+ *             word (cuStreamWaitValue32 on the device address the request API gives), a wait
+ *             on this test's "the layer's block table is filled" word, a kernel counting
+ *             poison words in every byte the attention will read, the same attention kernels
+ *             over the landed blocks, then poison over the layer's slots, then its DONE word
+ *             (which is what frees the slots for later layers).
+ *
+ * Poison (0xffff, a bf16 NaN; the KV values are finite) is in every staging slot before each
+ * transfer lands there: a priming pass (requests of 256 MiB whose stream only poisons, until
+ * every slot of the staging has been handed out once) poisons the first use, and each layer
+ * poisons its own slots before its DONE for the next use. A kernel that ran before its blocks
+ * landed (a READY written too early) therefore reads NaN: the poison counter is not 0 and the
+ * output differs from the resident run. Both runs are the same kernel on the same bytes with
+ * the same split, a deterministic reduction: the outputs must be equal bit for bit (2 MiB of
+ * bf16). A float64 CPU reference on a few (layer, sequence, head) rows shows the kernel
+ * computes attention at all (bf16 output: within 1e-2 relative). Exits 77 without a GPU.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu_attn.cuh"
+#include "gpu_rt.h"
+#include "gpusig.h"
+
+#define BLOCK	   ATT_BLOCK /* 64 KiB */
+#define SEQS	   4u
+#define NBLK	   64u /* blocks per sequence and layer: 1024 tokens */
+#define PER_STEP   (SEQS * NBLK)
+#define N_STEPS	   64u			/* layers */
+#define N_BLOCKS   (PER_STEP * N_STEPS) /* 16384: 1 GiB */
+#define PRIME_STEP 16u			/* a priming request: 16 steps of PER_STEP blocks */
+#define SPLITS	   4
+#define OUT_ELEMS  ((size_t)SEQS * ATT_QH * ATT_HD) /* one layer's output */
+
+#define LIMIT_S 120.0
+
+__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+
+		x ^= x >> 31;
+		x *= 0xbf58476d1ce4e5b9ull;
+		x ^= x >> 29;
+		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+	}
+}
+
+/* One thread block per KV block of the layer: its 16-bit words equal to the poison. */
+__global__ void count_poison(const uint64_t *tab, unsigned long long *hits)
+{
+	const uint4 *p = (const uint4 *)(uintptr_t)tab[blockIdx.x];
+	unsigned long long k = 0;
+
+	for (uint32_t i = threadIdx.x; i < BLOCK / 16; i += blockDim.x) {
+		uint4 v = p[i];
+		uint32_t w[4] = { v.x, v.y, v.z, v.w };
+
+		for (int j = 0; j < 4; j++)
+			k += ((w[j] & 0xffffu) == 0xffffu) + ((w[j] >> 16) == 0xffffu);
+	}
+	if (k)
+		atomicAdd(hits, k);
+}
+
+/* The layer's slots, all of them, to poison: what lands there next must overwrite it. */
+__global__ void poison_blocks(const uint64_t *tab)
+{
+	uint4 *p = (uint4 *)(uintptr_t)tab[blockIdx.x];
+	const uint4 v = { 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu };
+
+	for (uint32_t i = threadIdx.x; i < BLOCK / 16; i += blockDim.x)
+		p[i] = v;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static bool reached(uint32_t word, uint32_t epoch)
+{
+	return (int32_t)(word - epoch) >= 0;
+}
+
+static float bf2f(__nv_bfloat16 v)
+{
+	uint16_t u;
+	uint32_t w;
+	float f;
+
+	memcpy(&u, &v, 2);
+	w = (uint32_t)u << 16;
+	memcpy(&f, &w, 4);
+	return f;
+}
+
+struct gpu_bufs {
+	__nv_bfloat16 *q;   /* [N_STEPS][SEQS][32][128] */
+	__nv_bfloat16 *out; /* [N_STEPS][SEQS][32][128], one run */
+	float *po, *pml;    /* split partials, one layer at a time (one stream) */
+	unsigned long long *hits;
+};
+
+static struct att_args layer_args(const struct gpu_bufs *x, const uint64_t *tab, uint32_t k)
+{
+	struct att_args a;
+
+	a.q = x->q + (size_t)k * OUT_ELEMS;
+	a.table = tab; /* [SEQS][NBLK] */
+	a.nblk = NBLK;
+	a.splits = SPLITS;
+	a.part_o = x->po;
+	a.part_ml = x->pml;
+	a.out = x->out + (size_t)k * OUT_ELEMS;
+	a.scale_log2 = (float)(1.0 / sqrt((double)ATT_HD) * 1.4426950408889634);
+	return a;
+}
+
+static void attention(const struct gpu_bufs *x, const uint64_t *tab, uint32_t k, cudaStream_t st)
+{
+	dim3 grid(SPLITS, ATT_KVH, SEQS);
+	struct att_args a = layer_args(x, tab, k);
+
+	att_split_kernel<<<grid, ATT_WARPS * 32, ATT_SMEM, st>>>(a);
+	att_reduce_kernel<<<SEQS * ATT_QH, ATT_HD, 0, st>>>(a);
+	CK(cudaGetLastError());
+}
+
+/* The engine's state for one request on the tier: mapped block tables and their words. */
+struct engine {
+	uint64_t *tab, *tab_dev;   /* [n_steps][PER_STEP] device addresses */
+	volatile uint32_t *filled; /* per step, 64 B apart: its table row is written */
+	uint32_t *filled_dev;
+	std::vector<uint64_t> seen; /* every slot address handed out, in order */
+};
+
+/*
+ * One request of @n_steps x PER_STEP blocks from block @first0 of @seg on the tier. With
+ * @x (the attention run) each step counts poison and runs the attention of layer
+ * @layer0 + k before poisoning its slots; without, the stream only poisons (priming).
+ * Returns the time from the open to the request's end, in seconds.
+ */
+static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, uint32_t first0,
+		       uint32_t n_steps, const struct gpu_bufs *x, struct engine *e,
+		       cudaStream_t st)
+{
+	std::vector<struct kvl_req_block> blocks(n_steps * PER_STEP);
+	std::vector<uint32_t> first(n_steps + 1), refs(n_steps * PER_STEP);
+	struct kvl_req_desc d;
+	struct kvl_req_flags fl;
+	struct kvl_req_event ev[64];
+	char err[512];
+	kvl_req_t req;
+	double t0;
+	int n, ended = 0, end_status = -1;
+
+	for (uint32_t i = 0; i < n_steps * PER_STEP; i++) {
+		memset(&blocks[i], 0, sizeof(blocks[i]));
+		blocks[i].remote_seg = seg->id;
+		blocks[i].remote_off = (uint64_t)(first0 + i) * BLOCK;
+		blocks[i].length = BLOCK;
+		refs[i] = i;
+	}
+	for (uint32_t k = 0; k <= n_steps; k++)
+		first[k] = k * PER_STEP;
+	memset(&d, 0, sizeof(d));
+	d.blocks = blocks.data();
+	d.n_blocks = n_steps * PER_STEP;
+	d.n_steps = n_steps;
+	d.step_first = first.data();
+	d.step_blocks = refs.data();
+	d.flags = KVL_REQ_STEP_FLAGS;
+	memset((void *)e->filled, 0, N_STEPS * 64);
+
+	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
+	t0 = now_s();
+	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
+	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
+	/* the whole stream up front: nothing is enqueued per step from here on */
+	for (uint32_t k = 0; k < n_steps; k++) {
+		const uint64_t *row = e->tab_dev + (size_t)k * PER_STEP;
+
+		EXPECT(kvl_gpusig_wait_addr(fl.ready_dev + (uint64_t)k * fl.stride, fl.epoch, st,
+					    err, sizeof(err)) == 0,
+		       "wait READY %u: %s", k, err);
+		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)e->filled_dev + k * 64, 1, st, err,
+					    sizeof(err)) == 0,
+		       "wait table %u: %s", k, err);
+		if (x != NULL) {
+			count_poison<<<PER_STEP, 256, 0, st>>>(row, x->hits);
+			CK(cudaGetLastError());
+			attention(x, row, k, st);
+		}
+		poison_blocks<<<PER_STEP, 256, 0, st>>>(row);
+		CK(cudaGetLastError());
+		EXPECT(kvl_gpusig_done_addr(fl.done_dev + (uint64_t)k * fl.stride, fl.epoch, st,
+					    err, sizeof(err)) == 0,
+		       "write DONE %u: %s", k, err);
+	}
+	/* The host's part: each step's block addresses once its READY word says they landed. */
+	for (uint32_t k = 0; k < n_steps; k++) {
+		const volatile uint32_t *rw =
+			(const volatile uint32_t *)((const uint8_t *)fl.ready +
+						    (size_t)k * fl.stride);
+
+		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
+			n = (int)kvl_req_poll(rt, ev, 64); /* STEP_READY events: drained */
+			for (int i = 0; i < n; i++)
+				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+					ended = 1;
+					end_status = ev[i].status;
+				}
+			EXPECT(!ended, "request ended before step %u was READY: %s", k,
+			       kvl_status_name(end_status));
+			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
+			       LIMIT_S);
+		}
+		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
+			void *a;
+
+			EXPECT(kvl_req_block_addr(rt, req, j, &a) == 0, "block %u address", j);
+			e->tab[j] = (uint64_t)(uintptr_t)a;
+			e->seen.push_back(e->tab[j]);
+		}
+		__atomic_store_n((uint32_t *)((uintptr_t)e->filled + k * 64), 1, __ATOMIC_RELEASE);
+	}
+	while (!ended) {
+		n = (int)kvl_req_poll(rt, ev, 64);
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
+				ended = 1;
+				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+			}
+		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
+	}
+	t0 = now_s() - t0;
+	CK(cudaStreamSynchronize(st));
+	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
+	return t0;
+}
+
+static size_t distinct(std::vector<uint64_t> v)
+{
+	std::sort(v.begin(), v.end());
+	return (size_t)(std::unique(v.begin(), v.end()) - v.begin());
+}
+
+/* Float64 attention of one (layer, sequence, query head) from the segment's bytes. */
+static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer, uint32_t seq,
+		      uint32_t h, double *o)
+{
+	const uint32_t kvh = h / ATT_GROUP, T = NBLK * ATT_BS;
+	std::vector<double> s(T);
+	double mx = -1e300, sum = 0;
+
+	for (uint32_t t = 0; t < T; t++) {
+		const uint8_t *blk =
+			kv + ((size_t)layer * PER_STEP + seq * NBLK + t / ATT_BS) * BLOCK;
+		const __nv_bfloat16 *k =
+			(const __nv_bfloat16 *)blk + ((size_t)kvh * ATT_BS + t % ATT_BS) * ATT_HD;
+		double dot = 0;
+
+		for (uint32_t i = 0; i < ATT_HD; i++)
+			dot += (double)bf2f(q[i]) * bf2f(k[i]);
+		s[t] = dot / sqrt((double)ATT_HD);
+		mx = std::max(mx, s[t]);
+	}
+	for (uint32_t t = 0; t < T; t++)
+		sum += (s[t] = exp(s[t] - mx));
+	for (uint32_t i = 0; i < ATT_HD; i++)
+		o[i] = 0;
+	for (uint32_t t = 0; t < T; t++) {
+		const uint8_t *blk =
+			kv + ((size_t)layer * PER_STEP + seq * NBLK + t / ATT_BS) * BLOCK;
+		const __nv_bfloat16 *v = (const __nv_bfloat16 *)blk +
+					 ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) * ATT_HD;
+
+		for (uint32_t i = 0; i < ATT_HD; i++)
+			o[i] += s[t] / sum * bf2f(v[i]);
+	}
+}
+
+static uint64_t tel_u64(const char *out, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":[", key);
+	p = strstr(out, k);
+	EXPECT(p != NULL, "no %s in %s", key, out);
+	return strtoull(p + strlen(k), NULL, 10);
+}
+
+int main(void)
+{
+	static const char ini[] =
+		"[runtime]\nname = attn-gpu\nidle_policy = poll\n"
+		"[nic.lo]\ndevice = lo\ntransport = tcp\n"
+		"[gpu]\nenable = true\ndevice_id = 0\nvram_reserve_mb = 2048\n"
+		"[memory]\npool_size_mb = 1088\nchunk_size_kb = 4096\n"
+		"[sched]\nstaging_mb = 256\nslot_kb = 64\nstaging = gpu\ntier = true\n"
+		"window_max_mb = 256\nmax_blocks = 65536\n";
+	struct kvl_seg_geom g = { N_STEPS, 2, N_BLOCKS / N_STEPS / 2, BLOCK };
+	const size_t kv_bytes = (size_t)N_BLOCKS * BLOCK;
+	struct kvl_segment seg;
+	struct gpu_bufs x;
+	struct engine e;
+	char err[2048], out[16384];
+	std::vector<__nv_bfloat16> h_res(N_STEPS * OUT_ELEMS), h_tier(N_STEPS * OUT_ELEMS),
+		h_q(N_STEPS * OUT_ELEMS);
+	std::vector<uint64_t> res_tab(N_BLOCKS);
+	uint64_t *res_tab_dev, slots, tier_bytes0;
+	unsigned long long hits;
+	uint8_t *resident;
+	struct kvl_runtime *rt;
+	cudaStream_t st;
+	cudaEvent_t e0, e1;
+	float res_ms;
+	double t_tier;
+	size_t diff = 0, nan_tier = 0, nan_res = 0;
+	int stage = 0, rounds = 0;
+
+	if (gpu_test_devices() == 0)
+		return GPU_TEST_SKIP;
+	gpu_rt_init("attngpu");
+	CK(cudaSetDevice(0));
+	rt = gpu_rt_start(gpu_rt_write_ini("attn.ini", ini), NULL, 0, err, sizeof(err), &stage);
+	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
+	EXPECT(kvl_seg_alloc(rt, "kv", &g, KVL_REMOTE_READ, &seg) == 0, "kvl_seg_alloc 1 GiB");
+	EXPECT(seg.length == kv_bytes && seg.mem == KVL_MEM_HOST, "segment %llu bytes, kind %u",
+	       (unsigned long long)seg.length, seg.mem);
+
+	/* Every kernel loaded before any stream waits on READY: under CUDA's lazy loading a
+	 * first launch may synchronise the context, i.e. wait for that very stream. */
+	{
+		struct cudaFuncAttributes fa;
+
+		CK(cudaFuncSetAttribute(att_split_kernel,
+					cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM));
+		CK(cudaFuncGetAttributes(&fa, att_split_kernel));
+		CK(cudaFuncGetAttributes(&fa, att_reduce_kernel));
+		CK(cudaFuncGetAttributes(&fa, count_poison));
+		CK(cudaFuncGetAttributes(&fa, poison_blocks));
+		CK(cudaFuncGetAttributes(&fa, fill_kernel));
+	}
+	/* The KV (finite bf16 in [-1, 1)) into the tier's segment; the resident copy from it. */
+	CK(cudaMalloc((void **)&resident, kv_bytes));
+	fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)resident, kv_bytes / 2, 0x6b766c61ull);
+	CK(cudaGetLastError());
+	CK(cudaMemcpy(seg.base, resident, kv_bytes, cudaMemcpyDeviceToHost));
+	CK(cudaMemset(resident, 0, kv_bytes));
+	CK(cudaMemcpy(resident, seg.base, kv_bytes, cudaMemcpyHostToDevice));
+
+	CK(cudaMalloc((void **)&x.q, N_STEPS * OUT_ELEMS * 2));
+	CK(cudaMalloc((void **)&x.out, N_STEPS * OUT_ELEMS * 2));
+	CK(cudaMalloc((void **)&x.po, (size_t)SEQS * ATT_QH * SPLITS * ATT_HD * 4));
+	CK(cudaMalloc((void **)&x.pml, (size_t)SEQS * ATT_QH * SPLITS * 2 * 4));
+	CK(cudaMalloc((void **)&x.hits, sizeof(*x.hits)));
+	fill_kernel<<<256, 256>>>(x.q, N_STEPS * OUT_ELEMS, 0x71ull);
+	CK(cudaGetLastError());
+	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+
+	/* resident: block i of layer k, sequence s at resident + i * BLOCK */
+	for (uint32_t i = 0; i < N_BLOCKS; i++)
+		res_tab[i] = (uint64_t)(uintptr_t)(resident + (size_t)i * BLOCK);
+	CK(cudaMalloc((void **)&res_tab_dev, N_BLOCKS * 8));
+	CK(cudaMemcpy(res_tab_dev, res_tab.data(), N_BLOCKS * 8, cudaMemcpyHostToDevice));
+	CK(cudaMemset(x.out, 0xff, N_STEPS * OUT_ELEMS * 2)); /* every output is written */
+	CK(cudaDeviceSynchronize());
+	CK(cudaEventRecord(e0, st));
+	for (uint32_t k = 0; k < N_STEPS; k++)
+		attention(&x, res_tab_dev + (size_t)k * PER_STEP, k, st);
+	CK(cudaEventRecord(e1, st));
+	CK(cudaStreamSynchronize(st));
+	CK(cudaEventElapsedTime(&res_ms, e0, e1));
+	CK(cudaMemcpy(h_res.data(), x.out, h_res.size() * 2, cudaMemcpyDeviceToHost));
+
+	/* the engine's mapped tables and words */
+	CK(cudaHostAlloc((void **)&e.tab, N_BLOCKS * 8, cudaHostAllocMapped));
+	CK(cudaHostGetDevicePointer((void **)&e.tab_dev, e.tab, 0));
+	CK(cudaHostAlloc((void **)&e.filled, N_STEPS * 64, cudaHostAllocMapped));
+	CK(cudaHostGetDevicePointer((void **)&e.filled_dev, (void *)e.filled, 0));
+
+	/* Priming: hand every staging slot out once, poisoned behind its step. */
+	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
+	slots = tel_u64(out, "staging_bytes") / BLOCK;
+	while (distinct(e.seen) < slots) {
+		EXPECT(rounds < 8,
+		       "after %d priming requests only %zu of %llu staging slots were "
+		       "handed out",
+		       rounds, distinct(e.seen), (unsigned long long)slots);
+		run_tier(rt, &seg, 0, PRIME_STEP, NULL, &e, st);
+		rounds++;
+	}
+	printf("priming: %d requests of %u MiB put poison in all %zu staging slots\n", rounds,
+	       PRIME_STEP * PER_STEP * (BLOCK >> 10) >> 10, distinct(e.seen));
+
+	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
+	tier_bytes0 = tel_u64(out, "bytes");
+	CK(cudaMemset(x.out, 0xff, N_STEPS * OUT_ELEMS * 2));
+	CK(cudaMemset(x.hits, 0, sizeof(*x.hits)));
+	CK(cudaDeviceSynchronize());
+	e.seen.clear();
+	t_tier = run_tier(rt, &seg, 0, N_STEPS, &x, &e, st);
+	CK(cudaMemcpy(h_tier.data(), x.out, h_tier.size() * 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(&hits, x.hits, sizeof(hits), cudaMemcpyDeviceToHost));
+	printf("tier: %u layers x %u blocks (%zu MiB) PULLed into %zu staging slots, attention "
+	       "behind READY on each: open to end %.3f s (%.1f GB/s); resident run %.3f ms\n",
+	       N_STEPS, PER_STEP, kv_bytes >> 20, distinct(e.seen), t_tier, kv_bytes / t_tier / 1e9,
+	       res_ms);
+	for (size_t i = 0; i < h_res.size(); i++) {
+		uint16_t a, b;
+
+		memcpy(&a, &h_res[i], 2);
+		memcpy(&b, &h_tier[i], 2);
+		diff += a != b;
+		nan_res += bf2f(h_res[i]) != bf2f(h_res[i]);
+		nan_tier += bf2f(h_tier[i]) != bf2f(h_tier[i]);
+	}
+	printf("poison words read by the kernels behind READY: %llu; outputs differing from the "
+	       "resident run: %zu of %zu (NaN: tier %zu, resident %zu)\n",
+	       hits, diff, h_res.size(), nan_tier, nan_res);
+	EXPECT(nan_res == 0, "the resident run gave %zu NaN outputs", nan_res);
+	EXPECT(hits == 0, "kernels behind READY read %llu poison words: blocks not landed yet",
+	       hits);
+	EXPECT(diff == 0, "%zu of %zu bf16 outputs differ from the all-resident run", diff,
+	       h_res.size());
+
+	/* The kernel is attention: a few rows against float64 on the CPU. */
+	CK(cudaMemcpy(h_q.data(), x.q, h_q.size() * 2, cudaMemcpyDeviceToHost));
+	{
+		const uint32_t rows[4][3] = {
+			{ 0, 0, 0 }, { 17, 1, 13 }, { 40, 2, 30 }, { 63, 3, 31 }
+		};
+		double worst = 0;
+
+		for (int r = 0; r < 4; r++) {
+			uint32_t L = rows[r][0], s = rows[r][1], h = rows[r][2];
+			size_t at = (size_t)L * OUT_ELEMS + ((size_t)s * ATT_QH + h) * ATT_HD;
+			double o[ATT_HD], num = 0, den = 0;
+
+			reference((const uint8_t *)seg.base, &h_q[at], L, s, h, o);
+			for (int i = 0; i < ATT_HD; i++) {
+				double dlt = bf2f(h_tier[at + i]) - o[i];
+
+				num += dlt * dlt;
+				den += o[i] * o[i];
+			}
+			worst = std::max(worst, sqrt(num / den));
+		}
+		printf("against float64 on the CPU (4 rows of 128): worst relative error %.2e\n",
+		       worst);
+		EXPECT(worst < 1e-2, "attention output off the float64 reference by %.2e", worst);
+	}
+
+	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
+	printf("/kvlane/tier: %.600s\n", out);
+	EXPECT(tel_u64(out, "bytes") - tier_bytes0 == kv_bytes,
+	       "/kvlane/tier bytes moved %llu, "
+	       "want %zu",
+	       (unsigned long long)(tel_u64(out, "bytes") - tier_bytes0), kv_bytes);
+	EXPECT(tel_u64(out, "refused") == 0 && tel_u64(out, "engine_errors") == 0 &&
+		       tel_u64(out, "inflight") == 0,
+	       "refusals, engine errors or READs left: %s", out);
+	CK(cudaStreamDestroy(st));
+	kvl_stop(rt);
+	printf("PASS: attn_gpu (1 GiB from the host tier, paged decode attention behind READY on "
+	       "every layer, outputs equal to the all-resident run bit for bit, no poison read)\n");
+	return 0;
+}
