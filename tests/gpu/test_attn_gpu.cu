@@ -32,7 +32,10 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <vector>
@@ -92,6 +95,20 @@ __global__ void poison_blocks(const uint64_t *tab)
 	for (uint32_t i = threadIdx.x; i < BLOCK / 16; i += blockDim.x)
 		p[i] = v;
 }
+
+/* An engine's compute time per layer (hog mode): the request then outlasts the hog's cycle. */
+__global__ void spin_ns(uint64_t ns)
+{
+	uint64_t t0, t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	do {
+		__nanosleep(1000);
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	} while (t - t0 < ns);
+}
+
+static uint64_t pace_ns; /* 0: no compute time added */
 
 static double now_s(void)
 {
@@ -214,6 +231,8 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 			count_poison<<<PER_STEP, 256, 0, st>>>(row, x->hits);
 			CK(cudaGetLastError());
 			attention(x, row, k, st);
+			if (pace_ns)
+				spin_ns<<<1, 1, 0, st>>>(pace_ns);
 		}
 		poison_blocks<<<PER_STEP, 256, 0, st>>>(row);
 		CK(cudaGetLastError());
@@ -315,7 +334,108 @@ static uint64_t tel_u64(const char *out, const char *key)
 	return strtoull(p + strlen(k), NULL, 10);
 }
 
-int main(void)
+/*
+ * Hog mode: while the main request runs, another process (kvl_vram_hog leave) takes all free
+ * VRAM but the reserve + HOG_ABOVE_MB, holds it HOG_HOLD_MS, gives it back. A sampler reads
+ * /kvlane/gpu and /kvlane/sched through the telemetry socket all along.
+ */
+#define HOG_ABOVE_MB 64u
+#define HOG_HOLD_MS  400u
+#define PACE_NS	     30000000ull /* 30 ms a layer: 64 layers outlast the hog's cycle */
+
+enum { PH_BEFORE, PH_HELD, PH_RELEASED, PH_STOP };
+
+struct hog_run {
+	const char *hog;
+	int phase;
+	double t_held, t_released; /* now_s() */
+	uint64_t reserve, free_min, n[3];
+	uint64_t budget_max[3], budget_min[3], in_use_late_max; /* late: 100 ms into held */
+	char line[256];
+};
+
+/* A key of a dict reply (/kvlane/gpu: one value, not a column). */
+static uint64_t tel_dict_u64(const char *out, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(out, k);
+	EXPECT(p != NULL, "no %s in %s", key, out);
+	return strtoull(p + strlen(k), NULL, 10);
+}
+
+static void *hog_sampler(void *arg)
+{
+	struct hog_run *h = (struct hog_run *)arg;
+	static char g[16384], s[16384];
+	struct timespec two_ms = { 0, 2000000 };
+	int ph;
+
+	while ((ph = __atomic_load_n(&h->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
+		uint64_t fr, rs, bu, iu;
+
+		gpu_rt_tel("/kvlane/gpu", g, sizeof(g));
+		gpu_rt_tel("/kvlane/sched", s, sizeof(s));
+		fr = tel_dict_u64(g, "free_bytes");
+		rs = tel_dict_u64(g, "reserve_bytes");
+		bu = tel_u64(s, "budget");
+		iu = tel_u64(s, "in_use");
+		h->reserve = rs;
+		h->free_min = std::min(h->free_min, fr);
+		h->n[ph]++;
+		h->budget_max[ph] = std::max(h->budget_max[ph], bu);
+		h->budget_min[ph] = std::min(h->budget_min[ph], bu);
+		if (ph == PH_HELD && now_s() - h->t_held > 0.1)
+			h->in_use_late_max = std::max(h->in_use_late_max, iu);
+		nanosleep(&two_ms, NULL);
+	}
+	return NULL;
+}
+
+static void *hog_cycle(void *arg)
+{
+	struct hog_run *h = (struct hog_run *)arg;
+	struct timespec t100 = { 0, 100000000 }, hold = { 0, HOG_HOLD_MS * 1000000l };
+	int in[2], out[2], st;
+	char leave[32];
+	FILE *f;
+	pid_t pid;
+
+	nanosleep(&t100, NULL);
+	EXPECT(pipe(in) == 0 && pipe(out) == 0, "pipe");
+	snprintf(leave, sizeof(leave), "%llu",
+		 (unsigned long long)(h->reserve >> 20) + HOG_ABOVE_MB);
+	pid = fork();
+	EXPECT(pid >= 0, "fork");
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		execl(h->hog, h->hog, "leave", "0", leave, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	f = fdopen(out[0], "r");
+	EXPECT(f != NULL && fgets(h->line, sizeof(h->line), f) != NULL &&
+		       strncmp(h->line, "held=", 5) == 0,
+	       "%s leave 0 %s did not hold VRAM", h->hog, leave);
+	h->t_held = now_s();
+	__atomic_store_n(&h->phase, PH_HELD, __ATOMIC_RELEASE);
+	nanosleep(&hold, NULL);
+	close(in[1]); /* the hog frees and exits */
+	EXPECT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "vram_hog exit status %d", st);
+	fclose(f);
+	h->t_released = now_s();
+	__atomic_store_n(&h->phase, PH_RELEASED, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+int main(int argc, char **argv)
 {
 	static const char ini[] =
 		"[runtime]\nname = attn-gpu\nidle_policy = poll\n"
@@ -323,7 +443,7 @@ int main(void)
 		"[gpu]\nenable = true\ndevice_id = 0\nvram_reserve_mb = 2048\n"
 		"[memory]\npool_size_mb = 1088\nchunk_size_kb = 4096\n"
 		"[sched]\nstaging_mb = 256\nslot_kb = 64\nstaging = gpu\ntier = true\n"
-		"window_max_mb = 256\nmax_blocks = 65536\n";
+		"window_max_mb = 256\nmax_blocks = 65536\nresize_interval_ms = 5\n";
 	struct kvl_seg_geom g = { N_STEPS, 2, N_BLOCKS / N_STEPS / 2, BLOCK };
 	const size_t kv_bytes = (size_t)N_BLOCKS * BLOCK;
 	struct kvl_segment seg;
@@ -343,7 +463,15 @@ int main(void)
 	double t_tier;
 	size_t diff = 0, nan_tier = 0, nan_res = 0;
 	int stage = 0, rounds = 0;
+	const char *hog = argc == 3 && strcmp(argv[1], "hog") == 0 ? argv[2] : NULL;
+	struct hog_run h;
+	pthread_t th_sample, th_cycle;
+	double t_run_end;
 
+	if (argc != 1 && hog == NULL) {
+		fprintf(stderr, "usage: %s [hog KVL_VRAM_HOG]\n", argv[0]);
+		return 2;
+	}
 	if (gpu_test_devices() == 0)
 		return GPU_TEST_SKIP;
 	gpu_rt_init("attngpu");
@@ -427,7 +555,61 @@ int main(void)
 	CK(cudaMemset(x.hits, 0, sizeof(*x.hits)));
 	CK(cudaDeviceSynchronize());
 	e.seen.clear();
+	if (hog != NULL) {
+		memset(&h, 0, sizeof(h));
+		h.hog = hog;
+		h.free_min = UINT64_MAX;
+		for (int i = 0; i < 3; i++)
+			h.budget_min[i] = UINT64_MAX;
+		gpu_rt_tel("/kvlane/gpu", out, sizeof(out));
+		h.reserve = tel_dict_u64(out, "reserve_bytes");
+		pace_ns = PACE_NS;
+		EXPECT(pthread_create(&th_sample, NULL, hog_sampler, &h) == 0, "sampler thread");
+		EXPECT(pthread_create(&th_cycle, NULL, hog_cycle, &h) == 0, "hog thread");
+	}
 	t_tier = run_tier(rt, &seg, 0, N_STEPS, &x, &e, st);
+	t_run_end = now_s();
+	if (hog != NULL) {
+		struct timespec t50 = { 0, 50000000 };
+		const char *nm[3] = { "before", "held", "released" };
+
+		pthread_join(th_cycle, NULL);
+		nanosleep(&t50, NULL); /* a few samples after the release */
+		__atomic_store_n(&h.phase, PH_STOP, __ATOMIC_RELEASE);
+		pthread_join(th_sample, NULL);
+		printf("vram_hog: %.*s", (int)strcspn(h.line, "\n"), h.line);
+		printf("\n%-9s %8s %12s %12s  (/kvlane/sched budget, MiB)\n", "phase", "samples",
+		       "min", "max");
+		for (int i = 0; i < 3; i++)
+			printf("%-9s %8llu %12llu %12llu\n", nm[i], (unsigned long long)h.n[i],
+			       (unsigned long long)(h.budget_min[i] >> 20),
+			       (unsigned long long)(h.budget_max[i] >> 20));
+		printf("free VRAM: lowest sample %llu MiB, reserve %llu MiB; in_use 100 ms into "
+		       "the hold at most %llu MiB; hog released %.3f s before the request ended\n",
+		       (unsigned long long)(h.free_min >> 20),
+		       (unsigned long long)(h.reserve >> 20),
+		       (unsigned long long)(h.in_use_late_max >> 20), t_run_end - h.t_released);
+		EXPECT(h.n[PH_BEFORE] && h.n[PH_HELD] && h.n[PH_RELEASED],
+		       "samples in every phase (%llu, %llu, %llu)", (unsigned long long)h.n[0],
+		       (unsigned long long)h.n[1], (unsigned long long)h.n[2]);
+		EXPECT(h.t_released < t_run_end, "the request ended before the hog gave VRAM back");
+		EXPECT(h.free_min >= h.reserve,
+		       "free VRAM fell to %llu MiB, below the reserve %llu",
+		       (unsigned long long)(h.free_min >> 20),
+		       (unsigned long long)(h.reserve >> 20));
+		EXPECT(h.budget_min[PH_HELD] <= ((uint64_t)HOG_ABOVE_MB << 20),
+		       "the budget did not shrink to what the hog left: %llu MiB",
+		       (unsigned long long)(h.budget_min[PH_HELD] >> 20));
+		EXPECT(h.budget_min[PH_HELD] < h.budget_max[PH_BEFORE], "no window shrank");
+		EXPECT(h.in_use_late_max <= h.budget_max[PH_HELD] + ((uint64_t)PER_STEP * BLOCK),
+		       "staged %llu MiB while the budget was %llu MiB",
+		       (unsigned long long)(h.in_use_late_max >> 20),
+		       (unsigned long long)(h.budget_max[PH_HELD] >> 20));
+		EXPECT(h.budget_max[PH_RELEASED] + (64ull << 20) >= h.budget_max[PH_BEFORE],
+		       "the budget did not recover: %llu MiB after, %llu before",
+		       (unsigned long long)(h.budget_max[PH_RELEASED] >> 20),
+		       (unsigned long long)(h.budget_max[PH_BEFORE] >> 20));
+	}
 	CK(cudaMemcpy(h_tier.data(), x.out, h_tier.size() * 2, cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(&hits, x.hits, sizeof(hits), cudaMemcpyDeviceToHost));
 	printf("tier: %u layers x %u blocks (%zu MiB) PULLed into %zu staging slots, attention "
@@ -490,6 +672,10 @@ int main(void)
 	       "refusals, engine errors or READs left: %s", out);
 	CK(cudaStreamDestroy(st));
 	kvl_stop(rt);
+	if (hog != NULL)
+		printf("PASS: attn_gpu hog (the same, while another process took all free VRAM "
+		       "but %u MiB above the reserve and gave it back mid-run)\n",
+		       HOG_ABOVE_MB);
 	printf("PASS: attn_gpu (1 GiB from the host tier, paged decode attention behind READY on "
 	       "every layer, outputs equal to the all-resident run bit for bit, no poison read)\n");
 	return 0;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* GPU test helper: report the CUDA devices, or hold some VRAM until stdin closes. */
+/* GPU test helper: report the CUDA devices, or hold some (or all but some) VRAM until stdin closes.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +53,34 @@ static int hold(int dev, size_t mib)
 	return 0;
 }
 
+/* Take all free VRAM of @dev but @leave_mib (measured after this process's own context), touch
+ * it, report, hold it until stdin closes: another process leaving a GPU nearly full. */
+static int leave(int dev, size_t leave_mib)
+{
+	size_t free_b, total, take;
+
+	if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess ||
+	    cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+		fprintf(stderr, "vram_hog: no device %d\n", dev);
+		return 1;
+	}
+	if (free_b <= (leave_mib << 20)) {
+		fprintf(stderr, "vram_hog: only %zu MiB free, asked to leave %zu\n", free_b >> 20,
+			leave_mib);
+		return 1;
+	}
+	take = (free_b - (leave_mib << 20)) >> 20;
+	return hold(dev, take);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && strcmp(argv[1], "probe") == 0)
 		return probe();
 	if (argc == 4 && strcmp(argv[1], "hold") == 0)
 		return hold(atoi(argv[2]), strtoull(argv[3], NULL, 10));
-	fprintf(stderr, "usage: %s probe | hold DEVICE MIB\n", argv[0]);
+	if (argc == 4 && strcmp(argv[1], "leave") == 0)
+		return leave(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+	fprintf(stderr, "usage: %s probe | hold DEVICE MIB | leave DEVICE MIB\n", argv[0]);
 	return 2;
 }
