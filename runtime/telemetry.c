@@ -871,6 +871,8 @@ static int tel_tier(const char *cmd, const char *params, struct rte_tel_data *d)
 		put_u64(&k, "bytes", t.bytes);
 		put_u64(&k, "copies", t.copies);
 		put_u64(&k, "batches", t.batches);
+		put_u64(&k, "handovers", t.handovers);
+		put_u64(&k, "handover_small", t.handover_small);
 		put_u64(&k, "copy_ns", t.copy_ns);
 		put_u64(&k, "inflight", t.inflight);
 		put_u64(&k, "engine_errors", t.engine_errors);

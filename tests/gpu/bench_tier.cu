@@ -294,15 +294,19 @@ int main(int argc, char **argv)
 		struct row x = transport(&seg, dst, u, perm, reps);
 		struct row y;
 		double xg = seg.length / x.s, yg;
-		uint64_t b1;
+		uint64_t b1, ho0, small0, ho, small;
 		const char *un = u == 65536 ? "64K" : "16K";
 
 		gpu_rt_tel("/kvlane/tier", out, sizeof(out));
 		batches0 = tel_u64(out, "batches");
+		ho0 = tel_u64(out, "handovers");
+		small0 = tel_u64(out, "handover_small");
 		y = runtime(rt, &seg, u, perm, reps);
 		expect_bytes += (uint64_t)(reps + 1) * seg.length;
 		gpu_rt_tel("/kvlane/tier", out, sizeof(out));
 		b1 = tel_u64(out, "batches");
+		ho = (tel_u64(out, "handovers") - ho0) / (reps + 1);
+		small = (tel_u64(out, "handover_small") - small0) / (reps + 1);
 		yg = seg.length / y.s;
 		printf("%-34s %5s %9.3f %8.1f %8s %6.1f%% %8llu\n",
 		       "transport alone (cudma defaults)", un, x.s * 1e3, xg / GB, "1.00",
@@ -310,6 +314,11 @@ int main(int argc, char **argv)
 		printf("%-34s %5s %9.3f %8.1f %8.2f %6.1f%% %8llu\n",
 		       "runtime: API->lcore->sched->READY", un, y.s * 1e3, yg / GB, yg / xg,
 		       100 * yg / ceil_gbs, (unsigned long long)((b1 - batches0) / (reps + 1)));
+		/* what reaches the copy engine per hand-over: the batch size the rate hangs on */
+		printf("%-34s %5s handovers/run %llu, %.0f KiB each on average, %llu under the "
+		       "2 MiB minimum\n",
+		       "  runtime's batches", un, (unsigned long long)ho,
+		       ho ? seg.length / 1024.0 / ho : 0.0, (unsigned long long)small);
 		if (u == 65536)
 			ok64 = yg >= 0.95 * xg && yg >= 0.90 * ceil_gbs;
 		if (u == 65536)
