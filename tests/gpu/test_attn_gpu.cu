@@ -31,13 +31,14 @@
  * computes attention at all (bf16 output: within 1e-2 relative). /kvlane/tier's bytes: the
  * 1 GiB once, plus what the scheduler evicted and read again (/kvlane/sched evicted_bytes).
  *
- * test_attn_gpu hog KVL_VRAM_HOG: the same run with 30 ms of compute a layer, while another
- * process takes all free VRAM but 64 MiB above the reserve, holds it 400 ms and gives it back;
- * /kvlane/gpu and /kvlane/sched sampled through the socket every 2 ms: free VRAM never below
- * the reserve, the scheduler's budget down to what the hog left and back, staged bytes within
- * it, the hog's release before the request's end, and the outputs still equal. (A block the
- * shrinking budget evicts leaves landed bytes, not poison, in its slot: the poison argument
- * is the plain run's.) Exits 77 without a GPU.
+ * test_attn_gpu hog KVL_VRAM_HOG: the same run with 40 ms of compute a layer, while another
+ * process takes all free VRAM but 64 MiB above the reserve, then 256 MiB more (free VRAM under
+ * the reserve, by that process), then gives it back; /kvlane/gpu and /kvlane/sched sampled
+ * through the socket every 2 ms: free VRAM never below the reserve but while the other process
+ * holds it there (and then never below what it left), the scheduler's budget down to what is
+ * left over the reserve and back, staged bytes within it, the release before the request's
+ * end, and the outputs still equal. (A block the shrinking budget evicts leaves landed bytes,
+ * not poison, in its slot: the poison argument is the plain run's.) Exits 77 without a GPU.
  */
 #include <errno.h>
 #include <math.h>
@@ -345,21 +346,26 @@ static uint64_t tel_u64(const char *out, const char *key)
 
 /*
  * Hog mode: while the main request runs, another process (kvl_vram_hog leave) takes all free
- * VRAM but the reserve + HOG_ABOVE_MB, holds it HOG_HOLD_MS, gives it back. A sampler reads
- * /kvlane/gpu and /kvlane/sched through the telemetry socket all along.
+ * VRAM but the reserve + HOG_ABOVE_MB (NEAR), then HOG_UNDER_MB more, below the reserve
+ * (UNDER), then gives that back (NEAR again), then everything (RELEASED). The runtime's VRAM
+ * staging is allocated once, at kvl_start, and its budget is free VRAM plus that staging minus
+ * the reserve (runtime/staging.c): it falls below the staging, and the windows shrink, only
+ * while free VRAM is below the reserve, which only the other process can make it. A sampler
+ * reads /kvlane/gpu and /kvlane/sched through the telemetry socket every 2 ms all along.
  */
 #define HOG_ABOVE_MB 64u
-#define HOG_HOLD_MS  400u
-#define PACE_NS	     30000000ull /* 30 ms a layer: 64 layers outlast the hog's cycle */
+#define HOG_UNDER_MB 256u
+#define PACE_NS	     40000000ull /* 40 ms a layer: 64 layers outlast the hog's cycle */
 
-enum { PH_BEFORE, PH_HELD, PH_RELEASED, PH_STOP };
+enum { PH_BEFORE, PH_NEAR, PH_UNDER, PH_RELEASED, PH_STOP };
 
 struct hog_run {
 	const char *hog;
 	int phase;
-	double t_held, t_released; /* now_s() */
-	uint64_t reserve, free_min, n[3];
-	uint64_t budget_max[3], budget_min[3], in_use_late_max; /* late: 100 ms into held */
+	double t_under, t_released; /* now_s() */
+	uint64_t reserve, hog_free_under;
+	uint64_t n[4], free_min[4], budget_min[4], budget_max[4];
+	uint64_t in_use_late_max; /* UNDER, 100 ms after it began */
 	char line[256];
 };
 
@@ -383,32 +389,43 @@ static void *hog_sampler(void *arg)
 	int ph;
 
 	while ((ph = __atomic_load_n(&h->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
-		uint64_t fr, rs, bu, iu;
+		uint64_t fr, bu, iu;
 
 		gpu_rt_tel("/kvlane/gpu", g, sizeof(g));
 		gpu_rt_tel("/kvlane/sched", s, sizeof(s));
 		fr = tel_dict_u64(g, "free_bytes");
-		rs = tel_dict_u64(g, "reserve_bytes");
 		bu = tel_u64(s, "budget");
 		iu = tel_u64(s, "in_use");
-		h->reserve = rs;
-		h->free_min = std::min(h->free_min, fr);
 		h->n[ph]++;
+		h->free_min[ph] = std::min(h->free_min[ph], fr);
 		h->budget_max[ph] = std::max(h->budget_max[ph], bu);
 		h->budget_min[ph] = std::min(h->budget_min[ph], bu);
-		if (ph == PH_HELD && now_s() - h->t_held > 0.1)
+		if (ph == PH_UNDER && now_s() - h->t_under > 0.1)
 			h->in_use_late_max = std::max(h->in_use_late_max, iu);
 		nanosleep(&two_ms, NULL);
 	}
 	return NULL;
 }
 
+/* One line from the hog ("held=... free_after=..."): its free_after. */
+static uint64_t hog_reply(struct hog_run *h, FILE *f, const char *what)
+{
+	const char *p;
+
+	EXPECT(fgets(h->line, sizeof(h->line), f) != NULL && strncmp(h->line, "held=", 5) == 0,
+	       "%s: vram_hog did not answer (%s)", what, h->line);
+	p = strstr(h->line, "free_after=");
+	EXPECT(p != NULL, "vram_hog said %s", h->line);
+	printf("vram_hog, %s: %.*s\n", what, (int)strcspn(h->line, "\n"), h->line);
+	return strtoull(p + 11, NULL, 10);
+}
+
 static void *hog_cycle(void *arg)
 {
 	struct hog_run *h = (struct hog_run *)arg;
-	struct timespec t100 = { 0, 100000000 }, hold = { 0, HOG_HOLD_MS * 1000000l };
+	struct timespec t100 = { 0, 100000000 }, t300 = { 0, 300000000 }, t500 = { 0, 500000000 };
 	int in[2], out[2], st;
-	char leave[32];
+	char leave[32], more[32];
 	FILE *f;
 	pid_t pid;
 
@@ -429,13 +446,23 @@ static void *hog_cycle(void *arg)
 	close(in[0]);
 	close(out[1]);
 	f = fdopen(out[0], "r");
-	EXPECT(f != NULL && fgets(h->line, sizeof(h->line), f) != NULL &&
-		       strncmp(h->line, "held=", 5) == 0,
-	       "%s leave 0 %s did not hold VRAM", h->hog, leave);
-	h->t_held = now_s();
-	__atomic_store_n(&h->phase, PH_HELD, __ATOMIC_RELEASE);
-	nanosleep(&hold, NULL);
-	close(in[1]); /* the hog frees and exits */
+	EXPECT(f != NULL, "fdopen");
+	hog_reply(h, f, "all but the reserve + 64 MiB");
+	__atomic_store_n(&h->phase, PH_NEAR, __ATOMIC_RELEASE);
+	nanosleep(&t300, NULL);
+	/* UNDER from before the hog takes more until it has given it back: the samples taken
+	 * while free VRAM is under the reserve all count there */
+	h->t_under = now_s() + 1e9; /* no "late" sample before the hog has answered */
+	__atomic_store_n(&h->phase, PH_UNDER, __ATOMIC_RELEASE);
+	snprintf(more, sizeof(more), "more %u\n", HOG_UNDER_MB);
+	EXPECT(write(in[1], more, strlen(more)) == (ssize_t)strlen(more), "to vram_hog");
+	h->hog_free_under = hog_reply(h, f, "256 MiB more");
+	h->t_under = now_s();
+	nanosleep(&t500, NULL);
+	EXPECT(write(in[1], "less\n", 5) == 5, "to vram_hog");
+	hog_reply(h, f, "the 256 MiB back");
+	__atomic_store_n(&h->phase, PH_NEAR, __ATOMIC_RELEASE);
+	close(in[1]); /* the hog frees the rest and exits */
 	EXPECT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	       "vram_hog exit status %d", st);
 	fclose(f);
@@ -569,9 +596,8 @@ int main(int argc, char **argv)
 	if (hog != NULL) {
 		memset(&h, 0, sizeof(h));
 		h.hog = hog;
-		h.free_min = UINT64_MAX;
-		for (int i = 0; i < 3; i++)
-			h.budget_min[i] = UINT64_MAX;
+		for (int i = 0; i < 4; i++)
+			h.free_min[i] = h.budget_min[i] = UINT64_MAX;
 		gpu_rt_tel("/kvlane/gpu", out, sizeof(out));
 		h.reserve = tel_dict_u64(out, "reserve_bytes");
 		pace_ns = PACE_NS;
@@ -582,40 +608,49 @@ int main(int argc, char **argv)
 	t_run_end = now_s();
 	if (hog != NULL) {
 		struct timespec t50 = { 0, 50000000 };
-		const char *nm[3] = { "before", "held", "released" };
+		const char *nm[4] = { "before", "near", "under", "released" };
 
 		pthread_join(th_cycle, NULL);
 		nanosleep(&t50, NULL); /* a few samples after the release */
 		__atomic_store_n(&h.phase, PH_STOP, __ATOMIC_RELEASE);
 		pthread_join(th_sample, NULL);
-		printf("vram_hog: %.*s", (int)strcspn(h.line, "\n"), h.line);
-		printf("\n%-9s %8s %12s %12s  (/kvlane/sched budget, MiB)\n", "phase", "samples",
-		       "min", "max");
-		for (int i = 0; i < 3; i++)
-			printf("%-9s %8llu %12llu %12llu\n", nm[i], (unsigned long long)h.n[i],
+		printf("%-9s %8s %14s %12s %12s  (MiB; reserve %llu)\n", "phase", "samples",
+		       "free VRAM min", "budget min", "budget max",
+		       (unsigned long long)(h.reserve >> 20));
+		for (int i = 0; i < 4; i++)
+			printf("%-9s %8llu %14llu %12llu %12llu\n", nm[i],
+			       (unsigned long long)h.n[i],
+			       (unsigned long long)(h.free_min[i] >> 20),
 			       (unsigned long long)(h.budget_min[i] >> 20),
 			       (unsigned long long)(h.budget_max[i] >> 20));
-		printf("free VRAM: lowest sample %llu MiB, reserve %llu MiB; in_use 100 ms into "
-		       "the hold at most %llu MiB; hog released %.3f s before the request ended\n",
-		       (unsigned long long)(h.free_min >> 20),
-		       (unsigned long long)(h.reserve >> 20),
+		printf("staged (in_use) 100 ms into UNDER at most %llu MiB; released %.3f s before "
+		       "the request ended\n",
 		       (unsigned long long)(h.in_use_late_max >> 20), t_run_end - h.t_released);
-		EXPECT(h.n[PH_BEFORE] && h.n[PH_HELD] && h.n[PH_RELEASED],
-		       "samples in every phase (%llu, %llu, %llu)", (unsigned long long)h.n[0],
-		       (unsigned long long)h.n[1], (unsigned long long)h.n[2]);
+		for (int i = 0; i < 4; i++)
+			EXPECT(h.n[i] > 0, "no samples in phase %s", nm[i]);
 		EXPECT(h.t_released < t_run_end, "the request ended before the hog gave VRAM back");
-		EXPECT(h.free_min >= h.reserve,
-		       "free VRAM fell to %llu MiB, below the reserve %llu",
-		       (unsigned long long)(h.free_min >> 20),
-		       (unsigned long long)(h.reserve >> 20));
-		EXPECT(h.budget_min[PH_HELD] <= ((uint64_t)HOG_ABOVE_MB << 20),
-		       "the budget did not shrink to what the hog left: %llu MiB",
-		       (unsigned long long)(h.budget_min[PH_HELD] >> 20));
-		EXPECT(h.budget_min[PH_HELD] < h.budget_max[PH_BEFORE], "no window shrank");
-		EXPECT(h.in_use_late_max <= h.budget_max[PH_HELD] + ((uint64_t)PER_STEP * BLOCK),
-		       "staged %llu MiB while the budget was %llu MiB",
+		/* the runtime itself never takes free VRAM below the reserve... */
+		for (int i = 0; i < 4; i++)
+			EXPECT(i == PH_UNDER || h.free_min[i] >= h.reserve,
+			       "%s: free VRAM %llu MiB, below the reserve %llu", nm[i],
+			       (unsigned long long)(h.free_min[i] >> 20),
+			       (unsigned long long)(h.reserve >> 20));
+		/* ...nor below what the other process left when that process put it under */
+		EXPECT(h.free_min[PH_UNDER] + (32ull << 20) >= h.hog_free_under,
+		       "free VRAM %llu MiB under the hog, which left %llu",
+		       (unsigned long long)(h.free_min[PH_UNDER] >> 20),
+		       (unsigned long long)(h.hog_free_under >> 20));
+		/* the windows shrink to what is left over the reserve, staged bytes follow */
+		EXPECT(h.budget_min[PH_UNDER] <= ((uint64_t)HOG_ABOVE_MB + 16) << 20 &&
+			       h.budget_min[PH_UNDER] < h.budget_max[PH_BEFORE],
+		       "the budget under the hog: %llu MiB (before: %llu)",
+		       (unsigned long long)(h.budget_min[PH_UNDER] >> 20),
+		       (unsigned long long)(h.budget_max[PH_BEFORE] >> 20));
+		EXPECT(h.in_use_late_max <= h.budget_max[PH_UNDER] + (uint64_t)PER_STEP * BLOCK,
+		       "staged %llu MiB while the budget was at most %llu MiB",
 		       (unsigned long long)(h.in_use_late_max >> 20),
-		       (unsigned long long)(h.budget_max[PH_HELD] >> 20));
+		       (unsigned long long)(h.budget_max[PH_UNDER] >> 20));
+		/* and recover */
 		EXPECT(h.budget_max[PH_RELEASED] + (64ull << 20) >= h.budget_max[PH_BEFORE],
 		       "the budget did not recover: %llu MiB after, %llu before",
 		       (unsigned long long)(h.budget_max[PH_RELEASED] >> 20),
@@ -691,8 +726,9 @@ int main(int argc, char **argv)
 	kvl_stop(rt);
 	if (hog != NULL)
 		printf("PASS: attn_gpu hog (the same, while another process took all free VRAM "
-		       "but %u MiB above the reserve and gave it back mid-run)\n",
-		       HOG_ABOVE_MB);
+		       "but %u MiB above the reserve, then %u MiB more, and gave it back "
+		       "mid-run)\n",
+		       HOG_ABOVE_MB, HOG_UNDER_MB);
 	printf("PASS: attn_gpu (1 GiB from the host tier, paged decode attention behind READY on "
 	       "every layer, outputs equal to the all-resident run bit for bit, no poison read)\n");
 	return 0;
