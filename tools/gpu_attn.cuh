@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <string.h>
 
 /*
  * KV cache layout, one 64 KiB block per 16 tokens of one layer, all KV heads:
@@ -277,6 +278,33 @@ __global__ void att_reduce_kernel(const struct att_args a)
 		O += a.part_o[(qh * a.splits + s) * ATT_HD + d] * f;
 	}
 	a.out[qh * ATT_HD + d] = __float2bfloat16(O / L);
+}
+
+/* KV and queries for tests and benches: bf16 in [-1, 1) from a hash of (index, seed). */
+__global__ void att_fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+
+		x ^= x >> 31;
+		x *= 0xbf58476d1ce4e5b9ull;
+		x ^= x >> 29;
+		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+	}
+}
+
+/* bf16 to float on the host (the top half of the float's bits). */
+static inline float att_bf2f(__nv_bfloat16 v)
+{
+	uint16_t u;
+	uint32_t w;
+	float f;
+
+	memcpy(&u, &v, 2);
+	w = (uint32_t)u << 16;
+	memcpy(&f, &w, 4);
+	return f;
 }
 
 #endif /* KVL_TOOLS_GPU_ATTN_CUH */

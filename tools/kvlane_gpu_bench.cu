@@ -55,36 +55,12 @@ static double pct(std::vector<double> v, double p)
 }
 
 /* Random bf16 in [-1, 1): a hash of the index, so any buffer is reproducible. */
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-
-		x ^= x >> 31;
-		x *= 0xbf58476d1ce4e5b9ull;
-		x ^= x >> 29;
-		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-	}
-}
-
 static void fill(void *p, size_t bytes, uint64_t seed)
 {
-	fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed);
+	att_fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed);
 	CK(cudaGetLastError());
 }
 
-static float bf2f(__nv_bfloat16 v)
-{
-	uint16_t u;
-	uint32_t w;
-	float f;
-
-	memcpy(&u, &v, 2);
-	w = (uint32_t)u << 16;
-	memcpy(&f, &w, 4);
-	return f;
-}
 
 /* ---------------- ceilings ---------------- */
 
@@ -248,7 +224,7 @@ static double att_check(int B, int nblk, int splits, uint64_t seed)
 				double d = 0;
 
 				for (int i = 0; i < ATT_HD; i++)
-					d += (double)bf2f(q[i]) * bf2f(k[i]);
+					d += (double)att_bf2f(q[i]) * att_bf2f(k[i]);
 				s[t] = d / sqrt((double)ATT_HD);
 				mx = std::max(mx, s[t]);
 			}
@@ -266,9 +242,9 @@ static double att_check(int B, int nblk, int splits, uint64_t seed)
 					const __nv_bfloat16 *v =
 						blk + ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) *
 							      ATT_HD;
-					r += s[t] / sum * bf2f(v[i]);
+					r += s[t] / sum * att_bf2f(v[i]);
 				}
-				got = bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
+				got = att_bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
 				if (isnan(got))
 					return INFINITY;
 				num += (got - r) * (got - r);

@@ -66,19 +66,6 @@
 
 #define LIMIT_S 120.0
 
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-
-		x ^= x >> 31;
-		x *= 0xbf58476d1ce4e5b9ull;
-		x ^= x >> 29;
-		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-	}
-}
-
 /* One thread block per KV block of the layer: its 16-bit words equal to the poison. */
 __global__ void count_poison(const uint64_t *tab, unsigned long long *hits)
 {
@@ -119,31 +106,6 @@ __global__ void spin_ns(uint64_t ns)
 }
 
 static uint64_t pace_ns; /* 0: no compute time added */
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static bool reached(uint32_t word, uint32_t epoch)
-{
-	return (int32_t)(word - epoch) >= 0;
-}
-
-static float bf2f(__nv_bfloat16 v)
-{
-	uint16_t u;
-	uint32_t w;
-	float f;
-
-	memcpy(&u, &v, 2);
-	w = (uint32_t)u << 16;
-	memcpy(&f, &w, 4);
-	return f;
-}
 
 struct gpu_bufs {
 	__nv_bfloat16 *q;   /* [N_STEPS][SEQS][32][128] */
@@ -199,11 +161,10 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 	std::vector<uint32_t> first(n_steps + 1), refs(n_steps * PER_STEP);
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
-	struct kvl_req_event ev[64];
 	char err[512];
 	kvl_req_t req;
 	double t0;
-	int n, ended = 0, end_status = -1;
+	int end_status;
 
 	for (uint32_t i = 0; i < n_steps * PER_STEP; i++) {
 		memset(&blocks[i], 0, sizeof(blocks[i]));
@@ -224,7 +185,7 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 	memset((void *)e->filled, 0, N_STEPS * 64);
 
 	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
-	t0 = now_s();
+	t0 = gpu_rt_now_s();
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
 	/* the whole stream up front: nothing is enqueued per step from here on */
@@ -251,42 +212,11 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 		       "write DONE %u: %s", k, err);
 	}
 	/* The host's part: each step's block addresses once its READY word says they landed. */
-	for (uint32_t k = 0; k < n_steps; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl.ready +
-						    (size_t)k * fl.stride);
-
-		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
-			n = (int)kvl_req_poll(rt, ev, 64); /* STEP_READY events: drained */
-			for (int i = 0; i < n; i++)
-				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-					ended = 1;
-					end_status = ev[i].status;
-				}
-			EXPECT(!ended, "request ended before step %u was READY: %s", k,
-			       kvl_status_name(end_status));
-			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
-			       LIMIT_S);
-		}
-		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
-			void *a;
-
-			EXPECT(kvl_req_block_addr(rt, req, j, &a) == 0, "block %u address", j);
-			e->tab[j] = (uint64_t)(uintptr_t)a;
-			e->seen.push_back(e->tab[j]);
-		}
-		__atomic_store_n((uint32_t *)((uintptr_t)e->filled + k * 64), 1, __ATOMIC_RELEASE);
-	}
-	while (!ended) {
-		n = (int)kvl_req_poll(rt, ev, 64);
-		for (int i = 0; i < n; i++)
-			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-				ended = 1;
-				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
-			}
-		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
-	}
-	t0 = now_s() - t0;
+	gpu_rt_fill_tables(rt, req, &fl, n_steps, first.data(), refs.data(), e->tab, e->filled, t0,
+			   LIMIT_S);
+	e->seen.insert(e->seen.end(), e->tab, e->tab + (size_t)n_steps * PER_STEP);
+	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
+	t0 = gpu_rt_now_s() - t0;
 	CK(cudaStreamSynchronize(st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	return t0;
@@ -314,7 +244,7 @@ static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer,
 		double dot = 0;
 
 		for (uint32_t i = 0; i < ATT_HD; i++)
-			dot += (double)bf2f(q[i]) * bf2f(k[i]);
+			dot += (double)att_bf2f(q[i]) * att_bf2f(k[i]);
 		s[t] = dot / sqrt((double)ATT_HD);
 		mx = std::max(mx, s[t]);
 	}
@@ -329,19 +259,8 @@ static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer,
 					 ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) * ATT_HD;
 
 		for (uint32_t i = 0; i < ATT_HD; i++)
-			o[i] += s[t] / sum * bf2f(v[i]);
+			o[i] += s[t] / sum * att_bf2f(v[i]);
 	}
-}
-
-static uint64_t tel_u64(const char *out, const char *key)
-{
-	char k[64];
-	const char *p;
-
-	snprintf(k, sizeof(k), "\"%s\":[", key);
-	p = strstr(out, k);
-	EXPECT(p != NULL, "no %s in %s", key, out);
-	return strtoull(p + strlen(k), NULL, 10);
 }
 
 /*
@@ -367,24 +286,12 @@ enum { PH_BEFORE, PH_NEAR, PH_UNDER, PH_RELEASED, PH_STOP };
 struct hog_run {
 	const char *hog;
 	int phase;
-	double t_under, t_released; /* now_s() */
+	double t_under, t_released; /* gpu_rt_now_s() */
 	uint64_t reserve, hog_free_under;
 	uint64_t n[4], free_min[4], budget_min[4], budget_max[4];
 	uint64_t in_use_late_max; /* UNDER, LATE_S after it began */
 	char line[256];
 };
-
-/* A key of a dict reply (/kvlane/gpu: one value, not a column). */
-static uint64_t tel_dict_u64(const char *out, const char *key)
-{
-	char k[64];
-	const char *p;
-
-	snprintf(k, sizeof(k), "\"%s\":", key);
-	p = strstr(out, k);
-	EXPECT(p != NULL, "no %s in %s", key, out);
-	return strtoull(p + strlen(k), NULL, 10);
-}
 
 static void *hog_sampler(void *arg)
 {
@@ -398,14 +305,14 @@ static void *hog_sampler(void *arg)
 
 		gpu_rt_tel("/kvlane/gpu", g, sizeof(g));
 		gpu_rt_tel("/kvlane/sched", s, sizeof(s));
-		fr = tel_dict_u64(g, "free_bytes");
-		bu = tel_u64(s, "budget");
-		iu = tel_u64(s, "in_use");
+		fr = gpu_rt_tel_dict_u64(g, "free_bytes");
+		bu = gpu_rt_tel_u64(s, "budget");
+		iu = gpu_rt_tel_u64(s, "in_use");
 		h->n[ph]++;
 		h->free_min[ph] = std::min(h->free_min[ph], fr);
 		h->budget_max[ph] = std::max(h->budget_max[ph], bu);
 		h->budget_min[ph] = std::min(h->budget_min[ph], bu);
-		if (ph == PH_UNDER && now_s() - h->t_under > LATE_S)
+		if (ph == PH_UNDER && gpu_rt_now_s() - h->t_under > LATE_S)
 			h->in_use_late_max = std::max(h->in_use_late_max, iu);
 		nanosleep(&two_ms, NULL);
 	}
@@ -457,12 +364,12 @@ static void *hog_cycle(void *arg)
 	nanosleep(&t300, NULL);
 	/* UNDER from before the hog takes more until it has given it back: the samples taken
 	 * while free VRAM is under the reserve all count there */
-	h->t_under = now_s() + 1e9; /* no "late" sample before the hog has answered */
+	h->t_under = gpu_rt_now_s() + 1e9; /* no "late" sample before the hog has answered */
 	__atomic_store_n(&h->phase, PH_UNDER, __ATOMIC_RELEASE);
 	snprintf(more, sizeof(more), "more %u\n", HOG_UNDER_MB);
 	EXPECT(write(in[1], more, strlen(more)) == (ssize_t)strlen(more), "to vram_hog");
 	h->hog_free_under = hog_reply(h, f, "256 MiB more");
-	h->t_under = now_s();
+	h->t_under = gpu_rt_now_s();
 	nanosleep(&t800, NULL);
 	EXPECT(write(in[1], "less\n", 5) == 5, "to vram_hog");
 	hog_reply(h, f, "the 256 MiB back");
@@ -471,7 +378,7 @@ static void *hog_cycle(void *arg)
 	EXPECT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	       "vram_hog exit status %d", st);
 	fclose(f);
-	h->t_released = now_s();
+	h->t_released = gpu_rt_now_s();
 	__atomic_store_n(&h->phase, PH_RELEASED, __ATOMIC_RELEASE);
 	return NULL;
 }
@@ -534,11 +441,11 @@ int main(int argc, char **argv)
 		CK(cudaFuncGetAttributes(&fa, att_reduce_kernel));
 		CK(cudaFuncGetAttributes(&fa, count_poison));
 		CK(cudaFuncGetAttributes(&fa, poison_blocks));
-		CK(cudaFuncGetAttributes(&fa, fill_kernel));
+		CK(cudaFuncGetAttributes(&fa, att_fill_kernel));
 	}
 	/* The KV (finite bf16 in [-1, 1)) into the tier's segment; the resident copy from it. */
 	CK(cudaMalloc((void **)&resident, kv_bytes));
-	fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)resident, kv_bytes / 2, 0x6b766c61ull);
+	att_fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)resident, kv_bytes / 2, 0x6b766c61ull);
 	CK(cudaGetLastError());
 	CK(cudaMemcpy(seg.base, resident, kv_bytes, cudaMemcpyDeviceToHost));
 	CK(cudaMemset(resident, 0, kv_bytes));
@@ -549,7 +456,7 @@ int main(int argc, char **argv)
 	CK(cudaMalloc((void **)&x.po, (size_t)SEQS * ATT_QH * SPLITS * ATT_HD * 4));
 	CK(cudaMalloc((void **)&x.pml, (size_t)SEQS * ATT_QH * SPLITS * 2 * 4));
 	CK(cudaMalloc((void **)&x.hits, sizeof(*x.hits)));
-	fill_kernel<<<256, 256>>>(x.q, N_STEPS * OUT_ELEMS, 0x71ull);
+	att_fill_kernel<<<256, 256>>>(x.q, N_STEPS * OUT_ELEMS, 0x71ull);
 	CK(cudaGetLastError());
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	CK(cudaEventCreate(&e0));
@@ -578,7 +485,7 @@ int main(int argc, char **argv)
 
 	/* Priming: hand every staging slot out once, poisoned behind its step. */
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
-	slots = tel_u64(out, "staging_bytes") / BLOCK;
+	slots = gpu_rt_tel_u64(out, "staging_bytes") / BLOCK;
 	while (distinct(e.seen) < slots) {
 		EXPECT(rounds < 8,
 		       "after %d priming requests only %zu of %llu staging slots were "
@@ -591,9 +498,9 @@ int main(int argc, char **argv)
 	       PRIME_STEP * PER_STEP * (BLOCK >> 10) >> 10, distinct(e.seen));
 
 	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
-	tier_bytes0 = tel_u64(out, "bytes");
+	tier_bytes0 = gpu_rt_tel_u64(out, "bytes");
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
-	evicted0 = tel_u64(out, "evicted_bytes");
+	evicted0 = gpu_rt_tel_u64(out, "evicted_bytes");
 	CK(cudaMemset(x.out, 0xff, N_STEPS * OUT_ELEMS * 2));
 	CK(cudaMemset(x.hits, 0, sizeof(*x.hits)));
 	CK(cudaDeviceSynchronize());
@@ -604,13 +511,13 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 4; i++)
 			h.free_min[i] = h.budget_min[i] = UINT64_MAX;
 		gpu_rt_tel("/kvlane/gpu", out, sizeof(out));
-		h.reserve = tel_dict_u64(out, "reserve_bytes");
+		h.reserve = gpu_rt_tel_dict_u64(out, "reserve_bytes");
 		pace_ns = PACE_NS;
 		EXPECT(pthread_create(&th_sample, NULL, hog_sampler, &h) == 0, "sampler thread");
 		EXPECT(pthread_create(&th_cycle, NULL, hog_cycle, &h) == 0, "hog thread");
 	}
 	t_tier = run_tier(rt, &seg, 0, N_STEPS, &x, &e, st);
-	t_run_end = now_s();
+	t_run_end = gpu_rt_now_s();
 	if (hog != NULL) {
 		struct timespec t50 = { 0, 50000000 };
 		const char *nm[4] = { "before", "near", "under", "released" };
@@ -673,8 +580,8 @@ int main(int argc, char **argv)
 		memcpy(&a, &h_res[i], 2);
 		memcpy(&b, &h_tier[i], 2);
 		diff += a != b;
-		nan_res += bf2f(h_res[i]) != bf2f(h_res[i]);
-		nan_tier += bf2f(h_tier[i]) != bf2f(h_tier[i]);
+		nan_res += att_bf2f(h_res[i]) != att_bf2f(h_res[i]);
+		nan_tier += att_bf2f(h_tier[i]) != att_bf2f(h_tier[i]);
 	}
 	printf("poison words read by the kernels behind READY: %llu; outputs differing from the "
 	       "resident run: %zu of %zu (NaN: tier %zu, resident %zu)\n",
@@ -700,7 +607,7 @@ int main(int argc, char **argv)
 
 			reference((const uint8_t *)seg.base, &h_q[at], L, s, h, o);
 			for (int i = 0; i < ATT_HD; i++) {
-				double dlt = bf2f(h_tier[at + i]) - o[i];
+				double dlt = att_bf2f(h_tier[at + i]) - o[i];
 
 				num += dlt * dlt;
 				den += o[i] * o[i];
@@ -714,18 +621,18 @@ int main(int argc, char **argv)
 
 	/* every byte landed once, and again for each block a shrinking budget evicted */
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
-	evicted = tel_u64(out, "evicted_bytes") - evicted0;
+	evicted = gpu_rt_tel_u64(out, "evicted_bytes") - evicted0;
 	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
 	printf("/kvlane/tier: %.600s\n", out);
 	printf("moved %llu bytes: %zu asked, %llu again after evictions\n",
-	       (unsigned long long)(tel_u64(out, "bytes") - tier_bytes0), kv_bytes,
+	       (unsigned long long)(gpu_rt_tel_u64(out, "bytes") - tier_bytes0), kv_bytes,
 	       (unsigned long long)evicted);
-	EXPECT(tel_u64(out, "bytes") - tier_bytes0 == kv_bytes + evicted,
+	EXPECT(gpu_rt_tel_u64(out, "bytes") - tier_bytes0 == kv_bytes + evicted,
 	       "/kvlane/tier bytes moved %llu, want %zu + %llu evicted",
-	       (unsigned long long)(tel_u64(out, "bytes") - tier_bytes0), kv_bytes,
+	       (unsigned long long)(gpu_rt_tel_u64(out, "bytes") - tier_bytes0), kv_bytes,
 	       (unsigned long long)evicted);
-	EXPECT(tel_u64(out, "refused") == 0 && tel_u64(out, "engine_errors") == 0 &&
-		       tel_u64(out, "inflight") == 0,
+	EXPECT(gpu_rt_tel_u64(out, "refused") == 0 && gpu_rt_tel_u64(out, "engine_errors") == 0 &&
+		       gpu_rt_tel_u64(out, "inflight") == 0,
 	       "refusals, engine errors or READs left: %s", out);
 	CK(cudaStreamDestroy(st));
 	kvl_stop(rt);
