@@ -34,7 +34,7 @@
  * test_attn_gpu hog KVL_VRAM_HOG: the same run with 50 ms of compute a layer, while another
  * process takes all free VRAM but 64 MiB above the reserve, then 256 MiB more (free VRAM under
  * the reserve, by that process), then gives it back; /kvlane/gpu and /kvlane/sched sampled
- * through the socket every 2 ms: free VRAM never below the reserve but while the other process
+ * through the socket every 5 ms: free VRAM never below the reserve but while the other process
  * holds it there (and then never below what it left), the scheduler's budget down to what is
  * left over the reserve and back, staged bytes within it, the release before the request's
  * end, and the outputs still equal. (A block the shrinking budget evicts leaves landed bytes,
@@ -270,7 +270,8 @@ static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer,
  * staging is allocated once, at kvl_start, and its budget is free VRAM plus that staging minus
  * the reserve (runtime/staging.c): it falls below the staging, and the windows shrink, only
  * while free VRAM is below the reserve, which only the other process can make it. A sampler
- * reads /kvlane/gpu and /kvlane/sched through the telemetry socket every 2 ms all along.
+ * reads /kvlane/gpu and /kvlane/sched through the telemetry socket every 5 ms (the runtime samples
+ * VRAM as often) all along.
  */
 #define HOG_ABOVE_MB 64u
 #define HOG_UNDER_MB 256u
@@ -297,7 +298,7 @@ static void *hog_sampler(void *arg)
 {
 	struct hog_run *h = (struct hog_run *)arg;
 	static char g[16384], s[16384];
-	struct timespec two_ms = { 0, 2000000 };
+	struct timespec five_ms = { 0, 5000000 };
 	int ph;
 
 	while ((ph = __atomic_load_n(&h->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
@@ -314,7 +315,7 @@ static void *hog_sampler(void *arg)
 		h->budget_min[ph] = std::min(h->budget_min[ph], bu);
 		if (ph == PH_UNDER && gpu_rt_now_s() - h->t_under > LATE_S)
 			h->in_use_late_max = std::max(h->in_use_late_max, iu);
-		nanosleep(&two_ms, NULL);
+		nanosleep(&five_ms, NULL);
 	}
 	return NULL;
 }
