@@ -149,9 +149,9 @@ struct engine {
 
 /*
  * One request of @n_steps x PER_STEP blocks from block @first0 of @seg on the tier. With
- * @x (the attention run) each step counts poison and runs the attention of layer
- * @layer0 + k before poisoning its slots; without, the stream only poisons (priming).
- * Returns the time from the open to the request's end, in seconds.
+ * @x (the attention run) step k counts poison and runs the attention of layer k before
+ * poisoning its slots; without, the stream only poisons (priming). Returns the time from the
+ * open to the request's end, in seconds.
  */
 static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, uint32_t first0,
 		       uint32_t n_steps, const struct gpu_bufs *x, struct engine *e,
