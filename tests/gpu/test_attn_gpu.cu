@@ -31,7 +31,7 @@
  * computes attention at all (bf16 output: within 1e-2 relative). /kvlane/tier's bytes: the
  * 1 GiB once, plus what the scheduler evicted and read again (/kvlane/sched evicted_bytes).
  *
- * test_attn_gpu hog KVL_VRAM_HOG: the same run with 50 ms of compute a layer, while another
+ * test_attn_gpu hog KVL_VRAM_HOG: the same run with 80 ms of compute a layer, while another
  * process takes all free VRAM but 64 MiB above the reserve, then 256 MiB more (free VRAM under
  * the reserve, by that process), then gives it back; /kvlane/gpu and /kvlane/sched sampled
  * through the socket every 5 ms: free VRAM never below the reserve but while the other process
@@ -275,12 +275,14 @@ static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer,
  */
 #define HOG_ABOVE_MB 64u
 #define HOG_UNDER_MB 256u
-#define PACE_NS	     50000000ull /* 50 ms a layer: 64 layers outlast the hog's cycle */
+#define PACE_NS	     80000000ull /* 80 ms a layer: 64 layers (5.1 s) outlast the hog's cycle */
 
 /* Staged bytes the budget no longer covers are steps already READY (announced: never evicted,
- * [sched] ready_ahead = 0): they go as the engine consumes them, 16 MiB a layer, so after
- * LATE_S of the 800 ms UNDER what is staged must be within the budget (and a step). */
-#define LATE_S 0.65
+ * [sched] ready_ahead = 0): they go as the engine consumes them, 16 MiB a layer. Up to 256 MiB
+ * staged when the budget falls to ~64 MiB: 12 layers (0.96 s) to drain, so after LATE_S of
+ * the UNDER_S under the reserve what is staged must be within the budget (and a step). */
+#define UNDER_S 1.6
+#define LATE_S	1.2
 
 enum { PH_BEFORE, PH_NEAR, PH_UNDER, PH_RELEASED, PH_STOP };
 
@@ -290,7 +292,7 @@ struct hog_run {
 	double t_under, t_released; /* gpu_rt_now_s() */
 	uint64_t reserve, hog_free_under;
 	uint64_t n[4], free_min[4], budget_min[4], budget_max[4];
-	uint64_t in_use_late_max; /* UNDER, LATE_S after it began */
+	uint64_t in_use_late_max, n_late; /* UNDER, LATE_S after it began */
 	char line[256];
 };
 
@@ -313,8 +315,10 @@ static void *hog_sampler(void *arg)
 		h->free_min[ph] = std::min(h->free_min[ph], fr);
 		h->budget_max[ph] = std::max(h->budget_max[ph], bu);
 		h->budget_min[ph] = std::min(h->budget_min[ph], bu);
-		if (ph == PH_UNDER && gpu_rt_now_s() - h->t_under > LATE_S)
+		if (ph == PH_UNDER && gpu_rt_now_s() - h->t_under > LATE_S) {
 			h->in_use_late_max = std::max(h->in_use_late_max, iu);
+			h->n_late++;
+		}
 		nanosleep(&five_ms, NULL);
 	}
 	return NULL;
@@ -336,7 +340,8 @@ static uint64_t hog_reply(struct hog_run *h, FILE *f, const char *what)
 static void *hog_cycle(void *arg)
 {
 	struct hog_run *h = (struct hog_run *)arg;
-	struct timespec t100 = { 0, 100000000 }, t300 = { 0, 300000000 }, t800 = { 0, 800000000 };
+	struct timespec t100 = { 0, 100000000 }, t300 = { 0, 300000000 },
+			under = { (time_t)UNDER_S, (long)((UNDER_S - (int)UNDER_S) * 1e9) };
 	int in[2], out[2], st;
 	char leave[32], more[32];
 	FILE *f;
@@ -371,7 +376,7 @@ static void *hog_cycle(void *arg)
 	EXPECT(write(in[1], more, strlen(more)) == (ssize_t)strlen(more), "to vram_hog");
 	h->hog_free_under = hog_reply(h, f, "256 MiB more");
 	h->t_under = gpu_rt_now_s();
-	nanosleep(&t800, NULL);
+	nanosleep(&under, NULL);
 	EXPECT(write(in[1], "less\n", 5) == 5, "to vram_hog");
 	hog_reply(h, f, "the 256 MiB back");
 	__atomic_store_n(&h->phase, PH_NEAR, __ATOMIC_RELEASE);
@@ -536,11 +541,13 @@ int main(int argc, char **argv)
 			       (unsigned long long)(h.free_min[i] >> 20),
 			       (unsigned long long)(h.budget_min[i] >> 20),
 			       (unsigned long long)(h.budget_max[i] >> 20));
-		printf("staged (in_use) 650 ms into UNDER at most %llu MiB; released %.3f s before "
+		printf("staged (in_use) %.1f s into UNDER at most %llu MiB; released %.3f s before "
 		       "the request ended\n",
-		       (unsigned long long)(h.in_use_late_max >> 20), t_run_end - h.t_released);
+		       LATE_S, (unsigned long long)(h.in_use_late_max >> 20),
+		       t_run_end - h.t_released);
 		for (int i = 0; i < 4; i++)
 			EXPECT(h.n[i] > 0, "no samples in phase %s", nm[i]);
+		EXPECT(h.n_late > 0, "no samples %.1f s into UNDER", LATE_S);
 		EXPECT(h.t_released < t_run_end, "the request ended before the hog gave VRAM back");
 		/* the runtime itself never takes free VRAM below the reserve... */
 		for (int i = 0; i < 4; i++)
