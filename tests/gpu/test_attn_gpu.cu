@@ -599,6 +599,32 @@ int main(int argc, char **argv)
 	       hits);
 	EXPECT(diff == 0, "%zu of %zu bf16 outputs differ from the all-resident run", diff,
 	       h_res.size());
+	/* The detectors detect: the last layer's slots, poisoned behind it and handed out to
+	 * nothing since, read again by the same kernels as if READY had come before a landing:
+	 * every word counts as poison and the outputs are NaN. */
+	{
+		const uint64_t *row = e.tab_dev + (size_t)(N_STEPS - 1) * PER_STEP;
+		std::vector<__nv_bfloat16> h_early(OUT_ELEMS);
+		unsigned long long early_hits;
+		size_t nan = 0;
+
+		CK(cudaMemset(x.hits, 0, sizeof(*x.hits)));
+		count_poison<<<PER_STEP, 256, 0, st>>>(row, x.hits);
+		CK(cudaGetLastError());
+		attention(&x, row, N_STEPS - 1, st);
+		CK(cudaStreamSynchronize(st));
+		CK(cudaMemcpy(&early_hits, x.hits, sizeof(early_hits), cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(h_early.data(), x.out + (size_t)(N_STEPS - 1) * OUT_ELEMS,
+			      OUT_ELEMS * 2, cudaMemcpyDeviceToHost));
+		for (size_t i = 0; i < OUT_ELEMS; i++)
+			nan += att_bf2f(h_early[i]) != att_bf2f(h_early[i]);
+		printf("control: the last layer read from its poisoned slots: %llu poison words, "
+		       "%zu of %zu outputs NaN\n",
+		       early_hits, nan, OUT_ELEMS);
+		EXPECT(early_hits == (unsigned long long)PER_STEP * BLOCK / 2 && nan == OUT_ELEMS,
+		       "the poison check did not see poisoned slots (%llu words, %zu NaN)",
+		       early_hits, nan);
+	}
 
 	/* The kernel is attention: a few rows against float64 on the CPU. */
 	CK(cudaMemcpy(h_q.data(), x.q, h_q.size() * 2, cudaMemcpyDeviceToHost));
