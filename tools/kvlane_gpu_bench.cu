@@ -210,45 +210,19 @@ static double att_check(int B, int nblk, int splits, uint64_t seed)
 	CK(cudaMemcpy(ho.data(), x.out, ho.size() * 2, cudaMemcpyDeviceToHost));
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < ATT_QH; h++) {
-			int kvh = h / ATT_GROUP, T = nblk * ATT_BS;
-			std::vector<double> s(T);
-			double mx = -1e300, sum = 0;
-			const __nv_bfloat16 *q = &hq[((size_t)b * ATT_QH + h) * ATT_HD];
+			std::vector<const uint8_t *> blk(nblk);
+			double r[ATT_HD];
 
-			for (int t = 0; t < T; t++) {
-				const __nv_bfloat16 *blk =
-					(const __nv_bfloat16 *)(hk.data() +
-								perm[(size_t)b * nblk + t / ATT_BS] *
-									ATT_BLOCK);
-				const __nv_bfloat16 *k = blk + ((size_t)kvh * ATT_BS + t % ATT_BS) * ATT_HD;
-				double d = 0;
-
-				for (int i = 0; i < ATT_HD; i++)
-					d += (double)att_bf2f(q[i]) * att_bf2f(k[i]);
-				s[t] = d / sqrt((double)ATT_HD);
-				mx = std::max(mx, s[t]);
-			}
-			for (int t = 0; t < T; t++)
-				sum += (s[t] = exp(s[t] - mx));
+			for (int j = 0; j < nblk; j++)
+				blk[j] = hk.data() + perm[(size_t)b * nblk + j] * ATT_BLOCK;
+			att_reference(blk.data(), nblk, &hq[((size_t)b * ATT_QH + h) * ATT_HD], h, r);
 			for (int i = 0; i < ATT_HD; i++) {
-				double r = 0, got;
+				double got = att_bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
 
-				for (int t = 0; t < T; t++) {
-					const __nv_bfloat16 *blk =
-						(const __nv_bfloat16 *)(hk.data() +
-									perm[(size_t)b * nblk +
-									     t / ATT_BS] *
-										ATT_BLOCK);
-					const __nv_bfloat16 *v =
-						blk + ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) *
-							      ATT_HD;
-					r += s[t] / sum * att_bf2f(v[i]);
-				}
-				got = att_bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
 				if (isnan(got))
 					return INFINITY;
-				num += (got - r) * (got - r);
-				den += r * r;
+				num += (got - r[i]) * (got - r[i]);
+				den += r[i] * r[i];
 			}
 		}
 	CK(cudaFree(pool));

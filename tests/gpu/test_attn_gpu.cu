@@ -229,41 +229,6 @@ static size_t distinct(std::vector<uint64_t> v)
 	return (size_t)(std::unique(v.begin(), v.end()) - v.begin());
 }
 
-/* Float64 attention of one (layer, sequence, query head) from the segment's bytes. */
-static void reference(const uint8_t *kv, const __nv_bfloat16 *q, uint32_t layer, uint32_t seq,
-		      uint32_t h, double *o)
-{
-	const uint32_t kvh = h / ATT_GROUP, T = NBLK * ATT_BS;
-	std::vector<double> s(T);
-	double mx = -1e300, sum = 0;
-
-	for (uint32_t t = 0; t < T; t++) {
-		const uint8_t *blk =
-			kv + ((size_t)layer * PER_STEP + seq * NBLK + t / ATT_BS) * BLOCK;
-		const __nv_bfloat16 *k =
-			(const __nv_bfloat16 *)blk + ((size_t)kvh * ATT_BS + t % ATT_BS) * ATT_HD;
-		double dot = 0;
-
-		for (uint32_t i = 0; i < ATT_HD; i++)
-			dot += (double)att_bf2f(q[i]) * att_bf2f(k[i]);
-		s[t] = dot / sqrt((double)ATT_HD);
-		mx = std::max(mx, s[t]);
-	}
-	for (uint32_t t = 0; t < T; t++)
-		sum += (s[t] = exp(s[t] - mx));
-	for (uint32_t i = 0; i < ATT_HD; i++)
-		o[i] = 0;
-	for (uint32_t t = 0; t < T; t++) {
-		const uint8_t *blk =
-			kv + ((size_t)layer * PER_STEP + seq * NBLK + t / ATT_BS) * BLOCK;
-		const __nv_bfloat16 *v = (const __nv_bfloat16 *)blk +
-					 ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) * ATT_HD;
-
-		for (uint32_t i = 0; i < ATT_HD; i++)
-			o[i] += s[t] / sum * att_bf2f(v[i]);
-	}
-}
-
 /*
  * Hog mode: while the main request runs, another process (kvl_vram_hog leave) takes all free
  * VRAM but the reserve + HOG_ABOVE_MB (NEAR), then HOG_UNDER_MB more, below the reserve
@@ -445,7 +410,8 @@ int main(int argc, char **argv)
 
 		snprintf(path, sizeof(path), "%s/secret", gpu_rt_tmp);
 		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		EXPECT(fd >= 0 && write(fd, "a4f1c0de9b8e7d6c5b4a39281706f5e4c3b2a190817\n", 44) == 44,
+		EXPECT(fd >= 0 &&
+			       write(fd, "a4f1c0de9b8e7d6c5b4a39281706f5e4c3b2a190817\n", 44) == 44,
 		       "secret file %s", path);
 		close(fd);
 		snprintf(text, sizeof(text),
@@ -663,8 +629,12 @@ int main(int argc, char **argv)
 			uint32_t L = rows[r][0], s = rows[r][1], h = rows[r][2];
 			size_t at = (size_t)L * OUT_ELEMS + ((size_t)s * ATT_QH + h) * ATT_HD;
 			double o[ATT_HD], num = 0, den = 0;
+			const uint8_t *blk[NBLK];
 
-			reference((const uint8_t *)seg.base, &h_q[at], L, s, h, o);
+			for (uint32_t j = 0; j < NBLK; j++)
+				blk[j] = (const uint8_t *)seg.base +
+					 ((size_t)L * PER_STEP + s * NBLK + j) * BLOCK;
+			att_reference(blk, NBLK, &h_q[at], (int)h, o);
 			for (int i = 0; i < ATT_HD; i++) {
 				double dlt = att_bf2f(h_tier[at + i]) - o[i];
 
