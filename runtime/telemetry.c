@@ -961,6 +961,8 @@ static void tier_rows(struct kvl_runtime *rt, struct sink *k)
 		put_u64(k, "copy_ns", t.copy_ns);
 		put_u64(k, "inflight", t.inflight);
 		put_u64(k, "engine_errors", t.engine_errors);
+		put_u64(k, "handovers", t.handovers);
+		put_u64(k, "handover_small", t.handover_small);
 	}
 }
 

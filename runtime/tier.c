@@ -23,6 +23,9 @@
  * over together (xport_tier.h), so that the copy engine's per-batch cost (an event, the join of
  * its second stream) is paid per 8 MiB (128 blocks of 64 KiB), not per pass (32 descriptors). */
 #define FLUSH_BYTES (8ull << 20)
+/* While the lcore keeps posting, a batch is at least this: a pass of 32 descriptors of
+ * 64 KiB, four passes of 16 KiB ones (xport_tier.h, min_batch). */
+#define MIN_BATCH (2ull << 20)
 /* The id the engine knows the pool by (it has one remote segment: the whole pool). */
 #define POOL_SEG 1
 
@@ -189,6 +192,7 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	o->engine = (struct kvl_xconn){ &kvl_xport_cudma, c };
 	o->engine_depth = ENGINE_DEPTH;
 	o->flush_bytes = FLUSH_BYTES;
+	o->min_batch = MIN_BATCH;
 	o->dma_seg = POOL_SEG;
 	o->dma_base = (uintptr_t)pool->base;
 	o->dma_len = pool->size;

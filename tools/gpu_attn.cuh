@@ -4,7 +4,12 @@
 #define KVL_TOOLS_GPU_ATTN_CUH
 
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
 
 /*
  * KV cache layout, one 64 KiB block per 16 tokens of one layer, all KV heads:
@@ -277,6 +282,69 @@ __global__ void att_reduce_kernel(const struct att_args a)
 		O += a.part_o[(qh * a.splits + s) * ATT_HD + d] * f;
 	}
 	a.out[qh * ATT_HD + d] = __float2bfloat16(O / L);
+}
+
+/* KV and queries for tests and benches: bf16 in [-1, 1) from a hash of (index, seed). */
+__global__ void att_fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+
+		x ^= x >> 31;
+		x *= 0xbf58476d1ce4e5b9ull;
+		x ^= x >> 29;
+		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+	}
+}
+
+/* bf16 to float on the host (the top half of the float's bits). */
+static inline float att_bf2f(__nv_bfloat16 v)
+{
+	uint16_t u;
+	uint32_t w;
+	float f;
+
+	memcpy(&u, &v, 2);
+	w = (uint32_t)u << 16;
+	memcpy(&f, &w, 4);
+	return f;
+}
+
+/* Float64 attention on the host for query head @h (32 of them) of one sequence: @q its 128
+ * values, @blk[j] the bytes of the sequence's block j (host memory, the layout above), @nblk
+ * blocks; @o the head's 128 outputs. The reference the tests and the bench check against. */
+static inline void att_reference(const uint8_t *const *blk, int nblk, const __nv_bfloat16 *q,
+				 int h, double *o)
+{
+	const int kvh = h / ATT_GROUP, T = nblk * ATT_BS;
+	std::vector<double> s(T);
+	double mx = -1e300, sum = 0;
+
+	for (int t = 0; t < T; t++) {
+		const __nv_bfloat16 *k = (const __nv_bfloat16 *)blk[t / ATT_BS] +
+					 ((size_t)kvh * ATT_BS + t % ATT_BS) * ATT_HD;
+		double d = 0;
+
+		for (int i = 0; i < ATT_HD; i++)
+			d += (double)att_bf2f(q[i]) * att_bf2f(k[i]);
+		s[t] = d / sqrt((double)ATT_HD);
+		mx = std::max(mx, s[t]);
+	}
+	for (int t = 0; t < T; t++)
+		sum += (s[t] = exp(s[t] - mx));
+	for (int i = 0; i < ATT_HD; i++) {
+		double r = 0;
+
+		for (int t = 0; t < T; t++) {
+			const __nv_bfloat16 *v = (const __nv_bfloat16 *)blk[t / ATT_BS] +
+						 ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) *
+							 ATT_HD;
+
+			r += s[t] / sum * att_bf2f(v[i]);
+		}
+		o[i] = r;
+	}
 }
 
 #endif /* KVL_TOOLS_GPU_ATTN_CUH */

@@ -55,36 +55,12 @@ static double pct(std::vector<double> v, double p)
 }
 
 /* Random bf16 in [-1, 1): a hash of the index, so any buffer is reproducible. */
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint64_t seed)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-
-		x ^= x >> 31;
-		x *= 0xbf58476d1ce4e5b9ull;
-		x ^= x >> 29;
-		p[i] = __float2bfloat16((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-	}
-}
-
 static void fill(void *p, size_t bytes, uint64_t seed)
 {
-	fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed);
+	att_fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed);
 	CK(cudaGetLastError());
 }
 
-static float bf2f(__nv_bfloat16 v)
-{
-	uint16_t u;
-	uint32_t w;
-	float f;
-
-	memcpy(&u, &v, 2);
-	w = (uint32_t)u << 16;
-	memcpy(&f, &w, 4);
-	return f;
-}
 
 /* ---------------- ceilings ---------------- */
 
@@ -234,45 +210,19 @@ static double att_check(int B, int nblk, int splits, uint64_t seed)
 	CK(cudaMemcpy(ho.data(), x.out, ho.size() * 2, cudaMemcpyDeviceToHost));
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < ATT_QH; h++) {
-			int kvh = h / ATT_GROUP, T = nblk * ATT_BS;
-			std::vector<double> s(T);
-			double mx = -1e300, sum = 0;
-			const __nv_bfloat16 *q = &hq[((size_t)b * ATT_QH + h) * ATT_HD];
+			std::vector<const uint8_t *> blk(nblk);
+			double r[ATT_HD];
 
-			for (int t = 0; t < T; t++) {
-				const __nv_bfloat16 *blk =
-					(const __nv_bfloat16 *)(hk.data() +
-								perm[(size_t)b * nblk + t / ATT_BS] *
-									ATT_BLOCK);
-				const __nv_bfloat16 *k = blk + ((size_t)kvh * ATT_BS + t % ATT_BS) * ATT_HD;
-				double d = 0;
-
-				for (int i = 0; i < ATT_HD; i++)
-					d += (double)bf2f(q[i]) * bf2f(k[i]);
-				s[t] = d / sqrt((double)ATT_HD);
-				mx = std::max(mx, s[t]);
-			}
-			for (int t = 0; t < T; t++)
-				sum += (s[t] = exp(s[t] - mx));
+			for (int j = 0; j < nblk; j++)
+				blk[j] = hk.data() + perm[(size_t)b * nblk + j] * ATT_BLOCK;
+			att_reference(blk.data(), nblk, &hq[((size_t)b * ATT_QH + h) * ATT_HD], h, r);
 			for (int i = 0; i < ATT_HD; i++) {
-				double r = 0, got;
+				double got = att_bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
 
-				for (int t = 0; t < T; t++) {
-					const __nv_bfloat16 *blk =
-						(const __nv_bfloat16 *)(hk.data() +
-									perm[(size_t)b * nblk +
-									     t / ATT_BS] *
-										ATT_BLOCK);
-					const __nv_bfloat16 *v =
-						blk + ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) *
-							      ATT_HD;
-					r += s[t] / sum * bf2f(v[i]);
-				}
-				got = bf2f(ho[((size_t)b * ATT_QH + h) * ATT_HD + i]);
 				if (isnan(got))
 					return INFINITY;
-				num += (got - r) * (got - r);
-				den += r * r;
+				num += (got - r[i]) * (got - r[i]);
+				den += r[i] * r[i];
 			}
 		}
 	CK(cudaFree(pool));
@@ -484,6 +434,11 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 	bool draining = false, end_recorded = false;
 	size_t g_base = 0;
 	double pressure_t = 0;
+	/* The scheduler's compute estimate, as sched/ makes it: per layer, from when it could
+	 * start (READY seen, the layer before DONE) to its DONE, an EWMA of 1/8; given to the
+	 * transport with the layer's bytes (its AUTO method chooses by them). */
+	std::vector<double> ready_t((size_t)steps * L, 0);
+	double last_done_t = 0, est_compute = 0;
 
 	for (auto &e : ev_step)
 		CK(cudaEventCreate(&e));
@@ -591,6 +546,7 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 				if (++landed[g] < un->n)
 					continue;
 				uint32_t e = ep0 + (uint32_t)(g / L) + 1;
+				ready_t[g] = kvl_now_s();
 				if (m != M_FETCH_ALL) {
 					kvl_gpusig_set_ready(w->sig, (unsigned)(g % L), e);
 				} else if (g % L == (size_t)L - 1) {
@@ -602,8 +558,19 @@ static struct result run_mode(struct world *w, enum mode m, const struct units *
 		/* lcore: DONE frees the layer's slot */
 		while (g_done < G && g_done < (size_t)std::min(enq, steps) * L &&
 		       kvl_gpusig_is_done(w->sig, (unsigned)(g_done % L),
-					  ep0 + (uint32_t)(g_done / L) + 1))
+					  ep0 + (uint32_t)(g_done / L) + 1)) {
+			double now = kvl_now_s(), from = std::max(ready_t[g_done], last_done_t);
+
+			if (m != M_RESIDENT && ready_t[g_done] > 0 && now > from) {
+				est_compute = est_compute == 0
+						      ? now - from
+						      : est_compute + (now - from - est_compute) / 8;
+				kvl_cudma_set_estimates(c, (uint64_t)(est_compute * 1e9),
+							w->slot_bytes);
+			}
+			last_done_t = now;
 			g_done++;
+		}
 		/* budget: another tenant takes VRAM mid-run; the window must give it back */
 		if (pr != NULL && pr->on) {
 			size_t fr, tot;
@@ -824,6 +791,8 @@ static void pressure_run(struct world *w, const struct units *un, int steps, str
  * percent of the bytes to the copy engine beside it, "m"<n> blocks of n KiB or more to the
  * copy engine beside it (the transport's default: 32) or "n" none; any may end in "p": the
  * engine's compute stream at the device's greatest priority. "gather" is "g" with defaults.
+ * "auto": per batch, the copy engine in calls of 32 or the gather kernel, by the compute
+ * estimate run_mode gives the transport (KVL_CUDMA_AUTO).
  */
 static bool parse_cfg(const char *a, struct cfg *f)
 {
@@ -836,6 +805,9 @@ static bool parse_cfg(const char *a, struct cfg *f)
 		p += 7;
 		if (*p >= '1' && *p <= '9')
 			f->batch_max = (unsigned)strtoul(p, (char **)&p, 10);
+	} else if (strncmp(p, "auto", 4) == 0) {
+		f->how = KVL_CUDMA_AUTO;
+		p += 4;
 	} else if (strncmp(p, "each", 4) == 0) {
 		f->how = KVL_CUDMA_EACH;
 		p += 4;
@@ -969,6 +941,17 @@ static void xfer_sweep(const std::vector<struct cfg> &cf, int splits, struct cei
 	printf("ceiling again at the end: pinned H2D 1 GiB %.1f GB/s\n", h2d_big_again(st) / GB);
 }
 
+/* AUTO: which way its batches went (the copy engine or the gather kernel). */
+static void auto_line(struct kvl_cudma_conn *c, const struct cfg *f)
+{
+	const struct kvl_cudma_stats *k = kvl_cudma_stats(c);
+
+	if (f->how == KVL_CUDMA_AUTO)
+		printf("     auto: %llu batches on the copy engine, %llu on the gather kernel "
+		       "(by the layer's compute estimate from DONEs against its bytes)\n",
+		       (unsigned long long)k->auto_engine, (unsigned long long)k->auto_gather);
+}
+
 /*
  * Scenario A (transfer <= compute), window mode, per configuration beside the all-resident
  * run: how much of the transfer is hidden, and what the transfer costs the attention.
@@ -1009,8 +992,13 @@ static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct 
 				break;
 			w.cst = cf[fi].prio ? w.cst_hi : w.cst_lo;
 			c = new_conn(&w, &cf[fi]);
-			double xo = transfer_only(&w, &un, c, 5);
+			/* auto: its transfer alone measured after the run, with the estimates the
+			 * run left, so that it is the transfer of the method the run chose */
+			bool is_auto = cf[fi].how == KVL_CUDMA_AUTO;
+			double xo = is_auto ? 0 : transfer_only(&w, &un, c, 5);
 			struct result r = run_mode(&w, M_WINDOW, &un, c, steps, s.L, NULL);
+			if (is_auto)
+				xo = transfer_only(&w, &un, c, 5);
 			bool ok = same_outputs(&w);
 			double p50 = pct(r.step, 0.5), comp = pct(r.compute, 0.5);
 
@@ -1024,6 +1012,7 @@ static void overlap_sweep(const std::vector<struct cfg> &cf, int splits, struct 
 			       ok ? "" : "  OUTPUT MISMATCH");
 			if (!ok)
 				DIE("pipelined attention output differs from all-resident");
+			auto_line(c, &cf[fi]);
 			kvl_cudma_free(c);
 		}
 	}
@@ -1049,7 +1038,7 @@ int main(int argc, char **argv)
 	if (strcmp(what, "quick") && strcmp(what, "full") && strcmp(what, "xfer") &&
 	    strcmp(what, "overlap"))
 		DIE("usage: kvlane-gpu-bench [full|quick|xfer|overlap] [METHOD...]\n"
-		    "  METHOD: gather | cebatch[<copies per call>] | each |\n"
+		    "  METHOD: gather | cebatch[<copies per call>] | each | auto |\n"
 		    "          g<ctas>[d<depth>][c<ce%%>][m<KiB to the copy engine>|n][p]");
 	for (int i = 2; i < argc; i++) {
 		struct cfg f;
@@ -1059,7 +1048,7 @@ int main(int argc, char **argv)
 		cfgs.push_back(f);
 	}
 	if (cfgs.empty()) {
-		const char *d[] = { "gather", "g8d8n", "cebatch" };
+		const char *d[] = { "gather", "g8d8n", "cebatch", "cebatch32", "auto" };
 
 		for (const char *x : d) {
 			struct cfg f;
@@ -1251,6 +1240,7 @@ int main(int argc, char **argv)
 					if (!ok)
 						DIE("pipelined attention output differs from all-resident");
 				}
+				auto_line(c, &meth[mi]);
 				kvl_cudma_free(c);
 				w.cst = w.cst_lo;
 			}

@@ -52,7 +52,8 @@ struct kvl_cudma_conn {
 	unsigned n_remote;
 	struct lseg local[KVL_MAX_SEGS];
 	unsigned n_local;
-	int failed; /* the status fail_all was given */
+	int failed;				 /* the status fail_all was given */
+	uint64_t est_compute_ns, est_step_bytes; /* AUTO: kvl_cudma_set_estimates */
 	/* The current device is per thread: the thread that posts (a NIC lcore, not the one that
 	 * created the connection) makes it its own once, before its first launch. */
 	bool bound;
@@ -121,7 +122,17 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		c->o.gather_ctas = 8;
 	if (c->o.gather_depth == 0)
 		c->o.gather_depth = 8;
-	if ((unsigned)c->o.small > KVL_CUDMA_EACH) {
+	if (c->o.auto_batch_max == 0)
+		c->o.auto_batch_max = 32;
+	if (c->o.auto_ce_ps == 0)
+		c->o.auto_ce_ps = 36;
+	if (c->o.auto_gather_ps == 0)
+		c->o.auto_gather_ps = 23;
+	if (c->o.auto_ce_slow_pm == 0)
+		c->o.auto_ce_slow_pm = 27;
+	if (c->o.auto_gather_slow_pm == 0)
+		c->o.auto_gather_slow_pm = 56;
+	if ((unsigned)c->o.small > KVL_CUDMA_AUTO) {
 		/* else its small copies would never be launched: requests done, nothing moved */
 		snprintf(err, errlen, "cudma: unknown small-copy method %u", (unsigned)c->o.small);
 		errno = EINVAL;
@@ -175,7 +186,7 @@ struct kvl_cudma_conn *kvl_cudma_new(const struct kvl_cudma_opts *o, char *err, 
 		}
 	}
 	c->events_made = true;
-	if (c->o.small == KVL_CUDMA_GATHER) {
+	if (c->o.small == KVL_CUDMA_GATHER || c->o.small == KVL_CUDMA_AUTO) {
 		/* not at the first launch: that may wait for an engine's stream blocked on READY */
 		ce = kvl_cudma_gather_load();
 		if (ce != cudaSuccess) {
@@ -420,23 +431,53 @@ static unsigned ce_part(struct kvl_cudma_conn *c, unsigned n_small)
 	return i > n ? i : n;
 }
 
-/* @n copies of c->small from @first on @st, batch_max a cudaMemcpyBatchAsync call. */
-static cudaError_t batch_copies(struct kvl_cudma_conn *c, unsigned first, unsigned n,
+/* @n copies of c->small from @first on @st, @per a cudaMemcpyBatchAsync call. */
+static cudaError_t batch_copies(struct kvl_cudma_conn *c, unsigned first, unsigned n, unsigned per,
 				cudaStream_t st)
 {
 	cudaError_t ce = cudaSuccess;
 
-	for (unsigned i = first; i < first + n && ce == cudaSuccess; i += c->o.batch_max)
-		ce = batch_copy(c, c->small + i,
-				first + n - i < c->o.batch_max ? first + n - i : c->o.batch_max,
-				st);
+	for (unsigned i = first; i < first + n && ce == cudaSuccess; i += per)
+		ce = batch_copy(c, c->small + i, first + n - i < per ? first + n - i : per, st);
 	return ce;
+}
+
+void kvl_cudma_set_estimates(struct kvl_cudma_conn *c, uint64_t compute_ns, uint64_t step_bytes)
+{
+	c->est_compute_ns = compute_ns;
+	c->est_step_bytes = step_bytes;
+}
+
+/*
+ * AUTO: the method this batch's small copies take. A step lasts the longer of its compute
+ * (slowed by the copies running beside it) and its transfer; the copy engine slows the
+ * compute less and moves 16 KiB blocks slower than the gather kernel. So the engine when a
+ * step predicted that way is not longer: where the transfer hides under the compute
+ * (transfer <= compute) it takes no SMs from it; where the step is transfer-bound the kernel's
+ * rate decides it. The choice ("use the engine when the link is idle") that only the transport
+ * could see was tried and sent everything to the engine (docs/gpu-bench.md): it needs the
+ * consumer's compute, which the scheduler estimates from its DONEs.
+ */
+static enum kvl_cudma_small auto_method(struct kvl_cudma_conn *c)
+{
+	uint64_t tc = c->est_compute_ns, b = c->est_step_bytes, t_ce, t_g, x;
+
+	if (tc == 0 || b == 0)
+		return KVL_CUDMA_GATHER;
+	t_ce = tc + tc * c->o.auto_ce_slow_pm / 1000;
+	x = b * c->o.auto_ce_ps / 1000;
+	t_ce = x > t_ce ? x : t_ce;
+	t_g = tc + tc * c->o.auto_gather_slow_pm / 1000;
+	x = b * c->o.auto_gather_ps / 1000;
+	t_g = x > t_g ? x : t_g;
+	return t_ce <= t_g ? KVL_CUDMA_BATCH : KVL_CUDMA_GATHER;
 }
 
 /* Issue the copies of requests [launched, tail) and an event behind them. */
 static int flush(struct kvl_cudma_conn *c)
 {
-	unsigned n_cp = 0, n_small = 0;
+	unsigned n_cp = 0, n_small = 0, per = c->o.batch_max;
+	enum kvl_cudma_small how = c->o.small;
 	cudaError_t ce = cudaSuccess;
 	struct batch *b;
 
@@ -477,7 +518,16 @@ static int flush(struct kvl_cudma_conn *c)
 		return -EIO;
 	}
 	c->stats.small_copies += n_small;
-	if (c->o.small == KVL_CUDMA_GATHER) {
+	if (how == KVL_CUDMA_AUTO && n_small > 0) {
+		how = auto_method(c);
+		if (how == KVL_CUDMA_BATCH) {
+			per = c->o.auto_batch_max;
+			c->stats.auto_engine++;
+		} else {
+			c->stats.auto_gather++;
+		}
+	}
+	if (how == KVL_CUDMA_GATHER) {
 		unsigned n_ce = ce_part(c, n_small);
 		unsigned i;
 
@@ -487,7 +537,7 @@ static int flush(struct kvl_cudma_conn *c)
 			if (ce == cudaSuccess)
 				ce = cudaStreamWaitEvent(c->st2, c->ev_fork, 0);
 			if (ce == cudaSuccess)
-				ce = batch_copies(c, 0, n_ce, c->st2);
+				ce = batch_copies(c, 0, n_ce, per, c->st2);
 			if (ce == cudaSuccess)
 				ce = cudaEventRecord(c->ev_join, c->st2);
 			if (ce != cudaSuccess) {
@@ -506,12 +556,11 @@ static int flush(struct kvl_cudma_conn *c)
 		}
 		if (ce == cudaSuccess && n_ce > 0)
 			ce = cudaStreamWaitEvent(c->st, c->ev_join, 0);
-	} else if (c->o.small == KVL_CUDMA_BATCH) {
-		ce = batch_copies(c, 0, n_small, c->st);
+	} else if (how == KVL_CUDMA_BATCH) {
+		ce = batch_copies(c, 0, n_small, per, c->st);
 	}
 	if (ce != cudaSuccess) {
-		broke(c, ce,
-		      c->o.small == KVL_CUDMA_GATHER ? "gather kernel" : "cudaMemcpyBatchAsync");
+		broke(c, ce, how == KVL_CUDMA_GATHER ? "gather kernel" : "cudaMemcpyBatchAsync");
 		return -EIO;
 	}
 	b = &c->b[c->btail % N_BATCH];

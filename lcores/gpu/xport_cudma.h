@@ -33,6 +33,10 @@ enum kvl_cudma_small {
 			       * of ce_min bytes or more on the copy engine beside it */
 	KVL_CUDMA_BATCH = 1,  /* cudaMemcpyBatchAsync: the copy engine, batch_max copies a call */
 	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
+	/* Per batch, from the consumer's compute estimate (kvl_cudma_set_estimates): the copy
+	 * engine (BATCH, auto_batch_max a call) when the step it predicts is shorter that way,
+	 * else GATHER. Without an estimate, GATHER. */
+	KVL_CUDMA_AUTO = 3,
 };
 
 struct kvl_cudma_opts {
@@ -57,6 +61,16 @@ struct kvl_cudma_opts {
 	/* Copies per cudaMemcpyBatchAsync call at most (0: 64). Thousands in one call ran at
 	 * 8.7% of the link at 16 KiB and 76% at 64 KiB; 32-256 a call at 90-95% at 64 KiB. */
 	unsigned batch_max;
+	/*
+	 * AUTO: how a step goes either way, the step taking the longer of its compute (slowed by
+	 * the copies beside it) and its transfer. Measured on the H200 at 16 KiB
+	 * (docs/gpu-bench.md, 2026-11-30, scenario A from a pinned thread): the copy engine in
+	 * calls of 32 at 27.6 GB/s (36 ps a byte), attention +2.7%; the gather kernel at 44 GB/s
+	 * (23 ps a byte), attention +5.6%. 0: those.
+	 */
+	unsigned auto_batch_max;		       /* copies per call on the engine (0: 32) */
+	uint32_t auto_ce_ps, auto_gather_ps;	       /* picoseconds a byte */
+	uint32_t auto_ce_slow_pm, auto_gather_slow_pm; /* compute slowed, per mille (0: 27, 56) */
 	cudaStream_t stream; /* NULL: the transport creates its own (non-blocking) */
 };
 
@@ -69,6 +83,7 @@ struct kvl_cudma_stats {
 	uint64_t small_copies;	/* copies gathered into a kernel or a batch call */
 	uint64_t launches;	/* gather kernels or cudaMemcpyBatchAsync calls */
 	uint64_t ce_shared;	/* small copies given to the copy engine beside a gather */
+	uint64_t auto_engine, auto_gather; /* AUTO: batches that went each way */
 	uint64_t cuda_errors;
 	char last_cuda_error[96];
 };
@@ -94,6 +109,9 @@ int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr);
 unsigned kvl_cudma_progress(struct kvl_cudma_conn *c);
 unsigned kvl_cudma_reap(struct kvl_cudma_conn *c, struct kvl_wc *wc, unsigned max);
 unsigned kvl_cudma_outstanding(const struct kvl_cudma_conn *c);
+/* AUTO: the consumer's compute per step, in ns, and the bytes a step brings (the scheduler's
+ * estimates); later batches are chosen by them. 0 compute: no estimate (GATHER). */
+void kvl_cudma_set_estimates(struct kvl_cudma_conn *c, uint64_t compute_ns, uint64_t step_bytes);
 /* Wait for the stream, then complete everything outstanding with @status; later posts fail. */
 void kvl_cudma_fail_all(struct kvl_cudma_conn *c, int status);
 cudaStream_t kvl_cudma_stream(const struct kvl_cudma_conn *c);

@@ -9,6 +9,8 @@
 #include "xport_tier.h"
 
 #define REAP_BURST 64
+/* min_batch: passes an idle engine waits for a batch to gather, at most (xport_tier.h) */
+#define IDLE_WAITS 4
 
 /* One READ between its post and its reap. */
 struct treq {
@@ -39,7 +41,10 @@ struct kvl_tier_conn {
 	uint32_t pmask;
 	uint32_t phead, ptail, pend;
 	uint64_t pending_bytes, handed_bytes;
-	bool busy; /* engine copies in flight since busy_since */
+	uint32_t pend_seen; /* pend at the last progress: parts posted since then */
+	bool was_fresh;	    /* the progress before that had new parts too */
+	uint8_t idle_waits; /* progresses the idle engine was kept waiting for min_batch */
+	bool busy;	    /* engine copies in flight since busy_since */
 	uint64_t busy_since;
 	struct kvl_pace pace; /* o.rate_Bps > 0 */
 	struct kvl_tier_stats st;
@@ -222,6 +227,8 @@ static void hand_over(struct kvl_tier_conn *c)
 	const struct kvl_xport_ops *ops = c->o.engine.ops;
 	struct kvl_wr e[64];
 
+	uint64_t before = c->handed_bytes;
+
 	while (c->ptail != c->pend) {
 		unsigned n = c->pend - c->ptail < 64 ? c->pend - c->ptail : 64, taken;
 		int err = 0;
@@ -259,6 +266,12 @@ static void hand_over(struct kvl_tier_conn *c)
 			ST_ADD(c, engine_errors, 1);
 		}
 		break;
+	}
+	if (c->handed_bytes > before) {
+		uint64_t small = c->o.min_batch ? c->o.min_batch : 1u << 20;
+
+		ST_ADD(c, handovers, 1);
+		ST_ADD(c, handover_small, c->handed_bytes - before < small);
 	}
 	parts_retire(c);
 }
@@ -349,11 +362,39 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
 }
 
 /*
- * Hand over what waits once flush_bytes of it have gathered, or at once while less than that
- * is in flight: the engine never runs dry, and while it is busy the lcore's passes (a few
- * descriptors each) add up to one batch of about flush_bytes, so the engine's per-batch cost
- * (an event, a cross-stream join) is paid per megabytes, not per pass.
+ * Whether what waits goes to the engine now. Once flush_bytes of it have gathered, or at once
+ * while less than that is in flight: the engine never runs dry, and while it is busy the
+ * lcore's passes (a few descriptors each) add up to one batch of about flush_bytes, so the
+ * engine's per-batch cost (an event, a cross-stream join) is paid per megabytes, not per pass.
+ * With min_batch, "at once" holds only for a first pass (the engine idle, nothing posted the
+ * pass before) or a pass that posted nothing (the scheduler has no more for now); while passes
+ * keep posting, a batch waits for min_batch. Without that, an engine that drains a pass's
+ * worth as fast as passes come got one batch a pass, whose cost slowed the passes: a state
+ * the run stayed in or not, from call to call (docs/gpu-bench.md, the host KV tier).
  */
+static bool hand_now(struct kvl_tier_conn *c)
+{
+	bool fresh = c->pend != c->pend_seen, streaming = fresh && c->was_fresh;
+
+	c->pend_seen = c->pend;
+	c->was_fresh = fresh;
+	if (c->ptail == c->pend)
+		return false;
+	if (c->pending_bytes >= c->o.flush_bytes)
+		return true;
+	if (c->handed_bytes >= c->o.flush_bytes)
+		return false;
+	if (c->o.min_batch == 0 || c->pending_bytes >= c->o.min_batch || !fresh)
+		return true;
+	if (c->handed_bytes != 0)
+		return false; /* busy: the batch grows behind what runs */
+	/* idle: a first pass goes at once; a trickle waits IDLE_WAITS passes at most */
+	if (!streaming || c->idle_waits >= IDLE_WAITS)
+		return true;
+	c->idle_waits++;
+	return false;
+}
+
 static unsigned tier_progress(void *p)
 {
 	struct kvl_tier_conn *c = p;
@@ -361,9 +402,9 @@ static unsigned tier_progress(void *p)
 
 	if (c->o.engine.ops == NULL)
 		return 0;
-	if (c->ptail != c->pend &&
-	    (c->pending_bytes >= c->o.flush_bytes || c->handed_bytes < c->o.flush_bytes)) {
+	if (hand_now(c)) {
 		hand_over(c);
+		c->idle_waits = 0;
 		work++;
 	}
 	work += c->o.engine.ops->progress(c->o.engine.c);

@@ -40,11 +40,6 @@ static double median(std::vector<double> v)
 	return v[v.size() / 2];
 }
 
-static bool reached(uint32_t word, uint32_t epoch)
-{
-	return (int32_t)(word - epoch) >= 0;
-}
-
 /* Block i of a unit-@u layout of @n blocks sits at place perm[i] of the segment. */
 static std::vector<uint32_t> scatter(uint32_t n, uint32_t u)
 {
@@ -188,7 +183,7 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 			volatile uint32_t *dw =
 				(volatile uint32_t *)((uint8_t *)fl.done + (size_t)k * fl.stride);
 
-			while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
+			while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
 				/* STEP_READY events: drained; a failure ends the run */
 				unsigned m = kvl_req_poll(rt, ev, 64);
 
@@ -217,18 +212,6 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 	out.batches = 0;
 	out.launches = 0;
 	return out;
-}
-
-/* The u64 after "\"@key\":[" in a column-form telemetry reply (one row). */
-static uint64_t tel_u64(const char *reply, const char *key)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":[", key);
-	p = strstr(reply, pat);
-	EXPECT(p != NULL, "no %s in %s", key, reply);
-	return strtoull(p + strlen(pat), NULL, 10);
 }
 
 int main(int argc, char **argv)
@@ -294,15 +277,19 @@ int main(int argc, char **argv)
 		struct row x = transport(&seg, dst, u, perm, reps);
 		struct row y;
 		double xg = seg.length / x.s, yg;
-		uint64_t b1;
+		uint64_t b1, ho0, small0, ho, small;
 		const char *un = u == 65536 ? "64K" : "16K";
 
 		gpu_rt_tel("/kvlane/tier", out, sizeof(out));
-		batches0 = tel_u64(out, "batches");
+		batches0 = gpu_rt_tel_u64(out, "batches");
+		ho0 = gpu_rt_tel_u64(out, "handovers");
+		small0 = gpu_rt_tel_u64(out, "handover_small");
 		y = runtime(rt, &seg, u, perm, reps);
 		expect_bytes += (uint64_t)(reps + 1) * seg.length;
 		gpu_rt_tel("/kvlane/tier", out, sizeof(out));
-		b1 = tel_u64(out, "batches");
+		b1 = gpu_rt_tel_u64(out, "batches");
+		ho = (gpu_rt_tel_u64(out, "handovers") - ho0) / (reps + 1);
+		small = (gpu_rt_tel_u64(out, "handover_small") - small0) / (reps + 1);
 		yg = seg.length / y.s;
 		printf("%-34s %5s %9.3f %8.1f %8s %6.1f%% %8llu\n",
 		       "transport alone (cudma defaults)", un, x.s * 1e3, xg / GB, "1.00",
@@ -310,6 +297,11 @@ int main(int argc, char **argv)
 		printf("%-34s %5s %9.3f %8.1f %8.2f %6.1f%% %8llu\n",
 		       "runtime: API->lcore->sched->READY", un, y.s * 1e3, yg / GB, yg / xg,
 		       100 * yg / ceil_gbs, (unsigned long long)((b1 - batches0) / (reps + 1)));
+		/* what reaches the copy engine per hand-over: the batch size the rate hangs on */
+		printf("%-34s %5s handovers/run %llu, %.0f KiB each on average, %llu under the "
+		       "2 MiB minimum\n",
+		       "  runtime's batches", un, (unsigned long long)ho,
+		       ho ? seg.length / 1024.0 / ho : 0.0, (unsigned long long)small);
 		if (u == 65536)
 			ok64 = yg >= 0.95 * xg && yg >= 0.90 * ceil_gbs;
 		if (u == 65536)
@@ -320,9 +312,9 @@ int main(int argc, char **argv)
 	}
 	gpu_rt_tel("/kvlane/tier", out, sizeof(out));
 	printf("/kvlane/tier: %.400s\n", out);
-	EXPECT(tel_u64(out, "bytes") == expect_bytes && tel_u64(out, "refused") == 0,
+	EXPECT(gpu_rt_tel_u64(out, "bytes") == expect_bytes && gpu_rt_tel_u64(out, "refused") == 0,
 	       "/kvlane/tier moved %llu bytes, want %llu",
-	       (unsigned long long)tel_u64(out, "bytes"), (unsigned long long)expect_bytes);
+	       (unsigned long long)gpu_rt_tel_u64(out, "bytes"), (unsigned long long)expect_bytes);
 	CK(cudaFree(dst));
 	kvl_stop(rt);
 	return 0;

@@ -3,6 +3,7 @@
 #ifndef KVL_TEST_GPU_RT_H
 #define KVL_TEST_GPU_RT_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,100 @@ static struct kvl_runtime *gpu_rt_start(const char *ini, const char *const *sets
 	a.sets = sets;
 	a.n_sets = n_sets;
 	return kvl_start(&a, err, errlen, stage);
+}
+
+/* The u64 after "@key":@open in a telemetry reply ("[": a column's first row; "": a dict's). */
+static inline uint64_t gpu_rt_tel_value(const char *reply, const char *key, const char *open)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":%s", key, open);
+	p = strstr(reply, pat);
+	EXPECT(p != NULL, "no %s in %s", key, reply);
+	return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* Column form (/kvlane/sched, /kvlane/tier: one row per NIC lcore): the first row's. */
+static inline uint64_t gpu_rt_tel_u64(const char *reply, const char *key)
+{
+	return gpu_rt_tel_value(reply, key, "[");
+}
+
+/* A dict reply (/kvlane/gpu). */
+static inline uint64_t gpu_rt_tel_dict_u64(const char *reply, const char *key)
+{
+	return gpu_rt_tel_value(reply, key, "");
+}
+
+static inline double gpu_rt_now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The GPU's compare (cuStreamWaitValue32 GEQ), cyclic as the lcore's. */
+static inline bool gpu_rt_reached(uint32_t word, uint32_t epoch)
+{
+	return (int32_t)(word - epoch) >= 0;
+}
+
+/*
+ * The host's part of a request opened with KVL_REQ_STEP_FLAGS whose stream waits, per step
+ * k, on its READY word and then on @filled[k * 16] (64 bytes apart) = 1: once step k's READY
+ * word says its blocks landed, each block's address (kvl_req_block_addr) into @tab[j] for the
+ * step's blocks j (its step_blocks, @first..@first + 1), then @filled for it. STEP_READY events
+ * are drained; an end before the last READY, or @limit_s from @t0, fails.
+ */
+static inline void gpu_rt_fill_tables(struct kvl_runtime *rt, kvl_req_t req,
+				      const struct kvl_req_flags *fl, uint32_t n_steps,
+				      const uint32_t *first, const uint32_t *blocks, uint64_t *tab,
+				      volatile uint32_t *filled, double t0, double limit_s)
+{
+	struct kvl_req_event ev[64];
+
+	for (uint32_t k = 0; k < n_steps; k++) {
+		const volatile uint32_t *rw =
+			(const volatile uint32_t *)((const uint8_t *)fl->ready +
+						    (size_t)k * fl->stride);
+
+		while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
+			int n = (int)kvl_req_poll(rt, ev, 64);
+
+			for (int i = 0; i < n; i++)
+				EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
+				       "request ended before step %u was READY: %s", k,
+				       kvl_status_name(ev[i].status));
+			EXPECT(gpu_rt_now_s() - t0 < limit_s, "step %u not READY after %.0f s", k,
+			       limit_s);
+		}
+		for (uint32_t i = first[k]; i < first[k + 1]; i++) {
+			void *a;
+
+			EXPECT(kvl_req_block_addr(rt, req, blocks[i], &a) == 0, "block %u address",
+			       blocks[i]);
+			tab[blocks[i]] = (uint64_t)(uintptr_t)a;
+		}
+		__atomic_store_n((uint32_t *)(uintptr_t)&filled[k * 16], 1, __ATOMIC_RELEASE);
+	}
+}
+
+/* The request's end event after every READY: 0 (DONE) or its status; @limit_s from @t0. */
+static inline int gpu_rt_wait_end(struct kvl_runtime *rt, double t0, double limit_s)
+{
+	struct kvl_req_event ev[64];
+
+	for (;;) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != KVL_REQ_EV_STEP_READY)
+				return ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
+		EXPECT(gpu_rt_now_s() - t0 < limit_s, "the request did not end after %.0f s",
+		       limit_s);
+	}
 }
 
 #endif /* KVL_TEST_GPU_RT_H */

@@ -79,7 +79,11 @@ static void check_bytes(const uint8_t *got, const uint8_t *want, size_t len, con
 		}
 }
 
-static const char *mode_name[] = { "gather kernel", "cudaMemcpyBatchAsync", "one copy each" };
+static const char *mode_name[] = { "gather kernel", "cudaMemcpyBatchAsync", "one copy each",
+				   "auto" };
+
+/* AUTO: the estimates one_mode gives the transport (compute per step ns, bytes per step). */
+static uint64_t auto_compute_ns, auto_step_bytes;
 
 /* Options the transport cannot honour: refused at creation with a message naming them. */
 static void bad_options(void)
@@ -89,6 +93,7 @@ static void bad_options(void)
 		const char *says;
 	} bad[] = {
 		{ { .small = (enum kvl_cudma_small)7 }, "unknown small-copy method 7" },
+		{ { .small = (enum kvl_cudma_small)4 }, "unknown small-copy method 4" },
 		{ { .gather_depth = 5 }, "gather_depth 5 is not 4, 8 or 16" },
 		{ { .ce_share = 101 }, "ce_share 101 is over 100 percent" },
 		{ { .depth = 1000 }, "depth 1000 is not a power of two" },
@@ -128,6 +133,8 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 	double t0, t1;
 
 	EXPECT(c != NULL && j != NULL, "%s", err);
+	if (mode == KVL_CUDMA_AUTO)
+		kvl_cudma_set_estimates(c, auto_compute_ns, auto_step_bytes);
 	EXPECT(kvl_cudma_add_remote(c, SEG_RO, host, HOST_LEN, KVL_SEG_REMOTE_READ, err,
 				    sizeof(err)) == 0,
 	       "%s", err);
@@ -260,6 +267,24 @@ static void one_mode(enum kvl_cudma_small mode, unsigned depth, unsigned ce_shar
 	printf("  %s: %u GPU->host writes (64 KiB and 16 KiB + 7), every byte of %u MiB checked\n",
 	       mode_name[mode], n, HOST_LEN >> 20);
 
+	if (mode == KVL_CUDMA_AUTO) {
+		const struct kvl_cudma_stats *a = kvl_cudma_stats(c);
+		/* 1 ms of compute for 1 MiB: hidden either way, the engine slows it less; 1 us
+		 * for 1 GiB: transfer-bound, the kernel's rate wins */
+		bool want_engine = auto_compute_ns * 1000 > auto_step_bytes;
+
+		EXPECT(want_engine ? a->auto_engine > 0 && a->auto_gather == 0
+				   : a->auto_gather > 0 && a->auto_engine == 0,
+		       "auto with %llu ns for %llu bytes: %llu batches on the engine, %llu on the "
+		       "kernel",
+		       (unsigned long long)auto_compute_ns, (unsigned long long)auto_step_bytes,
+		       (unsigned long long)a->auto_engine, (unsigned long long)a->auto_gather);
+		printf("  auto (%llu ns compute for %llu bytes a step): %llu batches on the copy "
+		       "engine, %llu on the gather kernel\n",
+		       (unsigned long long)auto_compute_ns, (unsigned long long)auto_step_bytes,
+		       (unsigned long long)a->auto_engine, (unsigned long long)a->auto_gather);
+	}
+
 	/* A full queue says so; fail_all fails what is left and refuses more. */
 	{
 		struct kvl_wr w = { .wr_id = 1,
@@ -314,6 +339,14 @@ int main(void)
 	one_mode(KVL_CUDMA_BATCH, 0, 0, 0, 0, host, back, gpu, check, expect); /* 64 a call */
 	one_mode(KVL_CUDMA_BATCH, 0, 0, 0, 7, host, back, gpu, check, expect); /* several calls */
 	one_mode(KVL_CUDMA_EACH, 0, 0, 0, 0, host, back, gpu, check, expect);
+	/* auto: the copy engine where the step's transfer hides under its compute, the kernel
+	 * where the step is transfer-bound; every byte checked either way */
+	auto_compute_ns = 1000000;
+	auto_step_bytes = 1 << 20;
+	one_mode(KVL_CUDMA_AUTO, 0, 0, 0, 0, host, back, gpu, check, expect);
+	auto_compute_ns = 1000;
+	auto_step_bytes = 1 << 30;
+	one_mode(KVL_CUDMA_AUTO, 0, 0, 0, 0, host, back, gpu, check, expect);
 	cudaFree(gpu);
 	cudaFreeHost(host);
 	cudaFreeHost(back);

@@ -64,19 +64,6 @@ __global__ void check_step(const uint64_t *const *addr, uint32_t first, struct c
 		atomicAdd(&c->checked, (unsigned long long)BLOCK);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static bool reached(uint32_t word, uint32_t epoch)
-{
-	return (int32_t)(word - epoch) >= 0;
-}
-
 int main(void)
 {
 	static const char ini[] =
@@ -93,7 +80,6 @@ int main(void)
 	struct kvl_segment seg, out_of_pool;
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
-	struct kvl_req_event ev[64];
 	char err[2048], out[16384];
 	uint64_t **tab, **tab_dev;
 	volatile uint32_t *table_ready;
@@ -103,7 +89,7 @@ int main(void)
 	cudaStream_t st;
 	kvl_req_t req;
 	double t0, t_end;
-	int stage = 0, n, ended = 0, end_status = -1;
+	int stage = 0, n, end_status;
 	void *host_mem;
 
 	if (gpu_test_devices() == 0)
@@ -182,7 +168,7 @@ int main(void)
 	}
 
 	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
-	t0 = now_s();
+	t0 = gpu_rt_now_s();
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
 	/* the whole stream up front: nothing is enqueued per step from here on */
@@ -201,42 +187,10 @@ int main(void)
 		       "write DONE %u: %s", k, err);
 	}
 	/* The host's part: each step's block addresses once its READY word says they landed. */
-	for (uint32_t k = 0; k < N_STEPS; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl.ready +
-						    (size_t)k * fl.stride);
-
-		while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
-			n = (int)kvl_req_poll(rt, ev, 64); /* STEP_READY events: drained */
-			for (int i = 0; i < n; i++)
-				if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-					ended = 1;
-					end_status = ev[i].status;
-				}
-			EXPECT(!ended, "request ended before step %u was READY: %s", k,
-			       kvl_status_name(end_status));
-			EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k,
-			       LIMIT_S);
-		}
-		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
-			void *a;
-
-			EXPECT(kvl_req_block_addr(rt, req, j, &a) == 0, "block %u address", j);
-			tab[j] = (uint64_t *)a;
-		}
-		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
-				 __ATOMIC_RELEASE);
-	}
-	while (!ended) {
-		n = (int)kvl_req_poll(rt, ev, 64);
-		for (int i = 0; i < n; i++)
-			if (ev[i].type != KVL_REQ_EV_STEP_READY) {
-				ended = 1;
-				end_status = ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
-			}
-		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
-	}
-	t_end = now_s();
+	gpu_rt_fill_tables(rt, req, &fl, N_STEPS, first, refs, (uint64_t *)tab, table_ready, t0,
+			   LIMIT_S);
+	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
+	t_end = gpu_rt_now_s();
 	CK(cudaStreamSynchronize(st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	{
