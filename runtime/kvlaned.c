@@ -48,7 +48,8 @@ static int install_signals(void)
 	return 0;
 }
 
-/* Housekeeping the control thread does when there is one; else the main thread does it. */
+/* Waits for a signal or the end of --run-seconds: housekeeping (free VRAM into the budget)
+ * is the control thread's, or the runtime's own sampler thread's without one. */
 static void main_loop(struct kvl_runtime *rt, unsigned run_seconds)
 {
 	uint64_t end = run_seconds ? rte_get_tsc_cycles() + (uint64_t)run_seconds * rt->tsc_hz : 0;
@@ -56,8 +57,6 @@ static void main_loop(struct kvl_runtime *rt, unsigned run_seconds)
 	while (!stop_signal) {
 		if (end && rte_get_tsc_cycles() >= end)
 			break;
-		if (!kvl_control_enabled(rt))
-			kvl_staging_sample(rt);
 		rte_delay_us_sleep(1000);
 	}
 }

@@ -432,6 +432,8 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 	if (rc == 0)
 		rc = kvl_control_start(rt, err, errlen);
 	if (rc == 0)
+		rc = kvl_staging_sampler_start(rt, err, errlen); /* where no control thread does */
+	if (rc == 0)
 		rc = kvl_cluster_start(rt, err, errlen); /* its record names the listener */
 	if (rc < 0) {
 		kvl_runtime_stop(rt);
@@ -443,6 +445,7 @@ int kvl_runtime_start(struct kvl_runtime *rt, char *err, size_t errlen)
 void kvl_runtime_stop(struct kvl_runtime *rt)
 {
 	kvl_cluster_stop(rt); /* our key goes first: peers stop choosing us */
+	kvl_staging_sampler_stop(rt);
 	kvl_control_stop(rt);
 	__atomic_store_n(&rt->quit, true, __ATOMIC_RELEASE);
 	rte_eal_mp_wait_lcore();

@@ -3,6 +3,7 @@
 #ifndef KVL_RUNTIME_H
 #define KVL_RUNTIME_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -56,6 +57,9 @@ struct kvl_runtime {
 	char staging_why[192]; /* why there ("" when the INI said so plainly) */
 	struct kvl_req_table *reqs; /* runtime/req_api.c; NULL without a scheduler */
 	uint64_t next_sample_tsc;
+	/* the VRAM sampler's own thread, where no control thread samples (staging.c) */
+	pthread_t vram_thread;
+	bool vram_thread_on, vram_quit;
 	unsigned poll_rr;
 	unsigned main_lcore;
 	int main_socket;

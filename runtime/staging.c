@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <time.h>
 #include <rte_cycles.h>
+#include <rte_lcore.h>
 
 #include "kvl_build_config.h"
 #include "log.h"
@@ -84,6 +86,45 @@ void kvl_staging_sample(struct kvl_runtime *rt)
 	kvl_gpu_sample(&rt->gpu);
 	kvl_staging_publish_budget(rt);
 	rt->next_sample_tsc = now + rt->tsc_hz * rt->cfg.sched.resize_interval_ms / 1000;
+}
+
+static void *sampler_main(void *arg)
+{
+	struct kvl_runtime *rt = arg;
+	unsigned ms = rt->cfg.sched.resize_interval_ms ? rt->cfg.sched.resize_interval_ms : 1;
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	while (!__atomic_load_n(&rt->vram_quit, __ATOMIC_ACQUIRE)) {
+		kvl_staging_sample(rt);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+int kvl_staging_sampler_start(struct kvl_runtime *rt, char *err, size_t errlen)
+{
+	int rc;
+
+	/* rt->ctl: the control thread, which samples in its own loop (control.c) */
+	if (!rt->gpu.open || rt->ctl != NULL || rt->vram_thread_on)
+		return 0;
+	__atomic_store_n(&rt->vram_quit, false, __ATOMIC_RELEASE);
+	rc = rte_ctrl_thread_create(&rt->vram_thread, "kvl-vram", NULL, sampler_main, rt);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot start the VRAM sampler thread: %s", strerror(rc));
+		return -rc;
+	}
+	rt->vram_thread_on = true;
+	return 0;
+}
+
+void kvl_staging_sampler_stop(struct kvl_runtime *rt)
+{
+	if (!rt->vram_thread_on)
+		return;
+	__atomic_store_n(&rt->vram_quit, true, __ATOMIC_RELEASE);
+	pthread_join(rt->vram_thread, NULL);
+	rt->vram_thread_on = false;
 }
 
 int kvl_staging_gpu_of(const struct kvl_runtime *rt, unsigned nic)

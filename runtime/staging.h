@@ -44,8 +44,17 @@ uint64_t kvl_staging_budget(const struct kvl_runtime *rt);
 void kvl_staging_publish_budget(struct kvl_runtime *rt);
 
 /* Sample free VRAM if [sched] resize_interval_ms has passed, and publish the new budget
- * (housekeeping: the control thread's loop, or kvlaned's main loop without one). */
+ * (housekeeping: the control thread's loop, or the sampler thread below without one). */
 void kvl_staging_sample(struct kvl_runtime *rt);
+
+/*
+ * With a GPU open and no control thread (no [control] secret: an engine on the C API, a
+ * kvlaned without peers), a thread of its own ("kvl-vram", on EAL's control cores) samples
+ * free VRAM every [sched] resize_interval_ms, so the budget follows it wherever the runtime
+ * runs. 0 (also when nothing is needed) or a negative errno; stop joins it.
+ */
+int kvl_staging_sampler_start(struct kvl_runtime *rt, char *err, size_t errlen);
+void kvl_staging_sampler_stop(struct kvl_runtime *rt);
 
 /* Whether [p, p + len) touches a NIC's staging: the scheduler's own, whose slots it hands to
  * other requests' READs at any time. */

@@ -41,7 +41,6 @@
  * not poison, in its slot: the poison argument is the plain run's.) Exits 77 without a GPU.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -397,31 +396,12 @@ int main(int argc, char **argv)
 	gpu_rt_init("attngpu");
 	CK(cudaSetDevice(0));
 	/*
-	 * Hog mode runs the control thread ([control] with a secret): in a runtime on the C API
-	 * it is what samples free VRAM into the budget (runtime/control/control.c's loop; kvlaned
-	 * without control samples in its main loop). Without it, an embedded runtime's budget
-	 * never follows free VRAM: the first H200 run of this test showed /kvlane/gpu's free_bytes
-	 * frozen at its start-up value while the hog took 145 GB (a runtime bug, reported).
+	 * No [control] here, in hog mode too: an engine on the C API without peers. The runtime's
+	 * own sampler thread (kvl-vram, runtime/staging.c) follows free VRAM into the budget.
+	 * Before it, only the control thread sampled, and the first H200 run of this test showed
+	 * /kvlane/gpu's free_bytes frozen at its start-up value while the hog took 145 GB.
 	 */
-	if (hog != NULL) {
-		static char text[2048];
-		char path[96];
-		int fd;
-
-		snprintf(path, sizeof(path), "%s/secret", gpu_rt_tmp);
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		EXPECT(fd >= 0 &&
-			       write(fd, "a4f1c0de9b8e7d6c5b4a39281706f5e4c3b2a190817\n", 44) == 44,
-		       "secret file %s", path);
-		close(fd);
-		snprintf(text, sizeof(text),
-			 "%s[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n", ini, path);
-		rt = gpu_rt_start(gpu_rt_write_ini("attn.ini", text), NULL, 0, err, sizeof(err),
-				  &stage);
-	} else {
-		rt = gpu_rt_start(gpu_rt_write_ini("attn.ini", ini), NULL, 0, err, sizeof(err),
-				  &stage);
-	}
+	rt = gpu_rt_start(gpu_rt_write_ini("attn.ini", ini), NULL, 0, err, sizeof(err), &stage);
 	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
 	EXPECT(kvl_seg_alloc(rt, "kv", &g, KVL_REMOTE_READ, &seg) == 0, "kvl_seg_alloc 1 GiB");
 	EXPECT(seg.length == kv_bytes && seg.mem == KVL_MEM_HOST, "segment %llu bytes, kind %u",
