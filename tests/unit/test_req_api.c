@@ -988,6 +988,7 @@ static void gpu_world_fini(void)
 	kvl_staging_stop(&rt);
 	kvl_segs_release(&rt.segs);
 	kvl_segs_fini(&rt.segs);
+	kvl_pool_destroy(&rt.segs.pool); /* world_pool's allocator (a no-op without one) */
 }
 
 /* [sched] staging = gpu / auto with a GPU: where staging lands, what peers see of it, the budget.
@@ -1286,6 +1287,7 @@ static void test_engine_dest(void)
 		CHECK_INT(kvl_req_error()[0], 0);
 	}
 	rt.segs.pool.cuda_registered = false;
+	kvl_pool_destroy(&rt.segs.pool);
 	memset(&rt.segs.pool, 0, sizeof(rt.segs.pool));
 	rt.gpu.open = false;
 	/* without the flag a PULL block with an address is still refused */
