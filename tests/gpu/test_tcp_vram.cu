@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "gpu_check.cuh"
 #include "gpu_rt.h"
 #include "gpusig.h"
 
@@ -46,39 +47,8 @@
 #define SLOT	 (BLOCK + GUARD)
 #define POISON	 0xa5u
 
-/* The pattern of runtime/pattern.c, word by word: the same mix of (seed, word index). */
-__device__ static uint64_t pattern_word(uint32_t seed, uint64_t idx)
-{
-	uint64_t z = idx + 0x9e3779b97f4a7c15ull * ((uint64_t)seed + 1);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-struct counts {
-	unsigned long long checked, bad, guard_checked, guard_bad;
-};
-
-/* One thread block per KV block: every 8-byte word of it against the pattern at its offset in
- * the peer's segment (block b of the request is at b * BLOCK there). */
-__global__ void check_step(const uint64_t *const *addr, uint32_t first, struct counts *c)
-{
-	const uint64_t *p = addr[first + blockIdx.x];
-	uint64_t base = (uint64_t)(first + blockIdx.x) * BLOCK / 8;
-	unsigned long long bad = 0;
-
-	for (uint32_t i = threadIdx.x; i < BLOCK / 8; i += blockDim.x)
-		bad += p[i] != pattern_word(SEED, base + i);
-	if (bad)
-		atomicAdd(&c->bad, bad);
-	__syncthreads();
-	if (threadIdx.x == 0)
-		atomicAdd(&c->checked, (unsigned long long)BLOCK);
-}
-
 /* dest: every guard byte (the lead, and the GUARD bytes after each slot) still POISON. */
-__global__ void check_guards(const uint8_t *cache, struct counts *c)
+__global__ void check_guards(const uint8_t *cache, struct gpu_counts *c)
 {
 	const uint8_t *g =
 		blockIdx.x == N_BLOCKS ? cache : cache + LEAD + (size_t)blockIdx.x * SLOT + BLOCK;
@@ -377,21 +347,6 @@ static void wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl, u
 	}
 }
 
-/* Until the request ends: 0 for DONE, else its FAILED status. */
-static int wait_end(struct kvl_runtime *rt, double t0)
-{
-	struct kvl_req_event ev[64];
-
-	for (;;) {
-		int n = (int)kvl_req_poll(rt, ev, 64);
-
-		for (int i = 0; i < n; i++)
-			if (ev[i].type != KVL_REQ_EV_STEP_READY)
-				return ev[i].type == KVL_REQ_EV_DONE ? 0 : ev[i].status;
-		EXPECT(now_s() - t0 < LIMIT_S, "the request did not end after %.0f s", LIMIT_S);
-	}
-}
-
 /*
  * host: the same 1 GiB over tcp into host staging (no GPU, no bounce), checked by the CPU
  * behind the READY words: the tcp path's baseline, on any host, for the BENCH line beside the
@@ -423,7 +378,7 @@ static int run_host(struct kvl_runtime *rt, kvl_peer_t peer, uint32_t seg_id)
 		__atomic_store_n((uint32_t *)((uintptr_t)fl.done + (size_t)k * fl.stride), fl.epoch,
 				 __ATOMIC_RELEASE);
 	}
-	end_status = wait_end(rt, t0);
+	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
 	s1 = take();
 	t_end = s1.t;
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
@@ -454,7 +409,7 @@ int main(int argc, char **argv)
 	volatile uint32_t *table_ready;
 	uint32_t *table_ready_dev, seg_id = 0;
 	uint8_t *cache = NULL;
-	struct counts *cnt;
+	struct gpu_counts *cnt;
 	struct kvl_runtime *rt;
 	kvl_peer_t peer;
 	cudaStream_t st;
@@ -556,7 +511,7 @@ int main(int argc, char **argv)
 	{
 		struct cudaFuncAttributes fa;
 
-		CK(cudaFuncGetAttributes(&fa, check_step));
+		CK(cudaFuncGetAttributes(&fa, gpu_check_step));
 		CK(cudaFuncGetAttributes(&fa, check_guards));
 	}
 
@@ -570,20 +525,9 @@ int main(int argc, char **argv)
 	}
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
-	for (uint32_t k = 0; k < N_STEPS; k++) {
-		EXPECT(kvl_gpusig_wait_addr(fl.ready_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "wait READY %u: %s", k, err);
-		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)table_ready_dev + k * 64, 1, st,
-					    err, sizeof(err)) == 0,
-		       "wait table %u: %s", k, err);
-		check_step<<<PER_STEP, 256, 0, st>>>((const uint64_t *const *)tab_dev, k * PER_STEP,
-						     cnt);
-		CK(cudaGetLastError());
-		EXPECT(kvl_gpusig_done_addr(fl.done_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "write DONE %u: %s", k, err);
-	}
+	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)table_ready_dev,
+			  (const uint64_t *const *)tab_dev, N_STEPS, PER_STEP, BLOCK, SEED, cnt,
+			  st);
 	for (uint32_t k = 0; k < N_STEPS; k++) {
 		wait_ready(rt, &fl, k, t0);
 		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
@@ -598,7 +542,7 @@ int main(int argc, char **argv)
 		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
 				 __ATOMIC_RELEASE);
 	}
-	end_status = wait_end(rt, t0);
+	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
 	s1 = take();
 	t_end = s1.t;
 	CK(cudaStreamSynchronize(st));
@@ -609,7 +553,7 @@ int main(int argc, char **argv)
 		CK(cudaStreamSynchronize(st));
 	}
 	{
-		struct counts h;
+		struct gpu_counts h;
 
 		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <stdint.h>
 
+#include "gpu_check.cuh"
 #include "gpu_rt.h"
 #include "gpusig.h"
 
@@ -32,37 +33,6 @@
 #define PER_STEP (N_BLOCKS / N_STEPS)
 #define SEED	 7u
 #define LIMIT_S	 120.0
-
-/* The pattern of runtime/pattern.c, word by word: the same mix of (seed, word index). */
-__device__ static uint64_t pattern_word(uint32_t seed, uint64_t idx)
-{
-	uint64_t z = idx + 0x9e3779b97f4a7c15ull * ((uint64_t)seed + 1);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-struct counts {
-	unsigned long long checked, bad;
-};
-
-/* One thread block per KV block: every 8-byte word of it against the pattern at its offset in
- * the segment (block b of the request sits at b * BLOCK there). */
-__global__ void check_step(const uint64_t *const *addr, uint32_t first, struct counts *c)
-{
-	const uint64_t *p = addr[first + blockIdx.x];
-	uint64_t base = (uint64_t)(first + blockIdx.x) * BLOCK / 8;
-	unsigned long long bad = 0;
-
-	for (uint32_t i = threadIdx.x; i < BLOCK / 8; i += blockDim.x)
-		bad += p[i] != pattern_word(SEED, base + i);
-	if (bad)
-		atomicAdd(&c->bad, bad);
-	__syncthreads();
-	if (threadIdx.x == 0)
-		atomicAdd(&c->checked, (unsigned long long)BLOCK);
-}
 
 int main(void)
 {
@@ -84,7 +54,7 @@ int main(void)
 	uint64_t **tab, **tab_dev;
 	volatile uint32_t *table_ready;
 	uint32_t *table_ready_dev;
-	struct counts *cnt;
+	struct gpu_counts *cnt;
 	struct kvl_runtime *rt;
 	cudaStream_t st;
 	kvl_req_t req;
@@ -164,7 +134,7 @@ int main(void)
 	{
 		struct cudaFuncAttributes fa;
 
-		CK(cudaFuncGetAttributes(&fa, check_step));
+		CK(cudaFuncGetAttributes(&fa, gpu_check_step));
 	}
 
 	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
@@ -172,20 +142,9 @@ int main(void)
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
 	/* the whole stream up front: nothing is enqueued per step from here on */
-	for (uint32_t k = 0; k < N_STEPS; k++) {
-		EXPECT(kvl_gpusig_wait_addr(fl.ready_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "wait READY %u: %s", k, err);
-		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)table_ready_dev + k * 64, 1, st,
-					    err, sizeof(err)) == 0,
-		       "wait table %u: %s", k, err);
-		check_step<<<PER_STEP, 256, 0, st>>>((const uint64_t *const *)tab_dev, k * PER_STEP,
-						     cnt);
-		CK(cudaGetLastError());
-		EXPECT(kvl_gpusig_done_addr(fl.done_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "write DONE %u: %s", k, err);
-	}
+	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)table_ready_dev,
+			  (const uint64_t *const *)tab_dev, N_STEPS, PER_STEP, BLOCK, SEED, cnt,
+			  st);
 	/* The host's part: each step's block addresses once its READY word says they landed. */
 	gpu_rt_fill_tables(rt, req, &fl, N_STEPS, first, refs, (uint64_t *)tab, table_ready, t0,
 			   LIMIT_S);
@@ -194,7 +153,7 @@ int main(void)
 	CK(cudaStreamSynchronize(st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	{
-		struct counts h;
+		struct gpu_counts h;
 
 		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
