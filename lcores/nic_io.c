@@ -15,8 +15,9 @@
 
 #include "nic_io.h"
 
-#define BURST	 KVL_NIC_IO_BURST
-#define KICK_TAG UINT32_MAX /* epoll data of the eventfd; connections carry their slot */
+#define BURST	      KVL_NIC_IO_BURST
+#define KICK_TAG      UINT32_MAX /* epoll data of the eventfd; connections carry their slot */
+#define PUBLISH_EVERY 256u	 /* do_connections() passes between two publications at most */
 
 _Static_assert(sizeof(struct kvl_sub) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_sub) == 48 && sizeof(struct kvl_sub_ext) == sizeof(struct kvl_sub),
@@ -440,6 +441,11 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 	struct kvl_xport_stats st;
 	struct kvl_wc wc[BURST];
 
+	/* Counters are published where a connection did work, and every PUBLISH_EVERY passes
+	 * anyway: posting alone does no work, and telemetry must not show a QP's posted and
+	 * outstanding counts from before its last posts while those wait for completions. */
+	bool publish = (++io->passes & (PUBLISH_EVERY - 1)) == 0;
+
 	/* the live slots only: an lcore with few connections pays for no empty ones */
 	for (uint64_t m = io->live; m != 0; m &= m - 1) {
 		unsigned i = (unsigned)__builtin_ctzll(m);
@@ -483,7 +489,7 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work)
 			kvl_nic_io_complete(io, wc, n);
 			*work += n;
 		}
-		if (did || n) {
+		if (did || n || publish) {
 			ops->stats(s->x.c, &st);
 			publish_stats(&io->stats[i], &st);
 		}

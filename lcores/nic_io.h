@@ -161,6 +161,7 @@ struct kvl_nic_io {
 	/* bit i: slot[i] holds a connection (this lcore's view; telemetry reads slot[].x.ops),
 	 * so a pass over the connections visits only those */
 	uint64_t live;
+	uint64_t passes; /* do_connections() calls: every PUBLISH_EVERY, counters are published */
 	struct kvl_slot_stats stats[KVL_SLOTS_PER_LCORE]; /* read by telemetry */
 	/* what closed connections of each peer moved, so telemetry still counts it */
 	struct kvl_xport_stats closed[KVL_MAX_PEERS_RT];

@@ -11,6 +11,7 @@
 
 #include <rte_eal.h>
 #include <rte_lcore.h>
+#include <rte_ring.h>
 #include <infiniband/verbs.h>
 #include <rte_telemetry.h>
 
@@ -283,6 +284,13 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 		put_u64(k, "wake_cq", __atomic_load_n(&sl->wake_cq, __ATOMIC_RELAXED));
 		put_u64(k, "wake_kick", __atomic_load_n(&sl->wake_kick, __ATOMIC_RELAXED));
 		put_u64(k, "wake_timeout", __atomic_load_n(&sl->wake_timeout, __ATOMIC_RELAXED));
+		/* where posted transfers wait before a QP has them: the submission ring, the
+		 * stash of those whose connection was full, completions not yet polled */
+		put_u64(k, "sub_queued", io ? rte_ring_count(io->sub) : 0);
+		put_u64(k, "stashed", io ? __atomic_load_n(&io->n_stash, __ATOMIC_RELAXED) : 0);
+		put_u64(k, "cpl_queued", io ? rte_ring_count(io->cpl) : 0);
+		put_u64(k, "unroutable",
+			io ? __atomic_load_n(&io->unroutable, __ATOMIC_RELAXED) : 0);
 	}
 }
 
