@@ -403,8 +403,36 @@ static void test_sge_bad_head(void)
 	kvl_nic_io_fini(&io);
 }
 
+/*
+ * Telemetry reads a connection's counters as the lcore last published them. A connection that
+ * only took requests (posting is no work: nothing completed) must still be published within
+ * PUBLISH_EVERY passes, or /kvlane/qps shows its counts from before those posts for as long
+ * as they wait (an e2e sample read 8 WRITEs of an idle QP as at no QP).
+ */
+static void test_stats_published_without_work(void)
+{
+	struct fake_conn c = { .room = 16 };
+	unsigned passes = 0;
+
+	setup();
+	add_conn(3, 1, 1, &c);
+	kvl_nic_io_stage(NULL, &io);
+	for (uint64_t i = 1; i <= 3; i++)
+		submit(3, 1, i, 64);
+	do {
+		kvl_nic_io_stage(NULL, &io);
+		passes++;
+	} while (__atomic_load_n(&io.stats[3].tcp.posted_read, __ATOMIC_RELAXED) != 3 &&
+		 passes <= PUBLISH_EVERY);
+	CHECK_INT(c.n_got, 3);
+	CHECK_INT(io.stats[3].tcp.posted_read, 3);
+	CHECK(passes <= PUBLISH_EVERY);
+	kvl_nic_io_fini(&io);
+}
+
 int main(void)
 {
+	test_stats_published_without_work();
 	test_sge_elements();
 	test_sge_burst_boundary();
 	test_sge_bad_head();
