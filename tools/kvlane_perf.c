@@ -47,6 +47,7 @@ enum {
 #define INTERVAL_NS	100000000ull   /* peak bandwidth and the timeline: 100 ms */
 #define BUCKET_NS	1000000ull     /* bytes are counted per 1 ms of the run for the peak */
 #define STALL_NS	30000000000ull /* nothing completes for 30 s: the runtime is stuck */
+#define STALL_PROBE_NS	60000000000ull /* then: do they come late? (stall_probe) */
 #define NAP_AFTER_NS	100000ull      /* --nap: empty polls sched_yield this long before napping */
 #define DEFAULT_NAP_US	50u
 #define CONNECT_MS	10000u
@@ -1052,6 +1053,40 @@ static void idle_wait(struct client *c)
 	}
 }
 
+/*
+ * The run has failed already; whether the runtime completes the transfers late, or never,
+ * tells a stuck QP from a lost completion: poll up to STALL_PROBE_NS more and say when they
+ * came (each still counted once, by its status).
+ */
+static void stall_probe(struct client *c)
+{
+	uint64_t t0 = kvl_now_ns(), first = 0, last = 0, out0 = outstanding(c), got = 0;
+
+	while (outstanding(c) && kvl_now_ns() - t0 < STALL_PROBE_NS && !stop_signal) {
+		unsigned n = poll_once(c);
+
+		if (n == 0) {
+			idle_wait(c);
+			continue;
+		}
+		last = kvl_now_ns() - t0;
+		if (first == 0)
+			first = last;
+		got += n;
+		c->empty_since = 0;
+	}
+	if (got == 0)
+		fprintf(stderr,
+			"%s: none of the %" PRIu64
+			" came in %llu s more (from %.3f s, CLOCK_MONOTONIC)\n",
+			prog, out0, STALL_PROBE_NS / 1000000000ull, t0 / 1e9);
+	else
+		fprintf(stderr,
+			"%s: %" PRIu64 " of the %" PRIu64 " came late: the first %.1f s after "
+			"that, the last %.1f s after (from %.3f s, CLOCK_MONOTONIC)\n",
+			prog, got, out0, first / 1e9, last / 1e9, t0 / 1e9);
+}
+
 /* Poll once; false when nothing has completed for STALL_NS while transfers are out. */
 static bool poll_or_stall(struct client *c)
 {
@@ -1064,6 +1099,7 @@ static bool poll_or_stall(struct client *c)
 				"complete exactly once)\n",
 				prog, outstanding(c), STALL_NS / 1000000000ull);
 			c->stalled = true;
+			stall_probe(c);
 			return false;
 		}
 		idle_wait(c);
@@ -1376,6 +1412,11 @@ static void run_size(struct client *c)
 				break;
 			pass_prepare(c);
 			clock_resume(&c->clk);
+			/* The stall bound counts from here: the check (a READ-back and a compare
+			 * of the whole range) and the next pattern took their own time, with
+			 * nothing of this pass in flight. Under TCG beside a CPU hog they took
+			 * over 30 s, and the pass's first empty poll was taken for a stall. */
+			c->last_progress = kvl_now_ns();
 		}
 	}
 	clock_pause(&c->clk);
