@@ -24,7 +24,7 @@ tel="python3 ${KVL_SRC:?}/tools/kvlane_telemetry.py"
 for op in --write --read; do
 	: > "$out/rxe$op.0"; : > "$out/rxe$op.1"
 	kvl_rdma_snap "$out/rxe$op.0"
-	kvl_rdma_perf e2e $op 128M 256 "/kvlane/stats /kvlane/qps" $eal || rc=1
+	kvl_rdma_perf e2e $op 128M 256 "/kvlane/stats /kvlane/qps /kvlane/lcores" $eal || rc=1
 	kvl_rdma_snap "$out/rxe$op.1"
 	# what rxe did under this run: a failure is read beside it (retransmissions, send errors)
 	echo "e2e: rxe during $op: $(kvl_rdma_snap_diff "$out/rxe$op.0" "$out/rxe$op.1")"

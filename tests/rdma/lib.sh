@@ -94,15 +94,66 @@ kvl_rdma_server() {
 	fi
 }
 
-# kvl_rdma_sample_qps PID FILE: while PID lives, both runtimes' /kvlane/qps (client "cli",
-# server "srv") every 15 s into FILE, so that a run that stalls shows what each QP held
-# (posted, completed, outstanding, state) while it did.
+# kvl_rdma_sample_qps PID FILE: while PID lives, both runtimes' /kvlane/qps and /kvlane/lcores
+# (client "cli", server "srv") every 15 s into FILE, so that a run that stalls shows what each QP held
+# (posted, completed, outstanding, state) while it did; every 5 s what the guest kernel did.
+# Beside them, what the guest kernel did: each vCPU's local timer interrupts and timer
+# softirqs, and every thread of both processes (state, CPU last run on, user + system ticks),
+# so that a stall tells a runtime that stopped polling from a QP that stopped completing.
 kvl_rdma_sample_qps() {
-	while sleep 15 && kill -0 "$1" 2> /dev/null; do
+	_k=0
+	while sleep 5 && kill -0 "$1" 2> /dev/null; do
+		_k=$((_k + 1))
+		kvl_rdma_sample_sched "$1" ${srv:-} >> "$2"
+		[ $((_k % 3)) = 0 ] || continue
 		for _p in cli srv; do
 			echo "== $(date +%T) $_p: $(timeout 20 python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" \
-				-f $_p /kvlane/qps 2>&1 | tr -d '\n' | cut -c1-1500)"
+				-f $_p /kvlane/qps /kvlane/lcores 2>&1 | tr -d '\n' | cut -c1-3000)"
 		done >> "$2"
+	done
+}
+
+# kvl_rdma_sample_rxe PID FILE: while PID lives, once a second, the guest's uptime (the clock
+# of kvlane-perf's t0_mono) and both devices' packet and retry counters, one line each, read
+# with the shell's own `read` (no process per sample: under TCG a fork costs ~100 ms), so that
+# a stall is placed to the second against kvlane-perf's ok_timeline.
+kvl_rdma_sample_rxe() {
+	echo "# uptime_s ${RXE_DEV0}:sent,rcvd,retry,dup ${RXE_DEV1}:sent,rcvd,retry,dup" > "$2"
+	while kill -0 "$1" 2> /dev/null; do
+		read -r _up _ < /proc/uptime
+		_l=$_up
+		for _r in $RXE_DEV0 $RXE_DEV1; do
+			_h=/sys/class/infiniband/$_r/ports/1/hw_counters
+			read -r _a < $_h/sent_pkts; read -r _b < $_h/rcvd_pkts
+			read -r _c < $_h/completer_retry_err; read -r _d < $_h/duplicate_request
+			_l="$_l $_a,$_b,$_c,$_d"
+		done
+		echo "$_l" >> "$2"
+		sleep 1
+	done
+}
+
+# kvl_rdma_sample_sched PID...: both rxe devices' packet and retry counters, the guest's timer
+# interrupts per vCPU, and one line per thread of each PID: "tid comm state cpu utime stime"
+# (ticks), where it sleeps (wchan) and the system call it is in.
+kvl_rdma_sample_sched() {
+	_pk=''
+	for _r in ${RXE_DEV0:-} ${RXE_DEV1:-}; do
+		for _c in sent_pkts rcvd_pkts completer_retry_err duplicate_request; do
+			read -r _v < /sys/class/infiniband/$_r/ports/1/hw_counters/$_c 2> /dev/null &&
+				_pk="$_pk ${_r}_$_c=$_v"
+		done
+	done
+	echo "-- $(date +%T)$_pk"
+	echo "-- LOC: $(awk '/^ *LOC:/ {for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) printf " %s", $i}' /proc/interrupts 2> /dev/null)" \
+		"TIMER softirq: $(awk '/^ *TIMER:/ {for (i = 2; i <= NF; i++) printf " %s", $i}' /proc/softirqs 2> /dev/null)"
+	for _pid in "$@"; do
+		for _t in /proc/"$_pid"/task/*/stat; do
+			# comm is in parentheses and may hold spaces: the fields after it, counted
+			sed 's/^\([0-9]*\) (\(.*\)) \(.*\)$/\1 \2|\3/' "$_t" 2> /dev/null | awk -F'|' \
+				-v p="$_pid" '{split($2, f, " "); print "   " p "/" $1 " " f[1] " cpu " f[37] " utime " f[12] " stime " f[13]}' | tr -d '\n'
+			echo " wchan $(cat "${_t%/stat}/wchan" 2> /dev/null) syscall $(cut -d' ' -f1 "${_t%/stat}/syscall" 2> /dev/null)"
+		done
 	done
 }
 
@@ -121,8 +172,11 @@ kvl_rdma_perf() {
 	cli=$!
 	kvl_rdma_sample_qps $cli "$out/qps$_op.log" &
 	_smp=$!
+	kvl_rdma_sample_rxe $cli "$out/rxe$_op.trace" &
+	_smp="$_smp $!"
 	kvl_rdma_wait_line "$out/perf$_op.log" lingering $cli || true
 	kill $_smp 2> /dev/null || true
+	kvl_rdma_sample_sched $cli ${srv:-} >> "$out/qps$_op.log" # as the run ended
 	for _c in $_cmds; do
 		python3 "${KVL_SRC:?}/tools/kvlane_telemetry.py" -f cli "$_c" \
 			> "$out/cli_${_c##*/}$_op.json" || _rc=1
@@ -131,7 +185,7 @@ kvl_rdma_perf() {
 	if ! wait $cli; then
 		echo "$_tag: kvlane-perf $_op failed:"; cat "$out/perf$_op.log" "$out/perf$_op.json"
 		echo "$_tag: the last /kvlane/qps samples of both runtimes ($out/qps$_op.log):"
-		tail -n 24 "$out/qps$_op.log" 2> /dev/null
+		tail -n 80 "$out/qps$_op.log" 2> /dev/null
 		_rc=1
 	fi
 	return $_rc
