@@ -4,13 +4,19 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvlane/kvlane.h"
+
+#ifdef KVL_PY_CUDA_H
+#include <cuda.h>
+#endif
 
 /*
  * One object per runtime (Handle). Every call checks it is open; calls that block
@@ -958,7 +964,171 @@ static PyObject *mod_pattern_check(PyObject *self, PyObject *args)
 	return PyLong_FromUnsignedLongLong(r);
 }
 
+#ifdef KVL_PY_CUDA_H
+/*
+ * The per-layer READY wait of a forward's loads in one call: for each request of @table, the
+ * stream waits until its READY word of @layer reaches the epoch, then writes its DONE word
+ * (ordered behind the wait), as one cuStreamBatchMemOp when the driver has it. A connector
+ * builds @table once per forward (start_load_kv), so wait_for_layer_load costs one call into
+ * C and one into the driver, whatever the number of requests. The driver is found through
+ * libcuda.so.1 (already loaded by the engine's CUDA runtime): nothing links it, and a host
+ * without it gets an error naming it. The GIL stays held: enqueueing takes microseconds.
+ */
+struct py_sflag { /* one request: its step flags (kvl_req_flags), packed "=QQIIII" */
+	uint64_t ready_dev, done_dev;
+	uint32_t stride, epoch, n_steps, pad;
+};
+_Static_assert(sizeof(struct py_sflag) == 32, "the table's entries are 32 bytes");
+
+static struct {
+	int state; /* 0 not tried, 1 ready, -1 failed (why says why) */
+	char why[256];
+	CUresult (*batch)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+	CUresult (*wait)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*write)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*errstr)(CUresult, const char **);
+} cu;
+
+static int cu_load(void)
+{
+	void *lib;
+
+	if (cu.state)
+		return cu.state;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		snprintf(cu.why, sizeof(cu.why),
+			 "the CUDA driver (libcuda.so.1) is not loadable: %s", dlerror());
+		return cu.state = -1;
+	}
+	/* the _v2 entry points: the CUDA 12 ABI, no capability attribute needed */
+	*(void **)&cu.batch = dlsym(lib, "cuStreamBatchMemOp_v2");
+	*(void **)&cu.wait = dlsym(lib, "cuStreamWaitValue32_v2");
+	*(void **)&cu.write = dlsym(lib, "cuStreamWriteValue32_v2");
+	*(void **)&cu.errstr = dlsym(lib, "cuGetErrorString");
+	if (cu.batch == NULL && (cu.wait == NULL || cu.write == NULL)) {
+		snprintf(cu.why, sizeof(cu.why),
+			 "the CUDA driver has neither cuStreamBatchMemOp_v2 nor "
+			 "cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2");
+		return cu.state = -1;
+	}
+	return cu.state = 1;
+}
+
+static PyObject *cu_fail(CUresult r, const char *what)
+{
+	const char *s = NULL;
+
+	if (cu.errstr == NULL || cu.errstr(r, &s) != CUDA_SUCCESS || s == NULL)
+		s = "?";
+	PyErr_Format(PyExc_RuntimeError, "kvlane: %s failed: %s (CUresult %d)", what, s, (int)r);
+	return NULL;
+}
+
+#define PY_BATCH_OPS 128 /* per cuStreamBatchMemOp: below the driver's limit (256) */
+
+/* stream_layer_ops(stream, table, layer): see above. Returns the number of requests. */
+static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	CUstreamBatchMemOpParams ops[PY_BATCH_OPS];
+	const struct py_sflag *t;
+	unsigned long long stream;
+	unsigned long layer;
+	Py_ssize_t len, count, i;
+	char *buf;
+	unsigned k = 0;
+	CUresult r;
+
+	(void)self;
+	if (n != 3) {
+		PyErr_SetString(PyExc_TypeError, "stream_layer_ops(stream, table, layer)");
+		return NULL;
+	}
+	stream = PyLong_AsUnsignedLongLong(args[0]);
+	layer = PyLong_AsUnsignedLong(args[2]);
+	if (PyErr_Occurred())
+		return NULL;
+	if (PyBytes_AsStringAndSize(args[1], &buf, &len) < 0)
+		return NULL;
+	if (len % (Py_ssize_t)sizeof(*t)) {
+		PyErr_Format(PyExc_ValueError,
+			     "stream_layer_ops: the table is %zd bytes, not a multiple of %zu "
+			     "(entries packed \"=QQIIII\": ready_dev, done_dev, stride, epoch, "
+			     "n_steps, 0)",
+			     len, sizeof(*t));
+		return NULL;
+	}
+	t = (const struct py_sflag *)buf;
+	count = len / (Py_ssize_t)sizeof(*t);
+	if (count == 0)
+		return PyLong_FromLong(0); /* nothing to wait on: no driver needed */
+	for (i = 0; i < count; i++) {
+		if (t[i].ready_dev == 0 || t[i].done_dev == 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "stream_layer_ops: entry %zd has no device address for its "
+				     "READY/DONE words (the flag pool is not mapped: [gpu] enable)",
+				     i);
+			return NULL;
+		}
+		if (layer >= t[i].n_steps) {
+			PyErr_Format(PyExc_ValueError,
+				     "stream_layer_ops: layer %lu, entry %zd has %u steps", layer,
+				     i, (unsigned)t[i].n_steps);
+			return NULL;
+		}
+	}
+	if (cu_load() < 0) {
+		PyErr_Format(PyExc_RuntimeError, "kvlane: %s", cu.why);
+		return NULL;
+	}
+	for (i = 0; i < count; i++) {
+		CUdeviceptr rd = t[i].ready_dev + (uint64_t)layer * t[i].stride;
+		CUdeviceptr dn = t[i].done_dev + (uint64_t)layer * t[i].stride;
+
+		if (cu.batch == NULL) {
+			r = cu.wait((CUstream)(uintptr_t)stream, rd, t[i].epoch,
+				    CU_STREAM_WAIT_VALUE_GEQ);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWaitValue32");
+			r = cu.write((CUstream)(uintptr_t)stream, dn, t[i].epoch,
+				     CU_STREAM_WRITE_VALUE_DEFAULT);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWriteValue32");
+			continue;
+		}
+		memset(&ops[k], 0, 2 * sizeof(ops[0]));
+		ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+		ops[k].waitValue.address = rd;
+		ops[k].waitValue.value = t[i].epoch;
+		ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ; /* cyclic compare */
+		ops[k + 1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+		ops[k + 1].writeValue.address = dn;
+		ops[k + 1].writeValue.value = t[i].epoch;
+		ops[k + 1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+		k += 2;
+		if (k == PY_BATCH_OPS || i == count - 1) {
+			r = cu.batch((CUstream)(uintptr_t)stream, k, ops, 0);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamBatchMemOp");
+			k = 0;
+		}
+	}
+	return PyLong_FromSsize_t(count);
+}
+#else
+static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	(void)self;
+	(void)args;
+	(void)n;
+	return raise_errno(-ENOTSUP, "stream_layer_ops: this kvlane was built without CUDA");
+}
+#endif
+
 static PyMethodDef mod_methods[] = {
+	{ "stream_layer_ops", (PyCFunction)(void (*)(void))mod_stream_layer_ops, METH_FASTCALL,
+	  "stream_layer_ops(stream, table, layer): per request of table (packed \"=QQIIII\"), "
+	  "the stream waits READY[layer] >= epoch and writes DONE[layer] = epoch" },
 	{ "pattern_check", mod_pattern_check, METH_VARARGS, "kvl_pattern_check()" },
 	{ "memory", mod_memory, METH_VARARGS, "memoryview over kvlane-allocated memory" },
 	{ "buffer_address", mod_buffer_address, METH_O,
