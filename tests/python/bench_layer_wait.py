@@ -111,7 +111,6 @@ def run_case(rt, srv, a, cuda, nreq, path):
         t0 = time.perf_counter_ns()
         wc.start_load_kv(None)
         t1 = time.perf_counter_ns()
-        assert not wc.get_block_ids_with_load_errors() if not cuda else True
         lds = [wc._active[r] for r in rids]
         want_landed = path == "landing"
         assert wc._cache.landed == want_landed, \

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""kvlane as a vLLM KV connector (the KVConnectorBase_V1 method set), layer-wise and sync.
+"""kvlane as a vLLM KV connector (the KVConnectorBase_V1 method set): layer-wise loads inside
+the forward (the default), or whole-request loads before it (kvlane.load_async, vLLM's async
+mode as its NixlConnector uses it).
 
 Load it with
     --kv-transfer-config '{"kv_connector": "KvlaneConnector",
@@ -11,27 +13,37 @@ When vLLM is importable the class derives from vLLM's own KVConnectorBase_V1 (an
 KVConnectorMetadata / KVConnectorRole); otherwise from the fallback below, which implements the
 same method set and the metadata plumbing (bind/clear/_get/has_connector_metadata) as vLLM's
 base.py documents them. vLLM cannot be installed on kvlane's machines, so that fallback is what
-the tests drive (tests/python/test_engine.py, a PyTorch decode loop calling the hooks in the
-order vLLM's scheduler and model runner do).
+the tests drive (tests/python/test_connectors.py, with tests/python/engine.py: a PyTorch
+decode loop calling the hooks in the order vLLM's scheduler and model runner do).
 
 How a load goes (decode side, kv_consumer):
   scheduler  get_num_new_matched_tokens: kv_transfer_params["do_remote_prefill"] -> (the
              prompt's tokens but its last, False): loaded inside the forward, layer by layer;
+             with kvlane.load_async (same count, True): the scheduler holds the request
+             WAITING_FOR_REMOTE_KVS until get_finished names it in finished_recving, then
+             schedules it from its loaded tokens on (the count is 0 from then on);
              update_state_after_alloc: the engine's block ids for those tokens;
              build_connector_meta: one LoadSpec per such request (and the cancels).
   worker     register_kv_caches: the per-layer K/V tensors of the paged cache, each
              (2, num_blocks, num_kv_heads, block_size, head_size) (HND, get_required_
              kvcache_layout), registered as ONE kvlane segment when the layers are one
-             allocation (else one per layer); CUDA caches also get a pinned host landing area
-             (tcp cannot write VRAM);
+             allocation (else one per layer), a CUDA cache too: blocks land straight in it
+             (tcp: its pinned bounce buffers and a copy on the lcore's stream, [gpu] enable
+             and the [memory] pool). kvlane.landing = true, or kvlane refusing that (EXDEV),
+             lands them in a pinned host area instead, copied into the cache per layer;
              start_load_kv: one kvlane request per sequence: steps = layers, blocks = that
              layer's K and V blocks, destinations = the engine's own blocks (KVL_REQ_ENGINE_DEST)
-             or their landing slots, READY/DONE words (KVL_REQ_STEP_FLAGS);
-             wait_for_layer_load(layer): CPU: until the layer's READY word; CUDA: the current
-             stream waits on it (cuStreamWaitValue32), copies the landed blocks into the cache
-             and writes DONE (cuStreamWriteValue32), the host does not wait;
+             or their landing slots, READY/DONE words (KVL_REQ_STEP_FLAGS); on CUDA the
+             stream and every such request's words resolved once for the forward;
+             wait_for_layer_load(layer): CPU: until the layer's READY word; CUDA: for every
+             request at once, the current stream waits on its READY word and writes its DONE
+             behind it (_kvlane.stream_layer_ops: one C call, one cuStreamBatchMemOp), or,
+             for landing slots, waits, copies the landed blocks into the cache and writes
+             DONE; the host does not wait;
              get_finished / get_block_ids_with_load_errors: kvlane's end events; a FAILED
-             request's typed status (kvlane.Status) maps to its blocks.
+             request's typed status (kvlane.Status) maps to its blocks. Whole-request loads
+             (no READY words: their step events are answered as they come) are reported in
+             finished_recving once they end, a failed one with its blocks as load errors.
 The handshake travels in kv_transfer_params: remote_host (the peer kvlane's [control] listen
 address), remote_segment (its segment's name), remote_block_ids, remote_num_tokens and, to be
 checked against the peer's, geometry (layers, planes, blocks, block_bytes).
