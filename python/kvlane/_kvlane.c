@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "kvlane/kvlane.h"
 
 #ifdef KVL_PY_CUDA_H
@@ -1125,7 +1126,91 @@ static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_
 }
 #endif
 
+/*
+ * host_layer_wait(table, layer, timeout_s): the CPU side of the same table, with host
+ * addresses (kvl_req_flags.ready / .done): for each request in order, wait until its READY
+ * word of @layer reaches the epoch (acquire: its blocks are seen complete), then store DONE
+ * = epoch (release), as kvlane.h says a CPU engine does. One call per layer for every
+ * request; the GIL is released only when a word is not READY yet (a spin). Returns -1, or the
+ * index of the first entry still not READY after @timeout_s (its DONE and the later ones'
+ * are not written).
+ */
+static int ready_reached(const volatile uint32_t *w, uint32_t epoch)
+{
+	return (int32_t)(__atomic_load_n(w, __ATOMIC_ACQUIRE) - epoch) >= 0;
+}
+
+static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	const struct py_hflag {
+		uint64_t ready, done;
+		uint32_t stride, epoch, n_steps, pad;
+	} * t;
+	unsigned long layer;
+	Py_ssize_t len, count, i, late = -1;
+	double timeout_s;
+	char *buf;
+
+	(void)self;
+	if (n != 3) {
+		PyErr_SetString(PyExc_TypeError, "host_layer_wait(table, layer, timeout_s)");
+		return NULL;
+	}
+	layer = PyLong_AsUnsignedLong(args[1]);
+	timeout_s = PyFloat_AsDouble(args[2]);
+	if (PyErr_Occurred())
+		return NULL;
+	if (PyBytes_AsStringAndSize(args[0], &buf, &len) < 0)
+		return NULL;
+	if (len % (Py_ssize_t)sizeof(*t)) {
+		PyErr_Format(PyExc_ValueError,
+			     "host_layer_wait: the table is %zd bytes, not a multiple of %zu "
+			     "(entries packed \"=QQIIII\": ready, done, stride, epoch, n_steps, 0)",
+			     len, sizeof(*t));
+		return NULL;
+	}
+	t = (const struct py_hflag *)buf;
+	count = len / (Py_ssize_t)sizeof(*t);
+	for (i = 0; i < count; i++) {
+		if (t[i].ready == 0 || t[i].done == 0 || layer >= t[i].n_steps) {
+			PyErr_Format(PyExc_ValueError,
+				     "host_layer_wait: entry %zd: %s (layer %lu of %u steps)", i,
+				     t[i].ready == 0 || t[i].done == 0 ? "a word's address is 0"
+								       : "no such step",
+				     layer, (unsigned)t[i].n_steps);
+			return NULL;
+		}
+	}
+	for (i = 0; i < count; i++) {
+		const volatile uint32_t *rd =
+			(const volatile uint32_t *)(uintptr_t)(t[i].ready +
+							       (uint64_t)layer * t[i].stride);
+		volatile uint32_t *dn =
+			(volatile uint32_t *)(uintptr_t)(t[i].done + (uint64_t)layer * t[i].stride);
+
+		if (!ready_reached(rd, t[i].epoch)) {
+			uint64_t end = kvl_now_ns() + (uint64_t)(timeout_s * 1e9);
+			int ok;
+
+			Py_BEGIN_ALLOW_THREADS;
+			while (!(ok = ready_reached(rd, t[i].epoch)) && kvl_now_ns() < end)
+				;
+			Py_END_ALLOW_THREADS;
+			if (!ok) {
+				late = i;
+				break;
+			}
+		}
+		__atomic_store_n(dn, t[i].epoch, __ATOMIC_RELEASE);
+	}
+	return PyLong_FromSsize_t(late);
+}
+
 static PyMethodDef mod_methods[] = {
+	{ "host_layer_wait", (PyCFunction)(void (*)(void))mod_host_layer_wait, METH_FASTCALL,
+	  "host_layer_wait(table, layer, timeout_s): per request of table (packed \"=QQIIII\", "
+	  "host addresses), wait READY[layer] >= epoch, then store DONE[layer] = epoch; -1, or the "
+	  "first entry not READY in time" },
 	{ "stream_layer_ops", (PyCFunction)(void (*)(void))mod_stream_layer_ops, METH_FASTCALL,
 	  "stream_layer_ops(stream, table, layer): per request of table (packed \"=QQIIII\"), "
 	  "the stream waits READY[layer] >= epoch and writes DONE[layer] = epoch" },

@@ -66,6 +66,8 @@ import kvlane
 
 from . import _common
 
+_host_layer_wait = kvlane._kvlane.host_layer_wait
+
 try:  # vLLM's own base class when vLLM is there
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
         KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
@@ -386,16 +388,19 @@ class _Load:
 
 class _Forward:
     """What wait_for_layer_load needs of one forward, resolved once in start_load_kv: the
-    stream, and the READY/DONE words of its loads that land straight in a CUDA cache, packed
-    for _kvlane.stream_layer_ops (one C call per layer for all of them)."""
+    READY/DONE words of its loads that land straight in the cache, packed for one C call per
+    layer for all of them: on CUDA (@stream, the forward's) _kvlane.stream_layer_ops with the
+    words' device addresses, on the CPU (@stream None) _kvlane.host_layer_wait with their
+    host addresses."""
 
     def __init__(self, stream, loads):
-        self.stream, self.n = stream, len(loads)
-        self.waited = set()  # layers whose waits are enqueued; shared by the loads' own sets
+        self.stream, self.n, self.loads = stream, len(loads), loads
+        self.waited = set()  # layers whose waits are done (enqueued); shared by the loads
+        dev = stream is not None
         self.table = b"".join(
-            struct.pack("=QQIIII", ld.words.flags.ready_dev, ld.words.flags.done_dev,
-                        ld.words.flags.stride, ld.words.epoch, ld.words.flags.n_steps, 0)
-            for ld in loads)
+            struct.pack("=QQIIII", f.ready_dev if dev else f.ready,
+                        f.done_dev if dev else f.done, f.stride, ld.words.epoch, f.n_steps, 0)
+            for ld in loads for f in (ld.words.flags,))
         for ld in loads:
             ld.waited = self.waited
         self.rest = False  # other loads to wait on per request (landing slots, no table)
@@ -563,15 +568,17 @@ class KvlaneConnector(KVConnectorBase_V1):
             self._check_blocks(spec.req_id, spec.local_block_ids, "local")
         self._fwd = None
         c = self._cache
-        if c.cuda and self._active:
-            # the stream and the loads' words once per forward: wait_for_layer_load then makes
-            # one C call per layer (the forward runs on the stream current now)
-            import torch
-            sp = torch.cuda.current_stream(c.device).cuda_stream
+        if self._active and (c.cuda or not c.landed):
+            # the loads' words (and the stream) once per forward: wait_for_layer_load then
+            # makes one C call per layer (the forward runs on the stream current now)
+            sp = None
+            if c.cuda:
+                import torch
+                sp = torch.cuda.current_stream(c.device).cuda_stream
             todo = [ld for ld in self._active.values()
                     if ld.status is None and len(ld.waited) < c.layers]
-            fast = [ld for ld in todo if ld.slot is None] if self._layer_ops else []
-            if fast:
+            fast = [ld for ld in todo if ld.slot is None]
+            if fast and (self._layer_ops or not c.cuda):
                 self._fwd = _Forward(sp, fast)
                 self._fwd.rest = len(fast) < len(todo)
 
@@ -669,10 +676,19 @@ class KvlaneConnector(KVConnectorBase_V1):
         if fw is not None:
             # CUDA, landed straight in the cache: per request the stream waits READY and
             # writes DONE behind it, all of them in one C call; the host never waits
+            # (CPU: the host waits each READY, then writes DONE: the bytes are in the cache)
             l = self._cache.index[layer_name]
             if l not in fw.waited:
+                if fw.stream is not None:
+                    self._layer_ops(fw.stream, fw.table, l)
+                else:
+                    late = _host_layer_wait(fw.table, l, self._timeout_s)
+                    if late >= 0:
+                        raise TimeoutError("kvlane connector: layer %s of request %s not "
+                                           "READY within %.0f s" % (
+                                               layer_name, fw.loads[late].spec.req_id,
+                                               self._timeout_s))
                 fw.waited.add(l)
-                self._layer_ops(fw.stream, fw.table, l)
                 self.stats["layer_waits"] += fw.n
             if not fw.rest:
                 return
