@@ -965,6 +965,54 @@ static PyObject *mod_pattern_check(PyObject *self, PyObject *args)
 	return PyLong_FromUnsignedLongLong(r);
 }
 
+/*
+ * A table of requests' step words for one forward, as the connector packs it ("=QQIIII" a
+ * request): its READY and DONE words (device addresses for stream_layer_ops, host ones for
+ * host_layer_wait), kvl_req_flags' stride, epoch and n_steps, 0.
+ */
+struct py_flagrow {
+	uint64_t ready, done;
+	uint32_t stride, epoch, n_steps, pad;
+};
+_Static_assert(sizeof(struct py_flagrow) == 32, "the table's rows are 32 bytes");
+
+/* @tab's rows (*@count), every one checked for @layer; NULL with a ValueError naming @fn. */
+static const struct py_flagrow *flag_table(const char *fn, PyObject *tab, unsigned long layer,
+					   Py_ssize_t *count)
+{
+	const struct py_flagrow *t;
+	Py_ssize_t len, i;
+	char *buf;
+
+	if (PyBytes_AsStringAndSize(tab, &buf, &len) < 0)
+		return NULL;
+	if (len % (Py_ssize_t)sizeof(*t)) {
+		PyErr_Format(PyExc_ValueError,
+			     "%s: the table is %zd bytes, not a multiple of %zu (rows packed "
+			     "\"=QQIIII\": ready, done, stride, epoch, n_steps, 0)",
+			     fn, len, sizeof(*t));
+		return NULL;
+	}
+	t = (const struct py_flagrow *)buf;
+	*count = len / (Py_ssize_t)sizeof(*t);
+	for (i = 0; i < *count; i++) {
+		if (t[i].ready == 0 || t[i].done == 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "%s: entry %zd: a word's address is 0 (for the GPU: the flag "
+				     "pool is not mapped, [gpu] enable = true)",
+				     fn, i);
+			return NULL;
+		}
+		if (layer >= t[i].n_steps) {
+			PyErr_Format(PyExc_ValueError,
+				     "%s: entry %zd: no such step (layer %lu of %u)", fn, i, layer,
+				     (unsigned)t[i].n_steps);
+			return NULL;
+		}
+	}
+	return t;
+}
+
 #ifdef KVL_PY_CUDA_H
 /*
  * The per-layer READY wait of a forward's loads in one call: for each request of @table, the
@@ -975,12 +1023,6 @@ static PyObject *mod_pattern_check(PyObject *self, PyObject *args)
  * libcuda.so.1 (already loaded by the engine's CUDA runtime): nothing links it, and a host
  * without it gets an error naming it. The GIL stays held: enqueueing takes microseconds.
  */
-struct py_sflag { /* one request: its step flags (kvl_req_flags), packed "=QQIIII" */
-	uint64_t ready_dev, done_dev;
-	uint32_t stride, epoch, n_steps, pad;
-};
-_Static_assert(sizeof(struct py_sflag) == 32, "the table's entries are 32 bytes");
-
 static struct {
 	int state; /* 0 not tried, 1 ready, -1 failed (why says why) */
 	char why[256];
@@ -1032,11 +1074,10 @@ static PyObject *cu_fail(CUresult r, const char *what)
 static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
 	CUstreamBatchMemOpParams ops[PY_BATCH_OPS];
-	const struct py_sflag *t;
+	const struct py_flagrow *t;
 	unsigned long long stream;
 	unsigned long layer;
-	Py_ssize_t len, count, i;
-	char *buf;
+	Py_ssize_t count, i;
 	unsigned k = 0;
 	CUresult r;
 
@@ -1049,42 +1090,18 @@ static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_
 	layer = PyLong_AsUnsignedLong(args[2]);
 	if (PyErr_Occurred())
 		return NULL;
-	if (PyBytes_AsStringAndSize(args[1], &buf, &len) < 0)
+	t = flag_table("stream_layer_ops", args[1], layer, &count);
+	if (t == NULL)
 		return NULL;
-	if (len % (Py_ssize_t)sizeof(*t)) {
-		PyErr_Format(PyExc_ValueError,
-			     "stream_layer_ops: the table is %zd bytes, not a multiple of %zu "
-			     "(entries packed \"=QQIIII\": ready_dev, done_dev, stride, epoch, "
-			     "n_steps, 0)",
-			     len, sizeof(*t));
-		return NULL;
-	}
-	t = (const struct py_sflag *)buf;
-	count = len / (Py_ssize_t)sizeof(*t);
 	if (count == 0)
 		return PyLong_FromLong(0); /* nothing to wait on: no driver needed */
-	for (i = 0; i < count; i++) {
-		if (t[i].ready_dev == 0 || t[i].done_dev == 0) {
-			PyErr_Format(PyExc_ValueError,
-				     "stream_layer_ops: entry %zd has no device address for its "
-				     "READY/DONE words (the flag pool is not mapped: [gpu] enable)",
-				     i);
-			return NULL;
-		}
-		if (layer >= t[i].n_steps) {
-			PyErr_Format(PyExc_ValueError,
-				     "stream_layer_ops: layer %lu, entry %zd has %u steps", layer,
-				     i, (unsigned)t[i].n_steps);
-			return NULL;
-		}
-	}
 	if (cu_load() < 0) {
 		PyErr_Format(PyExc_RuntimeError, "kvlane: %s", cu.why);
 		return NULL;
 	}
 	for (i = 0; i < count; i++) {
-		CUdeviceptr rd = t[i].ready_dev + (uint64_t)layer * t[i].stride;
-		CUdeviceptr dn = t[i].done_dev + (uint64_t)layer * t[i].stride;
+		CUdeviceptr rd = t[i].ready + (uint64_t)layer * t[i].stride;
+		CUdeviceptr dn = t[i].done + (uint64_t)layer * t[i].stride;
 
 		if (cu.batch == NULL) {
 			r = cu.wait((CUstream)(uintptr_t)stream, rd, t[i].epoch,
@@ -1142,14 +1159,10 @@ static int ready_reached(const volatile uint32_t *w, uint32_t epoch)
 
 static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
-	const struct py_hflag {
-		uint64_t ready, done;
-		uint32_t stride, epoch, n_steps, pad;
-	} * t;
+	const struct py_flagrow *t;
 	unsigned long layer;
-	Py_ssize_t len, count, i, late = -1;
+	Py_ssize_t count, i, late = -1;
 	double timeout_s;
-	char *buf;
 
 	(void)self;
 	if (n != 3) {
@@ -1160,27 +1173,9 @@ static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_s
 	timeout_s = PyFloat_AsDouble(args[2]);
 	if (PyErr_Occurred())
 		return NULL;
-	if (PyBytes_AsStringAndSize(args[0], &buf, &len) < 0)
+	t = flag_table("host_layer_wait", args[0], layer, &count);
+	if (t == NULL)
 		return NULL;
-	if (len % (Py_ssize_t)sizeof(*t)) {
-		PyErr_Format(PyExc_ValueError,
-			     "host_layer_wait: the table is %zd bytes, not a multiple of %zu "
-			     "(entries packed \"=QQIIII\": ready, done, stride, epoch, n_steps, 0)",
-			     len, sizeof(*t));
-		return NULL;
-	}
-	t = (const struct py_hflag *)buf;
-	count = len / (Py_ssize_t)sizeof(*t);
-	for (i = 0; i < count; i++) {
-		if (t[i].ready == 0 || t[i].done == 0 || layer >= t[i].n_steps) {
-			PyErr_Format(PyExc_ValueError,
-				     "host_layer_wait: entry %zd: %s (layer %lu of %u steps)", i,
-				     t[i].ready == 0 || t[i].done == 0 ? "a word's address is 0"
-								       : "no such step",
-				     layer, (unsigned)t[i].n_steps);
-			return NULL;
-		}
-	}
 	for (i = 0; i < count; i++) {
 		const volatile uint32_t *rd =
 			(const volatile uint32_t *)(uintptr_t)(t[i].ready +
