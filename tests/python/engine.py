@@ -12,6 +12,14 @@ do (docs: /work/shared/ENGINES.md 1.2):
              wait_for_save -> get_finished -> get_block_ids_with_load_errors ->
              clear_connector_metadata
   scheduler: update_connector_output, sample, request_finished for finished requests.
+
+Second mode (Engine(async_loads=True), vLLM's whole-request loads): a request the connector
+answers (n, True) for is allocated, told to update_state_after_alloc and parked
+WAITING_FOR_REMOTE_KVS, unscheduled; the worker hooks run every step (a step with nothing to
+schedule runs them without a forward, as vLLM's kv_connector_no_forward does); once
+get_finished names it in finished_recving, the next schedule sets its computed tokens
+(vLLM's _update_waiting_for_remote_kv: its blocks' tokens, all but the last of the request's)
+and schedules it without asking the connector again.
 """
 import math
 import time
@@ -171,14 +179,14 @@ class Engine:
             req.status = "WAITING"
             self.waiting.insert(0, req)
         for req in self.waiting:
-            ext = 0
-            if self.sc is not None:
+            ext, is_async = 0, False
+            # vLLM asks the connector only for a request with nothing computed yet: one whose
+            # remote KV was loaded (num_computed_tokens set above) is not asked again
+            if self.sc is not None and req.num_computed_tokens == 0:
                 self._log("get_num_new_matched_tokens", req.request_id)
                 ext, is_async = self.sc.get_num_new_matched_tokens(req, req.num_computed_tokens)
                 if not self.async_loads:
                     assert not is_async, "the engine runs sync (layer-wise) loads only"
-            else:
-                is_async = False
             if not req.block_ids:
                 total = len(req.prompt_token_ids) + req.max_tokens
                 req.block_ids = self.blocks.allocate(math.ceil(total / self.cfg.block_size))

@@ -251,7 +251,7 @@ ASYNC_FIRST_STEP = ["get_num_new_matched_tokens", "update_state_after_alloc",
 def check_async_order(de, rid, ext):
     """vLLM's whole-request order: (n, True) -> WAITING_FOR_REMOTE_KVS, steps without the
     request's forward until get_finished names it in finished_recving, then it is scheduled
-    from its loaded tokens on (get_num_new_matched_tokens says 0 then)."""
+    from its loaded tokens on (not asked again: update_state_after_alloc with 0 tokens)."""
     log = de.hook_log
     hooks = [hk for hk, _ in log]
     assert hooks[0] == "register_kv_caches" and hooks[1:10] == ASYNC_FIRST_STEP, hooks[:10]
@@ -260,8 +260,10 @@ def check_async_order(de, rid, ext):
     assert len(recv) == 1, "finished_recving named %s %d times" % (rid, len(recv))
     # no layer of a forward ran before the load was reported, one ran right after
     assert "wait_for_layer_load" not in hooks[:recv[0]]
-    nxt = hooks.index("get_num_new_matched_tokens", recv[0])
-    assert log[nxt + 1] == ("update_state_after_alloc", (rid, 0)), log[nxt:nxt + 2]
+    nxt = log.index(("update_state_after_alloc", (rid, 0)), recv[0])
+    assert ("get_num_new_matched_tokens", rid) not in log[recv[0]:nxt], log[recv[0]:nxt]
+    assert hooks[nxt + 1:nxt + 4] == ["build_connector_meta", "bind_connector_metadata",
+                                      "start_load_kv"], hooks[nxt + 1:nxt + 4]
     assert "wait_for_layer_load" in hooks[nxt:]
 
 
