@@ -1030,6 +1030,8 @@ static struct {
 	CUresult (*wait)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 	CUresult (*write)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 	CUresult (*errstr)(CUresult, const char **);
+	int batch_ok;	  /* a batch has gone through once */
+	char method[200]; /* what the waits go through, for stream_ops_method() */
 } cu;
 
 static int cu_load(void)
@@ -1055,6 +1057,10 @@ static int cu_load(void)
 			 "cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2");
 		return cu.state = -1;
 	}
+	snprintf(cu.method, sizeof(cu.method), "%s",
+		 cu.batch
+			 ? "cuStreamBatchMemOp"
+			 : "cuStreamWaitValue32 + cuStreamWriteValue32 (no cuStreamBatchMemOp_v2)");
 	return cu.state = 1;
 }
 
@@ -1103,17 +1109,6 @@ static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_
 		CUdeviceptr rd = t[i].ready + (uint64_t)layer * t[i].stride;
 		CUdeviceptr dn = t[i].done + (uint64_t)layer * t[i].stride;
 
-		if (cu.batch == NULL) {
-			r = cu.wait((CUstream)(uintptr_t)stream, rd, t[i].epoch,
-				    CU_STREAM_WAIT_VALUE_GEQ);
-			if (r != CUDA_SUCCESS)
-				return cu_fail(r, "cuStreamWaitValue32");
-			r = cu.write((CUstream)(uintptr_t)stream, dn, t[i].epoch,
-				     CU_STREAM_WRITE_VALUE_DEFAULT);
-			if (r != CUDA_SUCCESS)
-				return cu_fail(r, "cuStreamWriteValue32");
-			continue;
-		}
 		memset(&ops[k], 0, 2 * sizeof(ops[0]));
 		ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
 		ops[k].waitValue.address = rd;
@@ -1124,14 +1119,51 @@ static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_
 		ops[k + 1].writeValue.value = t[i].epoch;
 		ops[k + 1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
 		k += 2;
-		if (k == PY_BATCH_OPS || i == count - 1) {
+		if (k < PY_BATCH_OPS && i < count - 1)
+			continue;
+		if (cu.batch != NULL) {
 			r = cu.batch((CUstream)(uintptr_t)stream, k, ops, 0);
-			if (r != CUDA_SUCCESS)
+			if (r == CUDA_SUCCESS) {
+				cu.batch_ok = 1;
+				k = 0;
+				continue;
+			}
+			/* a driver refusing the batch form itself (before any batch went
+			 * through, for a reason about the call, not the stream): the same
+			 * operations one by one from now on, said by stream_ops_method() */
+			if (cu.batch_ok ||
+			    (r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE))
 				return cu_fail(r, "cuStreamBatchMemOp");
-			k = 0;
+			snprintf(cu.method, sizeof(cu.method),
+				 "cuStreamWaitValue32 + cuStreamWriteValue32 "
+				 "(cuStreamBatchMemOp refused: CUresult %d)",
+				 (int)r);
+			cu.batch = NULL;
 		}
+		for (unsigned j = 0; j < k; j += 2) {
+			r = cu.wait((CUstream)(uintptr_t)stream, ops[j].waitValue.address,
+				    ops[j].waitValue.value, CU_STREAM_WAIT_VALUE_GEQ);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWaitValue32");
+			r = cu.write((CUstream)(uintptr_t)stream, ops[j + 1].writeValue.address,
+				     ops[j + 1].writeValue.value, CU_STREAM_WRITE_VALUE_DEFAULT);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWriteValue32");
+		}
+		k = 0;
 	}
 	return PyLong_FromSsize_t(count);
+}
+
+/* stream_ops_method(): what stream_layer_ops goes through (None before its first wait). */
+static PyObject *mod_stream_ops_method(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	if (cu.state <= 0)
+		return cu.state < 0 ? PyUnicode_FromFormat("unavailable: %s", cu.why)
+				    : Py_NewRef(Py_None);
+	return PyUnicode_FromString(cu.method);
 }
 #else
 static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
@@ -1140,6 +1172,13 @@ static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_
 	(void)args;
 	(void)n;
 	return raise_errno(-ENOTSUP, "stream_layer_ops: this kvlane was built without CUDA");
+}
+
+static PyObject *mod_stream_ops_method(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	return PyUnicode_FromString("unavailable: this kvlane was built without CUDA");
 }
 #endif
 
@@ -1202,6 +1241,8 @@ static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_s
 }
 
 static PyMethodDef mod_methods[] = {
+	{ "stream_ops_method", mod_stream_ops_method, METH_NOARGS,
+	  "stream_ops_method(): what stream_layer_ops goes through (None before its first call)" },
 	{ "host_layer_wait", (PyCFunction)(void (*)(void))mod_host_layer_wait, METH_FASTCALL,
 	  "host_layer_wait(table, layer, timeout_s): per request of table (packed \"=QQIIII\", "
 	  "host addresses), wait READY[layer] >= epoch, then store DONE[layer] = epoch; -1, or the "

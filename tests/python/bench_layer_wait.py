@@ -183,13 +183,20 @@ def main():
         "pybench", "kvlpyl",
         "[gpu]\nenable = true\n[memory]\npool_size_mb = 64\nchunk_size_kb = 2048\n"
         if cuda else "")
-    rows = []
+    rows, failed = [], []
     try:
         with kvlane.Runtime(config=ini) as rt:
             connectors.use_runtime(rt)
             for nreq in nreqs:
                 for path in (("direct", "landing") if cuda else ("direct",)):
-                    per_layer, opens, busy, unset = run_case(rt, srv, a, cuda, nreq, path)
+                    try:
+                        per_layer, opens, busy, unset = run_case(rt, srv, a, cuda, nreq, path)
+                    except (AssertionError, RuntimeError, kvlane.Error) as e:
+                        # one case failing leaves the others' figures: said, and exit 1
+                        print("FAILED: %s path, N=%d: %s: %s" % (path, nreq,
+                                                                 type(e).__name__, e))
+                        failed.append((path, nreq))
+                        continue
                     for mode, xs in per_layer.items():
                         out = {"device": "cuda" if cuda else "cpu", "path": path,
                                "requests": nreq, "mode": mode, "layers": LAYERS,
@@ -218,14 +225,21 @@ def main():
                     # N entries on one satisfied word (READY = DONE = that word, epoch 0)
                     tab = struct.pack("=QQIIII", word.data_ptr(), word.data_ptr(), 0, 0,
                                       LAYERS, 0) * nreq
-                    c0 = time.perf_counter_ns()
-                    for _ in range(n):
-                        kvlane._kvlane.stream_layer_ops(sp, tab, 0)
-                    floor[nreq] = (time.perf_counter_ns() - c0) / n / 1e3
+                    try:
+                        c0 = time.perf_counter_ns()
+                        for _ in range(n):
+                            kvlane._kvlane.stream_layer_ops(sp, tab, 0)
+                        floor[nreq] = (time.perf_counter_ns() - c0) / n / 1e3
+                    except RuntimeError as e:
+                        print("FAILED: stream_layer_ops alone, N=%d: %s" % (nreq, e))
+                        failed.append(("alone", nreq))
+                        break
                 torch.cuda.synchronize()
                 print("cuStreamWaitValue32 alone through ctypes: %.2f us; "
-                      "_kvlane.stream_layer_ops alone (wait + DONE write per request): %s"
-                      % (ctypes_us, ", ".join("N=%d %.2f us" % kv for kv in floor.items())))
+                      "_kvlane.stream_layer_ops alone (wait + DONE write per request): %s; "
+                      "through %s"
+                      % (ctypes_us, ", ".join("N=%d %.2f us" % kv for kv in floor.items()),
+                         kvlane._kvlane.stream_ops_method()))
     finally:
         ctx.cleanup()
     print("\nwait_for_layer_load host time per layer, %d-layer decode step, %d blocks per "
@@ -239,6 +253,10 @@ def main():
             r["device"], r["path"], r["requests"], r["mode"], r["us_per_layer_median"],
             r["us_per_layer_p90"], r["us_per_layer_median"] / r["requests"],
             r["start_load_kv_us_median"]))
+    for path, nreq in failed:
+        print("%-6s %-8s %3d  FAILED (above)" % ("cuda" if cuda else "cpu", path, nreq))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
