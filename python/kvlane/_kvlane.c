@@ -1212,6 +1212,11 @@ static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_s
 	timeout_s = PyFloat_AsDouble(args[2]);
 	if (PyErr_Occurred())
 		return NULL;
+	if (!(timeout_s >= 0)) { /* NaN too */
+		PyErr_Format(PyExc_ValueError, "host_layer_wait: timeout_s %R is not >= 0",
+			     args[2]);
+		return NULL;
+	}
 	t = flag_table("host_layer_wait", args[0], layer, &count);
 	if (t == NULL)
 		return NULL;

@@ -267,6 +267,8 @@ def test_layer_waits_in_one_call(rt, peer):
     with pytest.raises(ValueError,
                        match=r"host_layer_wait: entry 0: no such step \(layer 1 of 1\)"):
         kvlane._kvlane.host_layer_wait(late, 1, 1.0)
+    with pytest.raises(ValueError, match="host_layer_wait: timeout_s -1.0 is not >= 0"):
+        kvlane._kvlane.host_layer_wait(late, 0, -1.0)
     with pytest.raises(ValueError, match="host_layer_wait: entry 1: a word's address is 0"):
         kvlane._kvlane.host_layer_wait(late + struct.pack("=QQIIII", 0, 0, 0, 5, 1, 0), 0, 1.0)
     try:
