@@ -308,6 +308,40 @@ def test_vllm_async_load_failure(server, rt):
     assert "wait_for_layer_load" not in [hk for hk, _ in de.hook_log]
 
 
+def test_vllm_layer_wait_times_out_naming_the_request(rt):
+    # the CPU table path (one host_layer_wait per layer): a READY word that never comes
+    # raises after kvlane.layer_timeout_s, naming the layer and the request; nothing is marked
+    # waited, and the requests before it in the table got their DONE
+    sc, wc = connector_pair("kv_consumer", {"kvlane.layer_timeout_s": 0.05})
+    kv = eng.make_cache(CFG)
+    wc.register_kv_caches(kv)
+    words = bytearray(4 * 4)
+    mem = memoryview(words).cast("I")
+    base = kvlane._kvlane.buffer_address(words)[0]
+
+    class W:  # step words as kvlane.Words has them: READY at +0 / +8, DONE at +4 / +12
+        def __init__(self, i, epoch):
+            self.epoch = epoch
+            # (stride 0: every layer on the same two words)
+            self.flags = kvlane.StepFlags(base + 8 * i, base + 8 * i + 4, 0, 0, 0, epoch,
+                                          CFG.layers)
+
+    ok, late = kvv._Load(None, 0, W(0, 3), None), kvv._Load(None, 0, W(1, 9), None)
+    late.spec = kvv.LoadSpec("slow", [1], [1], "-", "-")
+    mem[0] = 3  # the first request's READY reached, the second's (9) never
+    wc._active = {"ok": ok, "slow": late}
+    wc._fwd = kvv._Forward(None, [ok, late])
+    name = next(iter(kv))
+    with pytest.raises(TimeoutError, match="layer %s of request slow not READY" % name):
+        wc.wait_for_layer_load(name)
+    assert mem[1] == 3 and mem[3] == 0, "DONE of the first written, of the late one not"
+    assert not ok.waited and wc.stats["layer_waits"] == 0
+    mem[2] = 9  # it comes: the same call goes through, both DONE
+    wc.wait_for_layer_load(name)
+    assert mem[3] == 9 and ok.waited == {0} and wc.stats["layer_waits"] == 2
+    wc._active, wc._fwd = {}, None
+
+
 def test_vllm_per_layer_registration_and_two_sequences(server, rt):
     # separate per-layer tensors: one registration per layer; two sequences in one batch
     model = eng.Model(CFG)
