@@ -82,9 +82,11 @@ def server():
 @pytest.fixture(scope="module")
 def rt(server):
     # CUDA: [gpu] enable maps the READY/DONE words; the pinned [memory] pool gives tcp its
-    # bounce buffers into VRAM, so blocks land straight in a CUDA cache (the direct path)
+    # bounce buffers into VRAM, so blocks land straight in a CUDA cache (the direct path):
+    # 8 MiB per data connection (the H200 run of 2026-12-01 ran 64 MiB out with the tests'
+    # connections), 8 MiB of staging
     r = kvlane.Runtime(config=pyini.fresh_runtime_ini(
-        "pyconn", "kvlpyc", "[gpu]\nenable = true\n[memory]\npool_size_mb = 64\n"
+        "pyconn", "kvlpyc", "[gpu]\nenable = true\n[memory]\npool_size_mb = 256\n"
         "chunk_size_kb = 2048\n" if CUDA else ""))
     connectors.use_runtime(r)
     yield r
@@ -222,7 +224,10 @@ def test_vllm_prefill_push_then_decode_pull(server, rt):
 
 
 def decode_zeroed(server, rt, model, params, toks, device="cpu", async_loads=False):
-    peer = rt.connect(server.addr)
+    # the connectors' connection to the server (one per address): each kvl_connect is a
+    # connection of its own, and with a GPU open each data connection takes 8 MiB of bounce
+    # buffers from the [memory] pool
+    peer = connectors._common.peers(rt).peer(server.addr)
     seg = [s for s in rt.peer_segments(peer) if s.name == "prompt"][0]
     zero = bytearray(CFG.block_bytes)
     z = rt.register(zero, name="zero")
