@@ -4,13 +4,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "kvlane/kvlane.h"
+
+#ifdef KVL_PY_CUDA_H
+#include <cuda.h>
+#endif
 
 /*
  * One object per runtime (Handle). Every call checks it is open; calls that block
@@ -958,7 +965,296 @@ static PyObject *mod_pattern_check(PyObject *self, PyObject *args)
 	return PyLong_FromUnsignedLongLong(r);
 }
 
+/*
+ * A table of requests' step words for one forward, as the connector packs it ("=QQIIII" a
+ * request): its READY and DONE words (device addresses for stream_layer_ops, host ones for
+ * host_layer_wait), kvl_req_flags' stride, epoch and n_steps, 0.
+ */
+struct py_flagrow {
+	uint64_t ready, done;
+	uint32_t stride, epoch, n_steps, pad;
+};
+_Static_assert(sizeof(struct py_flagrow) == 32, "the table's rows are 32 bytes");
+
+/* @tab's rows (*@count), every one checked for @layer; NULL with a ValueError naming @fn. */
+static const struct py_flagrow *flag_table(const char *fn, PyObject *tab, unsigned long layer,
+					   Py_ssize_t *count)
+{
+	const struct py_flagrow *t;
+	Py_ssize_t len, i;
+	char *buf;
+
+	if (PyBytes_AsStringAndSize(tab, &buf, &len) < 0)
+		return NULL;
+	if (len % (Py_ssize_t)sizeof(*t)) {
+		PyErr_Format(PyExc_ValueError,
+			     "%s: the table is %zd bytes, not a multiple of %zu (rows packed "
+			     "\"=QQIIII\": ready, done, stride, epoch, n_steps, 0)",
+			     fn, len, sizeof(*t));
+		return NULL;
+	}
+	t = (const struct py_flagrow *)buf;
+	*count = len / (Py_ssize_t)sizeof(*t);
+	for (i = 0; i < *count; i++) {
+		if (t[i].ready == 0 || t[i].done == 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "%s: entry %zd: a word's address is 0 (for the GPU: the flag "
+				     "pool is not mapped, [gpu] enable = true)",
+				     fn, i);
+			return NULL;
+		}
+		if (layer >= t[i].n_steps) {
+			PyErr_Format(PyExc_ValueError,
+				     "%s: entry %zd: no such step (layer %lu of %u)", fn, i, layer,
+				     (unsigned)t[i].n_steps);
+			return NULL;
+		}
+	}
+	return t;
+}
+
+#ifdef KVL_PY_CUDA_H
+/*
+ * The per-layer READY wait of a forward's loads in one call: for each request of @table, the
+ * stream waits until its READY word of @layer reaches the epoch, then writes its DONE word
+ * (ordered behind the wait), as one cuStreamBatchMemOp when the driver has it. A connector
+ * builds @table once per forward (start_load_kv), so wait_for_layer_load costs one call into
+ * C and one into the driver, whatever the number of requests. The driver is found through
+ * libcuda.so.1 (already loaded by the engine's CUDA runtime): nothing links it, and a host
+ * without it gets an error naming it. The GIL stays held: enqueueing takes microseconds.
+ */
+static struct {
+	int state; /* 0 not tried, 1 ready, -1 failed (why says why) */
+	char why[256];
+	CUresult (*batch)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+	CUresult (*wait)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*write)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+	CUresult (*errstr)(CUresult, const char **);
+	int batch_ok;	  /* a batch has gone through once */
+	char method[200]; /* what the waits go through, for stream_ops_method() */
+} cu;
+
+static int cu_load(void)
+{
+	void *lib;
+
+	if (cu.state)
+		return cu.state;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		snprintf(cu.why, sizeof(cu.why),
+			 "the CUDA driver (libcuda.so.1) is not loadable: %s", dlerror());
+		return cu.state = -1;
+	}
+	/* the _v2 entry points: the CUDA 12 ABI, no capability attribute needed */
+	*(void **)&cu.batch = dlsym(lib, "cuStreamBatchMemOp_v2");
+	*(void **)&cu.wait = dlsym(lib, "cuStreamWaitValue32_v2");
+	*(void **)&cu.write = dlsym(lib, "cuStreamWriteValue32_v2");
+	*(void **)&cu.errstr = dlsym(lib, "cuGetErrorString");
+	if (cu.batch == NULL && (cu.wait == NULL || cu.write == NULL)) {
+		snprintf(cu.why, sizeof(cu.why),
+			 "the CUDA driver has neither cuStreamBatchMemOp_v2 nor "
+			 "cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2");
+		return cu.state = -1;
+	}
+	snprintf(cu.method, sizeof(cu.method), "%s",
+		 cu.batch
+			 ? "cuStreamBatchMemOp"
+			 : "cuStreamWaitValue32 + cuStreamWriteValue32 (no cuStreamBatchMemOp_v2)");
+	return cu.state = 1;
+}
+
+static PyObject *cu_fail(CUresult r, const char *what)
+{
+	const char *s = NULL;
+
+	if (cu.errstr == NULL || cu.errstr(r, &s) != CUDA_SUCCESS || s == NULL)
+		s = "?";
+	PyErr_Format(PyExc_RuntimeError, "kvlane: %s failed: %s (CUresult %d)", what, s, (int)r);
+	return NULL;
+}
+
+#define PY_BATCH_OPS 128 /* per cuStreamBatchMemOp: below the driver's limit (256) */
+
+/* stream_layer_ops(stream, table, layer): see above. Returns the number of requests. */
+static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	CUstreamBatchMemOpParams ops[PY_BATCH_OPS];
+	const struct py_flagrow *t;
+	unsigned long long stream;
+	unsigned long layer;
+	Py_ssize_t count, i;
+	unsigned k = 0;
+	CUresult r;
+
+	(void)self;
+	if (n != 3) {
+		PyErr_SetString(PyExc_TypeError, "stream_layer_ops(stream, table, layer)");
+		return NULL;
+	}
+	stream = PyLong_AsUnsignedLongLong(args[0]);
+	layer = PyLong_AsUnsignedLong(args[2]);
+	if (PyErr_Occurred())
+		return NULL;
+	t = flag_table("stream_layer_ops", args[1], layer, &count);
+	if (t == NULL)
+		return NULL;
+	if (count == 0)
+		return PyLong_FromLong(0); /* nothing to wait on: no driver needed */
+	if (cu_load() < 0) {
+		PyErr_Format(PyExc_RuntimeError, "kvlane: %s", cu.why);
+		return NULL;
+	}
+	for (i = 0; i < count; i++) {
+		CUdeviceptr rd = t[i].ready + (uint64_t)layer * t[i].stride;
+		CUdeviceptr dn = t[i].done + (uint64_t)layer * t[i].stride;
+
+		memset(&ops[k], 0, 2 * sizeof(ops[0]));
+		ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+		ops[k].waitValue.address = rd;
+		ops[k].waitValue.value = t[i].epoch;
+		ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ; /* cyclic compare */
+		ops[k + 1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+		ops[k + 1].writeValue.address = dn;
+		ops[k + 1].writeValue.value = t[i].epoch;
+		ops[k + 1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+		k += 2;
+		if (k < PY_BATCH_OPS && i < count - 1)
+			continue;
+		if (cu.batch != NULL) {
+			r = cu.batch((CUstream)(uintptr_t)stream, k, ops, 0);
+			if (r == CUDA_SUCCESS) {
+				cu.batch_ok = 1;
+				k = 0;
+				continue;
+			}
+			/* a driver refusing the batch form itself (before any batch went
+			 * through, for a reason about the call, not the stream): the same
+			 * operations one by one from now on, said by stream_ops_method() */
+			if (cu.batch_ok ||
+			    (r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE))
+				return cu_fail(r, "cuStreamBatchMemOp");
+			snprintf(cu.method, sizeof(cu.method),
+				 "cuStreamWaitValue32 + cuStreamWriteValue32 "
+				 "(cuStreamBatchMemOp refused: CUresult %d)",
+				 (int)r);
+			cu.batch = NULL;
+		}
+		for (unsigned j = 0; j < k; j += 2) {
+			r = cu.wait((CUstream)(uintptr_t)stream, ops[j].waitValue.address,
+				    ops[j].waitValue.value, CU_STREAM_WAIT_VALUE_GEQ);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWaitValue32");
+			r = cu.write((CUstream)(uintptr_t)stream, ops[j + 1].writeValue.address,
+				     ops[j + 1].writeValue.value, CU_STREAM_WRITE_VALUE_DEFAULT);
+			if (r != CUDA_SUCCESS)
+				return cu_fail(r, "cuStreamWriteValue32");
+		}
+		k = 0;
+	}
+	return PyLong_FromSsize_t(count);
+}
+
+/* stream_ops_method(): what stream_layer_ops goes through (None before its first wait). */
+static PyObject *mod_stream_ops_method(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	if (cu.state <= 0)
+		return cu.state < 0 ? PyUnicode_FromFormat("unavailable: %s", cu.why)
+				    : Py_NewRef(Py_None);
+	return PyUnicode_FromString(cu.method);
+}
+#else
+static PyObject *mod_stream_layer_ops(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	(void)self;
+	(void)args;
+	(void)n;
+	return raise_errno(-ENOTSUP, "stream_layer_ops: this kvlane was built without CUDA");
+}
+
+static PyObject *mod_stream_ops_method(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	return PyUnicode_FromString("unavailable: this kvlane was built without CUDA");
+}
+#endif
+
+/*
+ * host_layer_wait(table, layer, timeout_s): the CPU side of the same table, with host
+ * addresses (kvl_req_flags.ready / .done): for each request in order, wait until its READY
+ * word of @layer reaches the epoch (acquire: its blocks are seen complete), then store DONE
+ * = epoch (release), as kvlane.h says a CPU engine does. One call per layer for every
+ * request; the GIL is released only when a word is not READY yet (a spin). Returns -1, or the
+ * index of the first entry still not READY after @timeout_s (its DONE and the later ones'
+ * are not written).
+ */
+static int ready_reached(const volatile uint32_t *w, uint32_t epoch)
+{
+	return (int32_t)(__atomic_load_n(w, __ATOMIC_ACQUIRE) - epoch) >= 0;
+}
+
+static PyObject *mod_host_layer_wait(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+	const struct py_flagrow *t;
+	unsigned long layer;
+	Py_ssize_t count, i, late = -1;
+	double timeout_s;
+
+	(void)self;
+	if (n != 3) {
+		PyErr_SetString(PyExc_TypeError, "host_layer_wait(table, layer, timeout_s)");
+		return NULL;
+	}
+	layer = PyLong_AsUnsignedLong(args[1]);
+	timeout_s = PyFloat_AsDouble(args[2]);
+	if (PyErr_Occurred())
+		return NULL;
+	if (!(timeout_s >= 0)) { /* NaN too */
+		PyErr_Format(PyExc_ValueError, "host_layer_wait: timeout_s %R is not >= 0",
+			     args[2]);
+		return NULL;
+	}
+	t = flag_table("host_layer_wait", args[0], layer, &count);
+	if (t == NULL)
+		return NULL;
+	for (i = 0; i < count; i++) {
+		const volatile uint32_t *rd =
+			(const volatile uint32_t *)(uintptr_t)(t[i].ready +
+							       (uint64_t)layer * t[i].stride);
+		volatile uint32_t *dn =
+			(volatile uint32_t *)(uintptr_t)(t[i].done + (uint64_t)layer * t[i].stride);
+
+		if (!ready_reached(rd, t[i].epoch)) {
+			uint64_t end = kvl_now_ns() + (uint64_t)(timeout_s * 1e9);
+			int ok;
+
+			Py_BEGIN_ALLOW_THREADS;
+			while (!(ok = ready_reached(rd, t[i].epoch)) && kvl_now_ns() < end)
+				;
+			Py_END_ALLOW_THREADS;
+			if (!ok) {
+				late = i;
+				break;
+			}
+		}
+		__atomic_store_n(dn, t[i].epoch, __ATOMIC_RELEASE);
+	}
+	return PyLong_FromSsize_t(late);
+}
+
 static PyMethodDef mod_methods[] = {
+	{ "stream_ops_method", mod_stream_ops_method, METH_NOARGS,
+	  "stream_ops_method(): what stream_layer_ops goes through (None before its first call)" },
+	{ "host_layer_wait", (PyCFunction)(void (*)(void))mod_host_layer_wait, METH_FASTCALL,
+	  "host_layer_wait(table, layer, timeout_s): per request of table (packed \"=QQIIII\", "
+	  "host addresses), wait READY[layer] >= epoch, then store DONE[layer] = epoch; -1, or the "
+	  "first entry not READY in time" },
+	{ "stream_layer_ops", (PyCFunction)(void (*)(void))mod_stream_layer_ops, METH_FASTCALL,
+	  "stream_layer_ops(stream, table, layer): per request of table (packed \"=QQIIII\"), "
+	  "the stream waits READY[layer] >= epoch and writes DONE[layer] = epoch" },
 	{ "pattern_check", mod_pattern_check, METH_VARARGS, "kvl_pattern_check()" },
 	{ "memory", mod_memory, METH_VARARGS, "memoryview over kvlane-allocated memory" },
 	{ "buffer_address", mod_buffer_address, METH_O,

@@ -12,8 +12,17 @@ do (docs: /work/shared/ENGINES.md 1.2):
              wait_for_save -> get_finished -> get_block_ids_with_load_errors ->
              clear_connector_metadata
   scheduler: update_connector_output, sample, request_finished for finished requests.
+
+Second mode (Engine(async_loads=True), vLLM's whole-request loads): a request the connector
+answers (n, True) for is allocated, told to update_state_after_alloc and parked
+WAITING_FOR_REMOTE_KVS, unscheduled; the worker hooks run every step (a step with nothing to
+schedule runs them without a forward, as vLLM's kv_connector_no_forward does); once
+get_finished names it in finished_recving, the next schedule sets its computed tokens
+(vLLM's _update_waiting_for_remote_kv: its blocks' tokens, all but the last of the request's)
+and schedules it without asking the connector again.
 """
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -123,8 +132,15 @@ class Engine:
     """One engine: a scheduler side and a worker side in one process, each with its own
     connector instance (role SCHEDULER / WORKER), as vLLM builds them."""
 
-    def __init__(self, model, kv_caches, sched_conn=None, worker_conn=None, device="cpu"):
+    def __init__(self, model, kv_caches, sched_conn=None, worker_conn=None, device="cpu",
+                 async_loads=False):
         self.m, self.cfg, self.device = model, model.cfg, device
+        # async_loads: the second mode, vLLM's whole-request loads: a request the connector
+        # answers (n, True) for waits WAITING_FOR_REMOTE_KVS, unscheduled, until get_finished
+        # names it in finished_recving; then it is scheduled from its loaded tokens on
+        self.async_loads = async_loads
+        self.remote_waiting = []  # WAITING_FOR_REMOTE_KVS
+        self.finished_recving = set()  # reported by the worker, seen by the next schedule
         self.kv = kv_caches
         self.caches = [kv_caches[n] for n in model.layer_names]
         self.blocks = BlockManager(self.cfg.num_blocks)
@@ -148,21 +164,44 @@ class Engine:
 
     def _schedule(self):
         scheduled = []
+        # vLLM's _update_waiting_for_remote_kv: a request whose load finished goes back to
+        # WAITING with its loaded tokens computed (its blocks' tokens, at most all but the
+        # last of the request's: that one is computed for its logits)
+        for req in [r for r in self.remote_waiting if r.request_id in self.finished_recving]:
+            self.remote_waiting.remove(req)
+            self.finished_recving.discard(req.request_id)
+            if req.load_errors:
+                req.status = "FINISHED_ERROR"
+                self._finish(req)
+                continue
+            n = min(len(req.block_ids) * self.cfg.block_size, req.num_tokens)
+            req.num_computed_tokens = n - 1 if n == req.num_tokens else n
+            req.status = "WAITING"
+            self.waiting.insert(0, req)
         for req in self.waiting:
-            ext = 0
-            if self.sc is not None:
+            ext, is_async = 0, False
+            # vLLM asks the connector only for a request with nothing computed yet: one whose
+            # remote KV was loaded (num_computed_tokens set above) is not asked again
+            if self.sc is not None and req.num_computed_tokens == 0:
                 self._log("get_num_new_matched_tokens", req.request_id)
                 ext, is_async = self.sc.get_num_new_matched_tokens(req, req.num_computed_tokens)
-                assert not is_async, "the engine runs sync (layer-wise) loads only"
-            total = len(req.prompt_token_ids) + req.max_tokens
-            req.block_ids = self.blocks.allocate(math.ceil(total / self.cfg.block_size))
+                if not self.async_loads:
+                    assert not is_async, "the engine runs sync (layer-wise) loads only"
+            if not req.block_ids:
+                total = len(req.prompt_token_ids) + req.max_tokens
+                req.block_ids = self.blocks.allocate(math.ceil(total / self.cfg.block_size))
             if self.sc is not None:
                 self._log("update_state_after_alloc", (req.request_id, ext))
                 self.sc.update_state_after_alloc(req, list(req.block_ids), ext)
-            req.num_computed_tokens = ext
+            if is_async:
+                req.status = "WAITING_FOR_REMOTE_KVS"
+                self.remote_waiting.append(req)
+                continue
+            first = req.num_computed_tokens + ext
+            req.num_computed_tokens = first
             req.status = "RUNNING"
             self.running.append(req)
-            scheduled.append((req, ext, req.prompt_token_ids[ext:]))
+            scheduled.append((req, first, req.prompt_token_ids[first:]))
         self.waiting = []
         for req in self.running:
             if not any(r is req for r, _, _ in scheduled):
@@ -243,10 +282,16 @@ class Engine:
             sending, recving = wc.get_finished(out.finished_req_ids)
             self._log("get_block_ids_with_load_errors")
             errors = wc.get_block_ids_with_load_errors()
+            if recving:
+                assert self.async_loads, "finished_recving %s from sync loads" % recving
+                self._log("finished_recving", sorted(recving))
+                self.finished_recving |= set(recving)
             self._log("clear_connector_metadata")
             wc.clear_connector_metadata()
         if errors:
             self.step_errors.append(errors)
+            for req in self.remote_waiting:
+                req.load_errors |= errors & set(req.block_ids)
         for rid in sending or ():
             self.blocks.release(self.delayed.pop(rid))
         for (req, first, toks), lg in zip(out.scheduled, logits):
@@ -282,13 +327,20 @@ class Engine:
     def abort(self, req):
         req.status = "FINISHED_ABORTED"
         self.waiting = [r for r in self.waiting if r is not req]
+        self.remote_waiting = [r for r in self.remote_waiting if r is not req]
         self._finish(req)
 
-    def run(self, max_steps=64):
-        for _ in range(max_steps):
-            if not (self.waiting or self.running):
+    def run(self, max_steps=64, max_s=60.0):
+        """Steps until nothing is left; @max_steps counts steps that ran a forward (a
+        whole-request load spends steps with none, bounded by @max_s)."""
+        end, n = time.monotonic() + max_s, 0
+        while n < max_steps and time.monotonic() < end:
+            if not (self.waiting or self.running or self.remote_waiting):
                 break
-            self.step()
+            if self.step().scheduled:
+                n += 1
+            elif self.remote_waiting:
+                time.sleep(0.0005)
         # the last finished requests' delayed blocks: one more step reports them
         if self.delayed and self.wc is not None:
             self.step()

@@ -4,8 +4,10 @@ its pattern segment and checked, bytes WRITTEN and READ back, the request API, a
 One Runtime per process (EAL starts once), so the tests share it, in file order; the last ones
 close it. Run by meson (suite python): KVL_KVLANED, KVL_SRC, PYTHONPATH=build/python.
 """
+import errno
 import os
 import socket
+import struct
 import sys
 import gc
 import threading
@@ -225,6 +227,62 @@ def test_request_api_step_flags(rt, peer):
     while kvlane.ReqEventType.KVL_REQ_EV_DONE not in seen and time.monotonic() < end:
         seen += [ev.type for ev in rt.poll_requests() if ev.req == req]
     assert seen[-1:] == [kvlane.ReqEventType.KVL_REQ_EV_DONE], seen
+
+
+def test_layer_waits_in_one_call(rt, peer):
+    # host_layer_wait on a real request's words: it waits each READY, writes DONE, and the
+    # request ends DONE without a step_done or a word written from Python
+    kv = kv_seg(rt, peer)
+    bb = kv.geom.block_bytes
+    offs = [11 * bb, 12 * bb]
+    req = rt.open_request(peer, [kvlane.Block(kv.id, o, bb) for o in offs], [[0], [1]],
+                          step_flags=True)
+    f = rt.step_flags(req)
+    tab = struct.pack("=QQIIII", f.ready, f.done, f.stride, f.epoch, f.n_steps, 0)
+    for k in range(2):
+        assert kvlane._kvlane.host_layer_wait(tab, k, WAIT_S) == -1, "step %d not READY" % k
+        assert kvlane.pattern_check((rt.block_addr(req, k), bb), SEED, offs[k]) == bb
+    seen, end = [], time.monotonic() + WAIT_S
+    while kvlane.ReqEventType.KVL_REQ_EV_DONE not in seen and time.monotonic() < end:
+        seen += [ev.type for ev in rt.poll_requests() if ev.req == req]
+    assert seen[-1:] == [kvlane.ReqEventType.KVL_REQ_EV_DONE], seen
+    # words never READY: the first late entry's index after the timeout, its DONE unwritten;
+    # compared cyclically, as the lcore and the GPU do
+    words = bytearray(8)
+    a = kvlane._kvlane.buffer_address(words)[0]
+    mem = memoryview(words).cast("I")
+    mem[0] = 4
+    late = struct.pack("=QQIIII", a, a + 4, 0, 5, 1, 0)
+    t0 = time.monotonic()
+    assert kvlane._kvlane.host_layer_wait(late * 2, 0, 0.05) == 0
+    assert time.monotonic() - t0 >= 0.05 and mem[1] == 0
+    mem[0] = 0xFFFFFFFF  # READY wrapped past the epoch's predecessor, not at it: still late
+    assert kvlane._kvlane.host_layer_wait(late, 0, 0.01) == 0
+    mem[0] = 6  # past the epoch: reached (cyclic >=)
+    assert kvlane._kvlane.host_layer_wait(late, 0, 0.01) == -1 and mem[1] == 5
+    # bad tables: named, nothing written
+    with pytest.raises(ValueError,
+                       match="host_layer_wait: the table is 3 bytes, not a multiple of 32"):
+        kvlane._kvlane.host_layer_wait(b"123", 0, 1.0)
+    with pytest.raises(ValueError,
+                       match=r"host_layer_wait: entry 0: no such step \(layer 1 of 1\)"):
+        kvlane._kvlane.host_layer_wait(late, 1, 1.0)
+    with pytest.raises(ValueError, match="host_layer_wait: timeout_s -1.0 is not >= 0"):
+        kvlane._kvlane.host_layer_wait(late, 0, -1.0)
+    with pytest.raises(ValueError, match="host_layer_wait: entry 1: a word's address is 0"):
+        kvlane._kvlane.host_layer_wait(late + struct.pack("=QQIIII", 0, 0, 0, 5, 1, 0), 0, 1.0)
+    try:
+        kvlane._kvlane.stream_layer_ops(0, b"", 0)
+    except kvlane.Error as e:  # a build without CUDA: says so
+        assert e.errno == errno.ENOTSUP and "built without CUDA" in str(e)
+        return
+    with pytest.raises(ValueError,
+                       match=r"stream_layer_ops: entry 0: no such step \(layer 3 of 1\)"):
+        kvlane._kvlane.stream_layer_ops(0, late, 3)
+    with pytest.raises(ValueError,
+                       match=r"stream_layer_ops: entry 0: a word's address is 0 .*\[gpu\] enable"):
+        kvlane._kvlane.stream_layer_ops(0, struct.pack("=QQIIII", 0, 0, 0, 5, 1, 0), 0)
+    assert kvlane._kvlane.stream_layer_ops(0, b"", 0) == 0  # nothing to wait on
 
 
 def test_request_api_push(rt, peer):

@@ -81,8 +81,13 @@ def server():
 
 @pytest.fixture(scope="module")
 def rt(server):
+    # CUDA: [gpu] enable maps the READY/DONE words; the pinned [memory] pool gives tcp its
+    # bounce buffers into VRAM, so blocks land straight in a CUDA cache (the direct path):
+    # 8 MiB per data connection (the H200 run of 2026-12-01 ran 64 MiB out with the tests'
+    # connections), 8 MiB of staging
     r = kvlane.Runtime(config=pyini.fresh_runtime_ini(
-        "pyconn", "kvlpyc", "[gpu]\nenable = true\n" if CUDA else ""))
+        "pyconn", "kvlpyc", "[gpu]\nenable = true\n[memory]\npool_size_mb = 256\n"
+        "chunk_size_kb = 2048\n" if CUDA else ""))
     connectors.use_runtime(r)
     yield r
     r.close()
@@ -165,9 +170,12 @@ def reference(model, toks, max_tokens, device="cpu"):
 
 
 def decode_remote(model, params, max_tokens, device="cpu", one_pool=True, rid="d0",
-                  extra=None):
+                  extra=None, async_loads=False):
+    if async_loads:
+        extra = dict(extra or {}, **{"kvlane.load_async": True})
     sc, wc = connector_pair("kv_consumer", extra)
-    de = eng.Engine(model, eng.make_cache(CFG, device, one_pool), sc, wc, device=device)
+    de = eng.Engine(model, eng.make_cache(CFG, device, one_pool), sc, wc, device=device,
+                    async_loads=async_loads)
     req = eng.Request(rid, list(params.pop("_prompt")), max_tokens, kv_transfer_params=params)
     de.add_request(req)
     de.run()
@@ -215,8 +223,11 @@ def test_vllm_prefill_push_then_decode_pull(server, rt):
         "decode with the peer's blocks zeroed gave the same tokens"
 
 
-def decode_zeroed(server, rt, model, params, toks, device="cpu"):
-    peer = rt.connect(server.addr)
+def decode_zeroed(server, rt, model, params, toks, device="cpu", async_loads=False):
+    # the connectors' connection to the server (one per address): each kvl_connect is a
+    # connection of its own, and with a GPU open each data connection takes 8 MiB of bounce
+    # buffers from the [memory] pool
+    peer = connectors._common.peers(rt).peer(server.addr)
     seg = [s for s in rt.peer_segments(peer) if s.name == "prompt"][0]
     zero = bytearray(CFG.block_bytes)
     z = rt.register(zero, name="zero")
@@ -231,8 +242,109 @@ def decode_zeroed(server, rt, model, params, toks, device="cpu"):
         got += rt.poll()
     assert len(got) == len(xs) and all(c.status == kvlane.Status.KVL_OK for c in got)
     p = dict(params, _prompt=toks)
-    req, _, _ = decode_remote(model, p, 6, device=device, rid="dz" + device)
+    req, _, _ = decode_remote(model, p, 6, device=device, rid="dz" + device,
+                              async_loads=async_loads)
     return req.output_token_ids
+
+
+ASYNC_FIRST_STEP = ["get_num_new_matched_tokens", "update_state_after_alloc",
+                    "build_connector_meta", "bind_connector_metadata", "start_load_kv",
+                    "wait_for_save", "get_finished", "get_block_ids_with_load_errors",
+                    "clear_connector_metadata"]
+
+
+def check_async_order(de, rid, ext):
+    """vLLM's whole-request order: (n, True) -> WAITING_FOR_REMOTE_KVS, steps without the
+    request's forward until get_finished names it in finished_recving, then it is scheduled
+    from its loaded tokens on (not asked again: update_state_after_alloc with 0 tokens)."""
+    log = de.hook_log
+    hooks = [hk for hk, _ in log]
+    assert hooks[0] == "register_kv_caches" and hooks[1:10] == ASYNC_FIRST_STEP, hooks[:10]
+    assert log[2] == ("update_state_after_alloc", (rid, ext)), log[2]
+    recv = [i for i, e in enumerate(log) if e[0] == "finished_recving" and rid in e[1]]
+    assert len(recv) == 1, "finished_recving named %s %d times" % (rid, len(recv))
+    # no layer of a forward ran before the load was reported, one ran right after
+    assert "wait_for_layer_load" not in hooks[:recv[0]]
+    nxt = log.index(("update_state_after_alloc", (rid, 0)), recv[0])
+    assert ("get_num_new_matched_tokens", rid) not in log[recv[0]:nxt], log[recv[0]:nxt]
+    assert hooks[nxt + 1:nxt + 4] == ["build_connector_meta", "bind_connector_metadata",
+                                      "start_load_kv"], hooks[nxt + 1:nxt + 4]
+    assert "wait_for_layer_load" in hooks[nxt:]
+
+
+def test_vllm_whole_request_async_load(server, rt):
+    # the second mode: kvlane.load_async, the engine driving it in vLLM's order
+    model = eng.Model(CFG)
+    toks = prompt(21, 1)
+    params, _ = prefill_and_push(server, rt, model, toks, [10, 11, 12], "pas")
+    p = dict(params, _prompt=toks)
+    got, de, wc = decode_remote(model, dict(p), 6, rid="das", async_loads=True)
+    ref = reference(model, toks, 6)
+    check_same(got, ref)
+    assert wc.stats["loads"] == 1 and wc.stats["load_failures"] == 0
+    assert wc.stats["layer_waits"] == 0, "a whole-request load waited on layers"
+    check_async_order(de, "das", 20)
+    assert not wc._async and not wc._active, "loads left in flight"
+    # through landing slots (the copy path), the same outputs, the slots given back
+    got2, _, wc2 = decode_remote(model, dict(p), 6, rid="das2", async_loads=True,
+                                 extra={"kvlane.landing": True, "kvlane.landing_blocks": 8})
+    check_same(got2, ref)
+    assert wc2._cache.landed and wc2._cache.free_slots == [(0, 8)]
+    # and the peer's bytes mattered
+    assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks,
+                                                 async_loads=True)
+
+
+def test_vllm_async_load_failure(server, rt):
+    # a whole-request load kvlane refuses: reported in finished_recving (the scheduler stops
+    # waiting) with its blocks as load errors
+    model = eng.Model(CFG)
+    params = {"do_remote_prefill": True, "remote_host": server.addr,
+              "remote_segment": "wonly", "remote_block_ids": [0, 1, 2],
+              "remote_num_tokens": 21}
+    sc, wc = connector_pair("kv_consumer", {"kvlane.load_async": True})
+    de = eng.Engine(model, eng.make_cache(CFG), sc, wc, async_loads=True)
+    req = eng.Request("abad", prompt(21, 6), 2, kv_transfer_params=params)
+    de.add_request(req)
+    de.run()
+    assert req.status == "FINISHED_ERROR" and req.load_errors == set(req.block_ids[:3])
+    assert "request abad: [Errno 13] EACCES" in wc.last_error, wc.last_error
+    assert ("finished_recving", ["abad"]) in de.hook_log
+    assert "wait_for_layer_load" not in [hk for hk, _ in de.hook_log]
+
+
+def test_vllm_layer_wait_times_out_naming_the_request(rt):
+    # the CPU table path (one host_layer_wait per layer): a READY word that never comes
+    # raises after kvlane.layer_timeout_s, naming the layer and the request; nothing is marked
+    # waited, and the requests before it in the table got their DONE
+    sc, wc = connector_pair("kv_consumer", {"kvlane.layer_timeout_s": 0.05})
+    kv = eng.make_cache(CFG)
+    wc.register_kv_caches(kv)
+    words = bytearray(4 * 4)
+    mem = memoryview(words).cast("I")
+    base = kvlane._kvlane.buffer_address(words)[0]
+
+    class W:  # step words as kvlane.Words has them: READY at +0 / +8, DONE at +4 / +12
+        def __init__(self, i, epoch):
+            self.epoch = epoch
+            # (stride 0: every layer on the same two words)
+            self.flags = kvlane.StepFlags(base + 8 * i, base + 8 * i + 4, 0, 0, 0, epoch,
+                                          CFG.layers)
+
+    ok, late = kvv._Load(None, 0, W(0, 3), None), kvv._Load(None, 0, W(1, 9), None)
+    late.spec = kvv.LoadSpec("slow", [1], [1], "-", "-")
+    mem[0] = 3  # the first request's READY reached, the second's (9) never
+    wc._active = {"ok": ok, "slow": late}
+    wc._fwd = kvv._Forward(None, [ok, late])
+    name = next(iter(kv))
+    with pytest.raises(TimeoutError, match="layer %s of request slow not READY" % name):
+        wc.wait_for_layer_load(name)
+    assert mem[1] == 3 and mem[3] == 0, "DONE of the first written, of the late one not"
+    assert not ok.waited and wc.stats["layer_waits"] == 0
+    mem[2] = 9  # it comes: the same call goes through, both DONE
+    wc.wait_for_layer_load(name)
+    assert mem[3] == 9 and ok.waited == {0} and wc.stats["layer_waits"] == 2
+    wc._active, wc._fwd = {}, None
 
 
 def test_vllm_per_layer_registration_and_two_sequences(server, rt):
@@ -595,6 +707,32 @@ def test_cuda_decode_layer_wise(server, rt):
     assert wc._cache.cuda and wc.stats["layer_waits"] == CFG.layers
     assert wc.stats["load_failures"] == 0
     # and it depended on the peer's bytes: zeroed there, the same decode differs
+    assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks, "cuda")
+
+
+def test_cuda_direct_landing_slots_and_async(server, rt):
+    cuda_only()
+    # the three CUDA paths against the same reference: straight into the cache (the default:
+    # one stream_layer_ops call per layer, no copy), through landing slots (copied on the
+    # stream per layer), and whole-request loads (vLLM's async mode)
+    model = eng.Model(CFG, device="cuda")
+    toks = prompt(21, 11)
+    params, _ = prefill_and_push(server, rt, model, toks, [13, 14, 15], "pcd", device="cuda")
+    p = dict(params, _prompt=toks)
+    ref = reference(model, toks, 6, device="cuda")
+    got, _, wc = decode_remote(model, dict(p), 6, device="cuda", rid="dcd")
+    check_same(got, ref)
+    assert not wc._cache.landed, "direct path not taken: %s" % wc._cache.landing_reason
+    assert wc._layer_ops is not None and wc.stats["layer_waits"] == CFG.layers
+    got2, _, wc2 = decode_remote(model, dict(p), 6, device="cuda", rid="dcl",
+                                 extra={"kvlane.landing": True})
+    check_same(got2, ref)
+    assert wc2._cache.landed and wc2.stats["layer_waits"] == CFG.layers
+    got3, de3, wc3 = decode_remote(model, dict(p), 6, device="cuda", rid="dca",
+                                   async_loads=True)
+    check_same(got3, ref)
+    assert wc3.stats["layer_waits"] == 0 and wc3.stats["load_failures"] == 0
+    check_async_order(de3, "dca", 20)
     assert got.output_token_ids != decode_zeroed(server, rt, model, params, toks, "cuda")
 
 

@@ -3,6 +3,7 @@
 Python sees them, and the CUDA stream memory operations that order a layer behind its READY
 word without a host sync."""
 import ctypes
+import errno
 import time
 
 import kvlane
@@ -166,6 +167,19 @@ class CudaStreamOps:
     def write(self, stream, dev_addr, value):
         self._check(self._write(stream, dev_addr, value, self.WRITE_DEFAULT),
                     "cuStreamWriteValue32")
+
+
+def stream_layer_ops():
+    """_kvlane.stream_layer_ops (one C call per layer for every request's READY wait and DONE
+    write on a stream), or None where kvlane was built without CUDA (then CudaStreamOps, a
+    ctypes call per word, does it)."""
+    try:
+        kvlane._kvlane.stream_layer_ops(0, b"", 0)  # an empty table: checks the build only
+    except kvlane.Error as e:
+        if e.errno == errno.ENOTSUP:
+            return None
+        raise
+    return kvlane._kvlane.stream_layer_ops
 
 
 def merge_runs(src, dst):

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""kvlane as a vLLM KV connector (the KVConnectorBase_V1 method set), layer-wise and sync.
+"""kvlane as a vLLM KV connector (the KVConnectorBase_V1 method set): layer-wise loads inside
+the forward (the default), or whole-request loads before it (kvlane.load_async, vLLM's async
+mode as its NixlConnector uses it).
 
 Load it with
     --kv-transfer-config '{"kv_connector": "KvlaneConnector",
@@ -11,27 +13,37 @@ When vLLM is importable the class derives from vLLM's own KVConnectorBase_V1 (an
 KVConnectorMetadata / KVConnectorRole); otherwise from the fallback below, which implements the
 same method set and the metadata plumbing (bind/clear/_get/has_connector_metadata) as vLLM's
 base.py documents them. vLLM cannot be installed on kvlane's machines, so that fallback is what
-the tests drive (tests/python/test_engine.py, a PyTorch decode loop calling the hooks in the
-order vLLM's scheduler and model runner do).
+the tests drive (tests/python/test_connectors.py, with tests/python/engine.py: a PyTorch
+decode loop calling the hooks in the order vLLM's scheduler and model runner do).
 
 How a load goes (decode side, kv_consumer):
   scheduler  get_num_new_matched_tokens: kv_transfer_params["do_remote_prefill"] -> (the
              prompt's tokens but its last, False): loaded inside the forward, layer by layer;
+             with kvlane.load_async (same count, True): the scheduler holds the request
+             WAITING_FOR_REMOTE_KVS until get_finished names it in finished_recving, then
+             schedules it from its loaded tokens on (the count is 0 from then on);
              update_state_after_alloc: the engine's block ids for those tokens;
              build_connector_meta: one LoadSpec per such request (and the cancels).
   worker     register_kv_caches: the per-layer K/V tensors of the paged cache, each
              (2, num_blocks, num_kv_heads, block_size, head_size) (HND, get_required_
              kvcache_layout), registered as ONE kvlane segment when the layers are one
-             allocation (else one per layer); CUDA caches also get a pinned host landing area
-             (tcp cannot write VRAM);
+             allocation (else one per layer), a CUDA cache too: blocks land straight in it
+             (tcp: its pinned bounce buffers and a copy on the lcore's stream, [gpu] enable
+             and the [memory] pool). kvlane.landing = true, or kvlane refusing that (EXDEV),
+             lands them in a pinned host area instead, copied into the cache per layer;
              start_load_kv: one kvlane request per sequence: steps = layers, blocks = that
              layer's K and V blocks, destinations = the engine's own blocks (KVL_REQ_ENGINE_DEST)
-             or their landing slots, READY/DONE words (KVL_REQ_STEP_FLAGS);
-             wait_for_layer_load(layer): CPU: until the layer's READY word; CUDA: the current
-             stream waits on it (cuStreamWaitValue32), copies the landed blocks into the cache
-             and writes DONE (cuStreamWriteValue32), the host does not wait;
+             or their landing slots, READY/DONE words (KVL_REQ_STEP_FLAGS); on CUDA the
+             stream and every such request's words resolved once for the forward;
+             wait_for_layer_load(layer): CPU: until the layer's READY word; CUDA: for every
+             request at once, the current stream waits on its READY word and writes its DONE
+             behind it (_kvlane.stream_layer_ops: one C call, one cuStreamBatchMemOp), or,
+             for landing slots, waits, copies the landed blocks into the cache and writes
+             DONE; the host does not wait;
              get_finished / get_block_ids_with_load_errors: kvlane's end events; a FAILED
-             request's typed status (kvlane.Status) maps to its blocks.
+             request's typed status (kvlane.Status) maps to its blocks. Whole-request loads
+             (no READY words: their step events are answered as they come) are reported in
+             finished_recving once they end, a failed one with its blocks as load errors.
 The handshake travels in kv_transfer_params: remote_host (the peer kvlane's [control] listen
 address), remote_segment (its segment's name), remote_block_ids, remote_num_tokens and, to be
 checked against the peer's, geometry (layers, planes, blocks, block_bytes).
@@ -44,13 +56,17 @@ request_finished hands the decode side its kv_transfer_params. Aborts and preemp
 (kvl_req_cancel) what is still in flight.
 """
 import enum
+import errno
 import math
+import struct
 import time
 from dataclasses import dataclass, field
 
 import kvlane
 
 from . import _common
+
+_host_layer_wait = kvlane._kvlane.host_layer_wait
 
 try:  # vLLM's own base class when vLLM is there
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
@@ -137,6 +153,7 @@ class LoadSpec:
     remote_host: str
     remote_segment: object  # its name (str) or id (int)
     geometry: tuple = None  # (layers, planes, blocks, block_bytes) the peer's segment must have
+    load_async: bool = False  # whole-request: loaded before the request is scheduled
 
 
 @dataclass
@@ -217,10 +234,16 @@ class _Cache:
         self.plane_bytes = self.num_blocks * self.block_bytes
         self.layer_bytes = 2 * self.plane_bytes
         self.cuda = t0.device.type == "cuda"
-        # blocks land in a host area and are copied into the cache: always for CUDA (tcp
-        # cannot write VRAM), on request for a CPU cache ('kvlane.landing'), which runs the
-        # same slot and copy code the CUDA path does, with host waits for the stream's
-        self.landed = self.cuda or bool(force_landing)
+        # By default blocks land straight in the cache (KVL_REQ_ENGINE_DEST), a CUDA cache's
+        # too: tcp receives into its pinned bounce buffers and copies them into VRAM on the
+        # lcore's stream ([gpu] enable and the [memory] pool), and READY comes once they are
+        # there, so no copy is needed per layer. 'kvlane.landing' = True makes blocks land in
+        # a host area and be copied into the cache instead (the CPU cache runs the same slot
+        # and copy code the CUDA path does, with host waits for the stream's); a CUDA cache
+        # falls back to it when kvlane refuses the direct path (landing_reason says why).
+        self.landed = bool(force_landing)
+        self.landing_reason = "kvlane.landing = true" if force_landing else None
+        self.rt, self.landing_blocks, self.t0 = rt, landing_blocks, t0
         self.device = t0.device
         self.bases = [t.data_ptr() for t in ts]
         self.storage = [self._storage_bytes(t) for t in ts]
@@ -229,28 +252,54 @@ class _Cache:
                   for i, (b, st) in enumerate(zip(self.bases, self.storage)))
         self.segments = []
         if self.landed:
-            # tcp cannot write VRAM: blocks land in pinned host slots, then the stream copies
-            # them in behind READY. Slot s of layer l: (landing_blocks, 2, ...) per layer.
-            self.slots = landing_blocks
-            self.landing = torch.empty((self.layers, landing_blocks, 2) + tuple(t0.shape[2:]),
-                                       dtype=t0.dtype, pin_memory=self.cuda)
-            self.segments.append(rt.register(
-                self.landing, name="vllm-landing",
-                # (layers, slots, 2) blocks in that order; kvlane's geometry is only the
-                # byte count here (its planes are 1 or 2)
-                geom=(self.layers, 2, landing_blocks, self.block_bytes)))
-            self.free_slots = [(0, landing_blocks)]
-        elif one:
-            pool = ts[0].as_strided((self.layers,) + tuple(t0.shape),
-                                    (t0.numel(),) + tuple(t0.stride()))
-            self.segments.append(rt.register(pool, name="vllm-kv",
-                                             geom=(self.layers, 2, self.num_blocks,
-                                                   self.block_bytes)))
+            self.use_landing(self.landing_reason)
         else:
-            for n, t in zip(self.names, ts):
-                self.segments.append(rt.register(t, name="vllm-kv-" + n,
-                                                 geom=(1, 2, self.num_blocks, self.block_bytes)))
+            # VRAM: only this side's READs land there (tcp refuses a peer's access to it)
+            acc = {"access": 0} if self.cuda else {}
+            try:
+                if one:
+                    pool = ts[0].as_strided((self.layers,) + tuple(t0.shape),
+                                            (t0.numel(),) + tuple(t0.stride()))
+                    self.segments.append(rt.register(pool, name="vllm-kv",
+                                                     geom=(self.layers, 2, self.num_blocks,
+                                                           self.block_bytes), **acc))
+                else:
+                    for n, t in zip(self.names, ts):
+                        self.segments.append(rt.register(
+                            t, name="vllm-kv-" + n,
+                            geom=(1, 2, self.num_blocks, self.block_bytes), **acc))
+            except kvlane.Error as e:
+                if not self.cuda:
+                    raise
+                # a CUDA cache kvlane cannot register: blocks land in host slots instead
+                self.use_landing("registering the CUDA cache: %s" % e)
         self.one_registration = len(self.segments) == 1
+
+    def use_landing(self, why):
+        """Blocks land in pinned host slots from now on, and are copied into the cache behind
+        READY (the stream's copy for CUDA). Slot s of layer l: (landing_blocks, 2, ...) per
+        layer. @why: the reason, kept in landing_reason."""
+        self.landed, self.landing_reason = True, why
+        self.landing_area()
+
+    def landing_area(self):
+        """The pinned host landing area and its registration, made on first use (loads that
+        land in slots; a CUDA cache's PUSHes, which tcp cannot WRITE out of VRAM)."""
+        import torch
+        if getattr(self, "landing", None) is not None:
+            return
+        t0, n = self.t0, self.landing_blocks
+        self.slots = n
+        self.landing = torch.empty((self.layers, n, 2) + tuple(t0.shape[2:]),
+                                   dtype=t0.dtype, pin_memory=self.cuda)
+        self.segments.append(self.rt.register(
+            self.landing, name="vllm-landing",
+            # (layers, slots, 2) blocks in that order; kvlane's geometry is only the
+            # byte count here (its planes are 1 or 2)
+            geom=(self.layers, 2, n, self.block_bytes)))
+        self.free_slots = [(0, n)]
+        if self.cuda:
+            self.preload()
 
     def preload(self):
         """Run the copy path once now: CUDA loads kernels lazily at their first launch, and
@@ -334,7 +383,27 @@ class _Load:
         self.spec, self.req, self.words, self.slot = spec, req, words, slot
         self.waited = set()  # layers whose READY this step has waited on
         self.status = None  # kvlane.Status once it ended
-        self.idx = None  # CUDA: the local block ids as a device tensor
+        self.idx = None  # landing slots: the local block ids as a tensor where the cache is
+
+
+class _Forward:
+    """What wait_for_layer_load needs of one forward, resolved once in start_load_kv: the
+    READY/DONE words of its loads that land straight in the cache, packed for one C call per
+    layer for all of them: on CUDA (@stream, the forward's) _kvlane.stream_layer_ops with the
+    words' device addresses, on the CPU (@stream None) _kvlane.host_layer_wait with their
+    host addresses."""
+
+    def __init__(self, stream, loads):
+        self.stream, self.n, self.loads = stream, len(loads), loads
+        self.waited = set()  # layers whose waits are done (enqueued); shared by the loads
+        dev = stream is not None
+        self.table = b"".join(
+            struct.pack("=QQIIII", f.ready_dev if dev else f.ready,
+                        f.done_dev if dev else f.done, f.stride, ld.words.epoch, f.n_steps, 0)
+            for ld in loads for f in (ld.words.flags,))
+        for ld in loads:
+            ld.waited = self.waited
+        self.rest = False  # other loads to wait on per request (landing slots, no table)
 
 
 class KvlaneConnector(KVConnectorBase_V1):
@@ -346,6 +415,10 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._extra, self._kv_role = _extra(vllm_config)
         cc = getattr(vllm_config, "cache_config", None)
         self._block_size = int(getattr(cc, "block_size", 0) or self._get("block_size", 16))
+        # 'kvlane.load_async': whole-request loads (get_num_new_matched_tokens says (n, True):
+        # the scheduler holds the request WAITING_FOR_REMOTE_KVS until get_finished reports it
+        # in finished_recving), as vLLM's NixlConnector does; else layer-wise inside the forward
+        self._load_async = bool(self._get("load_async", False))
         self._timeout_s = float(self._get("layer_timeout_s", 30.0))
         # scheduler side
         self._loads, self._saves, self._cancels = {}, {}, []
@@ -353,8 +426,12 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._saving = set()  # request ids whose PUSH was handed to a worker
         self._local_hit = {}  # request id -> tokens its prefix cache held (asked, not loaded)
         # worker side
-        self._rt = self._cache = self._peers = self._cuda = None
-        self._active = {}  # req_id -> _Load
+        self._rt = self._cache = self._peers = self._cuda = self._layer_ops = None
+        self._active = {}  # req_id -> _Load (layer-wise)
+        self._async = {}  # req_id -> _Load (whole-request)
+        self._recv_async = set()  # whole-request loads ended, for get_finished
+        self._slot_wait = []  # (CUDA event, slot, n): landing slots freed once copied
+        self._fwd = None  # this forward's _Forward (CUDA, direct landing)
         self._by_req = {}  # kvlane handle -> ("load"|"save", req_id)
         self._pushes = {}  # req_id -> [handles not DONE]
         self._cuda_saves, self._save_slots = [], {}  # CUDA: (spec, layer, slot); req -> slot
@@ -388,6 +465,8 @@ class KvlaneConnector(KVConnectorBase_V1):
         # what its own prefix cache holds (num_computed_tokens, whole blocks) is not loaded
         n = int(params["remote_num_tokens"]) - 1 - num_computed_tokens
         self._local_hit[request.request_id] = num_computed_tokens
+        if n > 0 and self._load_async:
+            return n, True  # loaded before the request runs; get_finished says when
         return max(n, 0), False  # False: loaded inside this step's forward, layer by layer
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -409,7 +488,7 @@ class KvlaneConnector(KVConnectorBase_V1):
             g = params.get("geometry")
             self._loads[request.request_id] = LoadSpec(
                 request.request_id, ids[first:last], remote[first:last], params["remote_host"],
-                params["remote_segment"], tuple(g) if g else None)
+                params["remote_segment"], tuple(g) if g else None, self._load_async)
         elif params.get("do_remote_decode"):
             # the prompt's blocks, pushed from the step that computes them
             nblk = math.ceil(len(request.prompt_token_ids) / self._block_size)
@@ -459,7 +538,7 @@ class KvlaneConnector(KVConnectorBase_V1):
                              self._get("landing", False))
         if self._cache.cuda:
             self._cuda = _common.CudaStreamOps()
-            self._cache.preload()
+            self._layer_ops = _common.stream_layer_ops()
 
     def _need_cache(self, what):
         if self._cache is None:
@@ -487,6 +566,21 @@ class KvlaneConnector(KVConnectorBase_V1):
             self._open_load(spec)
         for spec in meta.saves:
             self._check_blocks(spec.req_id, spec.local_block_ids, "local")
+        self._fwd = None
+        c = self._cache
+        if self._active and (c.cuda or not c.landed):
+            # the loads' words (and the stream) once per forward: wait_for_layer_load then
+            # makes one C call per layer (the forward runs on the stream current now)
+            sp = None
+            if c.cuda:
+                import torch
+                sp = torch.cuda.current_stream(c.device).cuda_stream
+            todo = [ld for ld in self._active.values()
+                    if ld.status is None and len(ld.waited) < c.layers]
+            fast = [ld for ld in todo if ld.slot is None]
+            if fast and (self._layer_ops or not c.cuda):
+                self._fwd = _Forward(sp, fast)
+                self._fwd.rest = len(fast) < len(todo)
 
     def _open_load(self, spec):
         c, rt = self._cache, self._rt
@@ -508,6 +602,38 @@ class KvlaneConnector(KVConnectorBase_V1):
             _check_remote(spec.remote_block_ids, seg)
         except LookupError as e:
             return self._failed_open(spec, e)
+        try:
+            req, slot = self._open_req(spec, peer, seg)
+        except kvlane.Error as e:
+            if not (e.errno == errno.EXDEV and c.cuda and not c.landed):
+                return self._failed_open(spec, e)
+            # tcp cannot land in this VRAM here (no GPU open or no [memory] pool: kvlane's
+            # message says which): land in host slots and copy, from now on
+            try:
+                c.use_landing("kvlane refused the direct path: %s" % e)
+                req, slot = self._open_req(spec, peer, seg)
+            except kvlane.Error as e2:
+                return self._failed_open(spec, e2)
+        ld = _Load(spec, req, _common.Words(rt, req) if not spec.load_async else None, slot)
+        if slot is not None:
+            ld.idx = c.index_tensor(spec.local_block_ids)
+        if c.cuda and not spec.load_async:
+            if not ld.words.flags.ready_dev:
+                rt.cancel(req)
+                raise RuntimeError("kvlane connector: CUDA cache but the READY words are not "
+                                   "mapped for the GPU: set [gpu] enable = true")
+        if spec.load_async:
+            self._async[spec.req_id] = ld
+            self._by_req[req] = ("aload", spec.req_id)
+        else:
+            self._active[spec.req_id] = ld
+            self._by_req[req] = ("load", spec.req_id)
+        self.stats["loads"] += 1
+
+    def _open_req(self, spec, peer, seg):
+        """kvl_req_open for @spec: steps = layers, blocks straight into the cache or into
+        landing slots. Returns (handle, first slot or None); kvlane.Error as kvlane refused."""
+        c, rt, g = self._cache, self._rt, seg.geom
         n = len(spec.local_block_ids)
         slot = c.take_slots(n) if c.landed else None
         # (remote_seg, remote_off, length, local) tuples, layer-major: step l is layer l's
@@ -527,31 +653,45 @@ class KvlaneConnector(KVConnectorBase_V1):
                                for ro, lo in zip(roffs, loffs)])
         steps = [range(l * 2 * n, (l + 1) * 2 * n) for l in range(c.layers)]
         try:
-            req = rt.open_request(peer, blocks, steps, cls=kvlane.ReqClass.KVL_REQ_DECODE,
-                                  step_flags=True, engine_dest=True)
-        except kvlane.Error as e:
+            # a whole-request (async) load needs no READY/DONE words: its steps' events
+            # are answered in _drain, and it ends before the request is scheduled
+            return rt.open_request(peer, blocks, steps, cls=kvlane.ReqClass.KVL_REQ_DECODE,
+                                   step_flags=not spec.load_async, engine_dest=True), slot
+        except kvlane.Error:
             if slot is not None:
                 c.give_slots(slot, n)
-            return self._failed_open(spec, e)
-        ld = _Load(spec, req, _common.Words(rt, req), slot)
-        if c.landed:
-            ld.idx = c.index_tensor(spec.local_block_ids)
-        if c.cuda:
-            if not ld.words.flags.ready_dev:
-                rt.cancel(req)
-                raise RuntimeError("kvlane connector: CUDA cache but the READY words are not "
-                                   "mapped for the GPU: set [gpu] enable = true")
-        self._active[spec.req_id] = ld
-        self._by_req[req] = ("load", spec.req_id)
-        self.stats["loads"] += 1
+            raise
 
     def _failed_open(self, spec, err):
-        """A load kvlane refused: its blocks are load errors (the engine recomputes them)."""
+        """A load kvlane refused: its blocks are load errors (the engine recomputes them);
+        a whole-request load is reported received too, so the scheduler stops waiting."""
         self._errors.update(int(b) for b in spec.local_block_ids)
+        if spec.load_async:
+            self._recv_async.add(spec.req_id)
         self.stats["load_failures"] += 1
         self.last_error = "request %s: %s" % (spec.req_id, err)
 
     def wait_for_layer_load(self, layer_name):
+        fw = self._fwd
+        if fw is not None:
+            # CUDA, landed straight in the cache: per request the stream waits READY and
+            # writes DONE behind it, all of them in one C call; the host never waits
+            # (CPU: the host waits each READY, then writes DONE: the bytes are in the cache)
+            l = self._cache.index[layer_name]
+            if l not in fw.waited:
+                if fw.stream is not None:
+                    self._layer_ops(fw.stream, fw.table, l)
+                else:
+                    late = _host_layer_wait(fw.table, l, self._timeout_s)
+                    if late >= 0:
+                        raise TimeoutError("kvlane connector: layer %s of request %s not "
+                                           "READY within %.0f s" % (
+                                               layer_name, fw.loads[late].spec.req_id,
+                                               self._timeout_s))
+                fw.waited.add(l)
+                self.stats["layer_waits"] += fw.n
+            if not fw.rest:
+                return
         if not self._active:
             return
         l = self._cache.index[layer_name]
@@ -567,9 +707,10 @@ class KvlaneConnector(KVConnectorBase_V1):
             w = ld.words
             if c.cuda:
                 # the stream, not the host, waits on READY; then the landed K/V blocks go
-                # into the cache and DONE is written behind that copy
+                # into the cache (from landing slots) and DONE is written behind that copy
                 self._cuda.wait(sp, w.flags.ready_dev + l * w.flags.stride, w.epoch)
-                c.copy_in(l, ld.slot, ld.idx)
+                if ld.slot is not None:
+                    c.copy_in(l, ld.slot, ld.idx)
                 self._cuda.write(sp, w.flags.done_dev + l * w.flags.stride, w.epoch)
             elif c.landed:
                 if not w.wait_ready(l, self._timeout_s):
@@ -596,9 +737,10 @@ class KvlaneConnector(KVConnectorBase_V1):
         c = self._cache
         l = c.index[layer_name]
         for spec in meta.saves:
-            if not c.landed:
+            if not c.landed and not c.cuda:
                 self._open_push(spec, l, lambda p, i, lb: c.addr(l, p, lb))
                 continue
+            c.landing_area()  # a CUDA cache pushes through pinned slots
             n = len(spec.local_block_ids)
             slot = self._save_slots.get(spec.req_id)
             if slot is None:
@@ -685,14 +827,37 @@ class KvlaneConnector(KVConnectorBase_V1):
                     del self._by_req[ev.req]
                 elif kind == "load" and ev.type != E.KVL_REQ_EV_STEP_READY:
                     self._end_load(rid, ev)
+                elif kind == "aload":
+                    if ev.type != E.KVL_REQ_EV_STEP_READY:
+                        self._end_load(rid, ev)
+                        continue
+                    ld = self._async[rid]
+                    if ld.slot is not None:  # landed in host slots: into the cache now
+                        self._cache.copy_in(ev.step, ld.slot, ld.idx)
+                    rt.step_done(ev.req, ev.step)
+        while self._slot_wait and self._slot_wait[0][0].query():
+            _, slot, n = self._slot_wait.pop(0)
+            self._cache.give_slots(slot, n)
 
     def _end_load(self, rid, ev):
-        ld = self._active.pop(rid)
+        whole = rid in self._async
+        ld = self._async.pop(rid) if whole else self._active.pop(rid)
         del self._by_req[ev.req]
         ld.status = kvlane.Status.KVL_OK if ev.type == kvlane.ReqEventType.KVL_REQ_EV_DONE \
             else ev.status
         if ld.slot is not None:
-            self._cache.give_slots(ld.slot, len(ld.spec.local_block_ids))
+            n = len(ld.spec.local_block_ids)
+            if whole and self._cache.cuda:
+                # its copies out of the slots are on the stream (not DONE-ordered): the
+                # slots are free once an event behind them has passed
+                import torch
+                e = torch.cuda.Event()
+                e.record(torch.cuda.current_stream(self._cache.device))
+                self._slot_wait.append((e, ld.slot, n))
+            else:
+                self._cache.give_slots(ld.slot, n)
+        if whole:
+            self._recv_async.add(rid)
         if ld.status != kvlane.Status.KVL_OK:
             for b in ld.spec.local_block_ids:
                 self._errors.add(int(b))
@@ -702,7 +867,7 @@ class KvlaneConnector(KVConnectorBase_V1):
         self._recv_done.add(rid)
 
     def _cancel(self, rid):
-        ld = self._active.get(rid)
+        ld = self._active.get(rid) or self._async.get(rid)
         if ld is not None and ld.status is None:
             try:
                 self._rt.cancel(ld.req)  # ends FAILED(KVL_ERR_CANCELED), once READs are back
@@ -727,9 +892,11 @@ class KvlaneConnector(KVConnectorBase_V1):
         sent = self._sent & self._finished_seen
         self._sent -= sent
         self._finished_seen -= sent
-        # sync loads end inside their step: vLLM wants no finished_recving for them
+        # sync loads end inside their step: vLLM wants no finished_recving for them; the
+        # whole-request loads that ended (DONE or FAILED: their blocks are load errors then)
         self._recv_done.clear()
-        return (sent or None), None
+        recv, self._recv_async = self._recv_async, set()
+        return (sent or None), (recv or None)
 
     def get_block_ids_with_load_errors(self):
         """The blocks of loads that failed (kvlane's typed status: block_error_status()).
@@ -755,5 +922,5 @@ class KvlaneConnector(KVConnectorBase_V1):
         return dict(self.stats)
 
     def shutdown(self):
-        for rid in list(self._active):
+        for rid in list(self._active) + list(self._async):
             self._cancel(rid)

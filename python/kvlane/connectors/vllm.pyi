@@ -30,6 +30,7 @@ class LoadSpec:
     remote_host: str
     remote_segment: str | int
     geometry: Optional[tuple[int, int, int, int]] = ...
+    load_async: bool = ...
 
 @dataclass
 class SaveSpec:
