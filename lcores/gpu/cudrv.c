@@ -59,7 +59,15 @@ const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen)
 			   resolve("cuEventDestroy", (void **)&drv.event_destroy) ||
 			   resolve("cuEventRecord", (void **)&drv.event_record) ||
 			   resolve("cuEventQuery", (void **)&drv.event_query) ||
-			   resolve("cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async)) {
+			   resolve("cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async) ||
+			   resolve("cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle) ||
+			   resolve("cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle) ||
+			   resolve("cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle) ||
+			   resolve("cuMemGetAddressRange", (void **)&drv.mem_get_address_range) ||
+			   resolve("cuDeviceGetUuid", (void **)&drv.device_get_uuid) ||
+			   resolve("cuDeviceGetCount", (void **)&drv.device_get_count) ||
+			   resolve("cuDeviceCanAccessPeer", (void **)&drv.device_can_access_peer) ||
+			   resolve("cuMemcpyDtoDAsync", (void **)&drv.memcpy_dtod_async)) {
 			drv_state = -1;
 		} else {
 			drv_state = 1;

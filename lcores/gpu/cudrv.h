@@ -36,6 +36,15 @@ struct kvl_cudrv {
 	CUresult (*event_record)(CUevent, CUstream);
 	CUresult (*event_query)(CUevent);
 	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
+	/* CUDA IPC between processes of one host (runtime/ipc.c, lcores/xport/xport_ipc.c) */
+	CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
+	CUresult (*ipc_open_mem_handle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+	CUresult (*ipc_close_mem_handle)(CUdeviceptr);
+	CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+	CUresult (*device_get_uuid)(CUuuid *, CUdevice);
+	CUresult (*device_get_count)(int *);
+	CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
+	CUresult (*memcpy_dtod_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 };
 
 /* Resolve them once (later calls return the same table). Returns NULL with a message naming

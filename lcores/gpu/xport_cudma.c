@@ -281,6 +281,44 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 	return 0;
 }
 
+int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			     uint32_t flags, char *err, size_t errlen)
+{
+	struct cudaPointerAttributes a;
+	cudaError_t ce;
+
+	if (id == 0 || base == NULL || len == 0 || c->n_remote == KVL_MAX_SEGS) {
+		snprintf(err, errlen, "cudma: remote segment %u: nothing to add, or table full",
+			 id);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < c->n_remote; i++)
+		if (c->remote[i].s.id == id) {
+			snprintf(err, errlen, "cudma: remote segment %u is there already", id);
+			return -EEXIST;
+		}
+	ce = cudaPointerGetAttributes(&a, base);
+	if (ce != cudaSuccess || a.type != cudaMemoryTypeDevice) {
+		snprintf(err, errlen, "cudma: remote segment %u at %p is not GPU memory%s%s", id,
+			 base, ce != cudaSuccess ? ": " : "",
+			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+		cudaGetLastError();
+		return -EINVAL;
+	}
+	c->remote[c->n_remote++].s =
+		(struct kvl_seg){ .base = base, .len = len, .id = id, .flags = flags };
+	return 0;
+}
+
+void kvl_cudma_del_remote(struct kvl_cudma_conn *c, uint32_t id)
+{
+	for (unsigned i = 0; i < c->n_remote; i++)
+		if (c->remote[i].s.id == id) {
+			c->remote[i] = c->remote[--c->n_remote];
+			return;
+		}
+}
+
 int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
 			size_t errlen)
 {

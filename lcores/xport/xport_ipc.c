@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvl_clock.h"
 #include "xport_ipc.h"
 
 #define MAX_MAPS   (2 * KVL_MAX_SEGS) /* the peer's segments and replaced ones still in use */
@@ -496,6 +495,7 @@ static void ipc_free(void *p)
 		if (c->map[i].state != M_FREE)
 			map_close(c, i);
 	}
+	free(c->o.drv_owned);
 	free(c->want);
 	free(c->pr);
 	free(c->ring);

@@ -51,8 +51,7 @@ struct kvl_ipc_opts {
 	struct kvl_ipc_engine engine; /* freed with the connection */
 	unsigned depth;		      /* READs posted and not reaped (power of two; 0: 8192) */
 	unsigned engine_depth;	      /* the engine's own ring (power of two; 0: 8192) */
-	uint64_t (*clock)(void *arg); /* tests; NULL: kvl_now_ns() */
-	void *clock_arg;
+	void *drv_owned; /* free()d with the connection, after its last close (drv.arg's block) */
 };
 
 struct kvl_ipc_stats {
