@@ -164,8 +164,12 @@ int kvl_ipc_export(struct kvl_runtime *rt, uint32_t gen, struct kvl_ctrl_ipc_seg
 	if (n_gpu == 0)
 		return 0; /* nothing to export: CUDA is not touched */
 	d = w.d = kvl_cudrv_get(e, sizeof(e));
-	if (d == NULL) {
-		snprintf(why, whylen, "%s", e);
+	if (d == NULL || kvl_cudrv_ipc(d) != NULL) {
+		if (d == NULL)
+			snprintf(why, whylen, "GPU segments not exported: %s", e);
+		else
+			snprintf(why, whylen, "GPU segments not exported: the driver lacks %s",
+				 kvl_cudrv_ipc(d));
 		return 0;
 	}
 	if (cudaGetDevice(&prev) != cudaSuccess)
@@ -213,6 +217,10 @@ int kvl_ipc_access(struct kvl_runtime *rt, unsigned nic, const uint8_t uuid[KVL_
 		snprintf(why, whylen, "%s", e);
 		return -2;
 	}
+	if (kvl_cudrv_ipc(d) != NULL) {
+		snprintf(why, whylen, "the CUDA driver lacks %s", kvl_cudrv_ipc(d));
+		return -2;
+	}
 	local = kvl_staging_gpu_of(rt, nic);
 	peer = device_of_uuid(d, uuid);
 	if (peer < 0) {
@@ -230,16 +238,19 @@ int kvl_ipc_access(struct kvl_runtime *rt, unsigned nic, const uint8_t uuid[KVL_
 }
 
 #if KVL_HAVE_CUDMA
-/* The driver of a connection: handles opened and closed on the calling thread's context of
- * @device (the NIC lcore's, where its copies run). */
-struct ipc_drv {
+/* The driver and engine of one connection: handles opened and closed on the calling thread's
+ * context of @device (the NIC lcore's, where its copies run); the copy engine, and the local
+ * segment table its destinations are looked up in the first time one is seen. */
+struct ipc_ctx {
 	const struct kvl_cudrv *d;
 	int device;
+	struct kvl_cudma_conn *e;
+	const struct kvl_seg_table *tab; /* NULL: only what was added at creation */
 };
 
 static int drv_open(void *arg, const uint8_t handle[64], uint64_t *dptr, char *err, size_t errlen)
 {
-	struct ipc_drv *v = arg;
+	struct ipc_ctx *v = arg;
 	CUipcMemHandle h;
 	CUdeviceptr p = 0;
 	CUresult r;
@@ -261,7 +272,7 @@ static int drv_open(void *arg, const uint8_t handle[64], uint64_t *dptr, char *e
 
 static void drv_close(void *arg, uint64_t dptr)
 {
-	struct ipc_drv *v = arg;
+	struct ipc_ctx *v = arg;
 
 	cudaSetDevice(v->device);
 	v->d->ipc_close_mem_handle((CUdeviceptr)dptr);
@@ -269,47 +280,130 @@ static void drv_close(void *arg, uint64_t dptr)
 
 static int eng_add(void *c, uint32_t eid, uint64_t base, uint64_t len, char *err, size_t errlen)
 {
-	return kvl_cudma_add_remote_gpu(c, eid, (void *)(uintptr_t)base, len, KVL_SEG_REMOTE_READ,
-					err, errlen);
+	struct ipc_ctx *v = c;
+
+	return kvl_cudma_add_remote_gpu(v->e, eid, (void *)(uintptr_t)base, len,
+					KVL_SEG_REMOTE_READ, err, errlen);
 }
 
 static void eng_del(void *c, uint32_t eid)
 {
-	kvl_cudma_del_remote(c, eid);
+	struct ipc_ctx *v = c;
+
+	kvl_cudma_del_remote(v->e, eid);
 }
 
-struct add_local_walk {
-	struct kvl_cudma_conn *e;
-	int device;
-};
-
-static void add_local_gpu(void *arg, const struct kvl_local_seg *s)
+/* A destination the engine does not know yet: a GPU segment of this device the runtime
+ * registered since (an engine's cache, KVL_REQ_ENGINE_DEST), added once. The request path
+ * checked it against the same table (req_dest.c); the engine checks it again. */
+static void learn_local(struct ipc_ctx *v, const struct kvl_wr *w)
 {
-	struct add_local_walk *w = arg;
+	uintptr_t a = (uintptr_t)w->local;
 	char e[160];
 
-	/* engine-owned destinations (KVL_REQ_ENGINE_DEST) in this runtime's GPU segments */
-	if (s->live && s->mem.kind == KVL_MEM_GPU && s->mem.device == w->device)
-		kvl_cudma_add_local(w->e, s->base, s->desc.length, e, sizeof(e));
+	for (unsigned i = 0; v->tab != NULL && i < KVL_MAX_SEGS; i++) {
+		const struct kvl_seg *s = kvl_seg_lookup(v->tab, i + 1);
+
+		if (s != NULL && (s->flags & KVL_SEG_GPU) && a >= (uintptr_t)s->base &&
+		    a - (uintptr_t)s->base < s->len) {
+			if (kvl_cudma_add_local(v->e, s->base, s->len, e, sizeof(e)) == 0)
+				return;
+		}
+	}
 }
 
-int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,
-		      unsigned n, struct kvl_xconn *out, char *err, size_t errlen)
+static unsigned eng_post(void *c, const struct kvl_wr *wr, unsigned n, int *err)
+{
+	struct ipc_ctx *v = c;
+	unsigned k = 0, took;
+
+	while (k < n) {
+		took = kvl_xport_cudma.post(v->e, wr + k, n - k, err);
+		k += took;
+		if (k == n || *err != 0)
+			break;
+	}
+	return k;
+}
+
+/* cudma completes an unknown destination KVL_ERR_LOCAL; the lookup happens before: every
+ * request's destination is checked here against what the engine knows (a cheap range test
+ * of a few entries), and learned once when it is new. */
+static unsigned eng_post_learn(void *c, const struct kvl_wr *wr, unsigned n, int *err)
+{
+	struct ipc_ctx *v = c;
+
+	for (unsigned i = 0; i < n; i++)
+		if (!kvl_cudma_has_local(v->e, wr[i].local, wr[i].length))
+			learn_local(v, &wr[i]);
+	return eng_post(c, wr, n, err);
+}
+
+static unsigned eng_progress(void *c)
+{
+	return kvl_xport_cudma.progress(((struct ipc_ctx *)c)->e);
+}
+
+static unsigned eng_reap(void *c, struct kvl_wc *wc, unsigned max)
+{
+	return kvl_xport_cudma.reap(((struct ipc_ctx *)c)->e, wc, max);
+}
+
+static void eng_fail_all(void *c, int status)
+{
+	kvl_xport_cudma.fail_all(((struct ipc_ctx *)c)->e, status);
+}
+
+static int eng_broken(const void *c)
+{
+	return kvl_xport_cudma.broken(((const struct ipc_ctx *)c)->e);
+}
+
+static unsigned eng_outstanding(const void *c)
+{
+	return kvl_xport_cudma.outstanding(((const struct ipc_ctx *)c)->e);
+}
+
+static void eng_stats(const void *c, struct kvl_xport_stats *out)
+{
+	kvl_xport_cudma.stats(((const struct ipc_ctx *)c)->e, out);
+}
+
+static void eng_free(void *c)
+{
+	struct ipc_ctx *v = c;
+
+	kvl_cudma_free(v->e); /* waits for its stream: nothing reads a mapping after this */
+	v->e = NULL;	      /* the block itself is the connection's drv_owned */
+}
+
+/* The cudma transport behind ipc, with destinations learned from the segment table. */
+static const struct kvl_xport_ops ipc_engine = {
+	.name = "ipc-engine",
+	.post = eng_post_learn,
+	.progress = eng_progress,
+	.reap = eng_reap,
+	.fail_all = eng_fail_all,
+	.broken = eng_broken,
+	.outstanding = eng_outstanding,
+	.stats = eng_stats,
+	.free = eng_free,
+};
+
+int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,
+		      const struct kvl_seg_table *tab, const struct kvl_ipc_rseg *segs, unsigned n,
+		      struct kvl_xconn *out, char *err, size_t errlen)
 {
 	char e[160];
 	const struct kvl_cudrv *d = kvl_cudrv_get(e, sizeof(e));
-	int device = kvl_staging_gpu_of(rt, nic), prev = -1, rc;
 	struct kvl_cudma_opts co = { .device = device, .depth = 8192 };
-	struct add_local_walk w;
-	struct kvl_cudma_conn *eng;
 	struct kvl_ipc_conn *c;
-	struct ipc_drv *v;
-	uint64_t slen = ((uint64_t)rt->cfg.sched.staging_mb << 20) /
-			((uint64_t)rt->cfg.sched.slot_kb << 10) *
-			((uint64_t)rt->cfg.sched.slot_kb << 10);
+	struct ipc_ctx *v;
+	int prev = -1, rc;
 
-	if (d == NULL) {
-		snprintf(err, errlen, "%s", e);
+	if (d == NULL || kvl_cudrv_ipc(d) != NULL) {
+		snprintf(err, errlen, "%s%s", d == NULL ? e : "the CUDA driver lacks ",
+			 d == NULL ? "" : kvl_cudrv_ipc(d));
 		return -ENODEV;
 	}
 	v = calloc(1, sizeof(*v));
@@ -317,34 +411,30 @@ int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	*v = (struct ipc_drv){ .d = d, .device = device };
+	*v = (struct ipc_ctx){ .d = d, .device = device, .tab = tab };
+	/* the caller's thread keeps its current device (kvl_cudma_new sets the engine's) */
 	if (cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
-	eng = kvl_cudma_new(&co, e, sizeof(e));
-	rc = eng == NULL ? -errno : 0;
-	if (rc == 0)
-		rc = kvl_cudma_add_local(eng, rt->nic[nic].staging, slen, e, sizeof(e));
-	if (rc == 0) {
-		w = (struct add_local_walk){ .e = eng, .device = device };
-		kvl_segs_visit(&rt->segs, add_local_gpu, &w);
-	}
+	v->e = kvl_cudma_new(&co, e, sizeof(e));
+	rc = v->e == NULL ? -errno : 0;
+	if (rc == 0 && staging != NULL)
+		rc = kvl_cudma_add_local(v->e, staging, staging_len, e, sizeof(e));
 	if (prev >= 0 && prev != device)
 		cudaSetDevice(prev);
 	if (rc < 0) {
-		kvl_cudma_free(eng);
+		kvl_cudma_free(v->e);
 		free(v);
 		snprintf(err, errlen, "ipc: %s", e);
 		return rc;
 	}
-	c = kvl_ipc_new(&(struct kvl_ipc_opts){ .drv = { drv_open, drv_close, v },
-						.engine = { .x = { &kvl_xport_cudma, eng },
-							    .add_src = eng_add,
-							    .del_src = eng_del },
-						.depth = 8192,
-						.engine_depth = 8192,
-						.drv_owned = v });
+	c = kvl_ipc_new(&(struct kvl_ipc_opts){
+		.drv = { drv_open, drv_close, v },
+		.engine = { .x = { &ipc_engine, v }, .add_src = eng_add, .del_src = eng_del },
+		.depth = 8192,
+		.engine_depth = 8192,
+		.drv_owned = v });
 	if (c == NULL) {
-		kvl_cudma_free(eng);
+		kvl_cudma_free(v->e);
 		free(v);
 		snprintf(err, errlen, "ipc: %s", strerror(errno));
 		return -ENOMEM;
@@ -352,6 +442,16 @@ int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc
 	kvl_ipc_set_segments(c, segs, n); /* opened on the lcore, at its first pass */
 	*out = (struct kvl_xconn){ &kvl_xport_ipc, c };
 	return 0;
+}
+
+int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,
+		      unsigned n, struct kvl_xconn *out, char *err, size_t errlen)
+{
+	uint64_t slot = (uint64_t)rt->cfg.sched.slot_kb << 10;
+	uint64_t slen = slot ? ((uint64_t)rt->cfg.sched.staging_mb << 20) / slot * slot : 0;
+
+	return kvl_ipc_conn_cuda(kvl_staging_gpu_of(rt, nic), rt->nic[nic].staging, slen,
+				 &rt->segs.tab, segs, n, out, err, errlen);
 }
 #else
 int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,

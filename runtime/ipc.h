@@ -47,4 +47,11 @@ int kvl_ipc_access(struct kvl_runtime *rt, unsigned nic, const uint8_t uuid[KVL_
 int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,
 		      unsigned n, struct kvl_xconn *out, char *err, size_t errlen);
 
+/* The same without a runtime (kvlane-ipc-bench): the copy engine on CUDA device @device into
+ * @staging (may be NULL) and, when @tab is given, the GPU segments of that table. */
+struct kvl_seg_table;
+int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,
+		      const struct kvl_seg_table *tab, const struct kvl_ipc_rseg *segs, unsigned n,
+		      struct kvl_xconn *out, char *err, size_t errlen);
+
 #endif /* KVL_RUNTIME_IPC_H */

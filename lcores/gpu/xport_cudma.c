@@ -360,6 +360,11 @@ static bool local_ok(const struct kvl_cudma_conn *c, const void *p, uint64_t len
 	return false;
 }
 
+bool kvl_cudma_has_local(const struct kvl_cudma_conn *c, const void *p, uint64_t len)
+{
+	return local_ok(c, p, len);
+}
+
 int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr)
 {
 	struct req *r;

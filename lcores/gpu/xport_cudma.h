@@ -3,6 +3,7 @@
 #ifndef KVL_LCORES_XPORT_CUDMA_H
 #define KVL_LCORES_XPORT_CUDMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,6 +105,8 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
 			     uint32_t flags, char *err, size_t errlen);
 void kvl_cudma_del_remote(struct kvl_cudma_conn *c, uint32_t id);
+/* Whether [@p, @p + @len) is inside a local segment already added. */
+bool kvl_cudma_has_local(const struct kvl_cudma_conn *c, const void *p, uint64_t len);
 /* A local segment: GPU memory on the transport's device (cudaMalloc). */
 int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
 			size_t errlen);

@@ -433,7 +433,7 @@ static int ipc_broken(const void *p)
 {
 	const struct kvl_ipc_conn *c = p;
 
-	return c->failed != 0;
+	return c->failed; /* the status it closes with (fail_all's) */
 }
 
 static unsigned ipc_outstanding(const void *p)
