@@ -242,12 +242,10 @@ void kvl_cudma_free(struct kvl_cudma_conn *c)
 	free(c);
 }
 
-int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
-			 uint32_t flags, char *err, size_t errlen)
+/* Whether remote segment @id may be added: 0, or -EINVAL / -EEXIST with why. */
+static int remote_room(const struct kvl_cudma_conn *c, uint32_t id, const void *base, uint64_t len,
+		       char *err, size_t errlen)
 {
-	struct cudaPointerAttributes a;
-	cudaError_t ce;
-
 	if (id == 0 || base == NULL || len == 0 || c->n_remote == KVL_MAX_SEGS) {
 		snprintf(err, errlen, "cudma: remote segment %u: nothing to add, or table full",
 			 id);
@@ -258,6 +256,18 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 			snprintf(err, errlen, "cudma: remote segment %u is there already", id);
 			return -EEXIST;
 		}
+	return 0;
+}
+
+int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			 uint32_t flags, char *err, size_t errlen)
+{
+	int rc = remote_room(c, id, base, len, err, errlen);
+	struct cudaPointerAttributes a;
+	cudaError_t ce;
+
+	if (rc < 0)
+		return rc;
 	ce = cudaPointerGetAttributes(&a, base);
 	if (ce != cudaSuccess || a.type != cudaMemoryTypeHost) {
 		snprintf(err, errlen,
@@ -284,19 +294,12 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
 			     uint32_t flags, char *err, size_t errlen)
 {
+	int rc = remote_room(c, id, base, len, err, errlen);
 	struct cudaPointerAttributes a;
 	cudaError_t ce;
 
-	if (id == 0 || base == NULL || len == 0 || c->n_remote == KVL_MAX_SEGS) {
-		snprintf(err, errlen, "cudma: remote segment %u: nothing to add, or table full",
-			 id);
-		return -EINVAL;
-	}
-	for (unsigned i = 0; i < c->n_remote; i++)
-		if (c->remote[i].s.id == id) {
-			snprintf(err, errlen, "cudma: remote segment %u is there already", id);
-			return -EEXIST;
-		}
+	if (rc < 0)
+		return rc;
 	ce = cudaPointerGetAttributes(&a, base);
 	if (ce != cudaSuccess || a.type != cudaMemoryTypeDevice) {
 		snprintf(err, errlen, "cudma: remote segment %u at %p is not GPU memory%s%s", id,
