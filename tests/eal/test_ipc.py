@@ -9,6 +9,8 @@ Usage: test_ipc.py SCENARIO PATH-TO-KVLANED, with KVL_SRC in the environment. Ex
               so transport_ipc says why not and the data connections are tcp's.
   host_other  the same with KVLANE_TEST_HOST_ID set on the client (another machine id): both
               say same_host false, transport_ipc "another host".
+  host_ipc_off the client with [nic.lo] ipc = off: same_host still true, transport_ipc
+              "ipc = off".
   host_raw    a hand-written level-4 client: CHALLENGE answers version 4, HOST comes right
               after AUTH_OK with the id this test computes from /etc/machine-id and boot_id
               and kvlaned's pid; a garbled id gets same_host false and IPC_SEGS with n = 0;
@@ -102,6 +104,21 @@ def scenario_host_other(ctx):
     check_eq(s["transport_ipc"], "another host", "why not ipc (server)", srv, cli)
     check(c["data_conns"] >= 1, "the client's data connections", ">= 1 (tcp)",
           c["data_conns"], srv, cli)
+
+
+def scenario_host_ipc_off(ctx):
+    srv = ctx.kvlaned("srv", eal_extra=tp.LOG_LEVEL)
+    cli = ctx.kvlaned("cli", eal_extra=tp.LOG_LEVEL,
+                      args=h.sets(f"control.peers={srv.addr}", "runtime.name=cli",
+                                  "nic.lo.ipc=off"))
+    tc = cli.telemetry()
+    if not wait_for(lambda: (row_of(tc, cli, "client") or {}).get("state") == "ready", 20):
+        raise Fail("the client ready within 20 s\n" + h.describe(srv, cli))
+    c = row_of(tc, cli, "client")
+    check_eq(c["same_host"], "true", "same_host with ipc = off (still known)", srv, cli)
+    check_eq(c["transport_ipc"], "ipc = off", "why not ipc", srv, cli)
+    check_eq(h.cmd(tc, "/kvlane/config", cli).get("nic/lo/ipc"), "off",
+             "/kvlane/config nic/lo/ipc", cli)
 
 
 def level4_session(ctx, srv, name):
@@ -205,6 +222,7 @@ def scenario_host_level3(ctx):
 
 
 SCENARIOS = {"host_same": scenario_host_same, "host_other": scenario_host_other,
+             "host_ipc_off": scenario_host_ipc_off,
              "host_raw": scenario_host_raw, "host_level3": scenario_host_level3}
 
 
