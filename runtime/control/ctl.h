@@ -146,6 +146,7 @@ struct peer {
 	uint32_t pid;
 	struct kvl_ipc_rseg ipc_seg[KVL_CTRL_MAX_SEGS];
 	uint32_t n_ipc;
+	bool ipc_nic[KVL_MAX_NICS]; /* its connection on that NIC is ipc (no other there) */
 };
 
 /* A peer the cluster's watch saw leave (runtime/cluster.c): failed as a missed heartbeat

@@ -24,8 +24,10 @@ static void set_why(struct kvl_control *c, uint32_t p, bool ipc, const char *fmt
 	struct kvl_peer_pub *pub = &c->pub[p];
 
 	rte_spinlock_lock(&pub->lock);
-	pub->ipc = ipc;
-	snprintf(pub->ipc_why, sizeof(pub->ipc_why), fmt, s);
+	if (ipc || !pub->ipc) { /* one NIC over ipc: the peer is read over ipc */
+		pub->ipc = ipc;
+		snprintf(pub->ipc_why, sizeof(pub->ipc_why), fmt, s);
+	}
 	rte_spinlock_unlock(&pub->lock);
 }
 
@@ -125,8 +127,13 @@ void kvl_ctl_on_ipc_segs(struct kvl_control *c, uint32_t p, const struct kvl_ctr
 	else if (m->u.ipc_segs.incarnation != pr->incarnation)
 		no = "handles of a stale incarnation refused (not the one its HOST gave)";
 	if (no != NULL) {
-		/* nothing of it is kept: what was open stays only until the table below empties */
+		/* nothing of it is kept (no ipc connection uses this peer's table yet) */
 		__atomic_fetch_add(&c->ipc_refused, 1, __ATOMIC_RELAXED);
+		if (pub->ipc) {
+			/* its handles are in use: a peer that now sends such a table is lying */
+			kvl_ctl_peer_fail(c, p, KVL_ERR_PROTOCOL, "IPC_SEGS: %s", no);
+			return;
+		}
 		KVL_LOG(WARNING, "peer %u (%s): %s", p, pub->addr, no);
 		set_why(c, p, false, "%s", no);
 		pr->n_ipc = 0;
@@ -157,6 +164,9 @@ void kvl_ctl_on_ipc_segs(struct kvl_control *c, uint32_t p, const struct kvl_ctr
 		/* a later one: the serving side's segments changed; the lcores' tables follow */
 		for (uint32_t i = 0; i < pub->n_conns; i++) {
 			unsigned nic = pub->conn[i].nic;
+
+			if (nic >= KVL_MAX_NICS || !pr->ipc_nic[nic])
+				continue; /* another transport's connection: not its table */
 			struct kvl_lcmd cmd = { .type = KVL_LCMD_SET_REMOTE,
 						.peer = p,
 						.slot = pub->conn[i].slot,
@@ -227,6 +237,7 @@ int kvl_ctl_ipc_conn(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl
 		set_why(c, p, false, "%s", err);
 		return 0;
 	}
+	pr->ipc_nic[nic] = true;
 	set_why(c, p, true, "%s", "ipc");
 	KVL_LOG(INFO, "peer %u (%s): nic.%s reads its %u GPU segments over ipc (CUDA IPC)", p,
 		pub->addr, c->rt->cfg.nics[nic].label, pr->n_ipc);
