@@ -392,7 +392,8 @@ static const struct kvl_xport_ops ipc_engine = {
 
 int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,
 		      const struct kvl_seg_table *tab, const struct kvl_ipc_rseg *segs, unsigned n,
-		      struct kvl_xconn *out, char *err, size_t errlen)
+		      const struct kvl_cudma_opts *eo, struct kvl_xconn *out, char *err,
+		      size_t errlen)
 {
 	char e[160];
 	const struct kvl_cudrv *d = kvl_cudrv_get(e, sizeof(e));
@@ -401,6 +402,11 @@ int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,
 	struct ipc_ctx *v;
 	int prev = -1, rc;
 
+	if (eo != NULL) {
+		co = *eo;
+		co.device = device;
+		co.depth = 8192; /* the ipc connection's engine_depth */
+	}
 	if (d == NULL || kvl_cudrv_ipc(d) != NULL) {
 		snprintf(err, errlen, "%s%s", d == NULL ? e : "the CUDA driver lacks ",
 			 d == NULL ? "" : kvl_cudrv_ipc(d));
@@ -451,7 +457,7 @@ int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc
 	uint64_t slen = slot ? ((uint64_t)rt->cfg.sched.staging_mb << 20) / slot * slot : 0;
 
 	return kvl_ipc_conn_cuda(kvl_staging_gpu_of(rt, nic), rt->nic[nic].staging, slen,
-				 &rt->segs.tab, segs, n, out, err, errlen);
+				 &rt->segs.tab, segs, n, NULL, out, err, errlen);
 }
 #else
 int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,

@@ -48,10 +48,13 @@ int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc
 		      unsigned n, struct kvl_xconn *out, char *err, size_t errlen);
 
 /* The same without a runtime (kvlane-ipc-bench): the copy engine on CUDA device @device into
- * @staging (may be NULL) and, when @tab is given, the GPU segments of that table. */
+ * @staging (may be NULL) and, when @tab is given, the GPU segments of that table; @eo: the copy
+ * engine's options (NULL: its defaults, what the runtime uses; device and depth are set here). */
 struct kvl_seg_table;
+struct kvl_cudma_opts;
 int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,
 		      const struct kvl_seg_table *tab, const struct kvl_ipc_rseg *segs, unsigned n,
-		      struct kvl_xconn *out, char *err, size_t errlen);
+		      const struct kvl_cudma_opts *eo, struct kvl_xconn *out, char *err,
+		      size_t errlen);
 
 #endif /* KVL_RUNTIME_IPC_H */

@@ -13,7 +13,11 @@
  * byte is checked on the GPU against the pattern (a run with a bad byte fails the bench).
  *   ceiling  one cudaMemcpyAsync of M MiB between two buffers of this process on that GPU,
  *            measured in the same call: the device-to-device copy ceiling of its HBM.
- * Rows: 16 KiB, 64 KiB, 2 MiB blocks, median of R (default 5) runs, GB/s = 1e9 bytes/s.
+ * Rows: 16 KiB, 64 KiB, 2 MiB blocks, median of R (default 5) runs, GB/s = 1e9 bytes/s; columns:
+ * the copy engine's way with small copies (xport_cudma.h): "default" is what the runtime's ipc
+ * connection uses (the cudma defaults: the gather kernel on 8 thread blocks, copies of 32 KiB
+ * and more on the copy engine beside it, 1 MiB and more alone), then the gather kernel on 264
+ * blocks, the copy engine alone (cudaMemcpyBatchAsync, 64 a call), one cudaMemcpyAsync each.
  * On one GPU the copy is HBM to HBM (the copy engine or the gather kernel on that GPU): this is
  * same-GPU IPC, NOT NVLink; the NVLink numbers need two GPUs (nvidia-h200-x2).
  * Exits 77 without a GPU.
@@ -30,11 +34,27 @@
 
 #include "gpu_test.h"
 #include "kvl_clock.h"
+#include "xport_cudma.h"
 extern "C" { /* C headers of the runtime */
 #include "ipc.h"
 }
 
 static const double GB = 1e9;
+
+/* The copy engine's ways with small copies, one connection each (see the header). */
+static const struct {
+	const char *name;
+	enum kvl_cudma_small small;
+	unsigned ctas;
+	uint64_t ce_min;
+} methods[] = {
+	{ "default", KVL_CUDMA_GATHER, 0, 0 },
+	{ "gather-264", KVL_CUDMA_GATHER, 264, UINT64_MAX },
+	{ "copy-engine", KVL_CUDMA_BATCH, 0, 0 },
+	{ "each", KVL_CUDMA_EACH, 0, 0 },
+};
+#define N_METHODS 4
+static_assert(sizeof(methods) / sizeof(methods[0]) == N_METHODS, "one column a method");
 
 __device__ __host__ static inline uint32_t pat(uint64_t word)
 {
@@ -170,7 +190,7 @@ int main(int argc, char **argv)
 	int reps = 5, p1[2], p2[2];
 	size_t mib = 1024, len;
 	const uint32_t units[] = { 16u << 10, 64u << 10, 2u << 20 };
-	double ceil_gbps, res[3];
+	double ceil_gbps, res[N_METHODS][3];
 	struct kvl_ipc_rseg rs;
 	cudaIpcMemHandle_t h;
 	struct kvl_xconn x;
@@ -219,64 +239,83 @@ int main(int argc, char **argv)
 	rs.flags = KVL_SEG_REMOTE_READ;
 	memcpy(rs.handle, &h, sizeof(rs.handle));
 	rs.length = len;
-	EXPECT(kvl_ipc_conn_cuda(0, dst, len, NULL, &rs, 1, &x, err, sizeof(err)) == 0,
-	       "the ipc connection: %s", err);
 	ceil_gbps = ceiling(dst2, dst, len, reps);
 	printf("same-GPU CUDA IPC (two processes on GPU 0: an HBM copy, NOT NVLink), %zu MiB, "
 	       "scattered blocks, median of %d\n",
 	       mib, reps);
-	for (int u = 0; u < 3; u++) {
-		std::vector<uint32_t> perm = scatter((uint32_t)(len / units[u]), units[u]);
-		uint32_t *perm_dev;
-		std::vector<double> t;
-		unsigned long long b = 0;
-		int status = 0;
+	for (int m = 0; m < N_METHODS; m++) {
+		struct kvl_cudma_opts eo;
 
-		CK(cudaMalloc((void **)&perm_dev, perm.size() * sizeof(uint32_t)));
-		CK(cudaMemcpy(perm_dev, perm.data(), perm.size() * sizeof(uint32_t),
-			      cudaMemcpyHostToDevice));
-		for (int r = 0; r < reps + 1; r++) {
-			double g;
+		memset(&eo, 0, sizeof(eo));
+		eo.small = methods[m].small;
+		eo.gather_ctas = methods[m].ctas;
+		eo.ce_min = methods[m].ce_min;
+		/* one connection at a time: a handle opens once per process */
+		EXPECT(kvl_ipc_conn_cuda(0, dst, len, NULL, &rs, 1, m == 0 ? NULL : &eo, &x, err,
+					 sizeof(err)) == 0,
+		       "the ipc connection (%s): %s", methods[m].name, err);
+		for (int u = 0; u < 3; u++) {
+			std::vector<uint32_t> perm = scatter((uint32_t)(len / units[u]), units[u]);
+			uint32_t *perm_dev;
+			std::vector<double> t;
+			unsigned long long b = 0;
+			int status = 0;
 
-			CK(cudaMemset(dst, 0xee, len)); /* what a missed block would leave */
-			CK(cudaMemset(bad, 0, sizeof(*bad)));
-			CK(cudaDeviceSynchronize());
-			g = run(&x, dst, perm, units[u], &status);
-			EXPECT(status == 0, "a READ of %u B failed: status %d", units[u], status);
-			check<<<1024, 256>>>((const uint32_t *)dst, len / 4, perm_dev, units[u],
-					     bad);
-			CK(cudaGetLastError());
-			CK(cudaMemcpy(&b, bad, sizeof(b), cudaMemcpyDeviceToHost));
-			EXPECT(b == 0, "%llu words differ after the %u B run %d", b, units[u], r);
-			if (r > 0) /* the first opens the handle and warms the path */
-				t.push_back(g);
+			CK(cudaMalloc((void **)&perm_dev, perm.size() * sizeof(uint32_t)));
+			CK(cudaMemcpy(perm_dev, perm.data(), perm.size() * sizeof(uint32_t),
+				      cudaMemcpyHostToDevice));
+			for (int r = 0; r < reps + 1; r++) {
+				double g;
+
+				CK(cudaMemset(dst, 0xee,
+					      len)); /* what a missed block would leave */
+				CK(cudaMemset(bad, 0, sizeof(*bad)));
+				CK(cudaDeviceSynchronize());
+				g = run(&x, dst, perm, units[u], &status);
+				EXPECT(status == 0, "%s: a READ of %u B failed: status %d",
+				       methods[m].name, units[u], status);
+				check<<<1024, 256>>>((const uint32_t *)dst, len / 4, perm_dev,
+						     units[u], bad);
+				CK(cudaGetLastError());
+				CK(cudaMemcpy(&b, bad, sizeof(b), cudaMemcpyDeviceToHost));
+				EXPECT(b == 0, "%s: %llu words differ after the %u B run %d",
+				       methods[m].name, b, units[u], r);
+				if (r > 0) /* the first opens the handle and warms the path */
+					t.push_back(g);
+			}
+			res[m][u] = median(t);
+			CK(cudaFree(perm_dev));
 		}
-		res[u] = median(t);
-		CK(cudaFree(perm_dev));
-	}
-	{
-		struct kvl_ipc_stats s;
+		{
+			struct kvl_ipc_stats st;
 
-		kvl_ipc_stats_read((struct kvl_ipc_conn *)x.c, &s);
-		printf("ipc: %llu READs, %llu bytes, %llu refused, %llu handle opens, %llu open "
-		       "failures%s%s\n",
-		       (unsigned long long)s.done, (unsigned long long)s.bytes,
-		       (unsigned long long)s.refused, (unsigned long long)s.opens,
-		       (unsigned long long)s.open_failures, s.last_open_error[0] ? ": " : "",
-		       s.last_open_error);
-		EXPECT(s.opens == 1 && s.refused == 0, "one handle opened, nothing refused");
+			kvl_ipc_stats_read((struct kvl_ipc_conn *)x.c, &st);
+			printf("%s: %llu READs, %llu bytes, %llu refused, %llu handle opens, %llu "
+			       "open failures%s%s\n",
+			       methods[m].name, (unsigned long long)st.done,
+			       (unsigned long long)st.bytes, (unsigned long long)st.refused,
+			       (unsigned long long)st.opens, (unsigned long long)st.open_failures,
+			       st.last_open_error[0] ? ": " : "", st.last_open_error);
+			EXPECT(st.opens == 1 && st.refused == 0,
+			       "one handle opened, nothing refused");
+		}
+		x.ops->free(x.c); /* closes the handle: the next connection opens it again */
 	}
-	x.ops->free(x.c);
 	close(p2[1]);
 	waitpid(child, NULL, 0);
-	printf("\n%-10s %10s %12s\n", "block", "GB/s", "of ceiling");
-	printf("%-10s %10.1f %11.1f%%\n", "ceiling", ceil_gbps, 100.0);
-	for (int u = 0; u < 3; u++)
-		printf("%-10s %10.1f %11.1f%%\n",
-		       units[u] >= (1u << 20)	 ? "2 MiB"
-		       : units[u] == (64u << 10) ? "64 KiB"
-						 : "16 KiB",
-		       res[u], 100.0 * res[u] / ceil_gbps);
+	printf("\nGB/s (%% of the %.1f GB/s D2D cudaMemcpy ceiling, same call)\n", ceil_gbps);
+	printf("%-8s", "block");
+	for (int m = 0; m < N_METHODS; m++)
+		printf(" %18s", methods[m].name);
+	printf("\n");
+	for (int u = 0; u < 3; u++) {
+		printf("%-8s", units[u] >= (1u << 20)	 ? "2 MiB"
+			       : units[u] == (64u << 10) ? "64 KiB"
+							 : "16 KiB");
+		for (int m = 0; m < N_METHODS; m++)
+			printf(" %9.1f (%5.1f%%)", res[m][u], 100.0 * res[m][u] / ceil_gbps);
+		printf("\n");
+	}
 	printf("(same-GPU IPC: HBM to HBM on one GPU; NVLink between two GPUs is not measured "
 	       "here)\n");
 	return 0;
