@@ -44,7 +44,6 @@ static void resolve_ipc(void)
 		{ "cuDeviceGetUuid", offsetof(struct kvl_cudrv, device_get_uuid) },
 		{ "cuDeviceGetCount", offsetof(struct kvl_cudrv, device_get_count) },
 		{ "cuDeviceCanAccessPeer", offsetof(struct kvl_cudrv, device_can_access_peer) },
-		{ "cuMemcpyDtoDAsync", offsetof(struct kvl_cudrv, memcpy_dtod_async) },
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {

@@ -45,7 +45,6 @@ struct kvl_cudrv {
 	CUresult (*device_get_uuid)(CUuuid *, CUdevice);
 	CUresult (*device_get_count)(int *);
 	CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
-	CUresult (*memcpy_dtod_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 };
 
 /* Resolve them once (later calls return the same table). Returns NULL with a message naming
