@@ -242,10 +242,16 @@ void kvl_cudma_free(struct kvl_cudma_conn *c)
 	free(c);
 }
 
-/* Whether remote segment @id may be added: 0, or -EINVAL / -EEXIST with why. */
-static int remote_room(const struct kvl_cudma_conn *c, uint32_t id, const void *base, uint64_t len,
-		       char *err, size_t errlen)
+/*
+ * Add remote segment @id: page-locked host memory CUDA knows (@gpu false) or GPU memory this
+ * process can address (@gpu true). 0, or a negative errno with why in @err.
+ */
+static int add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+		      uint32_t flags, bool gpu, char *err, size_t errlen)
 {
+	struct cudaPointerAttributes a;
+	cudaError_t ce;
+
 	if (id == 0 || base == NULL || len == 0 || c->n_remote == KVL_MAX_SEGS) {
 		snprintf(err, errlen, "cudma: remote segment %u: nothing to add, or table full",
 			 id);
@@ -256,30 +262,19 @@ static int remote_room(const struct kvl_cudma_conn *c, uint32_t id, const void *
 			snprintf(err, errlen, "cudma: remote segment %u is there already", id);
 			return -EEXIST;
 		}
-	return 0;
-}
-
-int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
-			 uint32_t flags, char *err, size_t errlen)
-{
-	int rc = remote_room(c, id, base, len, err, errlen);
-	struct cudaPointerAttributes a;
-	cudaError_t ce;
-
-	if (rc < 0)
-		return rc;
 	ce = cudaPointerGetAttributes(&a, base);
-	if (ce != cudaSuccess || a.type != cudaMemoryTypeHost) {
-		snprintf(err, errlen,
-			 "cudma: remote segment %u at %p is not page-locked host memory CUDA knows "
-			 "(cudaHostAlloc or cudaHostRegister it first)%s%s",
-			 id, base, ce != cudaSuccess ? ": " : "",
+	if (ce != cudaSuccess || a.type != (gpu ? cudaMemoryTypeDevice : cudaMemoryTypeHost)) {
+		snprintf(err, errlen, "cudma: remote segment %u at %p is not %s%s%s", id, base,
+			 gpu ? "GPU memory"
+			     : "page-locked host memory CUDA knows (cudaHostAlloc or "
+			       "cudaHostRegister it first)",
+			 ce != cudaSuccess ? ": " : "",
 			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
 		cudaGetLastError();
 		return -EINVAL;
 	}
 	/* The gather kernel dereferences the host address itself: it must be the GPU's too. */
-	if (a.devicePointer != base) {
+	if (!gpu && a.devicePointer != base) {
 		snprintf(err, errlen,
 			 "cudma: remote segment %u at %p is mapped at %p on the GPU; only memory "
 			 "with one address on both sides is supported",
@@ -291,26 +286,16 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 	return 0;
 }
 
+int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			 uint32_t flags, char *err, size_t errlen)
+{
+	return add_remote(c, id, base, len, flags, false, err, errlen);
+}
+
 int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
 			     uint32_t flags, char *err, size_t errlen)
 {
-	int rc = remote_room(c, id, base, len, err, errlen);
-	struct cudaPointerAttributes a;
-	cudaError_t ce;
-
-	if (rc < 0)
-		return rc;
-	ce = cudaPointerGetAttributes(&a, base);
-	if (ce != cudaSuccess || a.type != cudaMemoryTypeDevice) {
-		snprintf(err, errlen, "cudma: remote segment %u at %p is not GPU memory%s%s", id,
-			 base, ce != cudaSuccess ? ": " : "",
-			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
-		cudaGetLastError();
-		return -EINVAL;
-	}
-	c->remote[c->n_remote++].s =
-		(struct kvl_seg){ .base = base, .len = len, .id = id, .flags = flags };
-	return 0;
+	return add_remote(c, id, base, len, flags, true, err, errlen);
 }
 
 void kvl_cudma_del_remote(struct kvl_cudma_conn *c, uint32_t id)
