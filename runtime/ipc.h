@@ -49,7 +49,7 @@ int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc
 
 /* The same without a runtime (kvlane-ipc-bench): the copy engine on CUDA device @device into
  * @staging (may be NULL) and, when @tab is given, the GPU segments of that table; @eo: the copy
- * engine's options (NULL: its defaults, what the runtime uses; device and depth are set here). */
+ * engine's options (NULL: what the runtime uses, see ipc.c; device and depth are set here). */
 struct kvl_seg_table;
 struct kvl_cudma_opts;
 int kvl_ipc_conn_cuda(int device, void *staging, uint64_t staging_len,

@@ -14,10 +14,12 @@
  *   ceiling  one cudaMemcpyAsync of M MiB between two buffers of this process on that GPU,
  *            measured in the same call: the device-to-device copy ceiling of its HBM.
  * Rows: 16 KiB, 64 KiB, 2 MiB blocks, median of R (default 5) runs, GB/s = 1e9 bytes/s; columns:
- * the copy engine's way with small copies (xport_cudma.h): "default" is what the runtime's ipc
- * connection uses (the cudma defaults: the gather kernel on 8 thread blocks, copies of 32 KiB
- * and more on the copy engine beside it, 1 MiB and more alone), then the gather kernel on 264
- * blocks, the copy engine alone (cudaMemcpyBatchAsync, 64 a call), one cudaMemcpyAsync each.
+ * how the copy engine takes the copies (xport_cudma.h): "runtime" is what the runtime's ipc
+ * connection uses (runtime/ipc.c: the gather kernel on 264 thread blocks under 1 MiB, 1 MiB and
+ * more alone on the copy engine); "cudma-default" cudma's own defaults (the gather kernel on 8
+ * blocks, 32 KiB and more on the copy engine beside it: tuned for PCIe); "copy-engine" the
+ * copy engine alone (cudaMemcpyBatchAsync, 64 a call); "gather-all-264" every copy, 2 MiB
+ * too, through the gather kernel on 264 blocks.
  * On one GPU the copy is HBM to HBM (the copy engine or the gather kernel on that GPU): this is
  * same-GPU IPC, NOT NVLink; the NVLink numbers need two GPUs (nvidia-h200-x2).
  * Exits 77 without a GPU.
@@ -46,12 +48,12 @@ static const struct {
 	const char *name;
 	enum kvl_cudma_small small;
 	unsigned ctas;
-	uint64_t ce_min;
+	uint64_t ce_min, copy_min;
 } methods[] = {
-	{ "default", KVL_CUDMA_GATHER, 0, 0 },
-	{ "gather-264", KVL_CUDMA_GATHER, 264, UINT64_MAX },
-	{ "copy-engine", KVL_CUDMA_BATCH, 0, 0 },
-	{ "each", KVL_CUDMA_EACH, 0, 0 },
+	{ "runtime", KVL_CUDMA_GATHER, 0, 0, 0 },
+	{ "cudma-default", KVL_CUDMA_GATHER, 0, 0, 0 },
+	{ "copy-engine", KVL_CUDMA_BATCH, 0, 0, 0 },
+	{ "gather-all-264", KVL_CUDMA_GATHER, 264, UINT64_MAX, UINT64_MAX },
 };
 #define N_METHODS 4
 static_assert(sizeof(methods) / sizeof(methods[0]) == N_METHODS, "one column a method");
@@ -250,6 +252,7 @@ int main(int argc, char **argv)
 		eo.small = methods[m].small;
 		eo.gather_ctas = methods[m].ctas;
 		eo.ce_min = methods[m].ce_min;
+		eo.copy_min = methods[m].copy_min;
 		/* one connection at a time: a handle opens once per process */
 		EXPECT(kvl_ipc_conn_cuda(0, dst, len, NULL, &rs, 1, m == 0 ? NULL : &eo, &x, err,
 					 sizeof(err)) == 0,
