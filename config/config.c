@@ -63,6 +63,7 @@ struct section_def {
 
 static const char *const idle_names[] = { "poll", "yield", "hybrid", NULL };
 static const char *const transport_names[] = { "auto", "mlx5", "verbs", "tcp", NULL };
+static const char *const ipc_names[] = { "auto", "off", NULL };
 static const char *const tri_names[] = { "false", "true", "auto", NULL };
 static const char *const access_names[] = { "read", "write", "readwrite", NULL };
 static const char *const fill_names[] = { "zero", "pattern", NULL };
@@ -213,6 +214,7 @@ static const struct key_def nic_keys[] = {
 	K(NIC, queue_depth, KT_UINT, F_POW2, 16, 32768, NULL, "1024"),
 	K(NIC, numa_node, KT_INT_AUTO, 0, 0, 1023, NULL, "auto"),
 	K(NIC, data_port, KT_UINT, 0, 0, 65535, NULL, "0"),
+	K(NIC, ipc, KT_ENUM, 0, 0, 0, ipc_names, "auto"),
 	K(NIC, gpu, KT_GPU_SEL, 0, 0, KVL_MAX_GPU_INDEX, NULL, "auto"),
 };
 #undef NIC

@@ -72,6 +72,14 @@ struct kvl_nic_conf {
 	/* GPU paired with this NIC: "auto", "none", a GPU index ("0") in PCI-address order or
 	 * a PCI address, normalised ("0000:3b:00.0"); checked against the host at start */
 	char gpu[KVL_PCI_ADDR_LEN];
+	/* issue 20: a peer on this host whose GPU segments this NIC's GPU can reach is read
+	 * through CUDA IPC instead of this transport (KVL_IPC_AUTO), or never (KVL_IPC_OFF) */
+	int ipc;
+};
+
+enum kvl_ipc_mode {
+	KVL_IPC_AUTO = 0,
+	KVL_IPC_OFF = 1,
 };
 
 enum kvl_seg_access {

@@ -37,6 +37,9 @@
 	(1 + KVL_CTRL_NAME_LEN - 1 + 1 + KVL_CTRL_NAME_LEN - 1 + 1 + 1 + KVL_CTRL_LL_LEN - 1 + 3 + \
 	 16)
 
+/* IPC_SEGS: one segment (seg_id, seg_gen, uuid, handle, offset, length) */
+#define IPC_SEG_LEN (4 + 4 + KVL_GPU_UUID_LEN + KVL_IPC_HANDLE_LEN + 8 + 8)
+
 /*
  * Smallest and largest payload each type can have. Lets the decoder refuse an impossible
  * length from the header alone, before it waits for (or buffers) the payload.
@@ -64,6 +67,8 @@ static const struct {
 	[KVL_CTRL_QP_RESYNC] = { 20, 20 },
 	[KVL_CTRL_REQ_CANCEL] = { 12, 12 },
 	[KVL_CTRL_DOCTOR] = { 1 + 4, 1 + 4 + KVL_CTRL_MAX_EPS *LINK_MAX_LEN },
+	[KVL_CTRL_HOST] = { KVL_HOST_ID_LEN + 8 + 4, KVL_HOST_ID_LEN + 8 + 4 },
+	[KVL_CTRL_IPC_SEGS] = { 8 + 4, 8 + 4 + KVL_CTRL_MAX_SEGS *IPC_SEG_LEN },
 };
 
 _Static_assert(4 + KVL_CTRL_MAX_SEGS * SEG_MAX_LEN <= KVL_CTRL_MAX_PAYLOAD,
@@ -393,6 +398,17 @@ static int msg_check(const struct kvl_ctrl_msg *m)
 				return -KVL_CTRL_E_FIELD;
 		}
 		return 0;
+	case KVL_CTRL_IPC_SEGS:
+		if (m->u.ipc_segs.n > KVL_CTRL_MAX_SEGS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.ipc_segs.n; i++) {
+			const struct kvl_ctrl_ipc_seg *g = &m->u.ipc_segs.seg[i];
+
+			if (g->seg_id == 0 || g->length == 0 || g->offset + g->length < g->offset)
+				return -KVL_CTRL_E_FIELD;
+		}
+		return 0;
+	case KVL_CTRL_HOST:
 	case KVL_CTRL_AUTH:
 	case KVL_CTRL_AUTH_OK:
 	case KVL_CTRL_HEARTBEAT:
@@ -529,6 +545,26 @@ static int decode_payload(struct rd *r, struct kvl_ctrl_msg *m)
 			TRY(r_u32(r, &l->netdev_mtu));
 			TRY(r_u32(r, &l->ini_mtu));
 			TRY(r_u32(r, &l->rate_mbps));
+		}
+		return 0;
+	case KVL_CTRL_HOST:
+		TRY(r_bytes(r, m->u.host.host_id, KVL_HOST_ID_LEN));
+		TRY(r_u64(r, &m->u.host.incarnation));
+		return r_u32(r, &m->u.host.pid);
+	case KVL_CTRL_IPC_SEGS:
+		TRY(r_u64(r, &m->u.ipc_segs.incarnation));
+		TRY(r_u32(r, &m->u.ipc_segs.n));
+		if (m->u.ipc_segs.n > KVL_CTRL_MAX_SEGS)
+			return -KVL_CTRL_E_FIELD;
+		for (uint32_t i = 0; i < m->u.ipc_segs.n; i++) {
+			struct kvl_ctrl_ipc_seg *g = &m->u.ipc_segs.seg[i];
+
+			TRY(r_u32(r, &g->seg_id));
+			TRY(r_u32(r, &g->seg_gen));
+			TRY(r_bytes(r, g->gpu_uuid, KVL_GPU_UUID_LEN));
+			TRY(r_bytes(r, g->handle, KVL_IPC_HANDLE_LEN));
+			TRY(r_u64(r, &g->offset));
+			TRY(r_u64(r, &g->length));
 		}
 		return 0;
 	default:
@@ -710,6 +746,25 @@ static void encode_payload(struct wr *w, const struct kvl_ctrl_msg *m)
 			w_u32(w, l->rate_mbps);
 		}
 		break;
+	case KVL_CTRL_HOST:
+		w_bytes(w, m->u.host.host_id, KVL_HOST_ID_LEN);
+		w_u64(w, m->u.host.incarnation);
+		w_u32(w, m->u.host.pid);
+		break;
+	case KVL_CTRL_IPC_SEGS:
+		w_u64(w, m->u.ipc_segs.incarnation);
+		w_u32(w, m->u.ipc_segs.n);
+		for (uint32_t i = 0; i < m->u.ipc_segs.n; i++) {
+			const struct kvl_ctrl_ipc_seg *g = &m->u.ipc_segs.seg[i];
+
+			w_u32(w, g->seg_id);
+			w_u32(w, g->seg_gen);
+			w_bytes(w, g->gpu_uuid, KVL_GPU_UUID_LEN);
+			w_bytes(w, g->handle, KVL_IPC_HANDLE_LEN);
+			w_u64(w, g->offset);
+			w_u64(w, g->length);
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: no payload; unknown types were refused by msg_check */
 		break;
 	}
@@ -762,6 +817,8 @@ const char *kvl_ctrl_type_name(int type)
 		[KVL_CTRL_REQ_CANCEL] = "REQ_CANCEL",
 		[KVL_CTRL_DATA_CHALLENGE] = "DATA_CHALLENGE",
 		[KVL_CTRL_DOCTOR] = "DOCTOR",
+		[KVL_CTRL_HOST] = "HOST",
+		[KVL_CTRL_IPC_SEGS] = "IPC_SEGS",
 	};
 
 	return type >= 1 && type <= KVL_CTRL_TYPE_MAX ? names[type] : "?";

@@ -53,16 +53,29 @@
 /* 2: QP_RESYNC and REQ_CANCEL (a version 1 peer closed the connection on them). 3: the data
  * connection's own challenge (DATA_CHALLENGE; DATA_BIND carries conn_count). A frame of another
  * version is refused, and the log names both versions. */
-#define KVL_CTRL_VERSION     3
-#define KVL_CTRL_HDR_LEN     16
-#define KVL_CTRL_MAX_PAYLOAD (64u << 10)
-#define KVL_CTRL_NAME_LEN    64 /* names: runtime.name, NIC labels, segment names */
-#define KVL_CTRL_ADDR_LEN    80
-#define KVL_CTRL_TEXT_LEN    160
-#define KVL_NONCE_LEN	     32
-#define KVL_MAC_LEN	     32 /* HMAC-SHA256 */
-#define KVL_CTRL_MAX_SEGS    64
-#define KVL_CTRL_MAX_EPS     16
+#define KVL_CTRL_VERSION 3
+/*
+ * Feature levels above the frame version, negotiated in the handshake without changing the
+ * frames: a client offers HELLO max_version = KVL_CTRL_FEATURE_HOST (min_version stays 3, so
+ * an older server, which checks only that 3 is inside [min, max], answers CHALLENGE version 3);
+ * a server that knows the level answers CHALLENGE version = min(max_version, its own). Both
+ * proofs cover these fields. At level 4 both ends send HOST after authentication, and IPC_SEGS
+ * once they have the other's HOST; an older peer (level 3) is never sent either: its decoder
+ * would refuse the unknown type and close the connection.
+ */
+#define KVL_CTRL_FEATURE_HOST 4
+#define KVL_HOST_ID_LEN	      32
+#define KVL_IPC_HANDLE_LEN    64 /* CUipcMemHandle */
+#define KVL_GPU_UUID_LEN      16
+#define KVL_CTRL_HDR_LEN      16
+#define KVL_CTRL_MAX_PAYLOAD  (64u << 10)
+#define KVL_CTRL_NAME_LEN     64 /* names: runtime.name, NIC labels, segment names */
+#define KVL_CTRL_ADDR_LEN     80
+#define KVL_CTRL_TEXT_LEN     160
+#define KVL_NONCE_LEN	      32
+#define KVL_MAC_LEN	      32 /* HMAC-SHA256 */
+#define KVL_CTRL_MAX_SEGS     64
+#define KVL_CTRL_MAX_EPS      16
 
 enum kvl_ctrl_type {
 	KVL_CTRL_HELLO = 1,
@@ -85,7 +98,10 @@ enum kvl_ctrl_type {
 	KVL_CTRL_DATA_CHALLENGE =
 		18,	      /* data port: the accepting side's nonce for this connection */
 	KVL_CTRL_DOCTOR = 19, /* kvlane-doctor --peer: both ends' link facts (MTU, GID type...) */
-	KVL_CTRL_TYPE_MAX = 19,
+	/* Feature level KVL_CTRL_FEATURE_HOST (below) only: sent to a peer that negotiated it. */
+	KVL_CTRL_HOST = 20,	/* the sender's host identity and runtime incarnation */
+	KVL_CTRL_IPC_SEGS = 21, /* CUDA IPC handles of the sender's GPU segments (same host) */
+	KVL_CTRL_TYPE_MAX = 21,
 };
 
 /* Why a frame was refused: kvl_ctrl_decode() returns the negative of one of these. */
@@ -228,6 +244,23 @@ struct kvl_ctrl_msg {
 			uint64_t req;	 /* the sender's request handle */
 			uint32_t status; /* enum kvl_status: why (canceled) */
 		} req_cancel;
+		struct {
+			uint8_t host_id[KVL_HOST_ID_LEN]; /* kvl_host_id(): never a secret */
+			uint64_t incarnation; /* the sender runtime's, random at start */
+			uint32_t pid;	      /* CUDA IPC cannot open its own process's */
+		} host;
+		struct {
+			uint64_t incarnation; /* the sender runtime's (as in its HOST) */
+			uint32_t n; /* 0: nothing to export (another host, no GPU segment) */
+			struct kvl_ctrl_ipc_seg {
+				uint32_t seg_id;  /* as in SEGMENTS, >= 1 */
+				uint32_t seg_gen; /* bumped when the id's segment changes */
+				uint8_t gpu_uuid[KVL_GPU_UUID_LEN]; /* the device it lives on */
+				uint8_t handle[KVL_IPC_HANDLE_LEN]; /* of the allocation's base */
+				uint64_t offset; /* of the segment in that allocation */
+				uint64_t length; /* of the segment (== its SEGMENTS length) */
+			} seg[KVL_CTRL_MAX_SEGS];
+		} ipc_segs;
 		struct {
 			uint8_t reply; /* 0: kvlane-doctor asks (answer with yours), 1: the answer
 					*/

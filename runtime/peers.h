@@ -54,6 +54,12 @@ struct kvl_peer_pub {
 	int fail_status;
 	char fail_msg[KVL_CTRL_TEXT_LEN];
 	struct kvl_xport_stats base; /* counters of earlier peers of this slot: subtracted */
+	/* issue 20 (runtime/control/ipc.c): -1 not known (an older peer, or no HOST yet), 0
+	 * another host, 1 this host; whether its READs go over ipc here, else why not */
+	int8_t same_host;
+	bool ipc;
+	uint32_t ipc_segs; /* GPU segments it exported to us */
+	char ipc_why[KVL_CTRL_TEXT_LEN];
 };
 
 /*

@@ -537,8 +537,10 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	struct kvl_xport_stats st = { 0 };
 	uint64_t now = 0, last;
 	char addr[KVL_CTRL_ADDR_LEN], name[KVL_CTRL_NAME_LEN], why[KVL_CTRL_TEXT_LEN];
-	uint32_t conns, segs;
-	int state, fail;
+	char ipc_why[KVL_CTRL_TEXT_LEN];
+	uint32_t conns, segs, ipc_segs;
+	int state, fail, same_host;
+	bool ipc;
 
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
 		if (rt->nic[n].io)
@@ -553,6 +555,10 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	segs = pub->n_segs;
 	last = pub->last_rx_ns;
 	fail = pub->fail_status;
+	same_host = pub->same_host;
+	ipc = pub->ipc;
+	ipc_segs = pub->ipc_segs;
+	memcpy(ipc_why, pub->ipc_why, sizeof(ipc_why));
 	rte_spinlock_unlock(&pub->lock);
 	now = kvl_now_ns();
 	row_start(k);
@@ -572,6 +578,10 @@ static void peer_row(struct kvl_runtime *rt, uint32_t p, struct kvl_peer_pub *pu
 	put_u64(k, "served_bytes", st.served_bytes);
 	put_str(k, "fail_status", fail ? kvl_status_name(fail) : "");
 	put_str(k, "fail_reason", why);
+	/* issue 20: where the peer runs, and whether its READs go over CUDA IPC (else why) */
+	put_str(k, "same_host", same_host < 0 ? "unknown" : same_host ? "true" : "false");
+	put_str(k, "transport_ipc", ipc ? "ipc" : ipc_why);
+	put_int(k, "ipc_segments", (int)ipc_segs);
 }
 
 static void peers_rows(struct kvl_runtime *rt, struct sink *k)

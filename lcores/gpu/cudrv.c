@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* CUDA driver entry points through cudart: no link-time dependency on libcuda. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include <cuda_runtime_api.h>
@@ -24,6 +25,46 @@ static int resolve(const char *sym, void **fn)
 		return -1;
 	}
 	return 0;
+}
+
+/* CUDA IPC's calls: optional, so that a driver without one costs only the ipc transport
+ * (kvl_cudrv_ipc says which is missing), never the paths above. */
+static char ipc_missing[64];
+
+static void resolve_ipc(void)
+{
+	static const struct {
+		const char *sym;
+		size_t off;
+	} t[] = {
+		{ "cuIpcGetMemHandle", offsetof(struct kvl_cudrv, ipc_get_mem_handle) },
+		{ "cuIpcOpenMemHandle", offsetof(struct kvl_cudrv, ipc_open_mem_handle) },
+		{ "cuIpcCloseMemHandle", offsetof(struct kvl_cudrv, ipc_close_mem_handle) },
+		{ "cuMemGetAddressRange", offsetof(struct kvl_cudrv, mem_get_address_range) },
+		{ "cuDeviceGetUuid", offsetof(struct kvl_cudrv, device_get_uuid) },
+		{ "cuDeviceGetCount", offsetof(struct kvl_cudrv, device_get_count) },
+		{ "cuDeviceCanAccessPeer", offsetof(struct kvl_cudrv, device_can_access_peer) },
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+		void **fn = (void **)((char *)&drv + t[i].off);
+
+		if (cudaGetDriverEntryPointByVersion(t[i].sym, fn, 12000, cudaEnableDefault, &q) !=
+			    cudaSuccess ||
+		    q != cudaDriverEntryPointSuccess || *fn == NULL) {
+			*fn = NULL;
+			cudaGetLastError();
+			if (ipc_missing[0] == '\0')
+				snprintf(ipc_missing, sizeof(ipc_missing), "%s", t[i].sym);
+		}
+	}
+}
+
+const char *kvl_cudrv_ipc(const struct kvl_cudrv *d)
+{
+	(void)d;
+	return ipc_missing[0] ? ipc_missing : NULL;
 }
 
 const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen)
@@ -63,6 +104,7 @@ const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen)
 			drv_state = -1;
 		} else {
 			drv_state = 1;
+			resolve_ipc();
 		}
 	}
 	if (drv_state < 0) {

@@ -36,11 +36,23 @@ struct kvl_cudrv {
 	CUresult (*event_record)(CUevent, CUstream);
 	CUresult (*event_query)(CUevent);
 	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
+	/* CUDA IPC between processes of one host (runtime/ipc.c): optional, NULL when the
+	 * driver lacks one (kvl_cudrv_ipc) */
+	CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
+	CUresult (*ipc_open_mem_handle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+	CUresult (*ipc_close_mem_handle)(CUdeviceptr);
+	CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+	CUresult (*device_get_uuid)(CUuuid *, CUdevice);
+	CUresult (*device_get_count)(int *);
+	CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
 };
 
 /* Resolve them once (later calls return the same table). Returns NULL with a message naming
  * the cause (no driver, no device, a function the driver lacks). */
 const struct kvl_cudrv *kvl_cudrv_get(char *err, size_t errlen);
+
+/* NULL when every CUDA IPC call above resolved, else the name of the first that did not. */
+const char *kvl_cudrv_ipc(const struct kvl_cudrv *d);
 
 /* The driver's words for @r ("CUDA_ERROR_NOT_SUPPORTED: operation not supported"). */
 const char *kvl_cudrv_strerror(CUresult r);

@@ -242,8 +242,12 @@ void kvl_cudma_free(struct kvl_cudma_conn *c)
 	free(c);
 }
 
-int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
-			 uint32_t flags, char *err, size_t errlen)
+/*
+ * Add remote segment @id: page-locked host memory CUDA knows (@gpu false) or GPU memory this
+ * process can address (@gpu true). 0, or a negative errno with why in @err.
+ */
+static int add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+		      uint32_t flags, bool gpu, char *err, size_t errlen)
 {
 	struct cudaPointerAttributes a;
 	cudaError_t ce;
@@ -259,17 +263,18 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 			return -EEXIST;
 		}
 	ce = cudaPointerGetAttributes(&a, base);
-	if (ce != cudaSuccess || a.type != cudaMemoryTypeHost) {
-		snprintf(err, errlen,
-			 "cudma: remote segment %u at %p is not page-locked host memory CUDA knows "
-			 "(cudaHostAlloc or cudaHostRegister it first)%s%s",
-			 id, base, ce != cudaSuccess ? ": " : "",
+	if (ce != cudaSuccess || a.type != (gpu ? cudaMemoryTypeDevice : cudaMemoryTypeHost)) {
+		snprintf(err, errlen, "cudma: remote segment %u at %p is not %s%s%s", id, base,
+			 gpu ? "GPU memory"
+			     : "page-locked host memory CUDA knows (cudaHostAlloc or "
+			       "cudaHostRegister it first)",
+			 ce != cudaSuccess ? ": " : "",
 			 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
 		cudaGetLastError();
 		return -EINVAL;
 	}
 	/* The gather kernel dereferences the host address itself: it must be the GPU's too. */
-	if (a.devicePointer != base) {
+	if (!gpu && a.devicePointer != base) {
 		snprintf(err, errlen,
 			 "cudma: remote segment %u at %p is mapped at %p on the GPU; only memory "
 			 "with one address on both sides is supported",
@@ -279,6 +284,27 @@ int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint
 	c->remote[c->n_remote++].s =
 		(struct kvl_seg){ .base = base, .len = len, .id = id, .flags = flags };
 	return 0;
+}
+
+int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			 uint32_t flags, char *err, size_t errlen)
+{
+	return add_remote(c, id, base, len, flags, false, err, errlen);
+}
+
+int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			     uint32_t flags, char *err, size_t errlen)
+{
+	return add_remote(c, id, base, len, flags, true, err, errlen);
+}
+
+void kvl_cudma_del_remote(struct kvl_cudma_conn *c, uint32_t id)
+{
+	for (unsigned i = 0; i < c->n_remote; i++)
+		if (c->remote[i].s.id == id) {
+			c->remote[i] = c->remote[--c->n_remote];
+			return;
+		}
 }
 
 int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
@@ -320,6 +346,11 @@ static bool local_ok(const struct kvl_cudma_conn *c, const void *p, uint64_t len
 		    len <= c->local[i].len - (a - c->local[i].base))
 			return true;
 	return false;
+}
+
+bool kvl_cudma_has_local(const struct kvl_cudma_conn *c, const void *p, uint64_t len)
+{
+	return local_ok(c, p, len);
 }
 
 int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr)

@@ -3,6 +3,7 @@
 #ifndef KVL_LCORES_XPORT_CUDMA_H
 #define KVL_LCORES_XPORT_CUDMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,6 +98,15 @@ void kvl_cudma_free(struct kvl_cudma_conn *c);
  * cudaHostRegister, mapped), addressed by peers as @id with @flags (enum kvl_seg_flags). */
 int kvl_cudma_add_remote(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
 			 uint32_t flags, char *err, size_t errlen);
+/* A remote segment in GPU memory this process can address: another process's VRAM opened by
+ * CUDA IPC (lcores/xport/xport_ipc.c) on this device or a peer-accessible one. Copies from it
+ * are device to device. del_remote: later posts of @id are refused (what was posted keeps
+ * the address it resolved). */
+int kvl_cudma_add_remote_gpu(struct kvl_cudma_conn *c, uint32_t id, void *base, uint64_t len,
+			     uint32_t flags, char *err, size_t errlen);
+void kvl_cudma_del_remote(struct kvl_cudma_conn *c, uint32_t id);
+/* Whether [@p, @p + @len) is inside a local segment already added. */
+bool kvl_cudma_has_local(const struct kvl_cudma_conn *c, const void *p, uint64_t len);
 /* A local segment: GPU memory on the transport's device (cudaMalloc). */
 int kvl_cudma_add_local(struct kvl_cudma_conn *c, void *base, uint64_t len, char *err,
 			size_t errlen);

@@ -717,6 +717,7 @@ int kvl_control_start(struct kvl_runtime *rt, char *err, size_t errlen)
 				     errlen);
 	if (rc == 0)
 		rc = kvl_ctl_tls_init(c, err, errlen);
+	kvl_ctl_ipc_init(c); /* host id, incarnation (issue 20) */
 	fault(c->bad_rkey, sizeof(c->bad_rkey), "KVLANE_TEST_BAD_RKEY", "a wrong rkey");
 	fault(c->bad_len, sizeof(c->bad_len), "KVLANE_TEST_BAD_LEN", "twice their length");
 	if (rc == 0)

@@ -19,6 +19,7 @@
 #include "peers.h"
 #include "runtime.h"
 #include "verbs.h"
+#include "xport_ipc.h"
 
 #define MAX_PENDING 128 /* data connections being bound, both ways */
 /* Of those, accepted ones not bound yet: the rest stays for our own outgoing connections,
@@ -136,6 +137,16 @@ struct peer {
 		uint32_t conn_index;
 	} vpend[KVL_PEER_MAX_CONNS];
 	unsigned n_vpend;
+	/* issue 20 (ipc.c): the feature level both ends speak (handshake), the peer's HOST,
+	 * and the GPU segments it exported (IPC_SEGS) */
+	uint16_t level;
+	bool got_host, got_ipc;
+	uint8_t host_id[KVL_HOST_ID_LEN];
+	uint64_t incarnation;
+	uint32_t pid;
+	struct kvl_ipc_rseg ipc_seg[KVL_CTRL_MAX_SEGS];
+	uint32_t n_ipc;
+	bool ipc_nic[KVL_MAX_NICS]; /* its connection on that NIC is ipc (no other there) */
 };
 
 /* A peer the cluster's watch saw leave (runtime/cluster.c): failed as a missed heartbeat
@@ -188,6 +199,10 @@ struct kvl_control {
 	struct gone gone[MAX_GONE]; /* under @lock */
 	unsigned n_gone;
 	struct doctor_wait *doc; /* kvl_control_doctor() waiting, or NULL */
+	/* issue 20: this host's identity and this runtime's incarnation (ipc.c) */
+	uint8_t host_id[KVL_HOST_ID_LEN];
+	uint64_t incarnation;
+	uint64_t ipc_refused; /* IPC_SEGS not taken: another host, a stale incarnation */
 };
 
 /* sockets.c */
@@ -272,6 +287,17 @@ ssize_t kvl_ctl_recv(int fd, SSL *ssl, void *buf, size_t len);
 ssize_t kvl_ctl_send(int fd, SSL *ssl, const void *buf, size_t len);
 bool kvl_ctl_tls_pending(SSL *ssl); /* decrypted bytes wait inside TLS (poll() cannot tell) */
 void kvl_ctl_tls_close(SSL *ssl);   /* free (NULL is fine); the fd stays the caller's */
+
+/* ipc.c (issue 20): HOST after authentication at level 4, the peer's HOST and IPC_SEGS, our
+ * IPC_SEGS to a peer on this host (n = 0 to any other), and the ipc connections of a client. */
+void kvl_ctl_ipc_init(struct kvl_control *c);
+void kvl_ctl_send_host(struct kvl_control *c, uint32_t p);
+void kvl_ctl_send_ipc_segs(struct kvl_control *c, uint32_t p);
+void kvl_ctl_on_host(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+void kvl_ctl_on_ipc_segs(struct kvl_control *c, uint32_t p, const struct kvl_ctrl_msg *m);
+/* Client, opening data connections: NIC @nic's ipc connection for peer @p into *@x (1), or 0
+ * with pub->ipc_why saying why not (the NIC's own transport then serves the peer). */
+int kvl_ctl_ipc_conn(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl_xconn *x);
 
 /* handshake.c */
 void kvl_ctl_client_hello(struct kvl_control *c, uint32_t p);

@@ -55,6 +55,9 @@ void kvl_ctl_send_segments(struct kvl_control *c, uint32_t p)
 	c->peer[p].segs_version_sent = kvl_segs_visit(&c->rt->segs, add_seg_desc, &w);
 	kvl_ctl_send_msg(c, p, m);
 	free(m);
+	/* and their handles, to a peer on this host: a freed segment leaves both */
+	if (c->pub[p].state != KVL_PEER_DEAD)
+		kvl_ctl_send_ipc_segs(c, p);
 }
 
 void kvl_ctl_send_endpoints(struct kvl_control *c, uint32_t p)
@@ -115,11 +118,19 @@ static void open_data(struct kvl_control *c, uint32_t p)
 	struct kvl_runtime *rt = c->rt;
 	struct peer *pr = &c->peer[p];
 	uint32_t idx = 0, ep = 0;
+	struct kvl_xconn ipc[KVL_MAX_NICS] = { 0 };
 
 	kvl_ctl_set_state(c, p, KVL_PEER_BINDING);
 	for (unsigned n = 0; n < rt->cfg.n_nics; n++) {
 		const struct kvl_nic_conf *nc = &rt->cfg.nics[n];
 		struct in_addr src;
+
+		/* a peer on this host with its GPU segments exported: one ipc connection on
+		 * this NIC's lcore instead of its transport's (given once the count is known) */
+		if (kvl_ctl_ipc_conn(c, p, n, &ipc[n])) {
+			idx++;
+			continue;
+		}
 
 		if (kvl_ctl_is_rdma(rt, n)) {
 			/* One QP per connection; the server picks its NIC of our label. */
@@ -189,6 +200,9 @@ static void open_data(struct kvl_control *c, uint32_t p)
 	}
 	pr->want_conns = idx;
 	pr->bound_conns = 0;
+	for (unsigned n = 0; n < rt->cfg.n_nics; n++)
+		if (ipc[n].ops != NULL && kvl_ctl_give_to_lcore(c, p, n, ipc[n]) < 0)
+			return; /* failed the peer, freed the connection */
 	if (idx == 0)
 		kvl_ctl_peer_fail(
 			c, p, KVL_ERR_CONN_LOST,
@@ -200,6 +214,9 @@ static void maybe_exchanged(struct kvl_control *c, uint32_t p)
 	struct peer *pr = &c->peer[p];
 
 	if (c->pub[p].state != KVL_PEER_EXCHANGE || !pr->got_segs || !pr->got_eps)
+		return;
+	/* level 4: the client waits for the peer's IPC_SEGS (its answer to our HOST) */
+	if (c->pub[p].initiator && pr->level >= KVL_CTRL_FEATURE_HOST && !pr->got_ipc)
 		return;
 	if (c->pub[p].initiator)
 		open_data(c, p);
@@ -280,6 +297,14 @@ void kvl_ctl_exchange_msg(struct kvl_control *c, uint32_t p, struct kvl_ctrl_msg
 		break;
 	case KVL_CTRL_DOCTOR:
 		kvl_ctl_on_doctor(c, p, m);
+		break;
+	case KVL_CTRL_HOST:
+		kvl_ctl_on_host(c, p, m);
+		break;
+	case KVL_CTRL_IPC_SEGS:
+		kvl_ctl_on_ipc_segs(c, p, m);
+		if (c->pub[p].state == KVL_PEER_EXCHANGE)
+			maybe_exchanged(c, p);
 		break;
 	case KVL_CTRL_BYE:
 		/* A clean goodbye: what was in flight with it is canceled, not lost. */

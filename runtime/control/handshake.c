@@ -15,7 +15,8 @@ void kvl_ctl_client_hello(struct kvl_control *c, uint32_t p)
 	memset(&pr->hello, 0, sizeof(pr->hello));
 	pr->hello.type = KVL_CTRL_HELLO;
 	pr->hello.u.hello.min_version = KVL_CTRL_VERSION;
-	pr->hello.u.hello.max_version = KVL_CTRL_VERSION;
+	/* feature level 4 (HOST, IPC_SEGS) offered; frames stay version 3 (ctrl_proto.h) */
+	pr->hello.u.hello.max_version = KVL_CTRL_FEATURE_HOST;
 	snprintf(pr->hello.u.hello.name, sizeof(pr->hello.u.hello.name), "%s",
 		 c->rt->cfg.runtime.name);
 	if (kvl_random(pr->hello.u.hello.nonce, KVL_NONCE_LEN) < 0) {
@@ -33,6 +34,9 @@ static void authenticated(struct kvl_control *c, uint32_t p)
 
 	kvl_ctl_set_state(c, p, KVL_PEER_EXCHANGE);
 	pr->next_hb_ns = t;
+	kvl_ctl_send_host(c, p); /* level 4 only; first: the peer answers it with IPC_SEGS */
+	if (c->pub[p].state != KVL_PEER_EXCHANGE)
+		return;
 	/* Each send may fail the peer (a message that cannot be built or queued): then the
 	 * rest is not sent, and it is not called authenticated in the log. */
 	kvl_ctl_send_segments(c, p);
@@ -59,6 +63,9 @@ void kvl_ctl_handshake_client(struct kvl_control *c, uint32_t p, struct kvl_ctrl
 	if (m->type == KVL_CTRL_CHALLENGE && pr->challenge.type == 0) {
 		pr->challenge = *m;
 		pr->session_id = m->u.challenge.session_id;
+		/* the level the server chose, never above what we offered */
+		pr->level = m->u.challenge.version < KVL_CTRL_FEATURE_HOST ? m->u.challenge.version
+									   : KVL_CTRL_FEATURE_HOST;
 		rte_spinlock_lock(&pub->lock);
 		memcpy(pub->name, m->u.challenge.name, sizeof(pub->name));
 		rte_spinlock_unlock(&pub->lock);
@@ -110,7 +117,10 @@ void kvl_ctl_handshake_server(struct kvl_control *c, uint32_t p, struct kvl_ctrl
 		}
 		memset(&pr->challenge, 0, sizeof(pr->challenge));
 		pr->challenge.type = KVL_CTRL_CHALLENGE;
-		pr->challenge.u.challenge.version = KVL_CTRL_VERSION;
+		/* 3, or the feature level both know (an older client offers 3 only) */
+		pr->level = m->u.hello.max_version < KVL_CTRL_FEATURE_HOST ? KVL_CTRL_VERSION
+									   : KVL_CTRL_FEATURE_HOST;
+		pr->challenge.u.challenge.version = pr->level;
 		snprintf(pr->challenge.u.challenge.name, sizeof(pr->challenge.u.challenge.name),
 			 "%s", c->rt->cfg.runtime.name);
 		if (kvl_random(pr->challenge.u.challenge.nonce, KVL_NONCE_LEN) < 0 ||

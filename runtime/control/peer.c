@@ -105,6 +105,10 @@ void kvl_ctl_peer_reset(struct kvl_control *c, uint32_t p, const char *addr, boo
 		pub->last_rx_ns = kvl_now_ns();
 		pub->rtt_us = 0;
 		pub->heartbeats_rx = 0;
+		pub->same_host = -1;
+		pub->ipc = false;
+		pub->ipc_segs = 0;
+		pub->ipc_why[0] = '\0';
 		rte_spinlock_unlock(&pub->lock);
 		free(pr->tx);
 		kvl_ctl_tls_close(pr->ssl); /* NULL unless the slot was never failed */

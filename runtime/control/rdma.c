@@ -144,7 +144,8 @@ void kvl_ctl_refresh_remote(struct kvl_control *c, uint32_t p)
 					.gen = conn[i].gen };
 		struct kvl_verbs_rseg *rs;
 
-		if (!kvl_ctl_is_rdma(c->rt, nic))
+		/* an ipc connection there takes IPC_SEGS' tables, not rkeys (control/ipc.c) */
+		if (!kvl_ctl_is_rdma(c->rt, nic) || c->peer[p].ipc_nic[nic])
 			continue;
 		rs = calloc(KVL_CTRL_MAX_SEGS, sizeof(*rs));
 		if (rs == NULL)

@@ -21,6 +21,11 @@
  * against the pattern, a DONE write. Then /kvlane/stats (the bounce counters) through the
  * telemetry socket, and a BENCH line: the NIC lcore thread's CPU time per GiB moved
  * (/proc/self/task/TID/stat of the lcore), and the process's (getrusage).
+ *   ipc_staging, ipc_dest (issue 20): the same two, the peer's segment in its VRAM (memory = gpu,
+ *            [gpu] enable): the peer is on this host, so the control path hands this process
+ *            CUDA IPC handles and the NIC lcore reads over the ipc transport (the copy engine,
+ *            GPU to GPU: on one GPU an HBM copy, not NVLink) instead of tcp; /kvlane/peers
+ *            must say transport_ipc "ipc", and tcp's bounce must have moved nothing.
  * Exits 77 (skipped) without a GPU.
  */
 #include <dirent.h>
@@ -399,7 +404,8 @@ int main(int argc, char **argv)
 {
 	static char srv_ini[2048], cli_ini[2048], out[65536];
 	const char *kvlaned = argc > 1 ? argv[1] : NULL, *mode = argc > 2 ? argv[2] : "staging";
-	bool dest = strcmp(mode, "dest") == 0, host = strcmp(mode, "host") == 0;
+	bool ipc = strncmp(mode, "ipc_", 4) == 0;
+	bool dest = strcmp(mode + (ipc ? 4 : 0), "dest") == 0, host = strcmp(mode, "host") == 0;
 	struct kvl_remote_seg rs[8];
 	struct kvl_segment cache_seg;
 	struct kvl_req_desc d;
@@ -419,8 +425,8 @@ int main(int argc, char **argv)
 	int stage = 0, n, end_status = -1;
 	FILE *f;
 
-	if (kvlaned == NULL || (!dest && !host && strcmp(mode, "staging") != 0)) {
-		printf("usage: %s KVLANED staging|dest|host\n", argv[0]);
+	if (kvlaned == NULL || (!dest && !host && strcmp(mode + (ipc ? 4 : 0), "staging") != 0)) {
+		printf("usage: %s KVLANED staging|dest|host|ipc_staging|ipc_dest\n", argv[0]);
 		return 2;
 	}
 	if (!host && gpu_test_devices() == 0)
@@ -435,14 +441,15 @@ int main(int argc, char **argv)
 	fclose(f);
 	EXPECT(chmod(secret, 0600) == 0, "chmod %s", secret);
 
-	/* the peer: host memory only, its segment's bytes are the pattern of SEED */
+	/* the peer: host memory only (ipc: its VRAM), its segment's bytes the pattern of SEED */
 	snprintf(srv_ini, sizeof(srv_ini),
 		 "[runtime]\nname = tcpvram-peer\nidle_policy = poll\n"
-		 "[nic.lo]\ndevice = lo\ntransport = tcp\n"
+		 "[nic.lo]\ndevice = lo\ntransport = tcp\n%s"
 		 "[segment.kv]\nlayers = 1\nplanes = 1\nblocks = %u\nblock_bytes = %u\n"
-		 "access = read\nfill = pattern\npattern_seed = %u\n"
+		 "access = read\nfill = pattern\npattern_seed = %u\n%s"
 		 "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n",
-		 N_BLOCKS, BLOCK, SEED, secret);
+		 ipc ? "[gpu]\nenable = true\ndevice_id = 0\nvram_reserve_mb = 2048\n" : "",
+		 N_BLOCKS, BLOCK, SEED, ipc ? "memory = gpu\n" : "", secret);
 	snprintf(log, sizeof(log), "%s/peer.log", gpu_rt_tmp);
 	start_server(kvlaned, gpu_rt_write_ini("peer.ini", srv_ini), log, addr, sizeof(addr));
 	printf("peer kvlaned at %s\n", addr);
@@ -458,7 +465,8 @@ int main(int argc, char **argv)
 		 /* the configuration check counts staging against the pool even in VRAM;
 		  * 16 MiB more for the bounce buffers of the NIC's 2 data connections */
 		 host ? "false" : "true", dest ? 64u : 320u, dest ? 16u : 256u,
-		 dest || host ? "host" : "gpu", secret);
+		 /* ipc reads only with VRAM staging (its copy engine's), also for dest */
+		 (dest && !ipc) || host ? "host" : "gpu", secret);
 	rt = gpu_rt_start(gpu_rt_write_ini("client.ini", cli_ini), NULL, 0, err, sizeof(err),
 			  &stage);
 	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
@@ -473,7 +481,8 @@ int main(int argc, char **argv)
 	printf("/kvlane/sched: %.300s\n", out);
 	/* (checked on this reply, before the next one takes the buffer: the H200 run of
 	 * 2026-12-01 failed here when it read /kvlane/nics's instead) */
-	EXPECT(strstr(out, dest || host ? "\"staging\":[\"host\"]" : "\"staging\":[\"gpu\"]"),
+	EXPECT(strstr(out,
+		      (dest && !ipc) || host ? "\"staging\":[\"host\"]" : "\"staging\":[\"gpu\"]"),
 	       "staging not where the INI put it: %.1500s", out);
 	gpu_rt_tel("/kvlane/nics", out, sizeof(out));
 	EXPECT(strstr(out,
@@ -481,6 +490,14 @@ int main(int argc, char **argv)
 	       "/kvlane/nics tcp_vram: %.1500s", out);
 	if (host)
 		return run_host(rt, peer, seg_id);
+	if (ipc) {
+		gpu_rt_tel("/kvlane/peers", out, sizeof(out));
+		printf("/kvlane/peers: %.600s\n", out);
+		EXPECT(strstr(out, "\"same_host\":[\"true\"]") != NULL,
+		       "the peer kvlaned is not seen on this host: %.1500s", out);
+		EXPECT(strstr(out, "\"transport_ipc\":[\"ipc\"]") != NULL,
+		       "the peer is not read over ipc: %.1500s", out);
+	}
 
 	if (dest) {
 		/* the engine's cache: a scattered slot per block, each followed by a guard */
@@ -520,7 +537,7 @@ int main(int argc, char **argv)
 	{
 		int rc = kvl_req_open(rt, peer, &d, &req);
 
-		EXPECT(rc == 0, "kvl_req_open over tcp into %s: %d (%s)",
+		EXPECT(rc == 0, "kvl_req_open over %s into %s: %d (%s)", ipc ? "ipc" : "tcp",
 		       dest ? "GPU destinations" : "VRAM staging", rc, kvl_req_error());
 	}
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
@@ -560,10 +577,11 @@ int main(int argc, char **argv)
 		       "the GPU checked %llu bytes of %llu", h.checked,
 		       (unsigned long long)N_BLOCKS * BLOCK);
 		EXPECT(h.bad == 0, "%llu words differ from the pattern", h.bad);
-		printf("%u blocks (%llu bytes) over tcp into %s, checked on the GPU behind READY "
+		printf("%u blocks (%llu bytes) over %s into %s, checked on the GPU behind READY "
 		       "flags, 0 bad; open to DONE in %.3f s (%.2f GB/s with the checks)\n",
-		       N_BLOCKS, h.checked, dest ? "engine-owned GPU destinations" : "VRAM staging",
-		       t_end - t0, h.checked / (t_end - t0) / 1e9);
+		       N_BLOCKS, h.checked, ipc ? "ipc (same-GPU CUDA IPC)" : "tcp",
+		       dest ? "engine-owned GPU destinations" : "VRAM staging", t_end - t0,
+		       h.checked / (t_end - t0) / 1e9);
 		if (dest) {
 			EXPECT(h.guard_checked == LEAD + (uint64_t)N_BLOCKS * GUARD,
 			       "guard bytes checked %llu", h.guard_checked);
@@ -586,17 +604,31 @@ int main(int argc, char **argv)
 		       "gpu_copies_done %lld, gpu_copy_ns %lld, gpu_bounce_waits %lld, "
 		       "failed/gpu_memory %lld\n",
 		       bb, cp, cd, ns, w, fg);
-		EXPECT(bb >= (long long)N_BLOCKS * BLOCK, "bounce bytes %lld < 1 GiB", bb);
-		EXPECT(cp > 0 && cp == cd, "copies %lld, done %lld", cp, cd);
-		EXPECT(ns > 0 && fg == 0, "copy time %lld ns, gpu-memory failures %lld", ns, fg);
+		if (!ipc) {
+			EXPECT(bb >= (long long)N_BLOCKS * BLOCK, "bounce bytes %lld < 1 GiB", bb);
+			EXPECT(cp > 0 && cp == cd, "copies %lld, done %lld", cp, cd);
+			EXPECT(ns > 0 && fg == 0, "copy time %lld ns, gpu-memory failures %lld", ns,
+			       fg);
+		} else {
+			/* nothing went over tcp; the peer's row counts what ipc read */
+			EXPECT(bb <= 0 && cp <= 0, "tcp's bounce moved %lld bytes in %lld copies",
+			       bb, cp);
+			gpu_rt_tel("/kvlane/peers", out, sizeof(out));
+			EXPECT(tel_num(out, "bytes_read") >= (long long)N_BLOCKS * BLOCK,
+			       "/kvlane/peers bytes_read %lld < 1 GiB: %.1500s",
+			       tel_num(out, "bytes_read"), out);
+			printf("/kvlane/peers: bytes_read %lld over ipc\n",
+			       tel_num(out, "bytes_read"));
+		}
 	}
 	CK(cudaStreamDestroy(st));
 	kvl_stop(rt);
 	if (cache != NULL)
 		CK(cudaFree(cache));
 	stop_server();
-	printf("PASS: tcp_vram %s (1 GiB over tcp from a second kvlaned into %s, every byte "
+	printf("PASS: tcp_vram %s (1 GiB over %s from a second kvlaned into %s, every byte "
 	       "checked on the GPU)\n",
-	       mode, dest ? "engine-owned GPU destinations, guards intact" : "VRAM staging");
+	       mode, ipc ? "ipc" : "tcp",
+	       dest ? "engine-owned GPU destinations, guards intact" : "VRAM staging");
 	return 0;
 }

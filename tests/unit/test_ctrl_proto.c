@@ -162,6 +162,28 @@ static void fill(struct kvl_ctrl_msg *x, int type)
 			l->rate_mbps = 400000 + i;
 		}
 		break;
+	case KVL_CTRL_HOST:
+		for (int i = 0; i < KVL_HOST_ID_LEN; i++)
+			x->u.host.host_id[i] = (uint8_t)(0x90 + i);
+		x->u.host.incarnation = 0x1122334455667788ull;
+		x->u.host.pid = 0xfffffffeu;
+		break;
+	case KVL_CTRL_IPC_SEGS: /* every segment, every byte of each handle */
+		x->u.ipc_segs.incarnation = 0x8877665544332211ull;
+		x->u.ipc_segs.n = KVL_CTRL_MAX_SEGS;
+		for (uint32_t i = 0; i < KVL_CTRL_MAX_SEGS; i++) {
+			struct kvl_ctrl_ipc_seg *g = &x->u.ipc_segs.seg[i];
+
+			g->seg_id = i + 1;
+			g->seg_gen = 0xf0000000u + i;
+			for (int k = 0; k < KVL_GPU_UUID_LEN; k++)
+				g->gpu_uuid[k] = (uint8_t)(i * 7 + k);
+			for (int k = 0; k < KVL_IPC_HANDLE_LEN; k++)
+				g->handle[k] = (uint8_t)(i * 13 + k);
+			g->offset = (uint64_t)i << 21;
+			g->length = (1ull << 40) + i;
+		}
+		break;
 	default: /* DATA_BIND_OK, BYE: header only */
 		break;
 	}
@@ -764,16 +786,31 @@ static void test_segments(void)
 
 static void test_names(void)
 {
-	static const char *const types[] = {
-		"?",	     "HELLO",	      "CHALLENGE",	"AUTH",
-		"AUTH_OK",   "AUTH_FAIL",     "SEGMENTS",	"ENDPOINTS",
-		"HEARTBEAT", "HEARTBEAT_ACK", "DATA_BIND",	"DATA_BIND_OK",
-		"ERROR",     "BYE",	      "QP_INFO",	"RKEYS",
-		"QP_RESYNC", "REQ_CANCEL",    "DATA_CHALLENGE", "DOCTOR",
-		"?"
-	};
+	static const char *const types[] = { "?",
+					     "HELLO",
+					     "CHALLENGE",
+					     "AUTH",
+					     "AUTH_OK",
+					     "AUTH_FAIL",
+					     "SEGMENTS",
+					     "ENDPOINTS",
+					     "HEARTBEAT",
+					     "HEARTBEAT_ACK",
+					     "DATA_BIND",
+					     "DATA_BIND_OK",
+					     "ERROR",
+					     "BYE",
+					     "QP_INFO",
+					     "RKEYS",
+					     "QP_RESYNC",
+					     "REQ_CANCEL",
+					     "DATA_CHALLENGE",
+					     "DOCTOR",
+					     "HOST",
+					     "IPC_SEGS",
+					     "?" };
 
-	for (int t = 0; t <= 20; t++)
+	for (int t = 0; t <= 22; t++)
 		CHECK_STR(kvl_ctrl_type_name(t), types[t]);
 	CHECK_STR(kvl_ctrl_type_name(-1), "?");
 	CHECK_STR(kvl_ctrl_type_name(0x10000 + 1), "?");
@@ -1233,6 +1270,48 @@ static int write_corpus(const char *dir)
 	return 0;
 }
 
+/* HOST and IPC_SEGS (feature level 4): what a garbled or hostile one gets. */
+static void test_ipc_msgs(void)
+{
+	static uint8_t f[sizeof(fb)];
+	uint8_t p[64] = { 0 };
+	int n;
+
+	/* a segment id 0, a zero length, an offset + length past 2^64: not encoded, not decoded
+	 */
+	fill(&m, KVL_CTRL_IPC_SEGS);
+	m.u.ipc_segs.seg[5].seg_id = 0;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_IPC_SEGS);
+	m.u.ipc_segs.seg[63].length = 0;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_IPC_SEGS);
+	m.u.ipc_segs.seg[0].offset = UINT64_MAX - 4;
+	CHECK_INT(enc(&m), -EINVAL);
+	fill(&m, KVL_CTRL_IPC_SEGS);
+	m.u.ipc_segs.n = KVL_CTRL_MAX_SEGS + 1;
+	CHECK_INT(enc(&m), -EINVAL);
+	/* the same on the wire: a valid frame, then its first segment id zeroed */
+	fill(&m, KVL_CTRL_IPC_SEGS);
+	n = enc(&m);
+	CHECK(n > KVL_CTRL_HDR_LEN + 12);
+	memcpy(f, fb, (size_t)n);
+	memset(f + KVL_CTRL_HDR_LEN + 12, 0, 4);
+	CHECK_INT(dec(f, (size_t)n), -KVL_CTRL_E_FIELD);
+	/* a count over the maximum, before any segment is read */
+	memcpy(f, fb, (size_t)n);
+	put32(f + KVL_CTRL_HDR_LEN + 8, KVL_CTRL_MAX_SEGS + 1);
+	CHECK_INT(dec(f, (size_t)n), -KVL_CTRL_E_FIELD);
+	/* HOST: exactly 44 bytes; one short or one over is refused from the header */
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HOST, 43, p, 43);
+	CHECK_INT(dec(f, KVL_CTRL_HDR_LEN + 43), -KVL_CTRL_E_LENGTH);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HOST, 45, p, 45);
+	CHECK_INT(dec(f, KVL_CTRL_HDR_LEN + 45), -KVL_CTRL_E_LENGTH);
+	raw(f, KVL_CTRL_MAGIC, KVL_CTRL_VERSION, KVL_CTRL_HOST, 44, p, 44);
+	CHECK_INT(dec(f, KVL_CTRL_HDR_LEN + 44), 1);
+	CHECK_STR(kvl_ctrl_type_name(KVL_CTRL_IPC_SEGS), "IPC_SEGS");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0)
@@ -1244,6 +1323,7 @@ int main(int argc, char **argv)
 	test_length_mismatch();
 	test_field_refusals();
 	test_segments();
+	test_ipc_msgs();
 	test_names();
 	test_auth();
 	test_secret();
