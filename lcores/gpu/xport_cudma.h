@@ -84,6 +84,10 @@ struct kvl_cudma_stats {
 	uint64_t launches;	/* gather kernels or cudaMemcpyBatchAsync calls */
 	uint64_t ce_shared;	/* small copies given to the copy engine beside a gather */
 	uint64_t auto_engine, auto_gather; /* AUTO: batches that went each way */
+	/* batches with small copies, by where those went, whatever the method: the gather
+	 * kernel (its ce_min / ce_share part on the engine beside it counts here), or the copy
+	 * engine alone (cudaMemcpyBatchAsync) */
+	uint64_t batches_gather, batches_engine;
 	uint64_t cuda_errors;
 	char last_cuda_error[96];
 };
