@@ -405,14 +405,11 @@ int main(int argc, char **argv)
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
 	char err[2048], addr[64], secret[160], log[160];
-	uint64_t **tab, **tab_dev;
-	volatile uint32_t *table_ready;
-	uint32_t *table_ready_dev, seg_id = 0;
+	uint32_t seg_id = 0;
 	uint8_t *cache = NULL;
-	struct gpu_counts *cnt;
+	struct gpu_check_tables ct;
 	struct kvl_runtime *rt;
 	kvl_peer_t peer;
-	cudaStream_t st;
 	kvl_req_t req;
 	double t0, t_end;
 	struct sample s0, s1;
@@ -498,14 +495,7 @@ int main(int argc, char **argv)
 	}
 	d = make_request(seg_id, dest ? cache : NULL);
 
-	CK(cudaHostAlloc((void **)&tab, N_BLOCKS * sizeof(*tab), cudaHostAllocMapped));
-	CK(cudaHostGetDevicePointer((void **)&tab_dev, tab, 0));
-	CK(cudaHostAlloc((void **)&table_ready, N_STEPS * 64, cudaHostAllocMapped));
-	memset((void *)table_ready, 0, N_STEPS * 64);
-	CK(cudaHostGetDevicePointer((void **)&table_ready_dev, (void *)table_ready, 0));
-	CK(cudaMalloc((void **)&cnt, sizeof(*cnt)));
-	CK(cudaMemset(cnt, 0, sizeof(*cnt)));
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	gpu_check_tables_new(&ct, N_BLOCKS, N_STEPS);
 	/* Load the kernels before the stream waits on READY: under CUDA's lazy loading a first
 	 * launch may synchronise the context, i.e. wait for this very stream. */
 	{
@@ -525,9 +515,9 @@ int main(int argc, char **argv)
 	}
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
-	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)table_ready_dev,
-			  (const uint64_t *const *)tab_dev, N_STEPS, PER_STEP, BLOCK, SEED, cnt,
-			  st);
+	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)ct.ready_dev,
+			  (const uint64_t *const *)ct.tab_dev, N_STEPS, PER_STEP, BLOCK, SEED,
+			  ct.cnt, ct.st);
 	for (uint32_t k = 0; k < N_STEPS; k++) {
 		wait_ready(rt, &fl, k, t0);
 		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
@@ -537,25 +527,24 @@ int main(int argc, char **argv)
 			if (dest)
 				EXPECT(a == blocks[j].local, "block %u at %p, not the engine's %p",
 				       j, a, blocks[j].local);
-			tab[j] = (uint64_t *)a;
+			ct.tab[j] = (uint64_t *)a;
 		}
-		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
-				 __ATOMIC_RELEASE);
+		__atomic_store_n((uint32_t *)((uintptr_t)ct.ready + k * 64), 1, __ATOMIC_RELEASE);
 	}
 	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
 	s1 = take();
 	t_end = s1.t;
-	CK(cudaStreamSynchronize(st));
+	CK(cudaStreamSynchronize(ct.st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	if (dest) {
-		check_guards<<<N_BLOCKS + 1, 256, 0, st>>>(cache, cnt);
+		check_guards<<<N_BLOCKS + 1, 256, 0, ct.st>>>(cache, ct.cnt);
 		CK(cudaGetLastError());
-		CK(cudaStreamSynchronize(st));
+		CK(cudaStreamSynchronize(ct.st));
 	}
 	{
 		struct gpu_counts h;
 
-		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(&h, ct.cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
 		       "the GPU checked %llu bytes of %llu", h.checked,
 		       (unsigned long long)N_BLOCKS * BLOCK);
@@ -590,7 +579,7 @@ int main(int argc, char **argv)
 		EXPECT(cp > 0 && cp == cd, "copies %lld, done %lld", cp, cd);
 		EXPECT(ns > 0 && fg == 0, "copy time %lld ns, gpu-memory failures %lld", ns, fg);
 	}
-	CK(cudaStreamDestroy(st));
+	CK(cudaStreamDestroy(ct.st));
 	kvl_stop(rt);
 	if (cache != NULL)
 		CK(cudaFree(cache));
