@@ -112,12 +112,60 @@ static inline uint64_t gpu_rt_tel_dict_u64(const char *reply, const char *key)
 	return gpu_rt_tel_value(reply, key, "");
 }
 
+/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
+static inline unsigned long long gpu_rt_tel_sum(const char *out, const char *key)
+{
+	unsigned long long sum = 0;
+	char k[96];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":[", key);
+	p = strstr(out, k);
+	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
+		char *e;
+
+		sum += strtoull(p, &e, 10);
+		p = *e == ',' ? e + 1 : e;
+		if (e == p && *p != ']')
+			break;
+	}
+	return sum;
+}
+
 static inline double gpu_rt_now_s(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The lcores' loop through /kvlane/lcores (busy and idle cycles, summed over the lcores) and
+ * when it was read: two of them give the time the loop spent in passes that did work. */
+struct gpu_rt_loop {
+	double t;
+	unsigned long long busy, idle;
+};
+
+static inline struct gpu_rt_loop gpu_rt_loop_take(void)
+{
+	static char out[16384];
+	struct gpu_rt_loop x;
+
+	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
+	x.busy = gpu_rt_tel_sum(out, "busy_cycles");
+	x.idle = gpu_rt_tel_sum(out, "idle_cycles");
+	x.t = gpu_rt_now_s();
+	return x;
+}
+
+/* Seconds busy between @a and @b: the wall time times the busy passes' share of the cycles
+ * (idle_policy = poll: the loop runs all the time, so its cycles are the wall time's). */
+static inline double gpu_rt_loop_busy_s(const struct gpu_rt_loop *a, const struct gpu_rt_loop *b)
+{
+	unsigned long long busy = b->busy - a->busy, all = busy + (b->idle - a->idle);
+
+	return all ? (b->t - a->t) * (double)busy / (double)all : 0;
 }
 
 /* The GPU's compare (cuStreamWaitValue32 GEQ), cyclic as the lcore's. */

@@ -235,26 +235,6 @@ static long long tel_num(const char *out, const char *key)
 	return strtoll(p, NULL, 10);
 }
 
-/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
-static unsigned long long tel_sum(const char *out, const char *key)
-{
-	unsigned long long sum = 0;
-	char k[96];
-	const char *p;
-
-	snprintf(k, sizeof(k), "\"%s\":[", key);
-	p = strstr(out, k);
-	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
-		char *e;
-
-		sum += strtoull(p, &e, 10);
-		p = *e == ',' ? e + 1 : e;
-		if (e == p && *p != ']')
-			break;
-	}
-	return sum;
-}
-
 /* What the BENCH line compares, taken before and after the request. */
 struct sample {
 	double t, lcore, proc, peer;   /* seconds: wall, then CPU */
@@ -267,8 +247,8 @@ static struct sample take(void)
 	struct sample x;
 
 	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
-	x.busy = tel_sum(out, "busy_cycles");
-	x.idle = tel_sum(out, "idle_cycles");
+	x.busy = gpu_rt_tel_sum(out, "busy_cycles");
+	x.idle = gpu_rt_tel_sum(out, "idle_cycles");
 	x.lcore = lcore_cpu_s();
 	x.proc = proc_cpu_s();
 	x.peer = pid_cpu_s(server);
