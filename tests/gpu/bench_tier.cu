@@ -145,6 +145,29 @@ static struct row transport(const struct kvl_segment *seg, void *dst, uint32_t u
 	return out;
 }
 
+/* A step-flag request of @b's blocks in @steps equal steps, each naming its own blocks in
+ * order: @first and @refs are filled for it (steps + 1 and b.size() entries). */
+static struct kvl_req_desc step_desc(std::vector<struct kvl_req_block> &b,
+				     std::vector<uint32_t> &first, std::vector<uint32_t> &refs,
+				     uint32_t steps)
+{
+	struct kvl_req_desc d;
+	uint32_t n = (uint32_t)b.size();
+
+	for (uint32_t i = 0; i < n; i++)
+		refs[i] = i;
+	for (uint32_t k = 0; k <= steps; k++)
+		first[k] = k * (n / steps);
+	memset(&d, 0, sizeof(d));
+	d.blocks = b.data();
+	d.n_blocks = n;
+	d.n_steps = steps;
+	d.step_first = first.data();
+	d.step_blocks = refs.data();
+	d.flags = KVL_REQ_STEP_FLAGS;
+	return d;
+}
+
 static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg, uint32_t u,
 			  const std::vector<uint32_t> &perm, int reps)
 {
@@ -161,17 +184,8 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 		b[i].remote_seg = seg->id;
 		b[i].remote_off = (uint64_t)perm[i] * u;
 		b[i].length = u;
-		refs[i] = i;
 	}
-	for (uint32_t k = 0; k <= steps; k++)
-		first[k] = k * BLOCKS_PER_STEP;
-	memset(&d, 0, sizeof(d));
-	d.blocks = b.data();
-	d.n_blocks = n;
-	d.n_steps = steps;
-	d.step_first = first.data();
-	d.step_blocks = refs.data();
-	d.flags = KVL_REQ_STEP_FLAGS;
+	d = step_desc(b, first, refs, steps);
 	for (int r = 0; r < reps + 1; r++) {
 		struct kvl_req_flags fl;
 		kvl_req_t req;
@@ -370,7 +384,6 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 	const uint32_t G = w->steps * OV_L, n = G * w->n_units;
 	std::vector<struct kvl_req_block> b(n);
 	std::vector<uint32_t> first(G + 1), refs(n);
-	struct kvl_req_event e[64];
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
 	kvl_req_t req;
@@ -385,17 +398,8 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 		b[i].remote_seg = seg_id;
 		b[i].remote_off = (uint64_t)perm[l * w->n_units + u] * w->unit;
 		b[i].length = w->unit;
-		refs[i] = i;
 	}
-	for (uint32_t j = 0; j <= G; j++)
-		first[j] = j * w->n_units;
-	memset(&d, 0, sizeof(d));
-	d.blocks = b.data();
-	d.n_blocks = n;
-	d.n_steps = G;
-	d.step_first = first.data();
-	d.step_blocks = refs.data();
-	d.flags = KVL_REQ_STEP_FLAGS;
+	d = step_desc(b, first, refs, G);
 	memset((void *)w->filled, 0, (size_t)G * 64);
 	EXPECT(kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &req) == 0, "kvl_req_open on the tier");
 	t0 = gpu_rt_now_s();
@@ -403,20 +407,7 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 	       "step flags mapped for the GPU");
 	ov_stream(w, &fl, ev); /* the whole stream up front */
 	for (uint32_t j = 0; j < G; j++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl.ready +
-						    (size_t)j * fl.stride);
-
-		while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl.epoch)) {
-			int m = (int)kvl_req_poll(rt, e, 64);
-
-			for (int i = 0; i < m; i++)
-				EXPECT(e[i].type == KVL_REQ_EV_STEP_READY,
-				       "the request ended before step %u was READY: %s", j,
-				       kvl_status_name(e[i].status));
-			EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S, "step %u not READY after %.0f s",
-			       j, OV_LIMIT_S);
-		}
+		gpu_rt_wait_ready(rt, &fl, j, t0, OV_LIMIT_S);
 		for (uint32_t k = 0; k < OV_B * OV_R; k++) {
 			uint32_t i0 = j * w->n_units + k * w->per_kv;
 			void *a0, *a;

@@ -174,6 +174,26 @@ static inline bool gpu_rt_reached(uint32_t word, uint32_t epoch)
 	return (int32_t)(word - epoch) >= 0;
 }
 
+/* Until step @k's READY word says its blocks landed; STEP_READY events are drained meanwhile.
+ * An end before it, or @limit_s from @t0, fails. */
+static inline void gpu_rt_wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl,
+				     uint32_t k, double t0, double limit_s)
+{
+	const volatile uint32_t *rw =
+		(const volatile uint32_t *)((const uint8_t *)fl->ready + (size_t)k * fl->stride);
+	struct kvl_req_event ev[64];
+
+	while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
+			       "request ended before step %u was READY: %s", k,
+			       kvl_status_name(ev[i].status));
+		EXPECT(gpu_rt_now_s() - t0 < limit_s, "step %u not READY after %.0f s", k, limit_s);
+	}
+}
+
 /*
  * The host's part of a request opened with KVL_REQ_STEP_FLAGS whose stream waits, per step
  * k, on its READY word and then on @filled[k * 16] (64 bytes apart) = 1: once step k's READY
@@ -186,23 +206,8 @@ static inline void gpu_rt_fill_tables(struct kvl_runtime *rt, kvl_req_t req,
 				      const uint32_t *first, const uint32_t *blocks, uint64_t *tab,
 				      volatile uint32_t *filled, double t0, double limit_s)
 {
-	struct kvl_req_event ev[64];
-
 	for (uint32_t k = 0; k < n_steps; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl->ready +
-						    (size_t)k * fl->stride);
-
-		while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
-			int n = (int)kvl_req_poll(rt, ev, 64);
-
-			for (int i = 0; i < n; i++)
-				EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
-				       "request ended before step %u was READY: %s", k,
-				       kvl_status_name(ev[i].status));
-			EXPECT(gpu_rt_now_s() - t0 < limit_s, "step %u not READY after %.0f s", k,
-			       limit_s);
-		}
+		gpu_rt_wait_ready(rt, fl, k, t0, limit_s);
 		for (uint32_t i = first[k]; i < first[k + 1]; i++) {
 			void *a;
 

@@ -72,11 +72,6 @@ static double now_s(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static bool reached(uint32_t word, uint32_t epoch)
-{
-	return (int32_t)(word - epoch) >= 0;
-}
-
 static pid_t server = -1;
 
 static void stop_server(void)
@@ -237,18 +232,15 @@ static long long tel_num(const char *out, const char *key)
 
 /* What the BENCH line compares, taken before and after the request. */
 struct sample {
-	double t, lcore, proc, peer;   /* seconds: wall, then CPU */
-	unsigned long long busy, idle; /* the NIC lcore's loop (/kvlane/lcores) */
+	double t, lcore, proc, peer; /* seconds: wall, then CPU */
+	struct gpu_rt_loop loop;     /* the NIC lcore's loop (/kvlane/lcores) */
 };
 
 static struct sample take(void)
 {
-	static char out[16384];
 	struct sample x;
 
-	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
-	x.busy = gpu_rt_tel_sum(out, "busy_cycles");
-	x.idle = gpu_rt_tel_sum(out, "idle_cycles");
+	x.loop = gpu_rt_loop_take();
 	x.lcore = lcore_cpu_s();
 	x.proc = proc_cpu_s();
 	x.peer = pid_cpu_s(server);
@@ -261,9 +253,8 @@ static void bench_line(const char *mode, uint64_t bytes, const struct sample *a,
 		       const struct sample *b)
 {
 	const double gib = (double)bytes / (1u << 30), wall = b->t - a->t;
-	unsigned long long busy = b->busy - a->busy, all = busy + (b->idle - a->idle);
 	/* the loop's passes that did work, as a share of the wall time */
-	double busy_s = all ? wall * (double)busy / (double)all : 0;
+	double busy_s = gpu_rt_loop_busy_s(&a->loop, &b->loop);
 
 	/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it runs,
 	 * its busy time is what the path cost it; the peer's is the sending kvlaned, which the
@@ -312,19 +303,7 @@ static struct kvl_req_desc make_request(uint32_t seg_id, uint8_t *dest)
 static void wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl, uint32_t k,
 		       double t0)
 {
-	const volatile uint32_t *rw =
-		(const volatile uint32_t *)((const uint8_t *)fl->ready + (size_t)k * fl->stride);
-	struct kvl_req_event ev[64];
-
-	while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
-		int n = (int)kvl_req_poll(rt, ev, 64);
-
-		for (int i = 0; i < n; i++)
-			EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
-			       "request ended before step %u was READY: %s", k,
-			       kvl_status_name(ev[i].status));
-		EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k, LIMIT_S);
-	}
+	gpu_rt_wait_ready(rt, fl, k, t0, LIMIT_S); /* now_s() is gpu_rt_now_s()'s clock */
 }
 
 /*
