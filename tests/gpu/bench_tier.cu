@@ -265,8 +265,9 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 #define OV_LAYER     ((size_t)OV_B * OV_R * ATT_BLOCK) /* the tier's bytes a layer: 8 MiB */
 #define OV_RES_LAYER ((size_t)OV_B * (OV_NBLK - OV_R) * ATT_BLOCK)
 #define OV_OUT	     ((size_t)OV_B * ATT_QH * ATT_HD) /* one layer's output, bf16 */
-#define OV_LIMIT_S   60.0
-#define OV_AHEAD     2 /* decode steps enqueued ahead of the one being filled (ov_stream) */
+#define OV_LIMIT_S   15.0 /* a step not READY by then fails, naming it (the run is killed at 30 s) \
+			   */
+#define OV_AHEAD 2	  /* decode steps enqueued ahead of the one being filled (ov_stream) */
 
 /* The layer's 128 tier blocks (its first OV_R of each sequence) into its block table. */
 __global__ static void ov_patch(uint64_t *tab, const uint64_t *src)
