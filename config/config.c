@@ -69,6 +69,7 @@ static const char *const access_names[] = { "read", "write", "readwrite", NULL }
 static const char *const fill_names[] = { "zero", "pattern", NULL };
 static const char *const seg_memory_names[] = { "host", "gpu", NULL };
 static const char *const staging_names[] = { "auto", "host", "gpu", NULL };
+static const char *const tier_copy_names[] = { "auto", "gather", "batch", "each", NULL };
 static const char *const tls_names[] = { "off", "on", NULL };
 static const char *const role_names[] = { "prefill", "decode", "tier", NULL };
 
@@ -133,6 +134,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, staging, KT_ENUM, 0, 0, 0, staging_names, "auto"),
 	K(SCH, tier, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, tier_rate_mbps, KT_UINT, 0, 0, 10000000, NULL, "0"),
+	K(SCH, tier_copy, KT_ENUM, 0, 0, 0, tier_copy_names, "auto"),
 };
 #undef SCH
 
@@ -308,6 +310,11 @@ const char *kvl_seg_memory_name(int m)
 const char *kvl_staging_place_name(int p)
 {
 	return p >= 0 && p <= KVL_STAGING_GPU ? staging_names[p] : "?";
+}
+
+const char *kvl_tier_copy_name(int m)
+{
+	return m >= 0 && m <= KVL_TIER_COPY_EACH ? tier_copy_names[m] : "?";
 }
 
 /* ---- errors ---- */

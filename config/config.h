@@ -105,6 +105,16 @@ enum kvl_staging_place {
 	KVL_STAGING_GPU,
 };
 
+/* [sched] tier_copy: how the host tier's copy engine moves blocks under its copy_min (1 MiB)
+ * into VRAM staging (lcores/gpu/xport_cudma.h enum kvl_cudma_small, same order after auto). */
+enum kvl_tier_copy {
+	KVL_TIER_COPY_AUTO =
+		0,	      /* per batch, from the scheduler's compute and step-bytes estimates */
+	KVL_TIER_COPY_GATHER, /* the gather kernel (copies of 32 KiB and up on the engine) */
+	KVL_TIER_COPY_BATCH,  /* cudaMemcpyBatchAsync on the copy engine */
+	KVL_TIER_COPY_EACH,   /* one cudaMemcpyAsync a copy */
+};
+
 /* [segment.<label>]: KV memory kvlaned hosts for its peers, laid out as
  * layers x planes (K, V) x blocks of block_bytes. */
 struct kvl_segment_conf {
@@ -158,6 +168,7 @@ struct kvl_sched_conf {
 	int staging;		 /* enum kvl_staging_place */
 	bool tier;		 /* serve this host's KV tier (KVL_PEER_LOCAL_TIER) into staging */
 	uint32_t tier_rate_mbps; /* the tier's READs paced to this (a modelled link); 0: not */
+	int tier_copy;		 /* enum kvl_tier_copy */
 };
 
 struct kvl_control_conf {
@@ -348,6 +359,7 @@ const char *kvl_seg_access_name(int a);
 const char *kvl_seg_fill_name(int f);
 const char *kvl_seg_memory_name(int m);
 const char *kvl_staging_place_name(int p);
+const char *kvl_tier_copy_name(int m);
 
 /*
  * Walk every key of the effective configuration, with its value as text, in file order:

@@ -12,6 +12,7 @@
 #include <rte_ring_elem.h>
 
 #include "nic_sched.h"
+#include "xport_tier.h"
 
 _Static_assert(sizeof(struct kvl_nsched_cmd) % 4 == 0, "ring elements are multiples of 4 bytes");
 _Static_assert(sizeof(struct kvl_sched_event) % 4 == 0, "ring elements are multiples of 4 bytes");
@@ -583,8 +584,15 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 	if (ns->tier.ops) {
 		/* launch what was just posted, then take what landed: READY in this same pass */
 		struct kvl_wc wc[KVL_NSCHED_BATCH];
+		uint64_t tc, sb, gen = kvl_sched_estimates(ns->s, &tc, &sb);
 		unsigned n;
 
+		/* what the DONEs measured, before the batch this pass launches: the engine picks
+		 * its copy method by them (xport_cudma's AUTO) */
+		if (gen != ns->est_gen) {
+			ns->est_gen = gen;
+			kvl_tier_set_estimates(ns->tier.c, tc, sb);
+		}
 		work += ns->tier.ops->progress(ns->tier.c);
 		n = ns->tier.ops->reap(ns->tier.c, wc, KVL_NSCHED_BATCH);
 		if (n)

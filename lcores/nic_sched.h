@@ -147,6 +147,7 @@ struct kvl_nic_sched {
 	/* this host's tier (KVL_PEER_LOCAL_TIER's READs: lcores/xport/xport_tier.h), progressed
 	 * and reaped by this stage; set by the runtime before the lcore starts, freed by it */
 	struct kvl_xconn tier;
+	uint64_t est_gen; /* the scheduler's estimates last passed to the tier (its DONE count) */
 	/* descriptors the connections refused (full): posted first next pass */
 	struct kvl_wr pend[KVL_NSCHED_BATCH];
 	uint32_t pend_peer[KVL_NSCHED_BATCH];

@@ -981,6 +981,14 @@ static void tier_rows(struct kvl_runtime *rt, struct sink *k)
 		put_u64(k, "engine_errors", t.engine_errors);
 		put_u64(k, "handovers", t.handovers);
 		put_u64(k, "handover_small", t.handover_small);
+		/* the copy method per batch ([sched] tier_copy; auto: from the estimates) */
+		put_str(k, "copy_method",
+			t.engine ? kvl_tier_copy_name(rt->cfg.sched.tier_copy) : "memcpy");
+		put_u64(k, "batches_copy_engine", t.batches_copy_engine);
+		put_u64(k, "batches_gather", t.batches_gather);
+		put_u64(k, "est_compute_ns", t.est_compute_ns);
+		put_u64(k, "est_step_bytes", t.est_step_bytes);
+		put_u64(k, "est_updates", t.est_updates);
 	}
 }
 

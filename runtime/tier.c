@@ -149,13 +149,47 @@ int kvl_tier_stats(const struct kvl_runtime *rt, unsigned nic, struct kvl_tier_s
 	return 0;
 }
 
+#if KVL_HAVE_CUDMA
+/* [sched] tier_copy as the transport's small-copy method (config.h enum kvl_tier_copy). */
+static enum kvl_cudma_small small_method(int tier_copy)
+{
+	switch (tier_copy) {
+	case KVL_TIER_COPY_GATHER:
+		return KVL_CUDMA_GATHER;
+	case KVL_TIER_COPY_BATCH:
+		return KVL_CUDMA_BATCH;
+	case KVL_TIER_COPY_EACH:
+		return KVL_CUDMA_EACH;
+	default:
+		return KVL_CUDMA_AUTO;
+	}
+}
+
+/* The tier's hooks into its engine (xport_tier.h): the scheduler's estimates in, the batches
+ * by method out. */
+static void engine_estimates(void *engine, uint64_t compute_ns, uint64_t step_bytes)
+{
+	kvl_cudma_set_estimates(engine, compute_ns, step_bytes);
+}
+
+static void engine_methods(const void *engine, uint64_t *on_copy_engine, uint64_t *on_gather)
+{
+	const struct kvl_cudma_stats *st = kvl_cudma_stats(engine);
+
+	*on_copy_engine = st->batches_engine;
+	*on_gather = st->batches_gather;
+}
+#endif
+
 /* NIC @i's copy engine into its VRAM staging, reading the pool: 0, or -errno with why. */
 static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *o, char *err,
 		      size_t errlen)
 {
 #if KVL_HAVE_CUDMA
 	const struct kvl_pool *pool = &rt->segs.pool;
-	struct kvl_cudma_opts co = { .device = kvl_staging_gpu_of(rt, i), .depth = ENGINE_DEPTH };
+	struct kvl_cudma_opts co = { .device = kvl_staging_gpu_of(rt, i),
+				     .depth = ENGINE_DEPTH,
+				     .small = small_method(rt->cfg.sched.tier_copy) };
 	struct kvl_cudma_conn *c;
 	char why[256];
 	int rc, prev = -1, e;
@@ -196,6 +230,8 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	o->dma_seg = POOL_SEG;
 	o->dma_base = (uintptr_t)pool->base;
 	o->dma_len = pool->size;
+	o->engine_estimates = engine_estimates;
+	o->engine_methods = engine_methods;
 	return 0;
 #else
 	(void)o;
@@ -237,9 +273,12 @@ int kvl_tier_start(struct kvl_runtime *rt, char *err, size_t errlen)
 			return -ENOMEM;
 		}
 		ns->tier = (struct kvl_xconn){ &kvl_xport_tier, c };
-		KVL_LOG(INFO, "sched.tier: nic.%s serves this host's KV tier into %s staging (%s)",
+		KVL_LOG(INFO,
+			"sched.tier: nic.%s serves this host's KV tier into %s staging (%s%s)",
 			rt->cfg.nics[i].label, engine_path(rt) ? "VRAM" : "host",
-			engine_path(rt) ? "copy engine + gather kernel" : "memcpy on the lcore");
+			engine_path(rt) ? "copy engine + gather kernel, tier_copy = "
+					: "memcpy on the lcore",
+			engine_path(rt) ? kvl_tier_copy_name(rt->cfg.sched.tier_copy) : "");
 		if (o.rate_Bps)
 			KVL_LOG(INFO, "sched.tier: nic.%s paced to %u Mb/s (tier_rate_mbps)",
 				rt->cfg.nics[i].label, rt->cfg.sched.tier_rate_mbps);

@@ -47,6 +47,7 @@ struct req {
 	uint64_t open_ns, wait_since, last_done_ns;
 	/* inflight_bytes: dest, ended: what is still out (its end event waits for it) */
 	uint64_t inflight_bytes, landed_bytes, total_charge;
+	uint64_t total_bytes; /* Σ block lengths: what its steps bring (kvl_sched_estimates) */
 	uint64_t floor, window;
 	uint64_t evicted_bytes;
 	uint32_t evicted;
@@ -122,6 +123,11 @@ struct kvl_sched {
 	/* estimates: transfer ns per byte (<< 16), compute ns per step per class */
 	uint64_t nspb_q16;
 	uint64_t compute_ns[KVL_SCHED_CLASSES];
+	/* bytes a step brings per class (EWMA at each DONE), the class of the last DONE, and
+	 * the DONEs counted: kvl_sched_estimates() */
+	uint64_t step_bytes[KVL_SCHED_CLASSES];
+	uint8_t est_cls;
+	uint64_t est_gen;
 
 	struct kvl_sched_stats st; /* counters; the gauges are filled in by kvl_sched_stats() */
 };
@@ -474,7 +480,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 
 	/* The data fields are apart from map/orig/first_use/last_use/ref, so writing block j
 	 * never clobbers what is still to be read. */
-	uint64_t total = 0, longest = 0;
+	uint64_t total = 0, bytes = 0, longest = 0;
 	const bool pull = slotted(r);
 	const uint32_t ns = d->n_steps;
 	const uint64_t most = len_bound(s, d);
@@ -497,6 +503,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 		b->state = B_UNPOSTED;
 		b->slot = KVL_NONE;
 		total += (uint64_t)c;
+		bytes += len;
 		longest = len > longest ? len : longest;
 		S[b->first_use].acc += c;
 		if (last + 1 < ns)
@@ -512,6 +519,7 @@ static int build(struct kvl_sched *s, struct req *r, const struct kvl_sched_req_
 			peak = cur;
 	}
 	r->total_charge = total;
+	r->total_bytes = bytes;
 	/* dest: what has landed holds nothing here; one block in flight is progress */
 	if (r->dest)
 		peak = (int64_t)longest;
@@ -1475,6 +1483,9 @@ int kvl_sched_step_done(struct kvl_sched *s, int id, uint32_t step, uint64_t now
 	uint64_t start = st->ready_ns > r->last_done_ns ? st->ready_ns : r->last_done_ns;
 
 	ewma(&s->compute_ns[r->cls], now > start ? now - start : 0);
+	ewma(&s->step_bytes[r->cls], r->total_bytes / r->nstp);
+	s->est_cls = r->cls;
+	s->est_gen++;
 	r->last_done_ns = now;
 	uint64_t before_unmet = unmet(r), freed = 0;
 	struct blk *B = &s->blk[r->blk0];
@@ -1687,6 +1698,13 @@ void kvl_sched_stats(const struct kvl_sched *s, struct kvl_sched_stats *out)
 	out->xfer_ps_per_byte = (s->nspb_q16 * 1000) >> 16;
 	for (int c = 0; c < KVL_SCHED_CLASSES; c++)
 		out->compute_ns[c] = s->compute_ns[c];
+}
+
+uint64_t kvl_sched_estimates(const struct kvl_sched *s, uint64_t *compute_ns, uint64_t *step_bytes)
+{
+	*compute_ns = s->compute_ns[s->est_cls];
+	*step_bytes = s->step_bytes[s->est_cls];
+	return s->est_gen;
 }
 
 int kvl_sched_req_info(const struct kvl_sched *s, int id, uint64_t now,

@@ -263,6 +263,16 @@ int kvl_sched_block_offset(const struct kvl_sched *s, int req, uint32_t block, u
  * alone. 0, -ENOENT (unknown or ended request) or -EINVAL (no such step). */
 int kvl_sched_step_offsets(const struct kvl_sched *s, int req, uint32_t step, uint64_t *off);
 
+/*
+ * What a transport that picks its method by the consumer's speed wants (the host tier's copy
+ * engine, lcores/gpu/xport_cudma.h KVL_CUDMA_AUTO): the compute per step (ns, from READY or
+ * the previous DONE to DONE, EWMA 1/8) and the bytes a step brings (the request's block bytes
+ * over its steps, EWMA 1/8 at each DONE), both of the class whose step was DONE last; 0 before
+ * any DONE. Returns how many DONEs went into them: a caller passes them on only when it
+ * changed.
+ */
+uint64_t kvl_sched_estimates(const struct kvl_sched *s, uint64_t *compute_ns, uint64_t *step_bytes);
+
 /* ---- snapshots (plain copies, for telemetry and tests) ---- */
 void kvl_sched_stats(const struct kvl_sched *s, struct kvl_sched_stats *out);
 int kvl_sched_req_info(const struct kvl_sched *s, int req, uint64_t now,

@@ -8,6 +8,7 @@
 
 #include "xport.h"
 #include "xport_cudma.h"
+#include "xport_cudma_pick.h"
 
 #define N_BATCH 256 /* batches in flight; a flush waits for a free one */
 
@@ -491,17 +492,11 @@ void kvl_cudma_set_estimates(struct kvl_cudma_conn *c, uint64_t compute_ns, uint
  */
 static enum kvl_cudma_small auto_method(struct kvl_cudma_conn *c)
 {
-	uint64_t tc = c->est_compute_ns, b = c->est_step_bytes, t_ce, t_g, x;
+	const struct kvl_cudma_pick_model m = { c->o.auto_ce_ps, c->o.auto_gather_ps,
+						c->o.auto_ce_slow_pm, c->o.auto_gather_slow_pm };
 
-	if (tc == 0 || b == 0)
-		return KVL_CUDMA_GATHER;
-	t_ce = tc + tc * c->o.auto_ce_slow_pm / 1000;
-	x = b * c->o.auto_ce_ps / 1000;
-	t_ce = x > t_ce ? x : t_ce;
-	t_g = tc + tc * c->o.auto_gather_slow_pm / 1000;
-	x = b * c->o.auto_gather_ps / 1000;
-	t_g = x > t_g ? x : t_g;
-	return t_ce <= t_g ? KVL_CUDMA_BATCH : KVL_CUDMA_GATHER;
+	return kvl_cudma_pick_engine(&m, c->est_compute_ns, c->est_step_bytes) ? KVL_CUDMA_BATCH
+									       : KVL_CUDMA_GATHER;
 }
 
 /* Issue the copies of requests [launched, tail) and an event behind them. */
@@ -558,6 +553,10 @@ static int flush(struct kvl_cudma_conn *c)
 			c->stats.auto_gather++;
 		}
 	}
+	if (n_small > 0 && how == KVL_CUDMA_GATHER)
+		c->stats.batches_gather++;
+	else if (n_small > 0 && how == KVL_CUDMA_BATCH)
+		c->stats.batches_engine++;
 	if (how == KVL_CUDMA_GATHER) {
 		unsigned n_ce = ce_part(c, n_small);
 		unsigned i;

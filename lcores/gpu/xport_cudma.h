@@ -20,7 +20,9 @@ extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
  * "remote" segments are pinned host memory in this process, the local ranges GPU memory, and
  * the copy engine (or one gather kernel) moves the bytes. It offers the same post / progress /
  * reap contract as the RDMA transports (kvl_xport_cudma below), so the lcore drives it the
- * same way; it is not chosen by the runtime's transport selection (yet).
+ * same way. The runtime uses it as the host tier's engine (runtime/tier.c, [sched] tier_copy),
+ * which passes it the scheduler's estimates after each DONE (lcores/nic_sched.c); no peer
+ * connection is one.
  *
  * A flush (kvl_cudma_progress) turns the requests posted since the last one into one batch:
  * requests contiguous on both sides merge into one copy (up to merge_max); a copy of at least
@@ -35,8 +37,8 @@ enum kvl_cudma_small {
 	KVL_CUDMA_BATCH = 1,  /* cudaMemcpyBatchAsync: the copy engine, batch_max copies a call */
 	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
 	/* Per batch, from the consumer's compute estimate (kvl_cudma_set_estimates): the copy
-	 * engine (BATCH, auto_batch_max a call) when the step it predicts is shorter that way,
-	 * else GATHER. Without an estimate, GATHER. */
+	 * engine (BATCH, auto_batch_max a call) when the step it predicts is not longer that
+	 * way, else GATHER (xport_cudma_pick.h). Without an estimate, GATHER. */
 	KVL_CUDMA_AUTO = 3,
 };
 
@@ -85,6 +87,10 @@ struct kvl_cudma_stats {
 	uint64_t launches;	/* gather kernels or cudaMemcpyBatchAsync calls */
 	uint64_t ce_shared;	/* small copies given to the copy engine beside a gather */
 	uint64_t auto_engine, auto_gather; /* AUTO: batches that went each way */
+	/* batches with small copies, by where those went, whatever the method: the gather
+	 * kernel (its ce_min / ce_share part on the engine beside it counts here), or the copy
+	 * engine alone (cudaMemcpyBatchAsync) */
+	uint64_t batches_gather, batches_engine;
 	uint64_t cuda_errors;
 	char last_cuda_error[96];
 };

@@ -213,6 +213,17 @@ static void part_done(struct kvl_tier_conn *c, struct part *p, int status)
 		r->status = status;
 }
 
+void kvl_tier_set_estimates(struct kvl_tier_conn *c, uint64_t compute_ns, uint64_t step_bytes)
+{
+	if (c->o.engine.ops == NULL || c->o.engine_estimates == NULL ||
+	    (compute_ns == c->st.est_compute_ns && step_bytes == c->st.est_step_bytes))
+		return;
+	c->o.engine_estimates(c->o.engine.c, compute_ns, step_bytes);
+	ST_SET(c, est_compute_ns, compute_ns);
+	ST_SET(c, est_step_bytes, step_bytes);
+	ST_ADD(c, est_updates, 1);
+}
+
 /* Past the parts at the front that are done: their places may be used again. */
 static void parts_retire(struct kvl_tier_conn *c)
 {
@@ -357,6 +368,13 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
 
 		ops->stats(c->o.engine.c, &es);
 		ST_SET(c, batches, es.qp_posts);
+		if (c->o.engine_methods != NULL) {
+			uint64_t ce = 0, g = 0;
+
+			c->o.engine_methods(c->o.engine.c, &ce, &g);
+			ST_SET(c, batches_copy_engine, ce);
+			ST_SET(c, batches_gather, g);
+		}
 	}
 	return total;
 }

@@ -52,6 +52,13 @@ struct kvl_tier_opts {
 	/* READs are taken at most this many bytes per second, on average ([sched] tier_rate_mbps:
 	 * a link rate the tier stands for, or a rate limit); 0: as fast as they come */
 	uint64_t rate_Bps;
+	/* engine: the consumer's estimates passed on to it (kvl_tier_set_estimates), for an
+	 * engine that picks its copy method per batch by them (xport_cudma's AUTO); NULL: it
+	 * takes none */
+	void (*engine_estimates)(void *engine, uint64_t compute_ns, uint64_t step_bytes);
+	/* engine: its batches by copy method so far (the copy engine alone, the gather kernel),
+	 * read into the stats at each reap; NULL: not counted */
+	void (*engine_methods)(const void *engine, uint64_t *on_copy_engine, uint64_t *on_gather);
 };
 
 /*
@@ -86,8 +93,13 @@ struct kvl_tier_stats {
 	uint64_t engine_errors;
 	uint64_t handovers;	 /* batches handed to the engine */
 	uint64_t handover_small; /* of them, under min_batch (min_batch 0: under 1 MiB) */
-	int32_t last_refusal;	 /* enum kvl_status of the last refused READ */
-	uint32_t engine;	 /* 1: copy engine, 0: memcpy */
+	uint64_t est_compute_ns; /* the estimates last passed on (kvl_tier_set_estimates) */
+	uint64_t est_step_bytes;
+	uint64_t est_updates;	      /* times they were passed on to the engine */
+	uint64_t batches_copy_engine; /* engine_methods: batches on the copy engine alone */
+	uint64_t batches_gather;      /* ... and through the gather kernel */
+	int32_t last_refusal;	      /* enum kvl_status of the last refused READ */
+	uint32_t engine;	      /* 1: copy engine, 0: memcpy */
 };
 
 struct kvl_tier_conn;
@@ -95,6 +107,10 @@ struct kvl_tier_conn;
 /* NULL with errno (EINVAL: no table or staging, a depth that is not a power of two; an engine
  * without its depth or its range; ENOMEM). The engine, when given, is the tier's: freed with it. */
 struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o);
+
+/* The scheduler's estimates (sched.h kvl_sched_estimates: compute per step, bytes a step
+ * brings), passed on to the engine when they changed; nothing without an engine. Lcore only. */
+void kvl_tier_set_estimates(struct kvl_tier_conn *c, uint64_t compute_ns, uint64_t step_bytes);
 
 /* A consistent-enough copy for telemetry (relaxed loads of each counter). */
 void kvl_tier_stats_read(const struct kvl_tier_conn *c, struct kvl_tier_stats *out);

@@ -4,6 +4,7 @@
 #define KVL_TEST_GPU_CHECK_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 #include "gpu_test.h"
 #include "gpusig.h"
@@ -40,6 +41,30 @@ __global__ static void gpu_check_step(const uint64_t *const *addr, uint32_t firs
 	__syncthreads();
 	if (threadIdx.x == 0)
 		atomicAdd(&c->checked, (unsigned long long)block);
+}
+
+/* The host side of gpu_check_enqueue's stream: the block table (mapped host memory, read by
+ * the kernels through tab_dev), the per-step "table filled" words 64 bytes apart (mapped,
+ * zeroed), the counters (device memory, zeroed) and a non-blocking stream. */
+struct gpu_check_tables {
+	uint64_t **tab, **tab_dev;
+	volatile uint32_t *ready;
+	uint32_t *ready_dev;
+	struct gpu_counts *cnt;
+	cudaStream_t st;
+};
+
+static inline void gpu_check_tables_new(struct gpu_check_tables *t, uint32_t n_blocks,
+					uint32_t n_steps)
+{
+	CK(cudaHostAlloc((void **)&t->tab, n_blocks * sizeof(*t->tab), cudaHostAllocMapped));
+	CK(cudaHostGetDevicePointer((void **)&t->tab_dev, t->tab, 0));
+	CK(cudaHostAlloc((void **)&t->ready, (size_t)n_steps * 64, cudaHostAllocMapped));
+	memset((void *)t->ready, 0, (size_t)n_steps * 64);
+	CK(cudaHostGetDevicePointer((void **)&t->ready_dev, (void *)t->ready, 0));
+	CK(cudaMalloc((void **)&t->cnt, sizeof(*t->cnt)));
+	CK(cudaMemset(t->cnt, 0, sizeof(*t->cnt)));
+	CK(cudaStreamCreateWithFlags(&t->st, cudaStreamNonBlocking));
 }
 
 /*

@@ -112,6 +112,26 @@ static inline uint64_t gpu_rt_tel_dict_u64(const char *reply, const char *key)
 	return gpu_rt_tel_value(reply, key, "");
 }
 
+/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
+static inline unsigned long long gpu_rt_tel_sum(const char *out, const char *key)
+{
+	unsigned long long sum = 0;
+	char k[96];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":[", key);
+	p = strstr(out, k);
+	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
+		char *e;
+
+		sum += strtoull(p, &e, 10);
+		p = *e == ',' ? e + 1 : e;
+		if (e == p && *p != ']')
+			break;
+	}
+	return sum;
+}
+
 static inline double gpu_rt_now_s(void)
 {
 	struct timespec t;
@@ -120,10 +140,58 @@ static inline double gpu_rt_now_s(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* The lcores' loop through /kvlane/lcores (busy and idle cycles, summed over the lcores) and
+ * when it was read: two of them give the time the loop spent in passes that did work. */
+struct gpu_rt_loop {
+	double t;
+	unsigned long long busy, idle;
+};
+
+static inline struct gpu_rt_loop gpu_rt_loop_take(void)
+{
+	static char out[16384];
+	struct gpu_rt_loop x;
+
+	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
+	x.busy = gpu_rt_tel_sum(out, "busy_cycles");
+	x.idle = gpu_rt_tel_sum(out, "idle_cycles");
+	x.t = gpu_rt_now_s();
+	return x;
+}
+
+/* Seconds busy between @a and @b: the wall time times the busy passes' share of the cycles
+ * (idle_policy = poll: the loop runs all the time, so its cycles are the wall time's). */
+static inline double gpu_rt_loop_busy_s(const struct gpu_rt_loop *a, const struct gpu_rt_loop *b)
+{
+	unsigned long long busy = b->busy - a->busy, all = busy + (b->idle - a->idle);
+
+	return all ? (b->t - a->t) * (double)busy / (double)all : 0;
+}
+
 /* The GPU's compare (cuStreamWaitValue32 GEQ), cyclic as the lcore's. */
 static inline bool gpu_rt_reached(uint32_t word, uint32_t epoch)
 {
 	return (int32_t)(word - epoch) >= 0;
+}
+
+/* Until step @k's READY word says its blocks landed; STEP_READY events are drained meanwhile.
+ * An end before it, or @limit_s from @t0, fails. */
+static inline void gpu_rt_wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl,
+				     uint32_t k, double t0, double limit_s)
+{
+	const volatile uint32_t *rw =
+		(const volatile uint32_t *)((const uint8_t *)fl->ready + (size_t)k * fl->stride);
+	struct kvl_req_event ev[64];
+
+	while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
+		int n = (int)kvl_req_poll(rt, ev, 64);
+
+		for (int i = 0; i < n; i++)
+			EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
+			       "request ended before step %u was READY: %s", k,
+			       kvl_status_name(ev[i].status));
+		EXPECT(gpu_rt_now_s() - t0 < limit_s, "step %u not READY after %.0f s", k, limit_s);
+	}
 }
 
 /*
@@ -138,23 +206,8 @@ static inline void gpu_rt_fill_tables(struct kvl_runtime *rt, kvl_req_t req,
 				      const uint32_t *first, const uint32_t *blocks, uint64_t *tab,
 				      volatile uint32_t *filled, double t0, double limit_s)
 {
-	struct kvl_req_event ev[64];
-
 	for (uint32_t k = 0; k < n_steps; k++) {
-		const volatile uint32_t *rw =
-			(const volatile uint32_t *)((const uint8_t *)fl->ready +
-						    (size_t)k * fl->stride);
-
-		while (!gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
-			int n = (int)kvl_req_poll(rt, ev, 64);
-
-			for (int i = 0; i < n; i++)
-				EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
-				       "request ended before step %u was READY: %s", k,
-				       kvl_status_name(ev[i].status));
-			EXPECT(gpu_rt_now_s() - t0 < limit_s, "step %u not READY after %.0f s", k,
-			       limit_s);
-		}
+		gpu_rt_wait_ready(rt, fl, k, t0, limit_s);
 		for (uint32_t i = first[k]; i < first[k + 1]; i++) {
 			void *a;
 

@@ -77,11 +77,6 @@ static double now_s(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static bool reached(uint32_t word, uint32_t epoch)
-{
-	return (int32_t)(word - epoch) >= 0;
-}
-
 static pid_t server = -1;
 
 static void stop_server(void)
@@ -240,40 +235,17 @@ static long long tel_num(const char *out, const char *key)
 	return strtoll(p, NULL, 10);
 }
 
-/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
-static unsigned long long tel_sum(const char *out, const char *key)
-{
-	unsigned long long sum = 0;
-	char k[96];
-	const char *p;
-
-	snprintf(k, sizeof(k), "\"%s\":[", key);
-	p = strstr(out, k);
-	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
-		char *e;
-
-		sum += strtoull(p, &e, 10);
-		p = *e == ',' ? e + 1 : e;
-		if (e == p && *p != ']')
-			break;
-	}
-	return sum;
-}
-
 /* What the BENCH line compares, taken before and after the request. */
 struct sample {
-	double t, lcore, proc, peer;   /* seconds: wall, then CPU */
-	unsigned long long busy, idle; /* the NIC lcore's loop (/kvlane/lcores) */
+	double t, lcore, proc, peer; /* seconds: wall, then CPU */
+	struct gpu_rt_loop loop;     /* the NIC lcore's loop (/kvlane/lcores) */
 };
 
 static struct sample take(void)
 {
-	static char out[16384];
 	struct sample x;
 
-	gpu_rt_tel("/kvlane/lcores", out, sizeof(out));
-	x.busy = tel_sum(out, "busy_cycles");
-	x.idle = tel_sum(out, "idle_cycles");
+	x.loop = gpu_rt_loop_take();
 	x.lcore = lcore_cpu_s();
 	x.proc = proc_cpu_s();
 	x.peer = pid_cpu_s(server);
@@ -286,9 +258,8 @@ static void bench_line(const char *mode, uint64_t bytes, const struct sample *a,
 		       const struct sample *b)
 {
 	const double gib = (double)bytes / (1u << 30), wall = b->t - a->t;
-	unsigned long long busy = b->busy - a->busy, all = busy + (b->idle - a->idle);
 	/* the loop's passes that did work, as a share of the wall time */
-	double busy_s = all ? wall * (double)busy / (double)all : 0;
+	double busy_s = gpu_rt_loop_busy_s(&a->loop, &b->loop);
 
 	/* the NIC lcore busy-polls (idle_policy = poll): its CPU is its wall time while it runs,
 	 * its busy time is what the path cost it; the peer's is the sending kvlaned, which the
@@ -337,19 +308,7 @@ static struct kvl_req_desc make_request(uint32_t seg_id, uint8_t *dest)
 static void wait_ready(struct kvl_runtime *rt, const struct kvl_req_flags *fl, uint32_t k,
 		       double t0)
 {
-	const volatile uint32_t *rw =
-		(const volatile uint32_t *)((const uint8_t *)fl->ready + (size_t)k * fl->stride);
-	struct kvl_req_event ev[64];
-
-	while (!reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE), fl->epoch)) {
-		int n = (int)kvl_req_poll(rt, ev, 64);
-
-		for (int i = 0; i < n; i++)
-			EXPECT(ev[i].type == KVL_REQ_EV_STEP_READY,
-			       "request ended before step %u was READY: %s", k,
-			       kvl_status_name(ev[i].status));
-		EXPECT(now_s() - t0 < LIMIT_S, "step %u not READY after %.0f s", k, LIMIT_S);
-	}
+	gpu_rt_wait_ready(rt, fl, k, t0, LIMIT_S); /* now_s() is gpu_rt_now_s()'s clock */
 }
 
 /*
@@ -411,14 +370,11 @@ int main(int argc, char **argv)
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
 	char err[2048], addr[64], secret[160], log[160];
-	uint64_t **tab, **tab_dev;
-	volatile uint32_t *table_ready;
-	uint32_t *table_ready_dev, seg_id = 0;
+	uint32_t seg_id = 0;
 	uint8_t *cache = NULL;
-	struct gpu_counts *cnt;
+	struct gpu_check_tables ct;
 	struct kvl_runtime *rt;
 	kvl_peer_t peer;
-	cudaStream_t st;
 	kvl_req_t req;
 	double t0, t_end;
 	struct sample s0, s1;
@@ -515,14 +471,7 @@ int main(int argc, char **argv)
 	}
 	d = make_request(seg_id, dest ? cache : NULL);
 
-	CK(cudaHostAlloc((void **)&tab, N_BLOCKS * sizeof(*tab), cudaHostAllocMapped));
-	CK(cudaHostGetDevicePointer((void **)&tab_dev, tab, 0));
-	CK(cudaHostAlloc((void **)&table_ready, N_STEPS * 64, cudaHostAllocMapped));
-	memset((void *)table_ready, 0, N_STEPS * 64);
-	CK(cudaHostGetDevicePointer((void **)&table_ready_dev, (void *)table_ready, 0));
-	CK(cudaMalloc((void **)&cnt, sizeof(*cnt)));
-	CK(cudaMemset(cnt, 0, sizeof(*cnt)));
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	gpu_check_tables_new(&ct, N_BLOCKS, N_STEPS);
 	/* Load the kernels before the stream waits on READY: under CUDA's lazy loading a first
 	 * launch may synchronise the context, i.e. wait for this very stream. */
 	{
@@ -542,9 +491,9 @@ int main(int argc, char **argv)
 	}
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
-	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)table_ready_dev,
-			  (const uint64_t *const *)tab_dev, N_STEPS, PER_STEP, BLOCK, SEED, cnt,
-			  st);
+	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)ct.ready_dev,
+			  (const uint64_t *const *)ct.tab_dev, N_STEPS, PER_STEP, BLOCK, SEED,
+			  ct.cnt, ct.st);
 	for (uint32_t k = 0; k < N_STEPS; k++) {
 		wait_ready(rt, &fl, k, t0);
 		for (uint32_t j = first[k]; j < first[k + 1]; j++) {
@@ -554,25 +503,24 @@ int main(int argc, char **argv)
 			if (dest)
 				EXPECT(a == blocks[j].local, "block %u at %p, not the engine's %p",
 				       j, a, blocks[j].local);
-			tab[j] = (uint64_t *)a;
+			ct.tab[j] = (uint64_t *)a;
 		}
-		__atomic_store_n((uint32_t *)((uintptr_t)table_ready + k * 64), 1,
-				 __ATOMIC_RELEASE);
+		__atomic_store_n((uint32_t *)((uintptr_t)ct.ready + k * 64), 1, __ATOMIC_RELEASE);
 	}
 	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
 	s1 = take();
 	t_end = s1.t;
-	CK(cudaStreamSynchronize(st));
+	CK(cudaStreamSynchronize(ct.st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	if (dest) {
-		check_guards<<<N_BLOCKS + 1, 256, 0, st>>>(cache, cnt);
+		check_guards<<<N_BLOCKS + 1, 256, 0, ct.st>>>(cache, ct.cnt);
 		CK(cudaGetLastError());
-		CK(cudaStreamSynchronize(st));
+		CK(cudaStreamSynchronize(ct.st));
 	}
 	{
 		struct gpu_counts h;
 
-		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(&h, ct.cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
 		       "the GPU checked %llu bytes of %llu", h.checked,
 		       (unsigned long long)N_BLOCKS * BLOCK);
@@ -621,7 +569,7 @@ int main(int argc, char **argv)
 			       tel_num(out, "bytes_read"));
 		}
 	}
-	CK(cudaStreamDestroy(st));
+	CK(cudaStreamDestroy(ct.st));
 	kvl_stop(rt);
 	if (cache != NULL)
 		CK(cudaFree(cache));

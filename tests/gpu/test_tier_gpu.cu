@@ -51,12 +51,8 @@ int main(void)
 	struct kvl_req_desc d;
 	struct kvl_req_flags fl;
 	char err[2048], out[16384];
-	uint64_t **tab, **tab_dev;
-	volatile uint32_t *table_ready;
-	uint32_t *table_ready_dev;
-	struct gpu_counts *cnt;
+	struct gpu_check_tables ct;
 	struct kvl_runtime *rt;
-	cudaStream_t st;
 	kvl_req_t req;
 	double t0, t_end;
 	int stage = 0, n, end_status;
@@ -121,14 +117,7 @@ int main(void)
 	d.step_blocks = refs;
 	d.flags = KVL_REQ_STEP_FLAGS;
 
-	CK(cudaHostAlloc((void **)&tab, N_BLOCKS * sizeof(*tab), cudaHostAllocMapped));
-	CK(cudaHostGetDevicePointer((void **)&tab_dev, tab, 0));
-	CK(cudaHostAlloc((void **)&table_ready, N_STEPS * 64, cudaHostAllocMapped));
-	memset((void *)table_ready, 0, N_STEPS * 64);
-	CK(cudaHostGetDevicePointer((void **)&table_ready_dev, (void *)table_ready, 0));
-	CK(cudaMalloc((void **)&cnt, sizeof(*cnt)));
-	CK(cudaMemset(cnt, 0, sizeof(*cnt)));
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	gpu_check_tables_new(&ct, N_BLOCKS, N_STEPS);
 	/* Load check_step before the stream waits on READY: under CUDA's lazy loading its first
 	 * launch may synchronise the context, i.e. wait for this very stream (a hang, seen). */
 	{
@@ -142,20 +131,20 @@ int main(void)
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU (ready_dev %#llx)", (unsigned long long)fl.ready_dev);
 	/* the whole stream up front: nothing is enqueued per step from here on */
-	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)table_ready_dev,
-			  (const uint64_t *const *)tab_dev, N_STEPS, PER_STEP, BLOCK, SEED, cnt,
-			  st);
+	gpu_check_enqueue(&fl, (uint64_t)(uintptr_t)ct.ready_dev,
+			  (const uint64_t *const *)ct.tab_dev, N_STEPS, PER_STEP, BLOCK, SEED,
+			  ct.cnt, ct.st);
 	/* The host's part: each step's block addresses once its READY word says they landed. */
-	gpu_rt_fill_tables(rt, req, &fl, N_STEPS, first, refs, (uint64_t *)tab, table_ready, t0,
+	gpu_rt_fill_tables(rt, req, &fl, N_STEPS, first, refs, (uint64_t *)ct.tab, ct.ready, t0,
 			   LIMIT_S);
 	end_status = gpu_rt_wait_end(rt, t0, LIMIT_S);
 	t_end = gpu_rt_now_s();
-	CK(cudaStreamSynchronize(st));
+	CK(cudaStreamSynchronize(ct.st));
 	EXPECT(end_status == 0, "the request ended with %s", kvl_status_name(end_status));
 	{
 		struct gpu_counts h;
 
-		CK(cudaMemcpy(&h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(&h, ct.cnt, sizeof(h), cudaMemcpyDeviceToHost));
 		EXPECT(h.checked == (uint64_t)N_BLOCKS * BLOCK,
 		       "the GPU checked %llu bytes of %llu", h.checked,
 		       (unsigned long long)N_BLOCKS * BLOCK);
@@ -173,7 +162,7 @@ int main(void)
 	EXPECT(strstr(out, "\"refused\":[0]") && strstr(out, "\"engine_errors\":[0]") &&
 		       strstr(out, "\"inflight\":[0]"),
 	       "refusals, engine errors or READs left: %s", out);
-	CK(cudaStreamDestroy(st));
+	CK(cudaStreamDestroy(ct.st));
 	kvl_stop(rt);
 	free(host_mem); /* registered memory stays the caller's until kvl_stop */
 	printf("PASS: tier_gpu (1 GiB from the host tier into VRAM staging, every byte checked on "

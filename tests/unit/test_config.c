@@ -288,6 +288,8 @@ static const struct bad_case bad_cases[] = {
 	  "t.ini:2: sched.null_transport:", "set sched.null_transport_ack = true as well" },
 	{ "staging slot larger than the staging", "[sched]\nstaging_mb = 1\nslot_kb = 2048\n" NIC_LO,
 	  "t.ini:3: sched.slot_kb:", "2048 KiB is larger than staging_mb = 1 MiB" },
+	{ "an unknown tier copy method", "[sched]\nstaging_mb = 8\ntier_copy = fast\n" NIC_LO,
+	  "t.ini:3: sched.tier_copy:", "expected one of auto, gather, batch, each; got \"fast\"" },
 	{ "host tier without a scheduler", "[sched]\ntier = true\n" NIC_LO,
 	  "t.ini:2: sched.tier:", "true needs a scheduler to serve it: set sched.staging_mb > 0" },
 	{ "host tier into VRAM without the pool",
@@ -1208,7 +1210,14 @@ static void test_sched_keys(void)
 		CHECK_INT(cfg.sched.max_msg_kb, 0);
 		CHECK_INT(cfg.sched.max_requests, 256);
 		CHECK_INT(cfg.sched.ready_ahead, 1);
+		CHECK_INT(cfg.sched.tier_copy, KVL_TIER_COPY_AUTO); /* the default */
 	}
+	/* the tier's copy method: each name to its value */
+	if (load_good("tier_copy = each", "[sched]\nstaging_mb = 8\ntier_copy = each\n" NIC_LO) ==
+	    0)
+		CHECK_INT(cfg.sched.tier_copy, KVL_TIER_COPY_EACH);
+	CHECK_STR(kvl_tier_copy_name(KVL_TIER_COPY_GATHER), "gather");
+	CHECK_STR(kvl_tier_copy_name(9), "?");
 }
 
 /* [memory]: 0 is no pool (the default); a pool must hold what the INI carves from it. */
