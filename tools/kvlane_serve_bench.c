@@ -52,7 +52,7 @@ struct opts {
 	double link_gbps, prefill_tok_s, slo_ttft_ms;
 	unsigned prefill_gpus, max_batch;
 	uint64_t budget_mb, host_mb, weight_mb, window_mb, sock_buf_kb;
-	unsigned tcp_bufs;
+	unsigned tcp_bufs, fill_threads;
 	int eal_argc;
 	char **eal_argv;
 	bool plot, quiet, calibrate;
@@ -74,6 +74,7 @@ static struct opts o = {
 	.host_mb = 16384,
 	.window_mb = 8192,
 	.tcp_bufs = 4,
+	.fill_threads = 4,
 	.plot = true,
 };
 static struct sb_shape shape;
@@ -299,11 +300,15 @@ static double thread_cpu_s(void)
 	return c.tv_sec + c.tv_nsec / 1e9;
 }
 
+/* Fill thread @arg of n_sfill: the chunks c with c % n_sfill == @arg. n_sfill divides SRING,
+ * so each ring slot is always filled by the same thread, in order. */
+static unsigned n_sfill;
+static pthread_mutex_t fill_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void *prefill_fill(void *arg)
 {
-	unsigned c = 0;
+	unsigned c = 0, me = (unsigned)(uintptr_t)arg;
 
-	(void)arg;
 	pthread_setname_np(pthread_self(), "sb-fill");
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct rq *r = &rq[order[k]];
@@ -312,6 +317,8 @@ static void *prefill_fill(void *arg)
 			uint64_t n = r->bytes - off < SCHUNK ? r->bytes - off : SCHUNK;
 			uint64_t *w = (uint64_t *)sring[c % SRING].buf;
 
+			if (c % n_sfill != me)
+				continue;
 			while (atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
 				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
 			for (uint64_t i = 0; i < n / 8; i++)
@@ -319,7 +326,9 @@ static void *prefill_fill(void *arg)
 			atomic_store_explicit(&sring[c % SRING].full, 1, memory_order_release);
 		}
 	}
-	fill_thread_cpu = thread_cpu_s();
+	pthread_mutex_lock(&fill_mu);
+	fill_thread_cpu += thread_cpu_s();
+	pthread_mutex_unlock(&fill_mu);
 	return NULL;
 }
 
@@ -344,7 +353,7 @@ static int prefill_process(int fd, int stats_fd)
 	struct kvl_pace pace;
 	uint64_t sent = 0, busy_ns = 0;
 	unsigned c = 0;
-	pthread_t th;
+	pthread_t th[SRING];
 
 	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
 	for (unsigned i = 0; i < SRING; i++) {
@@ -353,7 +362,10 @@ static int prefill_process(int fd, int stats_fd)
 			return 1;
 		memset(sring[i].buf, 0, SCHUNK);
 	}
-	pthread_create(&th, NULL, prefill_fill, NULL);
+	for (n_sfill = 1; n_sfill * 2 <= o.fill_threads && n_sfill * 2 <= SRING;)
+		n_sfill *= 2;
+	for (unsigned i = 0; i < n_sfill; i++)
+		pthread_create(&th[i], NULL, prefill_fill, (void *)(uintptr_t)i);
 	if (o.link_gbps > 0)
 		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
 	for (unsigned k = 0; k < tr.n; k++) {
@@ -393,7 +405,8 @@ static int prefill_process(int fd, int stats_fd)
 		}
 		sent += r->bytes;
 	}
-	pthread_join(th, NULL);
+	for (unsigned i = 0; i < n_sfill; i++)
+		pthread_join(th[i], NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
 		uint32_t ack;
 
@@ -503,8 +516,36 @@ static void *receiver(void *arg)
 
 static double prefill_thread_cpu;
 
+/* Layers [l0, l1) of one request's KV written into its tier blocks (one fill thread's part). */
+struct fill_part {
+	struct rq *r;
+	uint32_t l0, l1;
+	double cpu; /* the helper thread's CPU seconds */
+};
+
+static void *fill_layers(void *arg)
+{
+	struct fill_part *f = arg;
+
+	if (f->cpu < 0)
+		pthread_setname_np(pthread_self(), "sb-fill");
+	for (uint32_t l = f->l0; l < f->l1; l++)
+		for (uint32_t b = 0; b < f->r->nb; b++)
+			kvl_sb_cpu.fill(tier_base + (uint64_t)f->r->tblk[l * f->r->nb + b] * bb, bb,
+					f->r->key, kv_off(f->r, l, b));
+	if (f->cpu < 0)
+		f->cpu = thread_cpu_s();
+	return NULL;
+}
+
+/* The prefill side: each request's KV pattern-filled into the tier, in prefill order, as the
+ * tier has room; --fill-threads share each request's layers, so that the fill (the prefill's
+ * output, the model's work) keeps ahead of what the link carries (one thread fills ~7 GB/s,
+ * less than a 100 Gb/s link's worth at high load) and bounds no mode. */
 static void *tier_filler(void *arg)
 {
+	double helpers = 0;
+
 	(void)arg;
 	pthread_setname_np(pthread_self(), "sb-fill");
 	for (unsigned k = 0; k < tr.n; k++) {
@@ -521,13 +562,26 @@ static void *tier_filler(void *arg)
 
 			nanosleep(&ts, NULL);
 		}
-		for (uint32_t l = 0; l < shape.layers; l++)
-			for (uint32_t b = 0; b < r->nb; b++)
-				kvl_sb_cpu.fill(tier_base + (uint64_t)r->tblk[l * r->nb + b] * bb,
-						bb, r->key, kv_off(r, l, b));
+		{
+			unsigned t = o.fill_threads < shape.layers ? o.fill_threads : shape.layers;
+			struct fill_part part[16];
+			pthread_t th[16];
+
+			for (unsigned i = 0; i < t; i++)
+				part[i] = (struct fill_part){ r, shape.layers * i / t,
+							      shape.layers * (i + 1) / t,
+							      i ? -1 : 0 };
+			for (unsigned i = 1; i < t; i++)
+				pthread_create(&th[i], NULL, fill_layers, &part[i]);
+			fill_layers(&part[0]);
+			for (unsigned i = 1; i < t; i++) {
+				pthread_join(th[i], NULL);
+				helpers += part[i].cpu;
+			}
+		}
 		atomic_store(&r->at_prefill, 1);
 	}
-	prefill_thread_cpu = thread_cpu_s();
+	prefill_thread_cpu = thread_cpu_s() + helpers;
 	return NULL;
 }
 
@@ -1601,6 +1655,7 @@ static void usage(const char *p)
 		"  --sock-buf-kb K (tcp's socket buffers; 0: the kernel's autotuning)  --tcp-bufs "
 		"N "
 		"(pinned 4 MiB receive buffers, 2..16)\n"
+		"  --fill-threads N (the prefill side's pattern fill of the tier, 1..16; 4)\n"
 		"  --calibrate-prefill (time a bf16 GEMM of the preset's width on the GPU once and "
 		"use its rate)\n",
 		p);
@@ -1642,6 +1697,7 @@ static void params_json(FILE *f)
 		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
+		"\"fill_threads\": %u, "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1656,7 +1712,8 @@ static void params_json(FILE *f)
 		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
-		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs);
+		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
+		o.fill_threads);
 }
 
 /* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x
@@ -1890,22 +1947,39 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "trace", 1, 0, 't' },	       { "synthetic", 0, 0, 'S' },
-		{ "rate", 1, 0, 'r' },	       { "input-median", 1, 0, 'I' },
-		{ "input-sigma", 1, 0, 'G' },  { "output-len", 1, 0, 'O' },
-		{ "seed", 1, 0, 's' },	       { "time-scale", 1, 0, 'T' },
-		{ "max-requests", 1, 0, 'n' }, { "max-input", 1, 0, 'x' },
-		{ "preset", 1, 0, 'p' },       { "modes", 1, 0, 'm' },
-		{ "link-gbps", 1, 0, 'l' },    { "prefill-tok-s", 1, 0, 'P' },
-		{ "prefill-gpus", 1, 0, 'g' }, { "max-batch", 1, 0, 'b' },
-		{ "kv-budget-mb", 1, 0, 'B' }, { "host-mb", 1, 0, 'H' },
-		{ "slo-ttft-ms", 1, 0, 'L' },  { "sweep", 1, 0, 'W' },
-		{ "backend", 1, 0, 'k' },      { "idle", 1, 0, 'i' },
-		{ "out", 1, 0, 'o' },	       { "no-plot", 0, 0, 'N' },
-		{ "window-mb", 1, 0, 'V' },    { "weight-mb", 1, 0, 'w' },
-		{ "quiet", 0, 0, 'q' },	       { "sock-buf-kb", 1, 0, 'K' },
-		{ "tcp-bufs", 1, 0, 'R' },     { "calibrate-prefill", 0, 0, 'C' },
-		{ "help", 0, 0, 'h' },	       { 0, 0, 0, 0 },
+		{ "trace", 1, 0, 't' },
+		{ "synthetic", 0, 0, 'S' },
+		{ "rate", 1, 0, 'r' },
+		{ "input-median", 1, 0, 'I' },
+		{ "input-sigma", 1, 0, 'G' },
+		{ "output-len", 1, 0, 'O' },
+		{ "seed", 1, 0, 's' },
+		{ "time-scale", 1, 0, 'T' },
+		{ "max-requests", 1, 0, 'n' },
+		{ "max-input", 1, 0, 'x' },
+		{ "preset", 1, 0, 'p' },
+		{ "modes", 1, 0, 'm' },
+		{ "link-gbps", 1, 0, 'l' },
+		{ "prefill-tok-s", 1, 0, 'P' },
+		{ "prefill-gpus", 1, 0, 'g' },
+		{ "max-batch", 1, 0, 'b' },
+		{ "kv-budget-mb", 1, 0, 'B' },
+		{ "host-mb", 1, 0, 'H' },
+		{ "slo-ttft-ms", 1, 0, 'L' },
+		{ "sweep", 1, 0, 'W' },
+		{ "backend", 1, 0, 'k' },
+		{ "idle", 1, 0, 'i' },
+		{ "out", 1, 0, 'o' },
+		{ "no-plot", 0, 0, 'N' },
+		{ "window-mb", 1, 0, 'V' },
+		{ "weight-mb", 1, 0, 'w' },
+		{ "quiet", 0, 0, 'q' },
+		{ "sock-buf-kb", 1, 0, 'K' },
+		{ "tcp-bufs", 1, 0, 'R' },
+		{ "calibrate-prefill", 0, 0, 'C' },
+		{ "fill-threads", 1, 0, 'F' },
+		{ "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	const struct sb_shape *ps;
 	char err[1024], p[600];
@@ -2017,6 +2091,9 @@ int main(int argc, char **argv)
 		case 'C':
 			o.calibrate = true;
 			break;
+		case 'F':
+			o.fill_threads = (unsigned)atoi(optarg);
+			break;
 		default:
 			usage(argv[0]);
 			return c == 'h' ? 0 : 2;
@@ -2026,7 +2103,8 @@ int main(int argc, char **argv)
 	if (ps == NULL || (!o.trace == !o.synthetic) || o.sy.rate <= 0 || o.sy.output == 0 ||
 	    o.sy.input_median < 1 || o.to.time_scale <= 0 || o.link_gbps < 0 ||
 	    o.prefill_gpus == 0 || o.max_batch == 0 || o.max_batch > 1024 || o.budget_mb == 0 ||
-	    o.host_mb == 0 || o.tcp_bufs < 2 || o.tcp_bufs > MAX_RBUF) {
+	    o.host_mb == 0 || o.tcp_bufs < 2 || o.tcp_bufs > MAX_RBUF || o.fill_threads == 0 ||
+	    o.fill_threads > 16) {
 		if (ps == NULL)
 			fprintf(stderr, "serve-bench: unknown --preset %s\n", o.preset);
 		else
