@@ -169,6 +169,8 @@ static void pool_give(struct pool *p, const uint32_t *b, uint32_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
+#define SB_BY_BATCH 5
+
 /* What one mode measured. */
 struct res {
 	uint64_t bad_bytes, checked_bytes, used_bytes, moved_bytes;
@@ -177,7 +179,11 @@ struct res {
 	double link_busy_s; /* tcp: the sender's time with bytes to send */
 	uint64_t link_bytes;
 	uint64_t steps, batch_sum; /* decode steps, and the requests computed in them */
-	unsigned streamed;	   /* requests served streaming through the window */
+	/* step time by batch size (1, 2, .., SB_BY_BATCH and more): what a step costs at equal
+	 * batch, mode against mode */
+	double by_batch_s[SB_BY_BATCH];
+	uint64_t by_batch_n[SB_BY_BATCH];
+	unsigned streamed; /* requests served streaming through the window */
 	/* the decode process's CPU seconds by thread (see cpu_split()) */
 	double cpu_total, cpu_loop, cpu_lcore, cpu_lcore_busy, cpu_recv, cpu_other;
 	double prefill_fill_s;	 /* of the prefill side's CPU: the pattern fill */
@@ -1074,6 +1080,11 @@ static void cpu_split(enum mode m)
 				   : (m == M_SINGLE || m == M_DUAL ? -1 : 0);
 }
 
+static double bb_ms(unsigned i)
+{
+	return R.by_batch_n[i] ? R.by_batch_s[i] / R.by_batch_n[i] * 1e3 : 0;
+}
+
 static int write_results(const char *tag)
 {
 	char p[600];
@@ -1116,7 +1127,8 @@ static int write_results(const char *tag)
 		"\"cpu_nic_lcore_busy_s\": %.6f, \"cpu_tcp_receiver_s\": %.6f, \"cpu_other_s\": "
 		"%.6f,\n \"cpu_prefill_s\": %.6f, \"cpu_prefill_fill_s\": %.6f,\n"
 		" \"steps\": %llu, \"batch_sum\": %llu, \"weights_only_step_s\": %.6f, "
-		"\"streamed\": %u,\n"
+		"\"streamed\": %u,\n \"step_ms_by_batch\": [%.4f, %.4f, %.4f, %.4f, %.4f], "
+		"\"steps_by_batch\": [%llu, %llu, %llu, %llu, %llu],\n"
 		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"recv_busy_s\": %.6f, "
 		"\"vram_series\": \"%s-%s.vram.csv\"}\n",
 		R.refused, R.completed, R.delayed, R.twice, (unsigned long long)R.checked_bytes,
@@ -1125,7 +1137,10 @@ static int write_results(const char *tag)
 		(unsigned long long)(o.budget_mb << 20), (unsigned long long)shape.weight_bytes,
 		R.cpu_total, R.cpu_loop, R.cpu_lcore, R.cpu_lcore_busy, R.cpu_recv, R.cpu_other,
 		R.prefill_cpu_s, R.prefill_fill_s, (unsigned long long)R.steps,
-		(unsigned long long)R.batch_sum, probe_s, R.streamed,
+		(unsigned long long)R.batch_sum, probe_s, R.streamed, bb_ms(0), bb_ms(1), bb_ms(2),
+		bb_ms(3), bb_ms(4), (unsigned long long)R.by_batch_n[0],
+		(unsigned long long)R.by_batch_n[1], (unsigned long long)R.by_batch_n[2],
+		(unsigned long long)R.by_batch_n[3], (unsigned long long)R.by_batch_n[4],
 		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, tag,
 		mode_name[cur_mode]);
 	return fclose(f) ? -errno : 0;
@@ -1347,7 +1362,14 @@ static int run_mode(enum mode m, const char *tag)
 				    (l >= batch[k]->cur && l < batch[k]->landed))
 					be->attn(batch[k]->slot, l, batch[k]->nb);
 		}
-		R.busy_s += be->step_end();
+		{
+			double st = be->step_end();
+			unsigned bi = nb < SB_BY_BATCH ? nb - 1 : SB_BY_BATCH - 1;
+
+			R.busy_s += st;
+			R.by_batch_s[bi] += st;
+			R.by_batch_n[bi]++;
+		}
 		R.steps++;
 		R.batch_sum += nb;
 		t = now_s();
@@ -1469,7 +1491,7 @@ struct sum {
 	double moved_gb, link_gbps, sock_gbps, sock_s, peak_gb;
 	/* %% of one core over the run: the decode process by thread, the prefill side's fill */
 	double c_loop, c_lcore, c_lcore_busy, c_recv, c_other, c_fill, recv_gbps;
-	double steps, mean_batch, step_ms, probe_ms;
+	double steps, mean_batch, step_ms, probe_ms, by_batch_ms[SB_BY_BATCH];
 	unsigned completed, refused, delayed, streamed;
 	uint64_t *hash; /* per request, 0: not completed */
 };
@@ -1595,6 +1617,18 @@ static int read_sum(const char *path, struct sum *s)
 		s->c_other = fmax(0, x) / s->wall * 100; /* /proc counts in clock ticks */
 		NUM("cpu_prefill_fill_s", x);
 		s->c_fill = x / s->wall * 100;
+		{
+			char *q = strstr(txt, "\"step_ms_by_batch\": [");
+
+			if (q == NULL)
+				return -EINVAL;
+			q += strlen("\"step_ms_by_batch\": [");
+			for (unsigned i = 0; i < SB_BY_BATCH; i++) {
+				s->by_batch_ms[i] = strtod(q, &q);
+				while (*q == ',' || *q == ' ')
+					q++;
+			}
+		}
 		s->steps = st;
 		s->mean_batch = st > 0 ? bs / st : 0;
 		s->step_ms = st > 0 ? s->busy / st * 1e3 : 0;
@@ -1900,10 +1934,13 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 	}
 	for (int m = 0; m < N_MODES; m++)
 		if (s[m].ok)
-			printf("steps %s: %.0f, mean batch %.2f, mean step %.2f ms; weights alone "
-			       "%.2f ms (%.2f TB/s of %.2f GB)\n",
+			printf("steps %s: %.0f, mean batch %.2f, mean step %.2f ms, by batch "
+			       "1/2/3/4/5+: %.2f/%.2f/%.2f/%.2f/%.2f ms; weights alone %.2f ms "
+			       "(%.2f TB/s of %.2f GB)\n",
 			       mode_name[m], s[m].steps, s[m].mean_batch, s[m].step_ms,
-			       s[m].probe_ms, shape.weight_bytes / (s[m].probe_ms / 1e3) / 1e12,
+			       s[m].by_batch_ms[0], s[m].by_batch_ms[1], s[m].by_batch_ms[2],
+			       s[m].by_batch_ms[3], s[m].by_batch_ms[4], s[m].probe_ms,
+			       shape.weight_bytes / (s[m].probe_ms / 1e3) / 1e12,
 			       shape.weight_bytes / 1e9);
 	for (int m = 0; m < N_MODES; m++)
 		if (s[m].ok && s[m].streamed)
