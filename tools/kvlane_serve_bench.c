@@ -1896,13 +1896,11 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 			s[m].probe_ms, s[m].streamed, s[m].recv_gbps);
 	}
 	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
-		printf("tcp: the socket carried %.2f GB in %.3f s of sending (pacing waits not "
-		       "counted): %.2f Gb/s, one connection (iperf3 -P 1 is its yardstick); the "
-		       "receiver's time in recv() into %u pinned %u MiB buffers: %.2f Gb/s; socket "
-		       "buffers %s\n",
-		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps, o.tcp_bufs,
-		       RCHUNK >> 20, s[M_TCP].recv_gbps,
-		       o.sock_buf_kb ? "set by --sock-buf-kb" : "the kernel's autotuning");
+		printf("tcp: the socket carried %.2f GB in %.3f s of send() (pacing waits not "
+		       "counted): %.2f Gb/s on one connection (iperf3 -P 1 its yardstick); recv() "
+		       "%.2f Gb/s into %u pinned %u MiB buffers; socket buffers %s\n",
+		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps, s[M_TCP].recv_gbps,
+		       o.tcp_bufs, RCHUNK >> 20, o.sock_buf_kb ? "--sock-buf-kb" : "autotuned");
 	/* what each CPU figure holds (% of one core over the run, set-up excluded) */
 	printf("cpu, %% of one core over the run: decode = its decode loop (main thread) + NIC "
 	       "lcore (rusage; busy: its loop's busy cycles, /kvlane/lcores) + tcp receiver + "
