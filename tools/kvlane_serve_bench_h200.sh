@@ -88,10 +88,11 @@ except Exception as e:
     print(f"long-check: failed: {e}")
 PY
 # 6. the write-up's 32 x 32 x 128 shape (4 kernel units per layer), briefly; --host-mb 4096 <
-#    its 8192 MiB window is what failed before (the pool now holds the larger)
+#    its 8192 MiB window is what failed before (the pool now holds the larger); --max-input 8000
+#    (4000 MiB a request at 512 KiB a token) so the tier holds the largest request
 r writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --preset writeup-32x32 --backend gpu \
 	--modes tcp,dual,resident --max-requests 6 --rate 4 --input-median 4096 --output-len 16 \
-	--kv-budget-mb 32768 --host-mb 4096 --out "$W/wu" --no-plot --quiet
+	--kv-budget-mb 32768 --host-mb 4096 --max-input 8000 --out "$W/wu" --no-plot --quiet
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
