@@ -27,6 +27,10 @@ END=${SERVE_H200_BUDGET_S:-540} # the whole call stops itself by then (a GPU cal
 r() { # r NAME LIMIT_S CMD...: one step, its exit status and time, inside the call's budget
 	n=$1 lim=$2
 	shift 2
+	case " ${SERVE_H200_ONLY:-$n} " in # SERVE_H200_ONLY="writeup main": those steps alone
+	*" $n "*) ;;
+	*) return ;;
+	esac
 	left=$((END - ($(date +%s) - T0)))
 	[ "$lim" -gt "$left" ] && lim=$left
 	if [ "$lim" -le 5 ]; then
@@ -42,8 +46,12 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm --format=csv,
 echo "cores: $(nproc); python3 matplotlib: $(python3 -c 'import matplotlib; print(matplotlib.__version__)' 2>&1 | tail -1)"
 
 # 1. the kernel's loopback TCP, one stream (the bench's tcp mode uses one connection)
-"$B/iperf3" -s -1 -p 5299 -D
-sleep 1
+case " ${SERVE_H200_ONLY:-iperf3} " in
+*" iperf3 "*)
+	"$B/iperf3" -s -1 -p 5299 -D
+	sleep 1
+	;;
+esac
 r iperf3 20 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 5 -P 1 -f g
 # 2. the link rates unpaced: tcp (socket time only; pinned receive buffers, the copy engine
 #    behind them) beside dual (the PCIe ceiling), then tcp again with 16 MiB socket buffers
@@ -72,7 +80,7 @@ r long 60 "$B/kvlane-serve-bench" $EAL --file-prefix sblong -- --trace "$W/long.
 	--backend gpu --modes dual,resident --kv-budget-mb 2048 --host-mb 8192 --out "$W/long" --no-plot --quiet
 r longref 60 "$B/kvlane-serve-bench" $EAL --file-prefix sblongr -- --trace "$W/long.jsonl" --preset llama3-8b \
 	--backend gpu --modes dual,resident --host-mb 8192 --out "$W/longref" --no-plot --quiet
-python3 - "$W/long/results.json" "$W/longref/results.json" <<'PY'
+[ -f "$W/longref/results.json" ] && python3 - "$W/long/results.json" "$W/longref/results.json" <<'PY'
 import json, sys
 def hashes(p, mode):
     for m in json.load(open(p))["runs"][0]["modes"]:
