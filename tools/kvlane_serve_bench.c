@@ -20,7 +20,11 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <kvlane/kvlane.h>
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <sys/un.h>
 
 #include "kvl_clock.h"
 #include "kvlane_serve_bench.h"
@@ -47,10 +51,11 @@ struct opts {
 	bool synthetic;
 	double link_gbps, prefill_tok_s, slo_ttft_ms;
 	unsigned prefill_gpus, max_batch;
-	uint64_t budget_mb, host_mb, weight_mb, window_mb;
+	uint64_t budget_mb, host_mb, weight_mb, window_mb, sock_buf_kb;
+	unsigned tcp_bufs, fill_threads;
 	int eal_argc;
 	char **eal_argv;
-	bool plot, quiet;
+	bool plot, quiet, calibrate;
 };
 
 static struct opts o = {
@@ -68,15 +73,18 @@ static struct opts o = {
 	.budget_mb = 65536,
 	.host_mb = 16384,
 	.window_mb = 8192,
+	.tcp_bufs = 4,
+	.fill_threads = 4,
 	.plot = true,
 };
 static struct sb_shape shape;
 static const struct sb_backend *be;
 static struct sb_trace tr;
+static double calib_flops; /* --calibrate-prefill's GEMM rate, FLOP/s; 0: not run */
 
 /* ---------------- one mode, in a process of its own ---------------- */
 
-enum rstate { R_WAIT, R_LANDING, R_ACTIVE, R_DONE, R_REFUSED };
+enum rstate { R_WAIT, R_LANDING, R_ACTIVE, R_STREAM, R_DONE, R_REFUSED };
 
 struct rq {
 	uint32_t id, nb; /* blocks per layer */
@@ -93,9 +101,13 @@ struct rq {
 	bool delayed, ended;
 	uint64_t hash;
 	_Atomic int at_prefill; /* its KV sits on the prefill side */
-	uint8_t *hostbuf;	/* tcp: what the socket brought */
-	int rbuf;		/* tcp: which receive buffer that is */
 	double *gaps;
+	/* dual, a request whose KV is larger than the whole KV cache: streamed from the tier
+	 * each token, one kvlane request per token (two open: the next token's prefetched) */
+	bool stream;
+	kvl_req_t th[2];  /* token t's request at th[t & 1] */
+	uint8_t *pend[2]; /* layers READY for that token, not yet taken in */
+	uint32_t tok_open, tok_ended;
 };
 
 static struct rq *rq;
@@ -157,6 +169,8 @@ static void pool_give(struct pool *p, const uint32_t *b, uint32_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
+#define SB_BY_BATCH 5
+
 /* What one mode measured. */
 struct res {
 	uint64_t bad_bytes, checked_bytes, used_bytes, moved_bytes;
@@ -164,15 +178,27 @@ struct res {
 	double busy_s, wall_s, peak_inuse, prefill_cpu_s;
 	double link_busy_s; /* tcp: the sender's time with bytes to send */
 	uint64_t link_bytes;
+	uint64_t steps, batch_sum; /* decode steps, and the requests computed in them */
+	/* step time by batch size (1, 2, .., SB_BY_BATCH and more): what a step costs at equal
+	 * batch, mode against mode */
+	double by_batch_s[SB_BY_BATCH];
+	uint64_t by_batch_n[SB_BY_BATCH];
+	unsigned streamed; /* requests served streaming through the window */
+	/* the decode process's CPU seconds by thread (see cpu_split()) */
+	double cpu_total, cpu_loop, cpu_lcore, cpu_lcore_busy, cpu_recv, cpu_other;
+	double prefill_fill_s;	 /* of the prefill side's CPU: the pattern fill */
+	double link_busy_recv_s; /* tcp: the receiver's time in recv() */
 };
 static struct res R;
+static double probe_s; /* the backend's weights-only step */
 static struct pool cpool, tpool;
 static uint32_t bb; /* block bytes */
 static uint8_t *tier_base;
 static uint32_t tier_seg;
 static struct kvl_runtime *rt;
 static FILE *vram_log;
-static uint64_t staging_mb; /* kvlane's window: --window-mb, or the largest request (single) */
+static uint64_t staging_mb;    /* kvlane's window: --window-mb, or the largest request (single) */
+static uint64_t stream_blocks; /* the largest request over the KV cache, in blocks */
 
 static uint64_t req_key(uint32_t id)
 {
@@ -260,165 +286,198 @@ static int recv_all(int fd, void *p, size_t n)
 	return 0;
 }
 
-/* The prefill process: each prompt's KV, once its prefill is over, pattern-filled and sent
- * over the kernel socket at the link rate; the acks (control, same connection) read last. */
-/* The prefill process's fill thread: each request's KV, pattern-filled in order up to
- * LOOKAHEAD requests ahead of the sender (the bytes a prefill leaves behind; filling them is
- * the model's work, not the link's, so it runs beside the sending). */
-#define LOOKAHEAD 3
-static uint64_t *_Atomic *pbuf;
-static _Atomic unsigned psent;
+/* The prefill side's send ring: its KV leaves through a few reused host chunks (the
+ * bounce buffers a prefill GPU's KV goes through on its way to a socket), which a fill thread
+ * writes the pattern into in request order, ahead of the sender by the ring's depth (filling
+ * them is the model's work, not the link's: its CPU is reported apart). */
+#define SCHUNK (4u << 20)
+#define SRING  8
+static struct {
+	uint8_t *buf;
+	_Atomic int full;
+} sring[SRING];
+static double fill_thread_cpu; /* the pattern fill's CPU seconds, either side's */
+
+static double thread_cpu_s(void)
+{
+	struct timespec c;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+	return c.tv_sec + c.tv_nsec / 1e9;
+}
+
+/* Fill thread @arg of n_sfill: the chunks c with c % n_sfill == @arg. n_sfill divides SRING,
+ * so each ring slot is always filled by the same thread, in order. */
+static unsigned n_sfill;
+static pthread_mutex_t fill_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *prefill_fill(void *arg)
 {
-	(void)arg;
+	unsigned c = 0, me = (unsigned)(uintptr_t)arg;
+
+	pthread_setname_np(pthread_self(), "sb-fill");
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct rq *r = &rq[order[k]];
-		uint64_t *b;
 
-		while (k >= atomic_load(&psent) + LOOKAHEAD) {
-			struct timespec ts = { 0, 200000 };
+		for (uint64_t off = 0; off < r->bytes; off += SCHUNK, c++) {
+			uint64_t n = r->bytes - off < SCHUNK ? r->bytes - off : SCHUNK;
+			uint64_t *w = (uint64_t *)sring[c % SRING].buf;
 
-			nanosleep(&ts, NULL);
+			if (c % n_sfill != me)
+				continue;
+			while (atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
+				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+			for (uint64_t i = 0; i < n / 8; i++)
+				w[i] = sb_pat_word(r->key, off / 8 + i);
+			atomic_store_explicit(&sring[c % SRING].full, 1, memory_order_release);
 		}
-		b = malloc(r->bytes);
-		if (b == NULL)
-			exit(1);
-		for (uint64_t i = 0; i < r->bytes / 8; i++)
-			b[i] = sb_pat_word(r->key, i);
-		atomic_store(&pbuf[k], b);
 	}
+	pthread_mutex_lock(&fill_mu);
+	fill_thread_cpu += thread_cpu_s();
+	pthread_mutex_unlock(&fill_mu);
 	return NULL;
 }
 
+/* Socket buffers of --sock-buf-kb at both ends (0: the kernel's autotuning, as iperf3
+ * without -w); FORCE first, which passes net.core.[rw]mem_max where the process may. */
+static void sock_bufs(int fd)
+{
+	int v = (int)(o.sock_buf_kb << 10);
+
+	if (o.sock_buf_kb == 0)
+		return;
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
 /* The prefill process: each prompt's KV, once its prefill is over, sent over the kernel
- * socket at the link rate; the acks (control, same connection) read last. */
+ * socket at the link rate from the send ring; the acks (control, same connection) read last. */
 static int prefill_process(int fd, int stats_fd)
 {
 	struct kvl_pace pace;
 	uint64_t sent = 0, busy_ns = 0;
-	pthread_t th;
+	unsigned c = 0;
+	pthread_t th[SRING];
 
 	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
-	pbuf = calloc(tr.n, sizeof(*pbuf));
-	pthread_create(&th, NULL, prefill_fill, NULL);
+	for (unsigned i = 0; i < SRING; i++) {
+		sring[i].buf = malloc(SCHUNK);
+		if (sring[i].buf == NULL)
+			return 1;
+		memset(sring[i].buf, 0, SCHUNK);
+	}
+	for (n_sfill = 1; n_sfill * 2 <= o.fill_threads && n_sfill * 2 <= SRING;)
+		n_sfill *= 2;
+	for (unsigned i = 0; i < n_sfill; i++)
+		pthread_create(&th[i], NULL, prefill_fill, (void *)(uintptr_t)i);
 	if (o.link_gbps > 0)
 		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct rq *r = &rq[order[k]];
 		struct hdr h = { HDR_MAGIC, r->id, r->bytes };
-		const uint8_t *buf;
 		uint64_t a;
 
 		sleep_until(r->prefill_done);
-		while ((buf = (const uint8_t *)atomic_load(&pbuf[k])) == NULL) {
-			struct timespec ts = { 0, 100000 };
-
-			nanosleep(&ts, NULL);
-		}
 		a = kvl_now_ns();
 		if (send_all(fd, &h, sizeof(h)) < 0)
 			return 1;
 		busy_ns += kvl_now_ns() - a;
-		for (uint64_t off = 0; off < r->bytes; off += CHUNK) {
-			uint32_t n = r->bytes - off < CHUNK ? (uint32_t)(r->bytes - off) : CHUNK;
+		for (uint64_t off = 0; off < r->bytes; off += SCHUNK, c++) {
+			uint64_t len = r->bytes - off < SCHUNK ? r->bytes - off : SCHUNK;
+			const uint8_t *buf = sring[c % SRING].buf;
 
-			if (o.link_gbps > 0)
-				while (!kvl_pace_take(&pace, n, kvl_now_ns())) {
-					uint64_t w = kvl_pace_wait_ns(&pace, kvl_now_ns());
-					struct timespec ts = { 0,
-							       (long)(w < 1000000 ? w : 1000000) };
+			while (!atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
+				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+			for (uint64_t o2 = 0; o2 < len; o2 += CHUNK) {
+				uint32_t n = len - o2 < CHUNK ? (uint32_t)(len - o2) : CHUNK;
 
-					nanosleep(&ts, NULL);
-				}
-			a = kvl_now_ns(); /* the socket's time only, not the pacing */
-			if (send_all(fd, buf + off, n) < 0)
-				return 1;
-			busy_ns += kvl_now_ns() - a;
+				if (o.link_gbps > 0)
+					while (!kvl_pace_take(&pace, n, kvl_now_ns())) {
+						uint64_t w = kvl_pace_wait_ns(&pace, kvl_now_ns());
+						struct timespec ts = {
+							0, (long)(w < 1000000 ? w : 1000000)
+						};
+
+						nanosleep(&ts, NULL);
+					}
+				a = kvl_now_ns(); /* the socket's time only, not the pacing */
+				if (send_all(fd, buf + o2, n) < 0)
+					return 1;
+				busy_ns += kvl_now_ns() - a;
+			}
+			atomic_store_explicit(&sring[c % SRING].full, 0, memory_order_release);
 		}
-		free((void *)buf);
-		atomic_fetch_add(&psent, 1);
 		sent += r->bytes;
 	}
-	pthread_join(th, NULL);
+	for (unsigned i = 0; i < n_sfill; i++)
+		pthread_join(th[i], NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
 		uint32_t ack;
 
 		if (recv_all(fd, &ack, sizeof(ack)) < 0)
 			return 1;
 	}
-	dprintf(stats_fd, "%llu %llu\n", (unsigned long long)sent, (unsigned long long)busy_ns);
+	dprintf(stats_fd, "%llu %llu %.6f\n", (unsigned long long)sent, (unsigned long long)busy_ns,
+		fill_thread_cpu);
 	return 0;
 }
 
-/* The receiver's host buffers: a few, each as large as the largest request, touched once at
- * start and reused, so the socket's rate is not its page faults' (iperf3 reuses its buffer
- * too). Their number is the back-pressure: with all in use the socket fills and the sender
- * waits. */
-#define MAX_RBUF 4
+/* The receiver's buffers: --tcp-bufs chunks of RCHUNK bytes of pinned host memory (the
+ * backend's host_alloc), reused in turn: the socket is read into one while the copy engine
+ * empties the others into the KV cache, so no CPU copies the bytes a second time. */
+#define RCHUNK	 (4u << 20)
+#define MAX_RBUF 16
 static uint8_t *rbuf[MAX_RBUF];
-static _Atomic int rbusy[MAX_RBUF];
 static unsigned n_rbuf;
+static double recv_busy_s, recv_thread_cpu;
 
-static int rbuf_init(uint64_t len)
+static int rbuf_init(void)
 {
-	n_rbuf = len ? (unsigned)((o.host_mb << 20) / len) : 0;
-	n_rbuf = n_rbuf < 2 ? 2 : n_rbuf > MAX_RBUF ? MAX_RBUF : n_rbuf;
+	n_rbuf = o.tcp_bufs < 2 ? 2 : o.tcp_bufs > MAX_RBUF ? MAX_RBUF : o.tcp_bufs;
 	for (unsigned i = 0; i < n_rbuf; i++) {
-		rbuf[i] = malloc(len);
+		rbuf[i] = be->host_alloc(RCHUNK);
 		if (rbuf[i] == NULL)
 			return -ENOMEM;
-		memset(rbuf[i], 0, len);
 	}
 	return 0;
 }
 
-static int rbuf_take(void)
+static void rbuf_fini(void)
 {
-	for (;;) {
-		for (unsigned i = 0; i < n_rbuf; i++) {
-			int z = 0;
-
-			if (atomic_compare_exchange_strong(&rbusy[i], &z, 1))
-				return (int)i;
-		}
-		nanosleep(&(struct timespec){ 0, 100000 }, NULL);
-	}
+	for (unsigned i = 0; i < n_rbuf; i++)
+		be->host_free(rbuf[i]);
 }
 
-/* The request's KV into its cache blocks, a run of adjacent blocks at a time: from the socket's
- * host buffer (tcp), or the pattern written in place (resident). Request offsets are layer-major,
- * as the blocks are: block k is at k x block bytes. */
-static void copy_runs(struct rq *r)
+/* A received chunk (whole blocks of @r from request offset @off) into its cache blocks, a run
+ * of adjacent blocks per copy, queued behind buffer @i. */
+static void chunk_upload(struct rq *r, uint64_t off, uint64_t len, unsigned i)
 {
-	uint32_t n = shape.layers * r->nb;
+	uint32_t k0 = (uint32_t)(off / bb), k1 = (uint32_t)((off + len) / bb);
 
-	for (uint32_t k = 0, e; k < n; k = e) {
-		uint8_t *dst = be->cache() + (uint64_t)r->cblk[k] * bb;
-		uint64_t off = (uint64_t)k * bb;
-
-		for (e = k + 1; e < n && r->cblk[e] == r->cblk[e - 1] + 1; e++)
+	for (uint32_t k = k0, e; k < k1; k = e) {
+		for (e = k + 1; e < k1 && r->cblk[e] == r->cblk[e - 1] + 1; e++)
 			;
-		if (r->hostbuf)
-			be->upload(dst, r->hostbuf + off, (uint64_t)(e - k) * bb);
-		else
-			be->fill(dst, (uint64_t)(e - k) * bb, r->key, off);
+		be->upload_async(be->cache() + (uint64_t)r->cblk[k] * bb,
+				 rbuf[i] + (uint64_t)(k - k0) * bb, (uint64_t)(e - k) * bb, i);
 	}
 }
 
-/* The decode side's receiver: each request's KV into host memory, then an ack. */
-static unsigned *recv_order; /* request ids in the order the socket brought them */
-static _Atomic unsigned n_recv;
-
-/* The decode side's receiver: each request's KV from the socket into host memory, then an ack
- * (control, same connection); the copy into VRAM is the uploader's, so the socket is read on. */
+/* The decode side's receiver: each request's KV from the socket into the pinned buffers and
+ * on into its KV cache blocks (taken first: with the cache full the socket waits, and so does
+ * the sender), then an ack (control, same connection). The request joins the batch only once
+ * all of it is in VRAM: fetch-all. */
 static void *receiver(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
+	unsigned c = 0;
 
+	pthread_setname_np(pthread_self(), "sb-recv");
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct hdr h;
 		struct rq *r;
+		bool keep;
 
 		if (recv_all(fd, &h, sizeof(h)) < 0 || h.magic != HDR_MAGIC || h.id >= tr.n ||
 		    rq[h.id].bytes != h.bytes) {
@@ -427,50 +486,35 @@ static void *receiver(void *arg)
 			exit(1);
 		}
 		r = &rq[h.id];
-		r->rbuf = rbuf_take();
-		r->hostbuf = rbuf[r->rbuf];
-		if (recv_all(fd, r->hostbuf, h.bytes) < 0) {
-			fprintf(stderr, "serve-bench: tcp: receive of request %u failed\n", h.id);
-			exit(1);
+		keep = shape.layers * r->nb <= cpool.cap;
+		while (keep && !pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
+			r->delayed = true;
+			nanosleep(&(struct timespec){ 0, 200000 }, NULL);
 		}
+		for (uint64_t off = 0; off < h.bytes; off += RCHUNK, c++) {
+			uint64_t len = h.bytes - off < RCHUNK ? h.bytes - off : RCHUNK;
+			unsigned i = c % n_rbuf;
+			uint64_t a;
+
+			be->upload_wait(i); /* its last copy has left it */
+			a = kvl_now_ns();
+			if (recv_all(fd, rbuf[i], len) < 0) {
+				fprintf(stderr, "serve-bench: tcp: receive of request %u failed\n",
+					h.id);
+				exit(1);
+			}
+			recv_busy_s += (kvl_now_ns() - a) / 1e9;
+			if (keep) /* larger than the whole cache: read off the socket, refused */
+				chunk_upload(r, off, len, i);
+		}
+		for (unsigned i = 0; i < n_rbuf; i++)
+			be->upload_wait(i);
 		R.moved_bytes += h.bytes;
 		if (send_all(fd, &h.id, sizeof(h.id)) < 0)
 			exit(1);
-		recv_order[k] = h.id;
-		atomic_store(&n_recv, k + 1);
+		atomic_store(&r->at_prefill, keep ? 1 : -1);
 	}
-	return NULL;
-}
-
-/* The CPU copies each received request into VRAM (its KV cache blocks) once the cache has
- * room, in arrival order, beside the decode loop (the baseline's copy stalls no batch). */
-static void *uploader(void *arg)
-{
-	(void)arg;
-	for (unsigned k = 0; k < tr.n; k++) {
-		struct rq *r;
-
-		while (atomic_load(&n_recv) <= k) {
-			struct timespec ts = { 0, 100000 };
-
-			nanosleep(&ts, NULL);
-		}
-		r = &rq[recv_order[k]];
-		if (shape.layers * r->nb > cpool.cap) {
-			atomic_store(&r->at_prefill, -1);
-		} else {
-			while (!pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
-				struct timespec ts = { 0, 200000 };
-
-				r->delayed = true;
-				nanosleep(&ts, NULL);
-			}
-			copy_runs(r);
-			atomic_store(&r->at_prefill, 1);
-		}
-		r->hostbuf = NULL;
-		atomic_store(&rbusy[r->rbuf], 0);
-	}
+	recv_thread_cpu = thread_cpu_s();
 	return NULL;
 }
 
@@ -478,11 +522,38 @@ static void *uploader(void *arg)
 
 static double prefill_thread_cpu;
 
+/* Layers [l0, l1) of one request's KV written into its tier blocks (one fill thread's part). */
+struct fill_part {
+	struct rq *r;
+	uint32_t l0, l1;
+	double cpu; /* the helper thread's CPU seconds */
+};
+
+static void *fill_layers(void *arg)
+{
+	struct fill_part *f = arg;
+
+	if (f->cpu < 0)
+		pthread_setname_np(pthread_self(), "sb-fill");
+	for (uint32_t l = f->l0; l < f->l1; l++)
+		for (uint32_t b = 0; b < f->r->nb; b++)
+			kvl_sb_cpu.fill(tier_base + (uint64_t)f->r->tblk[l * f->r->nb + b] * bb, bb,
+					f->r->key, kv_off(f->r, l, b));
+	if (f->cpu < 0)
+		f->cpu = thread_cpu_s();
+	return NULL;
+}
+
+/* The prefill side: each request's KV pattern-filled into the tier, in prefill order, as the
+ * tier has room; --fill-threads share each request's layers, so that the fill (the prefill's
+ * output, the model's work) keeps ahead of what the link carries (one thread fills ~7 GB/s,
+ * less than a 100 Gb/s link's worth at high load) and bounds no mode. */
 static void *tier_filler(void *arg)
 {
-	struct timespec c;
+	double helpers = 0;
 
 	(void)arg;
+	pthread_setname_np(pthread_self(), "sb-fill");
 	for (unsigned k = 0; k < tr.n; k++) {
 		struct rq *r = &rq[order[k]];
 		uint32_t n = shape.layers * r->nb;
@@ -497,18 +568,33 @@ static void *tier_filler(void *arg)
 
 			nanosleep(&ts, NULL);
 		}
-		for (uint32_t l = 0; l < shape.layers; l++)
-			for (uint32_t b = 0; b < r->nb; b++)
-				kvl_sb_cpu.fill(tier_base + (uint64_t)r->tblk[l * r->nb + b] * bb,
-						bb, r->key, kv_off(r, l, b));
+		{
+			unsigned t = o.fill_threads < shape.layers ? o.fill_threads : shape.layers;
+			struct fill_part part[16];
+			pthread_t th[16];
+
+			for (unsigned i = 0; i < t; i++)
+				part[i] = (struct fill_part){ r, shape.layers * i / t,
+							      shape.layers * (i + 1) / t,
+							      i ? -1 : 0 };
+			for (unsigned i = 1; i < t; i++)
+				pthread_create(&th[i], NULL, fill_layers, &part[i]);
+			fill_layers(&part[0]);
+			for (unsigned i = 1; i < t; i++) {
+				pthread_join(th[i], NULL);
+				helpers += part[i].cpu;
+			}
+		}
 		atomic_store(&r->at_prefill, 1);
 	}
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
-	prefill_thread_cpu = c.tv_sec + c.tv_nsec / 1e9;
+	prefill_thread_cpu = thread_cpu_s() + helpers;
 	return NULL;
 }
 
-static int open_tier(struct rq *r)
+/* @r's KV from the tier as one kvlane request: single, one step of every block; dual, a step
+ * per layer. A streamed request opens one per token (@tok >= 0), its events' user carrying
+ * the token (user = id | (tok + 1) << 32). */
+static int open_tier(struct rq *r, int tok, kvl_req_t *hp)
 {
 	uint32_t n = shape.layers * r->nb, steps = cur_mode == M_DUAL ? shape.layers : 1;
 	struct kvl_req_block *b = calloc(n, sizeof(*b));
@@ -529,7 +615,7 @@ static int open_tier(struct rq *r)
 	d.n_steps = steps;
 	d.step_first = first;
 	d.step_blocks = sb;
-	d.user = r->id;
+	d.user = r->id | (tok >= 0 ? (uint64_t)(tok + 1) << 32 : 0);
 	if (cur_mode == M_DUAL) { /* decode before prefill traffic, deadline from the SLO */
 		d.cls = KVL_REQ_DECODE;
 		d.deadline_us =
@@ -540,7 +626,7 @@ static int open_tier(struct rq *r)
 	} else {
 		d.cls = KVL_REQ_PREFILL;
 	}
-	rc = kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, &r->h);
+	rc = kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, hp);
 	if (rc < 0)
 		fprintf(stderr, "serve-bench: kvl_req_open(request %u, %u blocks): %s %s\n", r->id,
 			n, strerror(-rc), kvl_req_error());
@@ -550,44 +636,119 @@ static int open_tier(struct rq *r)
 	return rc;
 }
 
-/* Layers [l0, l1) of @r have landed at @blk (their addresses): check every byte, point the
- * block tables at them. */
-static int landed(struct rq *r, uint32_t l0, uint32_t l1, void **blk)
+/* A scratch array of @n entries of @size bytes, kept in *@buf and grown as needed (the
+ * block lists of one layer, reused by the next call). */
+static void *scratch(void **buf, uint32_t *cap, uint32_t n, size_t size)
 {
-	uint64_t *off = malloc((size_t)r->nb * sizeof(uint64_t));
-
-	for (uint32_t l = l0; l < l1; l++) {
-		void **lb = blk + (size_t)(l - l0) * r->nb;
-
-		for (uint32_t b = 0; b < r->nb; b++)
-			off[b] = kv_off(r, l, b);
-		R.bad_bytes += be->verify(lb, off, r->nb, bb, r->key);
-		R.checked_bytes += (uint64_t)r->nb * bb;
-		if (be->table(r->slot, l, lb, r->nb) < 0) {
-			free(off);
-			return -EINVAL;
+	if (*cap < n) {
+		free(*buf);
+		*buf = malloc(n * size);
+		if (*buf == NULL) {
+			fprintf(stderr, "serve-bench: out of memory\n");
+			exit(1);
 		}
+		*cap = n;
 	}
-	free(off);
-	r->landed = l1;
-	if (l1 == shape.layers)
+	return *buf;
+}
+
+/* The request offsets of @r's layer @l blocks (a buffer reused by the next call). */
+static const uint64_t *layer_offs(const struct rq *r, uint32_t l)
+{
+	static void *buf;
+	static uint32_t cap;
+	uint64_t *off = scratch(&buf, &cap, r->nb, sizeof(uint64_t));
+
+	for (uint32_t b = 0; b < r->nb; b++)
+		off[b] = kv_off(r, l, b);
+	return off;
+}
+
+/* Layer @l of @r at @blk (its blocks' addresses): every byte checked, the block table
+ * pointed at them. */
+static int take_layer(struct rq *r, uint32_t l, void **blk)
+{
+	R.bad_bytes += be->verify(blk, layer_offs(r, l), r->nb, bb, r->key);
+	R.checked_bytes += (uint64_t)r->nb * bb;
+	return be->table(r->slot, l, blk, r->nb);
+}
+
+/* Layer @l of @r has landed at @blk: taken in; all of them make it ACTIVE. */
+static int landed(struct rq *r, uint32_t l, void **blk)
+{
+	if (take_layer(r, l, blk) < 0)
+		return -EINVAL;
+	r->landed = l + 1;
+	if (r->landed == shape.layers)
 		r->st = R_ACTIVE;
 	return 0;
 }
 
 static void **cache_addrs(const struct rq *r, uint32_t l)
 {
-	static void **a;
+	static void *buf;
 	static uint32_t cap;
+	void **a = scratch(&buf, &cap, r->nb, sizeof(void *));
 
-	if (cap < r->nb) {
-		free(a);
-		a = malloc(r->nb * sizeof(void *));
-		cap = r->nb;
-	}
 	for (uint32_t b = 0; b < r->nb; b++)
 		a[b] = be->cache() + (uint64_t)r->cblk[l * r->nb + b] * bb;
 	return a;
+}
+
+/* Layer @l's block addresses in the staging window, of kvlane request @h. */
+static void **staged_addrs(const struct rq *r, kvl_req_t h, uint32_t l)
+{
+	static void *buf;
+	static uint32_t cap;
+	void **a = scratch(&buf, &cap, r->nb, sizeof(void *));
+
+	for (uint32_t b = 0; b < r->nb; b++)
+		if (kvl_req_block_addr(rt, h, l * r->nb + b, &a[b]) < 0) {
+			fprintf(stderr,
+				"serve-bench: block %u of request %u READY with no address\n",
+				l * r->nb + b, r->id);
+			exit(1);
+		}
+	return a;
+}
+
+static void step_done(const struct rq *r, kvl_req_t h, uint32_t step)
+{
+	int rc;
+
+	while ((rc = kvl_req_step_done(rt, h, step)) == -EAGAIN)
+		;
+	if (rc < 0) {
+		fprintf(stderr, "serve-bench: step %u of request %u DONE: %s\n", step, r->id,
+			strerror(-rc));
+		exit(1);
+	}
+}
+
+/* A streamed request's next token: its KV from the tier again, a step per layer. */
+static void open_token(struct rq *r)
+{
+	if (open_tier(r, (int)r->tok_open, &r->th[r->tok_open & 1]) < 0)
+		exit(1);
+	r->tok_open++;
+}
+
+/* A streamed request's current token takes in the layers READY for it, in order: attention
+ * reads them where they landed in the window (no copy into the cache, which cannot hold it),
+ * checked there first. */
+static void stream_drain(struct rq *r)
+{
+	uint8_t *p = r->pend[r->ntok & 1];
+
+	while (r->landed < shape.layers && p[r->landed]) {
+		uint32_t l = r->landed;
+
+		p[l] = 0;
+		if (take_layer(r, l, staged_addrs(r, r->th[r->ntok & 1], l)) < 0)
+			exit(1);
+		R.moved_bytes += (uint64_t)r->nb * bb;
+		r->landed = l + 1;
+	}
 }
 
 static unsigned *slot_free, n_slot_free;
@@ -597,8 +758,11 @@ static int admit(struct rq *r)
 {
 	uint32_t n = shape.layers * r->nb;
 	bool own = cur_mode == M_TCP || cur_mode == M_RESIDENT;
+	/* dual: larger than the whole cache, its KV stays in the tier and streams in through
+	 * the window every token; the other modes fetch it all first, so cannot serve it */
+	bool stream = n > cpool.cap && cur_mode == M_DUAL;
 
-	if (n > cpool.cap) {
+	if (n > cpool.cap && !stream) {
 		r->st = R_REFUSED;
 		R.refused++;
 		return -1;
@@ -606,7 +770,7 @@ static int admit(struct rq *r)
 	if (n_slot_free == 0)
 		return 0;
 	/* tcp: the receiver took the blocks and copied the KV in already */
-	if (cur_mode != M_TCP && !pool_take(&cpool, n, r->cblk)) {
+	if (!stream && cur_mode != M_TCP && !pool_take(&cpool, n, r->cblk)) {
 		if (!r->delayed)
 			R.delayed++;
 		r->delayed = true;
@@ -615,16 +779,30 @@ static int admit(struct rq *r)
 	if (cur_mode == M_TCP && r->delayed)
 		R.delayed++;
 	r->slot = slot_free[--n_slot_free];
+	if (stream) {
+		r->stream = true;
+		r->st = R_STREAM;
+		R.streamed++;
+		r->pend[0] = calloc(shape.layers, 1);
+		r->pend[1] = calloc(shape.layers, 1);
+		for (unsigned t = 0; t < 2 && t < tr.r[r->id].output; t++)
+			open_token(r);
+		return 1;
+	}
 	if (own) {
-		if (cur_mode == M_RESIDENT)
-			copy_runs(r); /* "already in VRAM": written in place, nothing moved */
-		for (uint32_t l = 0; l < shape.layers; l++)
-			if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
+		for (uint32_t l = 0; l < shape.layers; l++) {
+			/* resident: "already in VRAM": written in place, nothing moved */
+			if (cur_mode == M_RESIDENT &&
+			    be->fill_blocks(cache_addrs(r, l), layer_offs(r, l), r->nb, bb,
+					    r->key) < 0)
 				return -1;
+			if (landed(r, l, cache_addrs(r, l)) < 0)
+				return -1;
+		}
 		return 1;
 	}
 	r->st = R_LANDING;
-	if (open_tier(r) < 0)
+	if (open_tier(r, -1, &r->h) < 0)
 		exit(1);
 	return 1;
 }
@@ -633,11 +811,13 @@ static void finish(struct rq *r)
 {
 	r->finish = r->last;
 	r->hash = be->out_hash(r->slot);
-	R.used_bytes += r->bytes;
+	/* a streamed request's every token read all its KV, each time checked */
+	R.used_bytes += r->stream ? r->bytes * tr.r[r->id].output : r->bytes;
 	if (r->st == R_DONE)
 		R.twice++;
 	/* single/dual: every step was DONE as it landed; the DONE event gives the tier back */
-	pool_give(&cpool, r->cblk, shape.layers * r->nb);
+	if (!r->stream)
+		pool_give(&cpool, r->cblk, shape.layers * r->nb);
 	slot_free[n_slot_free++] = r->slot;
 	r->st = R_DONE;
 	R.completed++;
@@ -650,43 +830,32 @@ static void poll_events(void)
 
 	while ((n = kvl_req_poll(rt, ev, 64)) > 0)
 		for (unsigned i = 0; i < n; i++) {
-			struct rq *r = &rq[ev[i].user];
+			struct rq *r = &rq[(uint32_t)ev[i].user];
+			uint32_t tok = (uint32_t)(ev[i].user >> 32); /* streamed: token + 1 */
 
-			if (ev[i].type == KVL_REQ_EV_STEP_READY) {
+			if (ev[i].type == KVL_REQ_EV_STEP_READY && tok) {
+				/* taken in when its token is the current one */
+				r->pend[(tok - 1) & 1][ev[i].step] = 1;
+				if (tok - 1 == r->ntok)
+					stream_drain(r);
+			} else if (ev[i].type == KVL_REQ_EV_STEP_READY) {
 				uint32_t l0 = cur_mode == M_DUAL ? ev[i].step : 0,
 					 l1 = cur_mode == M_DUAL ? l0 + 1 : shape.layers;
-				void **a = malloc((size_t)r->nb * sizeof(void *));
-				int rc;
 
 				/* each layer from kvlane's staging window into the KV cache,
 				 * checked there (the bytes decode reads), then the step DONE: its
 				 * window room goes to the next layers */
 				for (uint32_t l = l0; l < l1; l++) {
-					for (uint32_t b = 0; b < r->nb; b++)
-						if (kvl_req_block_addr(rt, r->h, l * r->nb + b,
-								       &a[b]) < 0) {
-							fprintf(stderr,
-								"serve-bench: block %u of request "
-								"%u "
-								"READY with no address\n",
-								l * r->nb + b, r->id);
-							exit(1);
-						}
-					be->gather(cache_addrs(r, l), a, r->nb, bb);
-					if (landed(r, l, l + 1, cache_addrs(r, l)) < 0)
+					be->gather(cache_addrs(r, l), staged_addrs(r, r->h, l),
+						   r->nb, bb);
+					if (landed(r, l, cache_addrs(r, l)) < 0)
 						exit(1);
 				}
-				while ((rc = kvl_req_step_done(rt, r->h, ev[i].step)) == -EAGAIN)
-					;
-				if (rc < 0) {
-					fprintf(stderr,
-						"serve-bench: step %u of request %u DONE: %s\n",
-						ev[i].step, r->id, strerror(-rc));
-					exit(1);
-				}
+				step_done(r, r->h, ev[i].step);
 				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
-				free(a);
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {
+				if (tok && ++r->tok_ended < tr.r[r->id].output)
+					continue; /* the streamed request's other tokens still go */
 				pool_give(&tpool, r->tblk, shape.layers * r->nb);
 				r->ended = true;
 			} else {
@@ -720,7 +889,8 @@ static int write_ini(const char *path)
 	FILE *f = fopen(path, "w");
 	bool gpu = be->device;
 	/* blocks over all open requests: as many as the KV cache holds (admission's bound) */
-	uint64_t slots = (o.budget_mb << 20) / bb;
+	uint64_t slots = (o.budget_mb << 20) / bb + 2 * stream_blocks; /* + a streamed request's
+									* two open tokens */
 
 	if (f == NULL)
 		return -errno;
@@ -734,11 +904,14 @@ static int write_ini(const char *path)
 		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
 		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
 		gpu ? "gpu" : "host");
+	/* the pool holds the tier (--host-mb) and tcp's bounce buffers; the INI's check also
+	 * counts sched.staging_mb against it although staging = gpu takes VRAM, not the pool
+	 * (config.c validate_pool_fits), so it is at least the staging too */
 	if (gpu)
 		fprintf(f,
 			"[memory]\npool_size_mb = %llu\nchunk_size_kb = 4096\nhugepage = false\n"
 			"[gpu]\nenable = true\nvram_reserve_mb = 512\n",
-			(unsigned long long)o.host_mb + 64);
+			(unsigned long long)(o.host_mb > staging_mb ? o.host_mb : staging_mb) + 64);
 	return fclose(f) ? -errno : 0;
 }
 
@@ -769,13 +942,154 @@ static int start_runtime(char *err, size_t errlen)
 	return pool_init(&tpool, g.blocks);
 }
 
+/* ---- CPU, split by thread ----
+ * rusage counts the whole process; the split reads each live thread's utime + stime from
+ * /proc/self/task/TID/stat: the decode loop (the main thread), the NIC lcore (EAL's worker
+ * thread, single/dual), the tcp receiver and the fill thread (which time themselves on
+ * exit), and "other" (what is left: CUDA's and EAL's service threads, the telemetry and
+ * VRAM sampler threads). The NIC lcore's loop also counts its cycles busy (a pass that did
+ * work) and idle; the busy share is read from the runtime's own telemetry socket
+ * (/kvlane/lcores busy_cycles), since a polling loop is on the CPU even when idle. Every
+ * figure is taken at the trace's time 0 and at the end, and the difference reported: the
+ * set-up (weights, the pinned pool, EAL) is not the run's. */
+struct cpu_snap {
+	double total, loop, lcore;
+	uint64_t busy, idle; /* the NIC lcore's cycles; 0, 0 when unreadable */
+};
+static struct cpu_snap snap0;
+
+static double stat_cpu_s(const char *path)
+{
+	char st[1024];
+	unsigned long ut = 0, sy = 0;
+	FILE *f = fopen(path, "r");
+	char *p;
+
+	if (f == NULL)
+		return 0;
+	if (fgets(st, sizeof(st), f) == NULL)
+		st[0] = '\0';
+	fclose(f);
+	p = strrchr(st, ')'); /* after "pid (comm)": state ppid ... utime stime */
+	if (p == NULL ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &sy) != 2)
+		return 0;
+	return (double)(ut + sy) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The sum over the rows of "@key":[a,b,..] in a column-form telemetry reply. */
+static uint64_t tel_sum(const char *reply, const char *key)
+{
+	char k[64];
+	const char *p;
+	uint64_t sum = 0;
+
+	snprintf(k, sizeof(k), "\"%s\":[", key);
+	p = strstr(reply, k);
+	if (p == NULL)
+		return 0;
+	for (p += strlen(k); *p && *p != ']';) {
+		char *e;
+
+		sum += strtoull(p, &e, 10);
+		if (e == p)
+			break;
+		p = *e == ',' ? e + 1 : e;
+	}
+	return sum;
+}
+
+/* The NIC lcores' busy and idle cycles from the runtime's telemetry socket. */
+static void lcore_cycles(uint64_t *busy, uint64_t *idle)
+{
+	static char reply[32768];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+	ssize_t n;
+
+	*busy = *idle = 0;
+	if (rt == NULL)
+		return;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/dpdk_telemetry.v2",
+		 rte_eal_get_runtime_dir());
+	fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	if (fd < 0)
+		return;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    read(fd, reply, sizeof(reply) - 1) > 0 && write(fd, "/kvlane/lcores", 14) == 14 &&
+	    (n = read(fd, reply, sizeof(reply) - 1)) > 0) {
+		reply[n] = '\0';
+		*busy = tel_sum(reply, "busy_cycles");
+		*idle = tel_sum(reply, "idle_cycles");
+	}
+	close(fd);
+}
+
+static void snap_take(struct cpu_snap *c)
+{
+	struct rusage ru;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	long self = (long)getpid();
+
+	getrusage(RUSAGE_SELF, &ru);
+	c->total = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+		   ru.ru_stime.tv_usec / 1e6;
+	c->loop = c->lcore = 0;
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) == NULL)
+			comm[0] = '\0';
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		if (atol(e->d_name) == self)
+			c->loop = stat_cpu_s(path);
+		else if (strstr(comm, "worker") != NULL) /* EAL's rte-worker-N / dpdk-worker-N */
+			c->lcore += stat_cpu_s(path);
+	}
+	if (d != NULL)
+		closedir(d);
+	lcore_cycles(&c->busy, &c->idle);
+}
+
+/* The run's CPU by thread, into R (the receiver's and the fill thread's come off "other"
+ * once they are joined). */
+static void cpu_split(enum mode m)
+{
+	struct cpu_snap c;
+	uint64_t busy, all;
+
+	snap_take(&c);
+	R.cpu_total = c.total - snap0.total;
+	R.cpu_loop = c.loop - snap0.loop;
+	R.cpu_lcore = c.lcore - snap0.lcore;
+	R.cpu_other = R.cpu_total - R.cpu_loop - R.cpu_lcore;
+	busy = c.busy - snap0.busy;
+	all = busy + (c.idle - snap0.idle);
+	/* busy cycles over the TSC's rate: the seconds the loop spent on passes with work */
+	R.cpu_lcore_busy = (m == M_SINGLE || m == M_DUAL) && all
+				   ? busy / (double)rte_get_tsc_hz()
+				   : (m == M_SINGLE || m == M_DUAL ? -1 : 0);
+}
+
+static double bb_ms(unsigned i)
+{
+	return R.by_batch_n[i] ? R.by_batch_s[i] / R.by_batch_n[i] * 1e3 : 0;
+}
+
 static int write_results(const char *tag)
 {
 	char p[600];
 	FILE *f;
-	struct rusage ru;
 
-	getrusage(RUSAGE_SELF, &ru);
 	snprintf(p, sizeof(p), "%s/%s-%s.json", o.out, tag, mode_name[cur_mode]);
 	f = fopen(p, "w");
 	if (f == NULL)
@@ -809,18 +1123,26 @@ static int write_results(const char *tag)
 		" \"bytes_checked\": %llu, \"bytes_bad\": %llu, \"bytes_used\": %llu, "
 		"\"kv_bytes_moved\": %llu,\n \"wall_s\": %.6f, \"compute_busy_s\": %.6f, "
 		"\"peak_kv_bytes\": %.0f, \"kv_budget_bytes\": %llu, \"weight_bytes\": %llu,\n"
-		" \"cpu_decode_user_s\": %.6f, \"cpu_decode_sys_s\": %.6f, \"cpu_prefill_s\": "
-		"%.6f,\n"
-		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"vram_series\": "
-		"\"%s-%s.vram.csv\"}\n",
+		" \"cpu_decode_s\": %.6f, \"cpu_decode_loop_s\": %.6f, \"cpu_nic_lcore_s\": %.6f, "
+		"\"cpu_nic_lcore_busy_s\": %.6f, \"cpu_tcp_receiver_s\": %.6f, \"cpu_other_s\": "
+		"%.6f,\n \"cpu_prefill_s\": %.6f, \"cpu_prefill_fill_s\": %.6f,\n"
+		" \"steps\": %llu, \"batch_sum\": %llu, \"weights_only_step_s\": %.6f, "
+		"\"streamed\": %u,\n \"step_ms_by_batch\": [%.4f, %.4f, %.4f, %.4f, %.4f], "
+		"\"steps_by_batch\": [%llu, %llu, %llu, %llu, %llu],\n"
+		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"recv_busy_s\": %.6f, "
+		"\"vram_series\": \"%s-%s.vram.csv\"}\n",
 		R.refused, R.completed, R.delayed, R.twice, (unsigned long long)R.checked_bytes,
 		(unsigned long long)R.bad_bytes, (unsigned long long)R.used_bytes,
 		(unsigned long long)R.moved_bytes, R.wall_s, R.busy_s, R.peak_inuse,
 		(unsigned long long)(o.budget_mb << 20), (unsigned long long)shape.weight_bytes,
-		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 -
-			(cur_mode == M_TCP ? 0 : prefill_thread_cpu),
-		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, R.prefill_cpu_s,
-		(unsigned long long)R.link_bytes, R.link_busy_s, tag, mode_name[cur_mode]);
+		R.cpu_total, R.cpu_loop, R.cpu_lcore, R.cpu_lcore_busy, R.cpu_recv, R.cpu_other,
+		R.prefill_cpu_s, R.prefill_fill_s, (unsigned long long)R.steps,
+		(unsigned long long)R.batch_sum, probe_s, R.streamed, bb_ms(0), bb_ms(1), bb_ms(2),
+		bb_ms(3), bb_ms(4), (unsigned long long)R.by_batch_n[0],
+		(unsigned long long)R.by_batch_n[1], (unsigned long long)R.by_batch_n[2],
+		(unsigned long long)R.by_batch_n[3], (unsigned long long)R.by_batch_n[4],
+		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, tag,
+		mode_name[cur_mode]);
 	return fclose(f) ? -errno : 0;
 }
 
@@ -847,7 +1169,7 @@ static int run_mode(enum mode m, const char *tag)
 	char err[1024], p[600];
 	uint64_t cache_blocks = (o.budget_mb << 20) / bb;
 	uint32_t max_nb = 0;
-	pthread_t th, th_up;
+	pthread_t th;
 	int lfd = -1, cfd = -1, stats[2] = { -1, -1 }, go[2] = { -1, -1 };
 	pid_t child = -1;
 	unsigned done = 0;
@@ -875,6 +1197,8 @@ static int run_mode(enum mode m, const char *tag)
 		socklen_t al = sizeof(a);
 
 		lfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (lfd >= 0)
+			sock_bufs(lfd); /* inherited by the accepted socket */
 		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
 		    listen(lfd, 1) < 0 || getsockname(lfd, (struct sockaddr *)&a, &al) < 0 ||
 		    pipe(stats) < 0 || pipe(go) < 0) {
@@ -887,6 +1211,8 @@ static int run_mode(enum mode m, const char *tag)
 			int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 			close(lfd);
+			if (fd >= 0)
+				sock_bufs(fd);
 			if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 				perror("serve-bench: prefill connect");
 				_exit(1);
@@ -906,8 +1232,20 @@ static int run_mode(enum mode m, const char *tag)
 		}
 	}
 	{
-		uint64_t mx = (uint64_t)max_nb * shape.layers * bb;
+		/* kvlane's window: at least the largest request the cache holds (single takes it
+		 * in one step) and one layer of any (a streamed request's step); a request over
+		 * the cache streams, so its whole KV never needs the window */
+		uint64_t mx = (uint64_t)max_nb * bb;
 
+		stream_blocks = 0;
+		for (unsigned i = 0; i < tr.n; i++) {
+			uint64_t n = (uint64_t)rq[i].nb * shape.layers;
+
+			if (n <= cache_blocks && n * bb > mx)
+				mx = n * bb;
+			if (n > cache_blocks && n > stream_blocks)
+				stream_blocks = n;
+		}
 		staging_mb = (mx + (1u << 20) - 1) >> 20;
 		if (staging_mb < o.window_mb)
 			staging_mb = o.window_mb;
@@ -917,6 +1255,7 @@ static int run_mode(enum mode m, const char *tag)
 		fprintf(stderr, "serve-bench: %s\n", err);
 		return 1;
 	}
+	probe_s = be->probe_weights();
 	if ((m == M_SINGLE || m == M_DUAL) && start_runtime(err, sizeof(err)) < 0) {
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
 		return 1;
@@ -932,23 +1271,23 @@ static int run_mode(enum mode m, const char *tag)
 	vram_log = fopen(p, "w");
 	if (vram_log)
 		fprintf(vram_log, "t_s,budget_bytes,window_bytes,in_use_bytes,landing_bytes\n");
-	if (m == M_TCP) {
-		recv_order = calloc(tr.n, sizeof(unsigned));
-		if (rbuf_init((uint64_t)max_nb * shape.layers * bb) < 0) {
-			fprintf(stderr, "serve-bench: tcp: no memory for the receive buffers\n");
-			return 1;
-		}
+	if (m == M_TCP && rbuf_init() < 0) {
+		fprintf(stderr,
+			"serve-bench: tcp: no pinned memory for %u receive buffers of %u "
+			"MiB\n",
+			o.tcp_bufs, RCHUNK >> 20);
+		return 1;
 	}
 	/* the trace's time 0: after every mode's set-up (weights, cache, EAL, the pinned pool,
 	 * the receive buffers), so no arrival is late for it */
 	t0s = kvl_now_s() + 0.2;
+	snap_take(&snap0); /* the CPU of the run itself, not of the set-up (the pool's pinning) */
 	if (m == M_TCP) {
 		if (write(go[1], &t0s, sizeof(t0s)) != sizeof(t0s)) {
 			fprintf(stderr, "serve-bench: tcp: the prefill process is gone\n");
 			return 1;
 		}
 		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
-		pthread_create(&th_up, NULL, uploader, NULL);
 	} else if (m != M_RESIDENT) {
 		pthread_create(&th, NULL, tier_filler, NULL);
 	}
@@ -1003,8 +1342,8 @@ static int run_mode(enum mode m, const char *tag)
 		for (unsigned i = 0; i < tr.n && nb < o.max_batch; i++) {
 			struct rq *r = &rq[i];
 
-			if (r->st == R_ACTIVE ||
-			    (r->st == R_LANDING && m == M_DUAL && r->landed > r->cur))
+			if (r->st == R_ACTIVE || ((r->st == R_LANDING || r->st == R_STREAM) &&
+						  m == M_DUAL && r->landed > r->cur))
 				batch[nb++] = r;
 		}
 		if (used_bytes_now() > R.peak_inuse)
@@ -1019,11 +1358,20 @@ static int run_mode(enum mode m, const char *tag)
 		for (uint32_t l = 0; l < shape.layers; l++) {
 			be->weights(l);
 			for (unsigned k = 0; k < nb; k++)
-				if (batch[k]->ntok > 0 ||
+				if ((batch[k]->ntok > 0 && !batch[k]->stream) ||
 				    (l >= batch[k]->cur && l < batch[k]->landed))
 					be->attn(batch[k]->slot, l, batch[k]->nb);
 		}
-		R.busy_s += be->step_end();
+		{
+			double st = be->step_end();
+			unsigned bi = nb < SB_BY_BATCH ? nb - 1 : SB_BY_BATCH - 1;
+
+			R.busy_s += st;
+			R.by_batch_s[bi] += st;
+			R.by_batch_n[bi]++;
+		}
+		R.steps++;
+		R.batch_sum += nb;
 		t = now_s();
 		if (vram_log) {
 			double landing = 0;
@@ -1041,7 +1389,13 @@ static int run_mode(enum mode m, const char *tag)
 		for (unsigned k = 0; k < nb; k++) {
 			struct rq *r = batch[k];
 
-			if (r->ntok == 0 && r->landed < shape.layers) {
+			if (r->stream) { /* the layers computed give their window room back */
+				for (uint32_t l = r->cur; l < r->landed; l++)
+					step_done(r, r->th[r->ntok & 1], l);
+				r->cur = r->landed;
+				if (r->cur < shape.layers)
+					continue;
+			} else if (r->ntok == 0 && r->landed < shape.layers) {
 				r->cur = r->landed; /* the first token's layers so far */
 				continue;
 			}
@@ -1054,6 +1408,11 @@ static int run_mode(enum mode m, const char *tag)
 			if (++r->ntok == tr.r[r->id].output) {
 				finish(r);
 				done++;
+			} else if (r->stream) { /* the next token reads it all again */
+				r->cur = r->landed = 0;
+				if (r->tok_open < tr.r[r->id].output)
+					open_token(r);
+				stream_drain(r);
 			}
 		}
 		progress(done, false);
@@ -1070,6 +1429,7 @@ static int run_mode(enum mode m, const char *tag)
 	}
 	R.wall_s = now_s();
 	progress(done, true);
+	cpu_split(m);
 	if (m == M_TCP) {
 		int status;
 		struct rusage cru;
@@ -1077,8 +1437,11 @@ static int run_mode(enum mode m, const char *tag)
 		unsigned long long sb = 0, ns = 0;
 
 		pthread_join(th, NULL);
-		pthread_join(th_up, NULL);
-		if (sf == NULL || fscanf(sf, "%llu %llu", &sb, &ns) != 2)
+		rbuf_fini();
+		R.cpu_recv = recv_thread_cpu;
+		R.cpu_other -= recv_thread_cpu;
+		R.link_busy_recv_s = recv_busy_s;
+		if (sf == NULL || fscanf(sf, "%llu %llu %lf", &sb, &ns, &R.prefill_fill_s) != 3)
 			fprintf(stderr, "serve-bench: no statistics from the prefill process\n");
 		wait4(child, &status, 0, &cru);
 		R.prefill_cpu_s = cru.ru_utime.tv_sec + cru.ru_utime.tv_usec / 1e6 +
@@ -1092,6 +1455,9 @@ static int run_mode(enum mode m, const char *tag)
 	} else if (m != M_RESIDENT) {
 		pthread_join(th, NULL);
 		R.prefill_cpu_s = prefill_thread_cpu;
+		R.prefill_fill_s = prefill_thread_cpu; /* all it does is fill the tier */
+		R.cpu_other -= prefill_thread_cpu;
+		R.cpu_total -= prefill_thread_cpu;
 		R.link_bytes = R.moved_bytes;
 	}
 	if (vram_log)
@@ -1123,7 +1489,10 @@ struct sum {
 	bool ok;
 	double reqps, ttft50, ttft99, tpot50, tpot99, gap50, gap99, cpu_dec, cpu_pre, busy, wall;
 	double moved_gb, link_gbps, sock_gbps, sock_s, peak_gb;
-	unsigned completed, refused, delayed;
+	/* %% of one core over the run: the decode process by thread, the prefill side's fill */
+	double c_loop, c_lcore, c_lcore_busy, c_recv, c_other, c_fill, recv_gbps;
+	double steps, mean_batch, step_ms, probe_ms, by_batch_ms[SB_BY_BATCH];
+	unsigned completed, refused, delayed, streamed;
 	uint64_t *hash; /* per request, 0: not completed */
 };
 
@@ -1211,13 +1580,19 @@ static int read_sum(const char *path, struct sum *s)
 		v = strtod(q_ + strlen("\"" k "\": "), NULL); \
 	} while (0)
 	{
-		double c, r, d, u, sy, pr, moved, lb, lbs, peak;
+		double c, r, d, u, pr, moved, lb, lbs, peak, x, bs, rbs, st;
 
 		NUM("completed", c);
 		NUM("delayed_for_memory", d);
-		NUM("cpu_decode_user_s", u);
-		NUM("cpu_decode_sys_s", sy);
+		NUM("cpu_decode_s", u);
 		NUM("cpu_prefill_s", pr);
+		NUM("steps", st);
+		NUM("batch_sum", bs);
+		NUM("weights_only_step_s", x);
+		s->probe_ms = x * 1e3;
+		NUM("recv_busy_s", rbs);
+		NUM("streamed", x);
+		s->streamed = (unsigned)x;
 		NUM("compute_busy_s", s->busy);
 		NUM("wall_s", s->wall);
 		NUM("kv_bytes_moved", moved);
@@ -1228,14 +1603,42 @@ static int read_sum(const char *path, struct sum *s)
 		s->completed = (unsigned)c;
 		s->refused = (unsigned)r;
 		s->delayed = (unsigned)d;
-		s->cpu_dec = (u + sy) / s->wall * 100;
+		s->cpu_dec = u / s->wall * 100;
 		s->cpu_pre = pr / s->wall * 100;
+		NUM("cpu_decode_loop_s", x);
+		s->c_loop = x / s->wall * 100;
+		NUM("cpu_nic_lcore_s", x);
+		s->c_lcore = x / s->wall * 100;
+		NUM("cpu_nic_lcore_busy_s", x);
+		s->c_lcore_busy = x < 0 ? -1 : x / s->wall * 100;
+		NUM("cpu_tcp_receiver_s", x);
+		s->c_recv = x / s->wall * 100;
+		NUM("cpu_other_s", x);
+		s->c_other = fmax(0, x) / s->wall * 100; /* /proc counts in clock ticks */
+		NUM("cpu_prefill_fill_s", x);
+		s->c_fill = x / s->wall * 100;
+		{
+			char *q = strstr(txt, "\"step_ms_by_batch\": [");
+
+			if (q == NULL)
+				return -EINVAL;
+			q += strlen("\"step_ms_by_batch\": [");
+			for (unsigned i = 0; i < SB_BY_BATCH; i++) {
+				s->by_batch_ms[i] = strtod(q, &q);
+				while (*q == ',' || *q == ' ')
+					q++;
+			}
+		}
+		s->steps = st;
+		s->mean_batch = st > 0 ? bs / st : 0;
+		s->step_ms = st > 0 ? s->busy / st * 1e3 : 0;
 		s->busy = s->busy / s->wall * 100;
 		s->moved_gb = moved / 1e9;
 		/* the link's load over the run; tcp's socket rate while it had bytes to send */
 		s->link_gbps = moved * 8 / s->wall / 1e9;
 		s->sock_gbps = lbs > 0 ? lb * 8 / lbs / 1e9 : 0;
 		s->sock_s = lbs;
+		s->recv_gbps = rbs > 0 ? moved * 8 / rbs / 1e9 : 0;
 		s->peak_gb = peak / 1e9;
 	}
 #undef NUM
@@ -1282,7 +1685,13 @@ static void usage(const char *p)
 		"request)\n"
 		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
 		"auto|cpu|gpu\n"
-		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n",
+		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n"
+		"  --sock-buf-kb K (tcp's socket buffers; 0: the kernel's autotuning)  --tcp-bufs "
+		"N "
+		"(pinned 4 MiB receive buffers, 2..16)\n"
+		"  --fill-threads N (the prefill side's pattern fill of the tier, 1..16; 4)\n"
+		"  --calibrate-prefill (time a bf16 GEMM of the preset's width on the GPU once and "
+		"use its rate)\n",
 		p);
 }
 
@@ -1321,6 +1730,8 @@ static void params_json(FILE *f)
 		"\"rate\": %g, \"input_median\": %g, \"input_sigma\": %g, \"output_len\": %u, "
 		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
+		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
+		"\"fill_threads\": %u, "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1335,7 +1746,96 @@ static void params_json(FILE *f)
 		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
-		host_cores());
+		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
+		o.fill_threads);
+}
+
+/* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x
+ * head dim, square), timed on the GPU in a child (the parent must not initialise CUDA: it
+ * forks the modes), its rate over 2 FLOP per parameter per token = prefill tokens/s per GPU. */
+static int calibrate_prefill(void)
+{
+	uint32_t w = shape.q_heads * shape.head_dim;
+	int fd[2], st = 0;
+	pid_t pid;
+
+	if (!be->device) {
+		fprintf(stderr, "serve-bench: --calibrate-prefill needs the GPU backend (%s)\n",
+			be->name);
+		return -1;
+	}
+#ifdef KVL_SB_GPU
+	if (pipe(fd) < 0)
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		char why[256];
+		double f = 0;
+
+		close(fd[0]);
+		if (kvl_sb_gpu_gemm_rate(8192, w, w, &f, why, sizeof(why)) < 0) {
+			fprintf(stderr, "serve-bench: --calibrate-prefill: %s\n", why);
+			_exit(1);
+		}
+		_exit(write(fd[1], &f, sizeof(f)) == sizeof(f) ? 0 : 1);
+	}
+	close(fd[1]);
+	if (read(fd[0], &calib_flops, sizeof(calib_flops)) != sizeof(calib_flops))
+		calib_flops = 0;
+	close(fd[0]);
+	waitpid(pid, &st, 0);
+#else
+	(void)fd;
+	(void)st;
+	(void)pid;
+	(void)w;
+#endif
+	if (calib_flops <= 0)
+		return -1;
+	printf("prefill calibrated: a bf16 GEMM 8192 x %u x %u (the bench's own WMMA tensor-core "
+	       "kernel, checked; not cuBLAS) ran at %.1f TFLOP/s: %.0f prompt tokens/s per GPU at "
+	       "2 FLOP per parameter per token (%.2fe9 parameters)%s\n",
+	       w, w, calib_flops / 1e12, calib_flops / (2 * shape.params), shape.params / 1e9,
+	       o.prefill_tok_s > 0 ? "; --prefill-tok-s given, so not used" : "; used");
+	if (o.prefill_tok_s <= 0)
+		o.prefill_tok_s = calib_flops / (2 * shape.params);
+	return 0;
+}
+
+/* Sizes that cannot work, refused before anything starts, naming the option to change. */
+static int sizes_fit(void)
+{
+	uint64_t big = 0, layer = 0;
+	bool tier = mode_on(M_SINGLE) || mode_on(M_DUAL);
+
+	for (unsigned i = 0; i < tr.n; i++) {
+		uint64_t nb = (tr.r[i].input + SB_BLOCK_TOKENS - 1) / SB_BLOCK_TOKENS;
+
+		if (nb * shape.layers * bb > big)
+			big = nb * shape.layers * bb;
+		if (nb * bb > layer)
+			layer = nb * bb;
+	}
+	if (tier && big > (o.host_mb << 20)) {
+		fprintf(stderr,
+			"serve-bench: the prefill side's host tier (--host-mb %llu) cannot hold "
+			"the "
+			"largest request's KV (%llu MiB): raise --host-mb to at least %llu, or "
+			"clip "
+			"with --max-input\n",
+			(unsigned long long)o.host_mb, (unsigned long long)(big >> 20),
+			(unsigned long long)((big + (1u << 20) - 1) >> 20));
+		return -1;
+	}
+	if (tier && layer > (o.window_mb << 20) && layer > (o.budget_mb << 20)) {
+		fprintf(stderr,
+			"serve-bench: one layer of the largest request (%llu MiB) is larger than "
+			"kvlane's window (--window-mb %llu): raise --window-mb\n",
+			(unsigned long long)(layer >> 20), (unsigned long long)o.window_mb);
+		return -1;
+	}
+	return 0;
 }
 
 /* One run of every mode asked for on the current trace; -1 on a failed check. */
@@ -1385,17 +1885,67 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 		       s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
 		fprintf(csv,
 			"%s,%g,%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.2f,%.3f,"
-			"%u,%u,%u,%.2f,%.2f,%.2f\n",
+			"%u,%u,%u,%.2f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%.3f,%.3f,%u,%."
+			"2f\n",
 			tag, rate, mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50,
 			s[m].tpot99, s[m].gap50, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
 			s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].completed, s[m].refused,
 			s[m].delayed, s[m].sock_gbps, s[m].cpu_dec / host_cores(),
-			s[m].cpu_pre / host_cores());
+			s[m].cpu_pre / host_cores(), s[m].c_loop, s[m].c_lcore, s[m].c_lcore_busy,
+			s[m].c_recv, s[m].c_other, s[m].c_fill, s[m].mean_batch, s[m].step_ms,
+			s[m].probe_ms, s[m].streamed, s[m].recv_gbps);
 	}
 	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
-		printf("tcp: the socket carried %.2f GB in %.3f s of sending (pacing waits not "
-		       "counted): %.2f Gb/s, one connection (iperf3 -P 1 is its yardstick)\n",
-		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps);
+		printf("tcp: the socket carried %.2f GB in %.3f s of send() (pacing waits not "
+		       "counted): %.2f Gb/s on one connection (iperf3 -P 1 its yardstick); recv() "
+		       "%.2f Gb/s into %u pinned %u MiB buffers; socket buffers %s\n",
+		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps, s[M_TCP].recv_gbps,
+		       o.tcp_bufs, RCHUNK >> 20, o.sock_buf_kb ? "--sock-buf-kb" : "autotuned");
+	/* what each CPU figure holds (% of one core over the run, set-up excluded) */
+	printf("cpu, %% of one core over the run: decode = its decode loop (main thread) + NIC "
+	       "lcore (rusage; busy: its loop's busy cycles, /kvlane/lcores) + tcp receiver + "
+	       "other threads; prefill = pattern fill (the model's work) + moving the bytes\n");
+	for (int m = 0; m < N_MODES; m++) {
+		char busy[32] = "";
+
+		if (!s[m].ok)
+			continue;
+		if (m == M_SINGLE || m == M_DUAL)
+			snprintf(busy, sizeof(busy),
+				 s[m].c_lcore_busy < 0 ? " (busy ?)" : " (busy %.0f)",
+				 s[m].c_lcore_busy);
+		printf("cpu %s: decode %.0f = loop %.0f + lcore %.0f%s + recv %.0f + other %.0f; "
+		       "prefill %.0f = fill %.0f + move %.0f\n",
+		       mode_name[m], s[m].cpu_dec, s[m].c_loop, s[m].c_lcore, busy, s[m].c_recv,
+		       s[m].c_other, s[m].cpu_pre, s[m].c_fill, s[m].cpu_pre - s[m].c_fill);
+	}
+	if (s[M_TCP].ok && s[M_DUAL].ok) {
+		/* the KV path's CPU, both sides, the fill left out: the NIC lcore by rusage (a
+		 * hybrid/poll lcore is on a core while it spins), then by its busy count */
+		double t = s[M_TCP].cpu_dec + s[M_TCP].cpu_pre - s[M_TCP].c_fill,
+		       d = s[M_DUAL].cpu_dec + s[M_DUAL].cpu_pre - s[M_DUAL].c_fill,
+		       db = d - s[M_DUAL].c_lcore + fmax(0, s[M_DUAL].c_lcore_busy);
+
+		printf("cpu dual/tcp, both sides without the fill: %.0f / %.0f = %.2fx (NIC lcore "
+		       "by rusage); %.0f / %.0f = %.2fx (NIC lcore by its busy count)\n",
+		       d, t, t > 0 ? d / t : NAN, db, t, t > 0 ? db / t : NAN);
+	}
+	for (int m = 0; m < N_MODES; m++)
+		if (s[m].ok)
+			printf("steps %s: %.0f, mean batch %.2f, mean step %.2f ms, by batch "
+			       "1/2/3/4/5+: %.2f/%.2f/%.2f/%.2f/%.2f ms; weights alone %.2f ms "
+			       "(%.2f TB/s of %.2f GB)\n",
+			       mode_name[m], s[m].steps, s[m].mean_batch, s[m].step_ms,
+			       s[m].by_batch_ms[0], s[m].by_batch_ms[1], s[m].by_batch_ms[2],
+			       s[m].by_batch_ms[3], s[m].by_batch_ms[4], s[m].probe_ms,
+			       shape.weight_bytes / (s[m].probe_ms / 1e3) / 1e12,
+			       shape.weight_bytes / 1e9);
+	for (int m = 0; m < N_MODES; m++)
+		if (s[m].ok && s[m].streamed)
+			printf("stream %s: %u request%s over the %llu MiB KV budget served by "
+			       "streaming its KV from the tier through the window every token\n",
+			       mode_name[m], s[m].streamed, s[m].streamed == 1 ? "" : "s",
+			       (unsigned long long)o.budget_mb);
 	if (s[M_DUAL].ok && s[M_RESIDENT].ok) {
 		unsigned same = 0, both = 0;
 
@@ -1459,6 +2009,10 @@ int main(int argc, char **argv)
 		{ "window-mb", 1, 0, 'V' },
 		{ "weight-mb", 1, 0, 'w' },
 		{ "quiet", 0, 0, 'q' },
+		{ "sock-buf-kb", 1, 0, 'K' },
+		{ "tcp-bufs", 1, 0, 'R' },
+		{ "calibrate-prefill", 0, 0, 'C' },
+		{ "fill-threads", 1, 0, 'F' },
 		{ "help", 0, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -1563,6 +2117,18 @@ int main(int argc, char **argv)
 		case 'q':
 			o.quiet = true;
 			break;
+		case 'K':
+			o.sock_buf_kb = strtoull(optarg, NULL, 0);
+			break;
+		case 'R':
+			o.tcp_bufs = (unsigned)atoi(optarg);
+			break;
+		case 'C':
+			o.calibrate = true;
+			break;
+		case 'F':
+			o.fill_threads = (unsigned)atoi(optarg);
+			break;
 		default:
 			usage(argv[0]);
 			return c == 'h' ? 0 : 2;
@@ -1572,7 +2138,8 @@ int main(int argc, char **argv)
 	if (ps == NULL || (!o.trace == !o.synthetic) || o.sy.rate <= 0 || o.sy.output == 0 ||
 	    o.sy.input_median < 1 || o.to.time_scale <= 0 || o.link_gbps < 0 ||
 	    o.prefill_gpus == 0 || o.max_batch == 0 || o.max_batch > 1024 || o.budget_mb == 0 ||
-	    o.host_mb == 0) {
+	    o.host_mb == 0 || o.tcp_bufs < 2 || o.tcp_bufs > MAX_RBUF || o.fill_threads == 0 ||
+	    o.fill_threads > 16) {
 		if (ps == NULL)
 			fprintf(stderr, "serve-bench: unknown --preset %s\n", o.preset);
 		else
@@ -1586,9 +2153,6 @@ int main(int argc, char **argv)
 	if (o.weight_mb) /* the preset's KV shape with another weight traffic per step */
 		shape.weight_bytes = o.weight_mb << 20;
 	bb = sb_block_bytes(&shape);
-	if (o.prefill_tok_s <=
-	    0) /* a stated model: 2 FLOP per parameter per token at 400 TFLOP/s */
-		o.prefill_tok_s = 400e12 / (2 * shape.params);
 	be = &kvl_sb_cpu;
 #ifdef KVL_SB_GPU
 	if (strcmp(o.backend, "cpu") != 0) {
@@ -1621,6 +2185,11 @@ int main(int argc, char **argv)
 		return 77;
 	}
 #endif
+	if (o.calibrate && calibrate_prefill() < 0)
+		return 1;
+	if (o.prefill_tok_s <=
+	    0) /* a stated model: 2 FLOP per parameter per token at 400 TFLOP/s */
+		o.prefill_tok_s = 400e12 / (2 * shape.params);
 	if (o.trace) {
 		if (kvl_sb_trace_load(o.trace, &o.to, &tr, err, sizeof(err)) < 0) {
 			fprintf(stderr, "serve-bench: %s\n", err);
@@ -1630,6 +2199,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "serve-bench: out of memory\n");
 		return 1;
 	}
+	if (sizes_fit() < 0)
+		return 2;
 	if (mkdir(o.out, 0755) < 0 && errno != EEXIST) {
 		fprintf(stderr, "serve-bench: %s: %s\n", o.out, strerror(errno));
 		return 1;
@@ -1663,7 +2234,10 @@ int main(int argc, char **argv)
 	fprintf(csv, "run,offered_rate,mode,req_s,ttft_p50_s,ttft_p99_s,tpot_p50_ms,tpot_p99_ms,"
 		     "gap_p50_ms,gap_p99_ms,cpu_decode_pct_core,cpu_prefill_pct_core,"
 		     "compute_busy_pct,kv_gb_moved,link_load_gbps,peak_kv_gb,completed,refused,"
-		     "delayed,socket_gbps,cpu_decode_pct_host,cpu_prefill_pct_host\n");
+		     "delayed,socket_gbps,cpu_decode_pct_host,cpu_prefill_pct_host,"
+		     "cpu_decode_loop_pct_core,cpu_nic_lcore_pct_core,cpu_nic_lcore_busy_pct_core,"
+		     "cpu_tcp_receiver_pct_core,cpu_other_pct_core,cpu_prefill_fill_pct_core,"
+		     "mean_batch,mean_step_ms,weights_only_step_ms,streamed,recv_gbps\n");
 	fprintf(js, "{\"params\": ");
 	params_json(js);
 	fprintf(js, ",\n \"runs\": [");

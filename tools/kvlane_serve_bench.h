@@ -67,13 +67,25 @@ struct sb_backend {
 	int (*init)(const struct sb_shape *s, unsigned slots, uint32_t max_blocks,
 		    uint64_t cache_bytes, uint64_t seed, char *err, unsigned errlen);
 	uint8_t *(*cache)(void);
-	/* the CPU copies host bytes into the cache (tcp) */
-	int (*upload)(void *dst, const void *src, uint64_t len);
+	/* tcp's receive buffers: pinned host memory (GPU: cudaHostAlloc), so the copy into the
+	 * cache is a DMA the CPU only starts */
+	void *(*host_alloc)(uint64_t len);
+	void (*host_free)(void *p);
+	/* @len host bytes at @src into the cache at @dst, queued behind receive buffer @buf's
+	 * earlier copies (GPU: cudaMemcpyAsync on tcp's own stream, an event per buffer) */
+	int (*upload_async)(void *dst, const void *src, uint64_t len, unsigned buf);
+	/* waits until every copy queued for @buf has completed (the buffer may be reused) */
+	int (*upload_wait)(unsigned buf);
 	/* @n blocks of @len bytes from @src[k] to @dst[k], inside the decode side's memory (the
 	 * scheduler's staging window into the KV cache) */
 	int (*gather)(void *const *dst, void *const *src, unsigned n, uint32_t len);
-	/* the pattern of key @h at request offset @off written in place (resident) */
+	/* the pattern of key @h at request offset @off written in place (host memory: the
+	 * prefill side's tier) */
 	int (*fill)(void *dst, uint64_t len, uint64_t h, uint64_t off);
+	/* the same into @n blocks of @len bytes at @blk[k], request offset @off[k], in the decode
+	 * side's memory, in one pass (resident: its KV is in VRAM already) */
+	int (*fill_blocks)(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
+			   uint64_t h);
 	/* @n blocks of @len bytes at @blk[k], request offset @off[k]: bytes unlike the pattern */
 	uint64_t (*verify)(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
 			   uint64_t h);
@@ -86,6 +98,9 @@ struct sb_backend {
 	double (*step_end)(void);
 	/* a hash of @slot's last outputs, every layer */
 	uint64_t (*out_hash)(unsigned slot);
+	/* seconds of one decode step reading the weights alone (every layer, no attention):
+	 * the floor of any step's time, measured once at init (TPOT's bound) */
+	double (*probe_weights)(void);
 	void (*fini)(void);
 };
 
@@ -93,6 +108,10 @@ extern const struct sb_backend kvl_sb_cpu;
 #ifdef KVL_SB_GPU
 extern const struct sb_backend kvl_sb_gpu;
 int kvl_sb_gpu_present(char *why, unsigned len);
+/* A bf16 GEMM of @m x @k by @k x @n (fp32 accumulation, the bench's own tensor-core kernel),
+ * checked against the host and timed: its rate in FLOP/s in *@flops. 0, or -1 with @why. */
+int kvl_sb_gpu_gemm_rate(uint32_t m, uint32_t n, uint32_t k, double *flops, char *why,
+			 unsigned len);
 #endif
 
 #ifdef __cplusplus

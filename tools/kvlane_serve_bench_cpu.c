@@ -73,9 +73,31 @@ static uint8_t *cpu_cache(void)
 	return cache;
 }
 
-static int cpu_upload(void *dst, const void *src, uint64_t len)
+static void *cpu_host_alloc(uint64_t len)
 {
+	void *p = malloc(len ? len : 1);
+
+	if (p)
+		memset(p, 0, len); /* touched once: the receive path is not its page faults */
+	return p;
+}
+
+static void cpu_host_free(void *p)
+{
+	free(p);
+}
+
+/* The CPU stand-in for the DMA: a copy, done when it returns. */
+static int cpu_upload_async(void *dst, const void *src, uint64_t len, unsigned buf)
+{
+	(void)buf;
 	memcpy(dst, src, len);
+	return 0;
+}
+
+static int cpu_upload_wait(unsigned buf)
+{
+	(void)buf;
 	return 0;
 }
 
@@ -92,6 +114,14 @@ static int cpu_fill(void *dst, uint64_t len, uint64_t h, uint64_t off)
 
 	for (uint64_t i = 0; i < len / 8; i++)
 		w[i] = sb_pat_word(h, off / 8 + i);
+	return 0;
+}
+
+static int cpu_fill_blocks(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
+			   uint64_t h)
+{
+	for (unsigned k = 0; k < n; k++)
+		cpu_fill(blk[k], len, h, off[k]);
 	return 0;
 }
 
@@ -197,6 +227,15 @@ static uint64_t cpu_out_hash(unsigned slot)
 	return h;
 }
 
+static double cpu_probe_weights(void)
+{
+	uint64_t t = kvl_now_ns();
+
+	for (uint32_t l = 0; l < sh.layers; l++)
+		cpu_weights(l);
+	return (double)(kvl_now_ns() - t) / 1e9;
+}
+
 static void cpu_fini(void)
 {
 	for (unsigned i = 0; tab && i < n_slots; i++) {
@@ -218,9 +257,13 @@ const struct sb_backend kvl_sb_cpu = {
 	.device = false,
 	.init = cpu_init,
 	.cache = cpu_cache,
-	.upload = cpu_upload,
+	.host_alloc = cpu_host_alloc,
+	.host_free = cpu_host_free,
+	.upload_async = cpu_upload_async,
+	.upload_wait = cpu_upload_wait,
 	.gather = cpu_gather,
 	.fill = cpu_fill,
+	.fill_blocks = cpu_fill_blocks,
 	.verify = cpu_verify,
 	.table = cpu_table,
 	.step_begin = cpu_step_begin,
@@ -228,5 +271,6 @@ const struct sb_backend kvl_sb_cpu = {
 	.attn = cpu_attn,
 	.step_end = cpu_step_end,
 	.out_hash = cpu_out_hash,
+	.probe_weights = cpu_probe_weights,
 	.fini = cpu_fini,
 };

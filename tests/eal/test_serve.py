@@ -8,7 +8,7 @@ checked (and matched), every request completed exactly once, dual's outputs equa
 the report files are written and parse, a bad trace line is refused naming its line and field.
 Never a timing.
 
-Usage: test_serve.py {serve_modes|serve_trace} PATH-TO-KVLANED PATH-TO-SERVE-BENCH
+Usage: test_serve.py {serve_modes|serve_trace|serve_long} PATH-TO-KVLANED PATH-TO-SERVE-BENCH
 Exit 0 pass, 1 fail (with what was expected, what was seen, and the tool's output).
 """
 import csv
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import Fail, check, check_eq, log  # noqa: E402
 
-LIMIT_S = {"serve_modes": 240, "serve_trace": 120}
+LIMIT_S = {"serve_modes": 240, "serve_trace": 120, "serve_long": 120}
 MODES = ["tcp", "single", "dual", "resident"]
 # tiny: 2 layers x 2 KV heads x 64, 16-token blocks of 8 KiB; a 4 MiB KV budget holds 512
 # blocks, so the longest prompts (clipped at 2048 tokens = 256 blocks) wait for memory
@@ -83,6 +83,15 @@ def check_run(run_, n, what, out):
                   f"{what} {name} request {r['id']}: arrival <= prefill <= first <= finish",
                   "ordered", r, out)
         hashes[name] = {r["id"]: r["out_hash"] for r in m["requests"]}
+        # the CPU split: the NIC lcore exists only with kvlane (single/dual), and its loop's
+        # busy cycles, read from the runtime's telemetry socket, are > 0 once it moved bytes
+        if name in ("single", "dual"):
+            check(m["cpu_nic_lcore_busy_s"] > 0, f"{what} {name}: the NIC lcore's busy "
+                  "seconds from /kvlane/lcores", "> 0", m["cpu_nic_lcore_busy_s"], out)
+        else:
+            check_eq((m["cpu_nic_lcore_s"], m["cpu_nic_lcore_busy_s"]), (0, 0),
+                     f"{what} {name}: no NIC lcore (rusage, busy)", out)
+        check_eq(m["streamed"], 0, f"{what} {name}: nothing streamed (all fit the budget)", out)
     check_eq(hashes["dual"], hashes["resident"], f"{what}: dual's outputs = resident's", out)
     check_eq(hashes["single"], hashes["resident"], f"{what}: single's outputs = resident's", out)
 
@@ -185,7 +194,67 @@ def scenario_serve_trace(ctx):
         "file:line and field")
 
 
-SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace}
+def scenario_serve_long(ctx):
+    """A request whose KV (2 MiB) is larger than the whole 1 MiB KV budget: dual streams it
+    from the tier through the window every token (no OOM, no refusal), resident (fetch-all
+    semantics: all of it in the cache) cannot hold it. Its outputs equal those of a run whose
+    budget holds it, bit for bit; every streamed byte checked each token."""
+    trace = os.path.join(ctx.tmp, "long.jsonl")
+    reqs = [(0, 300, 5), (5, 2048, 4), (10, 500, 6)]  # (ms, input tokens, output tokens)
+    with open(trace, "w") as f:
+        for ts, inp, outp in reqs:
+            f.write(json.dumps({"timestamp": ts, "input_length": inp, "output_length": outp,
+                                "hash_ids": []}) + "\n")
+    runs = {}
+    for budget in (1, 4):
+        out_dir = os.path.join(ctx.tmp, f"out{budget}")
+        p, out = run(ctx, ["--trace", trace, "--modes", "dual,resident", "--kv-budget-mb",
+                           str(budget), "--out", out_dir, "--no-plot"])
+        check_eq(p.returncode, 0, f"budget {budget} MiB: exit status", out)
+        with open(os.path.join(out_dir, "results.json")) as f:
+            runs[budget] = ({m["mode"]: m for m in json.load(f)["runs"][0]["modes"]}, out,
+                            out_dir, p.stdout)
+    modes, out, out_dir, stdout = runs[1]
+    dual, res = modes["dual"], modes["resident"]
+    kv = {r["id"]: r["kv_bytes"] for r in dual["requests"]}
+    check_eq(sorted(kv), [0, 1, 2], "budget 1 MiB, dual: every request completed once", out)
+    check(kv[1] > 1 << 20, "the long request's KV", "> the 1 MiB budget", kv[1], out)
+    check_eq((dual["completed"], dual["refused_count"], dual["completed_twice"],
+              dual["streamed"]), (3, 0, 0, 1),
+             "budget 1 MiB, dual: (completed, refused, twice, streamed)", out)
+    used = kv[0] + kv[2] + kv[1] * reqs[1][2]  # the streamed one read whole every token
+    check_eq((dual["bytes_checked"], dual["bytes_bad"], dual["bytes_used"],
+              dual["kv_bytes_moved"]), (used, 0, used, used),
+             "budget 1 MiB, dual: (checked, bad, used, moved): the streamed request's KV "
+             "crossed and was checked once per token", out)
+    check_eq((res["refused"], res["completed"]), ([1], 2),
+             "budget 1 MiB, resident (all KV in the cache): (refused ids, completed)", out)
+    check("stream dual: 1 request over the 1 MiB KV budget" in stdout,
+          "stdout says what was streamed", "present", "absent", out)
+    with open(os.path.join(out_dir, "main-dual.vram.csv")) as f:
+        vr = list(csv.DictReader(f))
+    check(len(vr) > 0 and all(float(r["in_use_bytes"]) <= (1 << 20) for r in vr),
+          "dual's KV cache in use stays within the 1 MiB budget", "<= 1048576",
+          max((float(r["in_use_bytes"]) for r in vr), default=None), out)
+    big = runs[4][0]
+    check_eq(big["dual"]["streamed"], 0, "budget 4 MiB: nothing streamed", runs[4][1])
+    want = {r["id"]: r["out_hash"] for r in big["resident"]["requests"]}
+    got = {r["id"]: r["out_hash"] for r in dual["requests"]}
+    check_eq(got, want, "streamed dual's outputs = resident's with a budget that holds it "
+             "(every request, bit for bit)", out)
+    # sizes that cannot work are refused before anything starts, naming the option
+    p, out = run(ctx, ["--trace", trace, "--modes", "dual", "--host-mb", "1", "--out",
+                       os.path.join(ctx.tmp, "bad"), "--no-plot"])
+    check_eq(p.returncode, 2, "--host-mb 1 (smaller than a request): exit status", out)
+    check("--host-mb 1" in p.stderr and "raise --host-mb to at least 2" in p.stderr,
+          "the error names --host-mb and the size needed", "--host-mb 1 ... at least 2",
+          p.stderr.strip()[-300:], out)
+    log(f"a {kv[1] >> 10} KiB request over a 1 MiB KV budget streamed {reqs[1][2]} times "
+        "through the window, every byte checked, outputs = the in-budget run's")
+
+
+SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace,
+             "serve_long": scenario_serve_long}
 
 
 def main(argv):
