@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "xport_ipc.h"
+#include "treq.h"
 
 #define MAX_MAPS   (2 * KVL_MAX_SEGS) /* the peer's segments and replaced ones still in use */
 #define REAP_BURST 64
@@ -22,13 +23,6 @@ struct map {
 	bool in_engine;	   /* add_src succeeded */
 };
 
-struct treq {
-	uint64_t wr_id;
-	uint32_t len;
-	uint16_t left; /* engine requests not completed */
-	int32_t status;
-};
-
 struct part {
 	uint32_t seq; /* its READ */
 	uint16_t map;
@@ -37,7 +31,7 @@ struct part {
 
 struct kvl_ipc_conn {
 	struct kvl_ipc_opts o;
-	struct treq *ring;
+	struct kvl_treq *ring;
 	uint32_t mask, head, tail;
 	struct part *pr;
 	uint32_t pmask, phead, ptail; /* [phead, ptail): handed to the engine, not all done */
@@ -254,7 +248,7 @@ static int check(struct kvl_ipc_conn *c, const struct kvl_wr *wr, int *mi)
 
 static void part_done(struct kvl_ipc_conn *c, struct part *p, int status)
 {
-	struct treq *r = &c->ring[p->seq & c->mask];
+	struct kvl_treq *r = &c->ring[p->seq & c->mask];
 
 	p->done = true;
 	c->map[p->map].inflight--;
@@ -317,7 +311,7 @@ static unsigned ipc_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
 	if (c->dirty)
 		apply(c);
 	for (k = 0; k < n; k++) {
-		struct treq *r = &c->ring[c->tail & c->mask];
+		struct kvl_treq *r = &c->ring[c->tail & c->mask];
 		unsigned parts = wr[k].n_sge > 1 ? wr[k].n_sge : 1;
 		int mi = -1, st;
 
@@ -327,7 +321,7 @@ static unsigned ipc_post(void *p, const struct kvl_wr *wr, unsigned n, int *err)
 			break;
 		}
 		st = check(c, &wr[k], &mi);
-		*r = (struct treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
+		*r = (struct kvl_treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
 		if (st == KVL_OK) {
 			hand(c, &wr[k], mi, c->tail);
 		} else {
@@ -393,22 +387,8 @@ static unsigned ipc_reap(void *p, struct kvl_wc *wc, unsigned max)
 {
 	struct kvl_ipc_conn *c = p;
 	uint64_t ok = 0, bytes = 0;
-	unsigned n = 0;
+	unsigned n = kvl_treq_reap(c->ring, c->mask, &c->head, c->tail, wc, max, &ok, &bytes);
 
-	while (n < max && c->head != c->tail) {
-		const struct treq *r = &c->ring[c->head & c->mask];
-
-		if (r->left != 0)
-			break; /* in posting order: the engine completes in order too */
-		wc[n++] = (struct kvl_wc){ .wr_id = r->wr_id,
-					   .bytes = r->status == KVL_OK ? r->len : 0,
-					   .status = r->status };
-		if (r->status == KVL_OK) {
-			ok++;
-			bytes += r->len;
-		}
-		c->head++;
-	}
 	if (n) {
 		ST_ADD(c, done, ok);
 		ST_ADD(c, bytes, bytes);

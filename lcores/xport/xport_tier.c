@@ -7,18 +7,11 @@
 
 #include "kvl_clock.h"
 #include "xport_tier.h"
+#include "treq.h"
 
 #define REAP_BURST 64
 /* min_batch: passes an idle engine waits for a batch to gather, at most (xport_tier.h) */
 #define IDLE_WAITS 4
-
-/* One READ between its post and its reap. */
-struct treq {
-	uint64_t wr_id;
-	uint32_t len;
-	uint16_t left; /* engine requests not completed yet */
-	int32_t status;
-};
 
 /* One engine request (a local range of a READ) from its post here to its completion. */
 struct part {
@@ -31,7 +24,7 @@ struct part {
 
 struct kvl_tier_conn {
 	struct kvl_tier_opts o;
-	struct treq *ring;
+	struct kvl_treq *ring;
 	uint32_t mask;
 	uint32_t head, tail; /* [head, tail): taken, not reaped */
 	int failed;	     /* fail_all's status: later READs complete with it */
@@ -205,7 +198,7 @@ static uint16_t queue_parts(struct kvl_tier_conn *c, const struct kvl_wr *wr, ui
 /* A part that completed (@status) or can no longer be handed over. */
 static void part_done(struct kvl_tier_conn *c, struct part *p, int status)
 {
-	struct treq *r = &c->ring[p->seq & c->mask];
+	struct kvl_treq *r = &c->ring[p->seq & c->mask];
 
 	p->done = true;
 	r->left--;
@@ -295,7 +288,7 @@ static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err
 	unsigned k;
 
 	for (k = 0; k < n; k++) {
-		struct treq *r = &c->ring[c->tail & c->mask];
+		struct kvl_treq *r = &c->ring[c->tail & c->mask];
 		unsigned parts = wr[k].n_sge > 1 ? wr[k].n_sge : 1;
 		uintptr_t src = 0;
 		int st;
@@ -308,7 +301,7 @@ static unsigned tier_post(void *p, const struct kvl_wr *wr, unsigned n, int *err
 			break;
 		}
 		st = check(c, &wr[k], &src);
-		*r = (struct treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
+		*r = (struct kvl_treq){ .wr_id = wr[k].wr_id, .len = wr[k].length, .status = st };
 		if (st == KVL_OK && eops != NULL) {
 			r->left = queue_parts(c, &wr[k], src, c->tail);
 		} else if (st == KVL_OK) {
@@ -435,22 +428,8 @@ static unsigned tier_reap(void *p, struct kvl_wc *wc, unsigned max)
 {
 	struct kvl_tier_conn *c = p;
 	uint64_t ok = 0, bytes = 0;
-	unsigned n = 0;
+	unsigned n = kvl_treq_reap(c->ring, c->mask, &c->head, c->tail, wc, max, &ok, &bytes);
 
-	while (n < max && c->head != c->tail) {
-		const struct treq *r = &c->ring[c->head & c->mask];
-
-		if (r->left != 0)
-			break; /* in posting order: the engine completes in order too */
-		wc[n++] = (struct kvl_wc){ .wr_id = r->wr_id,
-					   .bytes = r->status == KVL_OK ? r->len : 0,
-					   .status = r->status };
-		if (r->status == KVL_OK) {
-			ok++;
-			bytes += r->len;
-		}
-		c->head++;
-	}
 	if (n) {
 		ST_ADD(c, done, ok);
 		ST_ADD(c, bytes, bytes);
