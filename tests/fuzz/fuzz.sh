@@ -44,7 +44,7 @@ b3=$!
 # shellcheck disable=SC2086
 build fuzz_ctl $dpdk_cflags $ctl_inc "$src/tests/fuzz/fuzz_ctl.c" "$src/runtime/ctrl_proto.c" \
 	"$src/runtime/log.c" "$src/runtime/status.c" "$src/runtime/peers.c" \
-	"$src/config/config.c" -lssl -lcrypto -linih $dpdk_libs &
+	"$src/lcores/xport/xport_ipc.c" "$src/config/config.c" -lssl -lcrypto -linih $dpdk_libs &
 b4=$!
 # The tcp transport's data protocol, target and initiator, against guarded segments.
 build fuzz_tcp "$src/tests/fuzz/fuzz_tcp.c" "$src/lcores/xport/tcp_data.c" -lssl -lcrypto &

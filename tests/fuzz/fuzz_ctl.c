@@ -35,6 +35,7 @@
 #include "../../runtime/control/doctor.c"
 #include "../../runtime/control/exchange.c"
 #include "../../runtime/control/handshake.c"
+#include "../../runtime/control/ipc.c"
 #include "../../runtime/control/lcmd.c"
 #include "../../runtime/control/peer.c"
 #include "../../runtime/control/sockets.c"
@@ -72,6 +73,43 @@ void kvl_ctl_addr_to_msg(struct kvl_ctrl_msg *m, uint32_t idx, const char *nic,
 			 const struct kvl_verbs_addr *a)
 {
 	not_here(__func__);
+}
+
+/* runtime/ipc.c without CUDA: one host id for both ends of the fuzzed connection (so HOST and
+ * IPC_SEGS take their same-host paths), no GPU segment to export, no GPU to read them into. */
+int kvl_host_id(uint8_t out[KVL_HOST_ID_LEN], char *err, size_t errlen)
+{
+	memset(out, 0x5a, KVL_HOST_ID_LEN);
+	return 0;
+}
+
+bool kvl_host_id_valid(const uint8_t id[KVL_HOST_ID_LEN])
+{
+	for (unsigned i = 0; i < KVL_HOST_ID_LEN; i++)
+		if (id[i] != 0)
+			return true;
+	return false;
+}
+
+int kvl_ipc_export(struct kvl_runtime *rt, uint32_t gen, struct kvl_ctrl_ipc_seg *out, unsigned max,
+		   char *why, size_t whylen)
+{
+	snprintf(why, whylen, "no GPU in the fuzz target");
+	return 0;
+}
+
+int kvl_ipc_access(struct kvl_runtime *rt, unsigned nic, const uint8_t uuid[KVL_GPU_UUID_LEN],
+		   char *why, size_t whylen)
+{
+	snprintf(why, whylen, "no GPU in the fuzz target");
+	return -1;
+}
+
+int kvl_ipc_conn_open(struct kvl_runtime *rt, unsigned nic, const struct kvl_ipc_rseg *segs,
+		      unsigned n, struct kvl_xconn *out, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "no GPU in the fuzz target");
+	return -ENODEV;
 }
 
 void kvl_verbs_conn_free(struct kvl_verbs_conn *vc)
