@@ -61,21 +61,69 @@ snap() {
 rc=0
 snap "$out/snap.0"
 n=0
+# nic_failures PERF_JSON: "STATUS xN ..." when the run failed only by statuses the NIC gives
+# (conn-lost: RETRY_EXC; access: a remote access NAK), with every transfer completed and no
+# verification error; else nothing
+nic_failures() {
+	python3 - "$1" <<'PY' 2> /dev/null || true
+import json, sys
+try:
+    o = json.loads(open(sys.argv[1]).readline())
+except Exception:
+    sys.exit(0)
+st = {}
+for s in o.get("servers", []):
+    for k, v in s.get("status", {}).items():
+        if k != "ok":
+            st[k] = st.get(k, 0) + v
+if st and set(st) <= {"conn-lost", "access"} and o.get("verify_error") is None:
+    print(", ".join(f"{k} x{v}" for k, v in sorted(st.items())))
+PY
+}
+# retry_exceeded FILE_A FILE_B: how many times rxe gave up on a WR between two snapshots
+retry_exceeded() {
+	awk 'NR == FNR { if ($1 ~ /_retry_exceeded_err$/) a[$1] = $2; next }
+	     $1 ~ /_retry_exceeded_err$/ { n += $2 - a[$1] } END { print n + 0 }' "$1" "$2"
+}
 for op in --write --read; do
 	n=$((n + 1))
 	s0=$(date +%s.%N)
-	prc=0
-	# generous: beside a CPU hog TCG runs about half as fast, and the verification's READ-back
-	# under 1 % loss went past an earlier 80 s bound with every transfer already OK
-	timeout 300 "$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" --segment kv --seed 1 \
-		--seg-size ${mib}M -s 1M -n $mib -t 16 $op --verify --json "$RXE_IP1:18515" \
-		> "$out/perf$op.json" 2> "$out/perf$op.log" || prc=$?
+	try=1
+	while :; do
+		prc=0
+		# generous: beside a CPU hog TCG runs about half as fast, and the verification's
+		# READ-back under 1 % loss went past an earlier 80 s bound with every transfer OK
+		timeout 300 "$build/kvlane-perf" $eal --file-prefix cli -- -c "$tmp/a.ini" --segment kv \
+			--seed 1 --seg-size ${mib}M -s 1M -n $mib -t 16 $op --verify --json "$RXE_IP1:18515" \
+			> "$out/perf$op.json" 2> "$out/perf$op.log" || prc=$?
+		snap "$out/snap.try"
+		gave_up=$(retry_exceeded "$out/snap.$((n - 1))" "$out/snap.try")
+		nic_said=$(nic_failures "$out/perf$op.json")
+		# Once, and only where the emulated NIC itself failed WRs that kvlane then reported
+		# typed, as it must: rxe giving up (RETRY_EXC: 7 tries without progress, the RC
+		# transport's own limit, reported conn-lost; under 1 % loss its go-back-N resends up
+		# to 128 PSNs a try, and it gave up once in about 3,000 retries in the fresh clone at
+		# 3197575) or NAKing an in-range WRITE with a remote access error (access; rxe 6.1
+		# under retransmission storms, lib.sh; seen here at 3197575 too). kvlane-perf posts
+		# only in-range transfers into a readwrite segment. A stall, a verification
+		# mismatch or any other status is not retried; the second run must pass whole.
+		if [ $prc != 0 ] && [ $try = 1 ] && [ -n "$nic_said" ]; then
+			echo "loss: kvlane-perf $op failed on WRs the NIC failed ($nic_said; rxe retry_exceeded_err +$gave_up); its log:"
+			cat "$out/perf$op.log"
+			mv "$out/perf$op.json" "$out/perf$op.try1.json"
+			mv "$out/perf$op.log" "$out/perf$op.try1.log"
+			echo "loss: running the $op phase once more (a second failure fails the test)"
+			try=2
+			continue
+		fi
+		break
+	done
 	if [ $prc != 0 ]; then
 		echo "loss: kvlane-perf $op failed (exit $prc; 124: killed after 300 s):"
 		cat "$out/perf$op.log" "$out/perf$op.json"; rc=1
 	fi
 	awk "BEGIN{printf \"loss: kvlane-perf $op took %.1f s\n\", $(date +%s.%N) - $s0}"
-	snap "$out/snap.$n"
+	mv "$out/snap.try" "$out/snap.$n"
 done
 echo "# tc -s qdisc (at the end)"
 for d in $devs; do tc -s qdisc show dev $d; done | tee "$out/tc.txt"
