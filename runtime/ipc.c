@@ -79,14 +79,6 @@ int kvl_host_id(uint8_t out[KVL_HOST_ID_LEN], char *err, size_t errlen)
 	return 0;
 }
 
-bool kvl_host_id_valid(const uint8_t id[KVL_HOST_ID_LEN])
-{
-	for (unsigned i = 0; i < KVL_HOST_ID_LEN; i++)
-		if (id[i] != 0)
-			return true;
-	return false;
-}
-
 #if KVL_HAVE_CUDA
 
 struct export_walk {
