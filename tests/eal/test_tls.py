@@ -111,12 +111,17 @@ ETH_P_ALL, PACKET_OUTGOING = 0x0003, 4
 
 
 class Sniffer:
-    """TCP payloads on lo to or from @ports, each packet once (as it leaves), by direction."""
+    """TCP payloads on lo of connections made to @ports while it runs, each packet once (as it
+    leaves), by direction. A connection counts only when its SYN went to one of @ports: another
+    test's connection on lo whose ephemeral port happens to equal one of them (the ports are
+    picked free before kvlaned binds them) is left out and counted in @foreign."""
 
     def __init__(self, ports):
         self.ports = set(ports)
         self.flows = {}
+        self.conns = set()  # (client port, server port) from SYNs to @ports
         self.packets = 0
+        self.foreign = 0
         self.stop = threading.Event()
         self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         try:
@@ -145,7 +150,12 @@ class Sniffer:
             sport, dport = struct.unpack(">HH", tcp[:4])
             if sport not in self.ports and dport not in self.ports:
                 continue
+            if tcp[13] & 0x12 == 0x02 and dport in self.ports:  # SYN without ACK: ours
+                self.conns.add((sport, dport))
             payload = tcp[(tcp[12] >> 4) * 4:]
+            if payload and (sport, dport) not in self.conns and (dport, sport) not in self.conns:
+                self.foreign += 1
+                continue
             if payload:
                 self.packets += 1
                 self.flows.setdefault((sport, dport), bytearray()).extend(payload)
@@ -171,8 +181,9 @@ def sniff_run(ctx, mode):
     srv.stop()
     wire = b"".join(bytes(b) for b in flows.values())
     data = sum(len(b) for (s, d), b in flows.items() if data_port in (s, d))
-    log(f"tls = {mode}: {sn.packets} TCP segments, {len(wire)} payload bytes captured "
-        f"({data} on the data port {data_port}), {moved} bytes moved")
+    log(f"tls = {mode}: {sn.packets} TCP segments of {len(sn.conns)} connections to kvlaned, "
+        f"{len(wire)} payload bytes captured ({data} on the data port {data_port}), {moved} "
+        f"bytes moved; {sn.foreign} segments of other connections on those ports left out")
     # The capture saw the whole transfer: what is absent below was on the wire, encrypted.
     check(data >= moved, f"tls = {mode}: bytes captured on the data port",
           f">= the {moved} bytes moved", data, srv, p)
