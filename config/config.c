@@ -1342,7 +1342,18 @@ static void validate_pool_fits(const struct kvl_config *cfg, const char *file,
 	uint64_t chunk = (uint64_t)cfg->memory.chunk_size_kb << 10;
 	uint64_t pool = (uint64_t)cfg->memory.pool_size_mb << 20;
 	uint64_t segs = 0, staging = 0, stage_one, unit;
-	unsigned n_stage = cfg->sched.staging_mb > 0 ? cfg->n_nics : 0;
+	bool tcp = false, in_vram;
+	unsigned n_stage;
+
+	/* Staging in VRAM takes nothing of the pool: staging = gpu, or auto with the GPU on and
+	 * no NIC that is or may become tcp (transport = auto falls back to it without an RDMA
+	 * device; runtime/staging.c then resolves auto to host memory). */
+	for (unsigned i = 0; i < cfg->n_nics; i++)
+		tcp = tcp || cfg->nics[i].transport == KVL_TRANSPORT_TCP ||
+		      cfg->nics[i].transport == KVL_TRANSPORT_AUTO;
+	in_vram = cfg->sched.staging == KVL_STAGING_GPU ||
+		  (cfg->sched.staging == KVL_STAGING_AUTO && cfg->gpu.enable && !tcp);
+	n_stage = cfg->sched.staging_mb > 0 && !in_vram ? cfg->n_nics : 0;
 
 	for (uint32_t i = 0; i < cfg->n_segments; i++) {
 		const struct kvl_segment_conf *g = &cfg->segments[i];
@@ -1350,7 +1361,7 @@ static void validate_pool_fits(const struct kvl_config *cfg, const char *file,
 
 		segs += (len + chunk - 1) / chunk * chunk;
 	}
-	if (cfg->sched.staging_mb > 0) {
+	if (n_stage > 0) {
 		uint64_t slot = (uint64_t)cfg->sched.slot_kb << 10;
 
 		stage_one = ((uint64_t)cfg->sched.staging_mb << 20) / slot * slot;

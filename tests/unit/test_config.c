@@ -1225,6 +1225,7 @@ static void test_memory_keys(void)
 {
 	static const char seg[] = "[segment.kv]\nlayers = 4\nplanes = 2\nblocks = 16\n"
 				  "block_bytes = 65536\n"; /* 8 MiB */
+#define SEG8 "[segment.kv]\nlayers = 4\nplanes = 2\nblocks = 16\nblock_bytes = 65536\n"
 
 	if (load_good("no [memory]", NIC_LO) == 0)
 		CHECK_INT(cfg.memory.pool_size_mb, 0);
@@ -1249,6 +1250,31 @@ static void test_memory_keys(void)
 		"14 MiB cannot hold 1 [segment.*] (8 MiB) + sched.staging_mb on 2 NICs (8 MiB) = "
 		"16 MiB in 1024 KiB chunks; raise it to at least 16, or 0 to take them from DPDK "
 		"memory");
+	/* Staging in VRAM takes nothing of the pool: 8 MiB of segment in a 10 MiB pool beside
+	 * 2 x 64 MiB of staging, with staging = gpu (tier: tcp NICs allowed), or auto on RDMA
+	 * NICs; auto with a tcp NIC, or with transport = auto (which may become tcp), stays in
+	 * host memory and is counted. */
+	if (load_good("staging = gpu is not the pool's",
+		      "[memory]\npool_size_mb = 10\nchunk_size_kb = 1024\n[gpu]\nenable = true\n"
+		      "[sched]\nstaging_mb = 64\nstaging = gpu\ntier = true\n"
+		      "[nic.a]\ndevice = lo\ntransport = tcp\n"
+		      "[nic.b]\ndevice = lo\nport = 2\ntransport = tcp\n" SEG8) == 0)
+		CHECK_INT(cfg.memory.pool_size_mb, 10);
+	if (load_good(
+		    "staging = auto, GPU on, RDMA NICs: VRAM",
+		    "[memory]\npool_size_mb = 10\nchunk_size_kb = 1024\n[gpu]\nenable = true\n"
+		    "[sched]\nstaging_mb = 64\n[nic.a]\ndevice = rxe0\ntransport = verbs\n" SEG8) ==
+	    0)
+		CHECK_INT(cfg.memory.pool_size_mb, 10);
+	expect_bad("staging = auto, GPU on, a tcp NIC: host memory, counted",
+		   "[memory]\npool_size_mb = 10\nchunk_size_kb = 1024\n[gpu]\nenable = true\n"
+		   "[sched]\nstaging_mb = 64\n[nic.a]\ndevice = lo\ntransport = tcp\n" SEG8,
+		   1, "t.ini:2: memory.pool_size_mb:",
+		   "10 MiB cannot hold 1 [segment.*] (8 MiB) + sched.staging_mb on 1 NIC (64 MiB)");
+	expect_bad("staging = auto, GPU on, transport = auto: may be tcp, counted",
+		   "[memory]\npool_size_mb = 10\nchunk_size_kb = 1024\n[gpu]\nenable = true\n"
+		   "[sched]\nstaging_mb = 64\n[nic.a]\ndevice = lo\n" SEG8,
+		   1, "t.ini:2: memory.pool_size_mb:", "+ sched.staging_mb on 1 NIC (64 MiB)");
 	/* each segment takes whole chunks: 3 x 1 KiB blocks still take one 2 MiB chunk each */
 	expect_bad("rounded up to whole chunks",
 		   "[memory]\npool_size_mb = 2\nchunk_size_kb = 2048\n" NIC_LO
