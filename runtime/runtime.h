@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <rte_common.h>
+#include <rte_spinlock.h>
 
 #include "config.h"
 #include "gpu.h"
@@ -36,6 +37,12 @@ struct kvl_rt_nic {
 	struct kvl_nic_sched *sched; /* [sched] staging_mb > 0: its scheduler stage */
 	uint8_t *staging;	     /* that scheduler's staging memory */
 	struct kvl_gpu_pair gpu;     /* its GPU by PCI distance or [nic.*] gpu; set at discovery */
+	/* Same-host peers (issue 20, runtime/control/ipc.c): ipc connections this NIC opened,
+	 * and its last decision for a peer ("peer NAME (ADDR): ipc", or why not), for /kvlane/nics.
+	 * The control thread writes them under @ipc_lock (zero: unlocked). */
+	rte_spinlock_t ipc_lock;
+	uint32_t ipc_opened;
+	char ipc_note[KVL_CTRL_NAME_LEN + KVL_CTRL_ADDR_LEN + KVL_CTRL_TEXT_LEN + 16];
 } __rte_cache_aligned;
 
 /*

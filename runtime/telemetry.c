@@ -379,6 +379,20 @@ static void nic_row(const struct kvl_runtime *rt, unsigned i, struct sink *k)
 				 kvl_tcp_vram_ok(rt, why, sizeof(why)) ? "bounce" : "off: ", why);
 		put_str(k, "tcp_vram", v);
 	}
+	/* same-host peers: [nic.*] ipc, connections opened over ipc, the last decision (why not) */
+	{
+		struct kvl_rt_nic *n = (struct kvl_rt_nic *)&rt->nic[i];
+		char note[sizeof(n->ipc_note)];
+		uint32_t opened;
+
+		rte_spinlock_lock(&n->ipc_lock);
+		opened = n->ipc_opened;
+		memcpy(note, n->ipc_note, sizeof(note));
+		rte_spinlock_unlock(&n->ipc_lock);
+		put_str(k, "ipc", nc->ipc == KVL_IPC_AUTO ? "auto" : "off");
+		put_int(k, "ipc_opened", (int)opened);
+		put_str(k, "ipc_note", note);
+	}
 }
 
 static void nics_rows(struct kvl_runtime *rt, struct sink *k)

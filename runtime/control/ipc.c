@@ -31,6 +31,20 @@ static void set_why(struct kvl_control *c, uint32_t p, bool ipc, const char *fmt
 	rte_spinlock_unlock(&pub->lock);
 }
 
+/* NIC @nic's decision for peer @p, as kvl_ctl_ipc_conn took it: the peer's why (set_why), and
+ * the NIC's own note for /kvlane/nics. */
+static void decide(struct kvl_control *c, uint32_t p, unsigned nic, bool ipc, const char *why)
+{
+	struct kvl_rt_nic *n = &c->rt->nic[nic];
+
+	set_why(c, p, ipc, "%s", why);
+	rte_spinlock_lock(&n->ipc_lock);
+	n->ipc_opened += ipc;
+	snprintf(n->ipc_note, sizeof(n->ipc_note), "peer %s (%s): %s", c->pub[p].name,
+		 c->pub[p].addr, why);
+	rte_spinlock_unlock(&n->ipc_lock);
+}
+
 void kvl_ctl_send_host(struct kvl_control *c, uint32_t p)
 {
 	struct kvl_ctrl_msg m = { .type = KVL_CTRL_HOST };
@@ -219,7 +233,7 @@ int kvl_ctl_ipc_conn(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl
 	if (!kvl_ipc_usable(&f, why, sizeof(why))) {
 		if (f.local_gpu && f.access != 1 && gwhy[0])
 			snprintf(why, sizeof(why), "%s", gwhy);
-		set_why(c, p, false, "%s", why);
+		decide(c, p, nic, false, why);
 		return 0;
 	}
 	/* ipc takes every READ of the peer on this NIC: all it serves must be exported */
@@ -230,15 +244,15 @@ int kvl_ctl_ipc_conn(struct kvl_control *c, uint32_t p, unsigned nic, struct kvl
 			 "the peer serves %u readable segments, %u of them exported (GPU): the "
 			 "rest is not reachable over ipc",
 			 readable, pr->n_ipc);
-		set_why(c, p, false, "%s", why);
+		decide(c, p, nic, false, why);
 		return 0;
 	}
 	if (kvl_ipc_conn_open(c->rt, nic, pr->ipc_seg, pr->n_ipc, x, err, sizeof(err)) < 0) {
-		set_why(c, p, false, "%s", err);
+		decide(c, p, nic, false, err);
 		return 0;
 	}
 	pr->ipc_nic[nic] = true;
-	set_why(c, p, true, "%s", "ipc");
+	decide(c, p, nic, true, "ipc");
 	KVL_LOG(INFO, "peer %u (%s): nic.%s reads its %u GPU segments over ipc (CUDA IPC)", p,
 		pub->addr, c->rt->cfg.nics[nic].label, pr->n_ipc);
 	return 1;

@@ -63,6 +63,29 @@ def row_of(tel, proc, role):
     return rows[0] if len(rows) == 1 else None
 
 
+def nic_lo(tel, proc):
+    """The lo row of /kvlane/nics: its ipc, ipc_opened and ipc_note columns (issue 20)."""
+    rows = h.table_rows(h.cmd(tel, "/kvlane/nics", proc), ["nic", "ipc", "ipc_opened", "ipc_note"],
+                        "/kvlane/nics", proc)
+    rows = [r for r in rows if r["nic"] == "lo"]
+    check_eq(len(rows), 1, "/kvlane/nics rows of lo", proc)
+    return rows[0]
+
+
+def check_nic_note(tel, proc, ipc, note, *procs):
+    """/kvlane/nics says why the NIC does not read the peer over ipc: @note, within 5 s (the
+    decision is taken as the data connections are made)."""
+    n = {}
+
+    def seen():
+        n.update(nic_lo(tel, proc))
+        return n["ipc_note"] == note
+    wait_for(seen, 5)
+    check_eq({k: n[k] for k in ("ipc", "ipc_opened", "ipc_note")},
+             {"ipc": ipc, "ipc_opened": 0, "ipc_note": note},
+             "/kvlane/nics lo: ipc, ipc_opened, ipc_note", *procs)
+
+
 def pair(ctx, client_env=None):
     srv = ctx.kvlaned("srv", eal_extra=tp.LOG_LEVEL)
     old = dict(os.environ)
@@ -92,6 +115,8 @@ def scenario_host_same(ctx):
     check_eq(c["ipc_segments"], 0, "GPU segments the server exported (it has none)", srv, cli)
     check_eq(c["transport_ipc"], "the peer exports no GPU segment",
              "why the client does not read over ipc", srv, cli)
+    check_nic_note(cli.telemetry(), cli, "auto",
+                   f"peer {c['name']} ({c['addr']}): the peer exports no GPU segment", srv, cli)
     check(c["data_conns"] >= 1, "the client's data connections", ">= 1 (tcp)",
           c["data_conns"], srv, cli)
 
@@ -102,6 +127,8 @@ def scenario_host_other(ctx):
     check_eq(c["same_host"], "false", "the client's view", srv, cli)
     check_eq(c["transport_ipc"], "another host", "why not ipc", srv, cli)
     check_eq(s["transport_ipc"], "another host", "why not ipc (server)", srv, cli)
+    check_nic_note(cli.telemetry(), cli, "auto", f"peer {c['name']} ({c['addr']}): another host",
+                   srv, cli)
     check(c["data_conns"] >= 1, "the client's data connections", ">= 1 (tcp)",
           c["data_conns"], srv, cli)
 
@@ -117,6 +144,7 @@ def scenario_host_ipc_off(ctx):
     c = row_of(tc, cli, "client")
     check_eq(c["same_host"], "true", "same_host with ipc = off (still known)", srv, cli)
     check_eq(c["transport_ipc"], "ipc = off", "why not ipc", srv, cli)
+    check_nic_note(tc, cli, "off", f"peer {c['name']} ({c['addr']}): ipc = off", srv, cli)
     check_eq(h.cmd(tc, "/kvlane/config", cli).get("nic/lo/ipc"), "off",
              "/kvlane/config nic/lo/ipc", cli)
 

@@ -453,6 +453,10 @@ int main(int argc, char **argv)
 		       "the peer kvlaned is not seen on this host: %.1500s", out);
 		EXPECT(strstr(out, "\"transport_ipc\":[\"ipc\"]") != NULL,
 		       "the peer is not read over ipc: %.1500s", out);
+		gpu_rt_tel("/kvlane/nics", out, sizeof(out));
+		EXPECT(strstr(out, "\"ipc_opened\":[1]") != NULL &&
+			       strstr(out, "): ipc\"]") != NULL,
+		       "/kvlane/nics does not show the NIC's ipc connection: %.1500s", out);
 	}
 
 	if (dest) {
