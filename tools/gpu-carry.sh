@@ -31,6 +31,25 @@ system_lib() {
 	return 1
 }
 
+# Meson 1.0 gives nvcc no dependency flags (its ninja rule names a depfile nvcc never writes), so
+# a .cu object is not rebuilt when a header it includes changes: a carried binary could then be
+# built against an old struct (seen 2026-12-02: a bench SIGSEGV in cudaEventRecord). Any .cu
+# object older than a header of the tree is removed, and the named binaries are built again.
+src=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["directories"]["source"])' \
+	"$build/meson-info/meson-info.json" 2>/dev/null || true)
+if [ -n "$src" ] && [ -d "$src" ]; then
+	stale=0
+	for o in $(find "$build" -name '*.cu.o'); do
+		if [ -n "$(find "$src" -path "$src/.*" -prune -o -path "$build" -prune -o \
+			\( -name '*.h' -o -name '*.cuh' \) -newer "$o" -print | head -1)" ]; then
+			rm -f "$o"
+			stale=$((stale + 1))
+		fi
+	done
+	[ "$stale" -eq 0 ] || echo "$0: $stale CUDA objects older than a header: rebuilt"
+	ninja -C "$build" "$@" >/dev/null
+fi
+
 n_lib=0
 for b in "$@"; do
 	src=$build/$b
