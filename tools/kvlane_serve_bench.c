@@ -54,6 +54,7 @@ struct opts {
 	uint64_t budget_mb, host_mb, weight_mb, window_mb, sock_buf_kb;
 	unsigned tcp_bufs, fill_threads;
 	uint64_t tcp_buf_kb, send_kb; /* tcp: a receive buffer's size, a send() call's */
+	unsigned hybrid_idle_us, hybrid_sleep_us; /* the NIC lcore's, with --idle hybrid */
 	int eal_argc;
 	char **eal_argv;
 	bool plot, quiet, calibrate;
@@ -77,6 +78,11 @@ static struct opts o = {
 	.tcp_bufs = 4,
 	.tcp_buf_kb = 4096,
 	.send_kb = 1024,
+	/* a serving process's NIC lcore: nap at once after work (the runtime's default spins
+	 * 100 us first, which at 12 req/s is most of a core), up to 100 us a nap: the tier's
+	 * copies raise no wake-up event, so a landed layer is seen within that */
+	.hybrid_idle_us = 0,
+	.hybrid_sleep_us = 100,
 	.fill_threads = 4,
 	.plot = true,
 };
@@ -907,12 +913,14 @@ static int write_ini(const char *path)
 	if (f == NULL)
 		return -errno;
 	fprintf(f,
-		"[runtime]\nname = serve-bench\nidle_policy = %s\n[nic.lo]\ndevice = lo\n"
+		"[runtime]\nname = serve-bench\nidle_policy = %s\nhybrid_idle_us = %u\n"
+		"hybrid_sleep_us = %u\n[nic.lo]\ndevice = lo\n"
 		"transport = tcp\n[sched]\nstaging_mb = %llu\nbudget_mb = %llu\nslot_kb = %u\n"
 		"window_min_kb = %u\nwindow_max_mb = %llu\nmax_blocks = %llu\nmax_requests = %u\n"
 		"tier = true\ntier_rate_mbps = %llu\nstaging = %s\n",
-		o.idle, (unsigned long long)staging_mb, (unsigned long long)staging_mb, bb >> 10,
-		(bb >> 10) < 4 ? 4 : bb >> 10, (unsigned long long)staging_mb,
+		o.idle, o.hybrid_idle_us, o.hybrid_sleep_us, (unsigned long long)staging_mb,
+		(unsigned long long)staging_mb, bb >> 10, (bb >> 10) < 4 ? 4 : bb >> 10,
+		(unsigned long long)staging_mb,
 		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
 		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
 		gpu ? "gpu" : "host");
@@ -1737,6 +1745,8 @@ static void usage(const char *p)
 		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
 		"auto|cpu|gpu\n"
 		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n"
+		"  --hybrid-idle-us U (hybrid: spin U us after work first; 0)  --hybrid-sleep-us U "
+		"(the longest nap; 100)\n"
 		"  --sock-buf-kb K (tcp's socket buffers; 0: the kernel's autotuning)  --tcp-bufs "
 		"N "
 		"(pinned receive buffers, 2..16; 4)\n"
@@ -1786,6 +1796,7 @@ static void params_json(FILE *f)
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
 		"\"fill_threads\": %u, \"tcp_buf_kb\": %llu, \"send_kb\": %llu, "
+		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1801,7 +1812,8 @@ static void params_json(FILE *f)
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
-		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb);
+		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
+		o.hybrid_idle_us, o.hybrid_sleep_us);
 }
 
 /* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x
@@ -2077,6 +2089,8 @@ int main(int argc, char **argv)
 		{ "sweep", 1, 0, 'W' },
 		{ "backend", 1, 0, 'k' },
 		{ "idle", 1, 0, 'i' },
+		{ "hybrid-idle-us", 1, 0, 'y' },
+		{ "hybrid-sleep-us", 1, 0, 'Y' },
 		{ "out", 1, 0, 'o' },
 		{ "no-plot", 0, 0, 'N' },
 		{ "window-mb", 1, 0, 'V' },
@@ -2176,6 +2190,12 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			o.idle = optarg;
+			break;
+		case 'y':
+			o.hybrid_idle_us = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'Y':
+			o.hybrid_sleep_us = (unsigned)strtoul(optarg, NULL, 0);
 			break;
 		case 'o':
 			o.out = optarg;
