@@ -841,6 +841,28 @@ static void finish(struct rq *r)
 	R.completed++;
 }
 
+/* Layers [@l0, @l1) of @r from the staging window into its cache blocks: one gather. */
+static void gather_layers(const struct rq *r, uint32_t l0, uint32_t l1)
+{
+	static void *dbuf, *sbuf;
+	static uint32_t dcap, scap;
+	uint32_t n = (l1 - l0) * r->nb;
+	void **dst = scratch(&dbuf, &dcap, n, sizeof(void *));
+	void **src = scratch(&sbuf, &scap, n, sizeof(void *));
+	int rc;
+
+	for (uint32_t l = l0; l < l1; l++) {
+		memcpy(dst + (l - l0) * r->nb, cache_addrs(r, l), r->nb * sizeof(void *));
+		memcpy(src + (l - l0) * r->nb, staged_addrs(r, r->h, l), r->nb * sizeof(void *));
+	}
+	rc = be->gather(dst, src, n, bb);
+	if (rc < 0) {
+		fprintf(stderr, "serve-bench: gather of request %u's layers %u..%u: %s\n", r->id,
+			l0, l1 - 1, strerror(-rc));
+		exit(1);
+	}
+}
+
 static void poll_events(void)
 {
 	struct kvl_req_event ev[64];
@@ -860,15 +882,14 @@ static void poll_events(void)
 				uint32_t l0 = cur_mode == M_DUAL ? ev[i].step : 0,
 					 l1 = cur_mode == M_DUAL ? l0 + 1 : shape.layers;
 
-				/* each layer from kvlane's staging window into the KV cache,
-				 * checked there (the bytes decode reads), then the step DONE: its
-				 * window room goes to the next layers */
-				for (uint32_t l = l0; l < l1; l++) {
-					be->gather(cache_addrs(r, l), staged_addrs(r, r->h, l),
-						   r->nb, bb);
+				/* the step's layers from kvlane's staging window into the KV
+				 * cache in one gather (one wait), each checked there (the bytes
+				 * decode reads), then the step DONE: its window room goes to the
+				 * next layers */
+				gather_layers(r, l0, l1);
+				for (uint32_t l = l0; l < l1; l++)
 					if (landed(r, l, cache_addrs(r, l)) < 0)
 						exit(1);
-				}
 				step_done(r, r->h, ev[i].step);
 				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {

@@ -373,7 +373,7 @@ static int gpu_fill_blocks(void *const *blk, const uint64_t *off, unsigned n, ui
 
 static int gpu_gather(void *const *dst, void *const *src, unsigned n, uint32_t len)
 {
-	if (n > max_blk)
+	if ((size_t)n * 16 > ARENA_BYTES) /* its address lists pass through the arena */
 		return -22;
 	{
 		uint64_t *d = arena_pair(dst, src, n);
