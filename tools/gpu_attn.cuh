@@ -23,27 +23,27 @@
  * of a KV head padded to 16 rows: the tensor cores have the slack), blocks stream through a
  * per-warp cp.async ring in shared memory.
  */
-#define ATT_HD		128
-#define ATT_BS		16
-#define ATT_QH		32
-#define ATT_KVH		8
-#define ATT_GROUP	(ATT_QH / ATT_KVH)
-#define ATT_BLOCK	(2u * ATT_KVH * ATT_BS * ATT_HD * 2u) /* 65536 bytes */
-#define ATT_WARPS	4
-#define ATT_STAGES	4
-#define ATT_ROW		(ATT_HD + 8) /* smem row in bf16: +16 B so ldmatrix rows hit distinct banks */
+#define ATT_HD	   128
+#define ATT_BS	   16
+#define ATT_QH	   32
+#define ATT_KVH	   8
+#define ATT_GROUP  (ATT_QH / ATT_KVH)
+#define ATT_BLOCK  (2u * ATT_KVH * ATT_BS * ATT_HD * 2u) /* 65536 bytes */
+#define ATT_WARPS  4
+#define ATT_STAGES 4
+#define ATT_ROW	   (ATT_HD + 8) /* smem row in bf16: +16 B so ldmatrix rows hit distinct banks */
 #define ATT_STAGE_ELEMS (2 * ATT_BS * ATT_ROW)
-#define ATT_SMEM	(ATT_WARPS * ATT_STAGES * ATT_STAGE_ELEMS * 2)
+#define ATT_SMEM   (ATT_WARPS * ATT_STAGES * ATT_STAGE_ELEMS * 2)
 
 struct att_args {
-	const __nv_bfloat16 *q; /* [B][32][128] */
-	const uint64_t *table;	/* [B][nblk]: device address of each block */
-	int nblk;		/* blocks per sequence (all full) */
-	int splits;		/* CTAs per (sequence, kv head) */
-	float *part_o;		/* [B][32][splits][128], unnormalised */
-	float *part_ml;		/* [B][32][splits][2]: running max (log2 units) and sum */
-	__nv_bfloat16 *out;	/* [B][32][128] */
-	float scale_log2;	/* softmax scale * log2(e) */
+	const __nv_bfloat16 *q;	   /* [B][32][128] */
+	const uint64_t *table;	   /* [B][nblk]: device address of each block */
+	int nblk;		   /* blocks per sequence (all full) */
+	int splits;		   /* CTAs per (sequence, kv head) */
+	float *part_o;		   /* [B][32][splits][128], unnormalised */
+	float *part_ml;		   /* [B][32][splits][2]: running max (log2 units) and sum */
+	__nv_bfloat16 *out;	   /* [B][32][128] */
+	float scale_log2;	   /* softmax scale * log2(e) */
 };
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -165,7 +165,7 @@ static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, c
 
 	for (int i = b0 + warp; i < b1; i += ATT_WARPS)
 		n++;
-		/* prologue: STAGES - 1 blocks in flight */
+	/* prologue: STAGES - 1 blocks in flight */
 #pragma unroll
 	for (int s = 0; s < ATT_STAGES - 1; s++) {
 		if (s < n)
@@ -196,8 +196,8 @@ static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, c
 #pragma unroll
 			for (int p = 0; p < 4; p++) {
 				uint32_t r[4];
-				const __nv_bfloat16 *addr = st + (8 * j + (lane & 7)) * ATT_ROW +
-							    32 * p + 8 * (lane >> 3);
+				const __nv_bfloat16 *addr =
+					st + (8 * j + (lane & 7)) * ATT_ROW + 32 * p + 8 * (lane >> 3);
 
 				ldm_x4(r, addr);
 				mma16816(s[j], qf[2 * p], r[0], r[1]);
@@ -220,8 +220,7 @@ static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, c
 			p1 = exp2f(x1 - mn);
 			p2 = exp2f(x2 - mn);
 			p3 = exp2f(x3 - mn);
-			l = l * corr +
-			    (p0 + p1 + p2 + p3); /* this lane's share; quad-summed at end */
+			l = l * corr + (p0 + p1 + p2 + p3); /* this lane's share; quad-summed at end */
 			m = mn;
 			/* P as the A operand of P V: the S accumulator layout is A's layout. */
 			pa[0] = pack_bf16(p0, p1);
@@ -254,9 +253,9 @@ static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, c
 	__syncthreads();
 	/* Combine the 4 warps through shared memory: per warp m[4], l[4], O[4][128]. */
 	{
-		float *cm = (float *)sm;	/* [warps][4] */
-		float *cl = cm + ATT_WARPS * 4; /* [warps][4] */
-		float *co = cl + ATT_WARPS * 4; /* [warps][4][128] */
+		float *cm = (float *)sm;		     /* [warps][4] */
+		float *cl = cm + ATT_WARPS * 4;		     /* [warps][4] */
+		float *co = cl + ATT_WARPS * 4;		     /* [warps][4][128] */
 
 		if (g < ATT_GROUP) {
 			if (c == 0) {
@@ -277,8 +276,7 @@ static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, c
 			for (int w = 0; w < ATT_WARPS; w++)
 				M = fmaxf(M, cm[w * 4 + h]);
 			for (int w = 0; w < ATT_WARPS; w++) {
-				float f =
-					cm[w * 4 + h] == -INFINITY ? 0.f : exp2f(cm[w * 4 + h] - M);
+				float f = cm[w * 4 + h] == -INFINITY ? 0.f : exp2f(cm[w * 4 + h] - M);
 
 				L += cl[w * 4 + h] * f;
 				O += co[(w * 4 + h) * ATT_HD + d] * f;
@@ -400,8 +398,8 @@ static inline float att_bf2f(__nv_bfloat16 v)
 /* Float64 attention on the host for query head @h (32 of them) of one sequence: @q its 128
  * values, @blk[j] the bytes of the sequence's block j (host memory, the layout above), @nblk
  * blocks; @o the head's 128 outputs. The reference the tests and the bench check against. */
-static inline void att_reference(const uint8_t *const *blk, int nblk, const __nv_bfloat16 *q, int h,
-				 double *o)
+static inline void att_reference(const uint8_t *const *blk, int nblk, const __nv_bfloat16 *q,
+				 int h, double *o)
 {
 	const int kvh = h / ATT_GROUP, T = nblk * ATT_BS;
 	std::vector<double> s(T);
@@ -423,9 +421,9 @@ static inline void att_reference(const uint8_t *const *blk, int nblk, const __nv
 		double r = 0;
 
 		for (int t = 0; t < T; t++) {
-			const __nv_bfloat16 *v =
-				(const __nv_bfloat16 *)blk[t / ATT_BS] +
-				((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) * ATT_HD;
+			const __nv_bfloat16 *v = (const __nv_bfloat16 *)blk[t / ATT_BS] +
+						 ((size_t)(ATT_KVH + kvh) * ATT_BS + t % ATT_BS) *
+							 ATT_HD;
 
 			r += s[t] / sum * att_bf2f(v[i]);
 		}
