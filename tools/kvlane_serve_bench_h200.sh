@@ -104,9 +104,9 @@ PY
 # 5. tcp's sender and receiver, unpaced, one knob at a time against raw's defaults (4 x 4 MiB
 #    receive buffers, 1 MiB a send()): 16 receive buffers of 256 KiB, then of 128 KiB (iperf3
 #    reads into one 128 KiB buffer; smaller ones stay in the cache, at more copy calls), 128 KiB
-#    a send() (iperf3's), 4 MiB a send()
+#    a send() (iperf3's), 4 MiB a send(), one pattern-fill thread beside the sender (not 4)
 for v in "bufs256k --tcp-bufs 16 --tcp-buf-kb 256" "bufs128k --tcp-bufs 16 --tcp-buf-kb 128" \
-	"send128k --send-kb 128" "send4m --send-kb 4096"; do
+	"send128k --send-kb 128" "send4m --send-kb 4096" "fill1 --fill-threads 1"; do
 	set -- $v
 	n=$1
 	shift
@@ -123,7 +123,7 @@ r idle100 40 "$B/kvlane-serve-bench" $EAL --file-prefix sbidle -- --synthetic --
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-for d in raw long longref idle100 tbufs256k tbufs128k tsend128k tsend4m; do
+for d in raw long longref idle100 tbufs256k tbufs128k tsend128k tsend4m tfill1; do
 	[ -f "$W/$d/results.csv" ] && cp "$W/$d/results.csv" "$OUT/$d-results.csv"
 done
 echo "== summary"
