@@ -101,7 +101,12 @@ try:
 except Exception as e:
     print(f"long-check: failed: {e}")
 PY
-# 5. tcp's sender and receiver, unpaced, one knob at a time against raw's defaults (4 x 4 MiB
+# 5. dual at 12 req/s with the runtime's own hybrid defaults (spin 100 us after work, naps of
+#    50 us) instead of the bench's (nap at once, up to 100 us): what the NIC lcore's spinning costs
+r idle100 40 "$B/kvlane-serve-bench" $EAL --file-prefix sbidle -- --synthetic --preset llama3-8b --backend gpu \
+	--modes dual --max-requests 24 --rate 12 --max-input 32768 --host-mb 8192 \
+	--hybrid-idle-us 100 --hybrid-sleep-us 50 --out "$W/idle100" --no-plot --quiet
+# 6. tcp's sender and receiver, unpaced, one knob at a time against raw's defaults (4 x 4 MiB
 #    receive buffers, 1 MiB a send()): 16 receive buffers of 256 KiB, then of 128 KiB (iperf3
 #    reads into one 128 KiB buffer; smaller ones stay in the cache, at more copy calls), 128 KiB
 #    a send() (iperf3's), 4 MiB a send(), one pattern-fill thread beside the sender (not 4)
@@ -114,11 +119,6 @@ for v in "bufs256k --tcp-bufs 16 --tcp-buf-kb 256" "bufs128k --tcp-bufs 16 --tcp
 		--modes tcp --link-gbps 0 --max-requests 8 --rate 50 --input-median 16384 \
 		--input-sigma 0.2 --output-len 4 --host-mb 8192 "$@" --out "$W/t$n" --no-plot --quiet
 done
-# 6. dual at 12 req/s with the runtime's own hybrid defaults (spin 100 us after work, naps of
-#    50 us) instead of the bench's (nap at once, up to 100 us): what the NIC lcore's spinning costs
-r idle100 40 "$B/kvlane-serve-bench" $EAL --file-prefix sbidle -- --synthetic --preset llama3-8b --backend gpu \
-	--modes dual --max-requests 24 --rate 12 --max-input 32768 --host-mb 8192 \
-	--hybrid-idle-us 100 --hybrid-sleep-us 50 --out "$W/idle100" --no-plot --quiet
 [ -f "$W/iperf3.pid" ] && kill "$(cat "$W/iperf3.pid")" 2>/dev/null
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
