@@ -2,15 +2,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # kvlane-serve-bench on the lent H200, one call (under 4 minutes): the batched attention kernel's
 # check (test_attn_gpu varlen), iperf3 beside the tcp path's raw socket rate, the four modes on
-# the default synthetic workload at 100 Gb/s pacing with a --rate sweep (2, 12, 24), a context
-# over the KV budget streamed, tcp's send/receive sizes one at a time, and dual with the
-# runtime's own hybrid idle settings. Run there from the repository root:
+# the default synthetic workload (64 requests) at 100 Gb/s pacing at 12 and 24 req/s and 24 of
+# them at 2 req/s, a context over the KV budget streamed, dual with the runtime's own hybrid
+# idle settings, and tcp's send/receive sizes one at a time. Run there from the repository root:
 #   sh tools/kvlane_serve_bench_h200.sh CARRY_DIR   (CARRY_DIR from tools/gpu-carry.sh, with
 #   bin/kvlane-serve-bench, bin/iperf3 and optionally bin/test_attn_gpu, serve_plot.py)
 # SERVE_H200_ONLY="main raw" runs those steps alone; SERVE_H200_BUDGET_S (235) bounds the call.
 # The 32x32x128 shape and the calibrated prefill ran at dff9e06/3eaab3f (docs/serve-bench.md).
-# What comes back under $OUT: results.json/.csv and the plots of the main run, the other
-# runs' CSVs, the whole log (serve-h200.log); stdout ends with a summary of it.
+# What comes back under $OUT (7 files): results.json/.csv and the plots of the main run, the
+# whole log (serve-h200.log), extras.tar (the other runs' CSVs, the low run's results.json);
+# stdout ends with a summary of it and the yardsticks (iperf3, varlen, tcp's socket rates).
 set -u
 if [ "${SERVE_H200_LOGGED:-}" = "" ]; then # everything into $OUT/serve-h200.log as well
 	mkdir -p "${OUT:-/tmp/serve-out}"
@@ -66,11 +67,13 @@ esac
 r iperf3 20 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 5 -P 1 -f g
 r iperf3l1m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 1M
 r iperf3l4m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 4M
-# 2. the default workload, 100 Gb/s pacing, 24 requests, and sweep points at 6x and 12x the
-#    rate (its KV, ~1.2 GB a request, is then more than the 100 Gb/s link carries); prefill:
-#    the stated model (400 TFLOP/s)
+# 2. the default synthetic workload (64 requests), 100 Gb/s pacing, at 12 req/s and 24 req/s
+#    (beyond what the 100 Gb/s link carries: ~1.2 GB of KV a request is ~10.8 req/s), the four
+#    modes; prefill: the stated model (400 TFLOP/s). Then 24 of them at 2 req/s (low load).
 r main 150 "$B/kvlane-serve-bench" $EAL --file-prefix sbmain -- --synthetic --preset llama3-8b --backend gpu \
-	--max-requests 24 --rate 2 --max-input 32768 --host-mb 8192 --sweep 12,24 --out "$W/main" --quiet
+	--max-requests 64 --rate 12 --max-input 32768 --host-mb 8192 --sweep 24 --out "$W/main" --quiet
+r low 80 "$B/kvlane-serve-bench" $EAL --file-prefix sblow -- --synthetic --preset llama3-8b --backend gpu \
+	--max-requests 24 --rate 2 --max-input 32768 --host-mb 8192 --out "$W/low" --no-plot --quiet
 # 3. the link rates unpaced: tcp (socket time only; pinned receive buffers, the copy engine
 #    behind them) beside dual (the PCIe ceiling)
 r raw 40 "$B/kvlane-serve-bench" $EAL --file-prefix sbraw -- --synthetic --preset llama3-8b --backend gpu \
@@ -106,11 +109,10 @@ PY
 r idle100 40 "$B/kvlane-serve-bench" $EAL --file-prefix sbidle -- --synthetic --preset llama3-8b --backend gpu \
 	--modes dual --max-requests 24 --rate 12 --max-input 32768 --host-mb 8192 \
 	--hybrid-idle-us 100 --hybrid-sleep-us 50 --out "$W/idle100" --no-plot --quiet
-# 6. tcp's sender and receiver, unpaced, one knob at a time against raw's defaults (4 x 4 MiB
-#    receive buffers, 1 MiB a send()): 16 receive buffers of 256 KiB, then of 128 KiB (iperf3
-#    reads into one 128 KiB buffer; smaller ones stay in the cache, at more copy calls), 128 KiB
-#    a send() (iperf3's), 4 MiB a send(), one pattern-fill thread beside the sender (not 4)
-for v in "bufs256k --tcp-bufs 16 --tcp-buf-kb 256" "bufs128k --tcp-bufs 16 --tcp-buf-kb 128" \
+# 6. tcp's sender and receiver, unpaced, one knob at a time against raw's defaults (16 x 256
+#    KiB receive buffers, 1 MiB a send()): the first runs' 4 x 4 MiB receive buffers, 16 x 512
+#    KiB, 128 KiB a send() (iperf3's), 4 MiB a send(), one pattern-fill thread (not 4)
+for v in "bufs4m --tcp-bufs 4 --tcp-buf-kb 4096" "bufs512k --tcp-bufs 16 --tcp-buf-kb 512" \
 	"send128k --send-kb 128" "send4m --send-kb 4096" "fill1 --fill-threads 1"; do
 	set -- $v
 	n=$1
@@ -120,18 +122,29 @@ for v in "bufs256k --tcp-bufs 16 --tcp-buf-kb 256" "bufs128k --tcp-bufs 16 --tcp
 		--input-sigma 0.2 --output-len 4 --host-mb 8192 "$@" --out "$W/t$n" --no-plot --quiet
 done
 [ -f "$W/iperf3.pid" ] && kill "$(cat "$W/iperf3.pid")" 2>/dev/null
+# at most 7 files under $OUT (the device brings back 8): the main run's, the log, and one tar
+# with every other run's results.csv (and the low-load run's results.json)
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-for d in raw long longref idle100 tbufs256k tbufs128k tsend128k tsend4m tfill1; do
-	[ -f "$W/$d/results.csv" ] && cp "$W/$d/results.csv" "$OUT/$d-results.csv"
-done
+(cd "$W" && for d in low raw long longref idle100 t*; do
+	[ -f "$d/results.csv" ] && echo "$d/results.csv"
+done; [ -f low/results.json ] && echo low/results.json) >"$W/extras.list"
+tar -C "$W" -cf "$OUT/extras.tar" -T "$W/extras.list" 2>/dev/null
 echo "== summary"
-# every table row, rc line and check; the CPU split and step lines of main, calib and long
-# only (the whole log is serve-h200.log), so the summary fits the call's last 12,000 characters
+# every table row, rc line and check; the cpu, steps and loop lines of main and low only (the
+# whole log is serve-h200.log), then the yardsticks again last, so that they stay within the
+# call's last 12,000 characters
 awk '/^== summary/ { exit }
 /^== / { step = $2; print; next }
 /^\|---/ || (/^\| path/ && hdr++) { next }
-/^(cpu|steps|loop) / { if (step == "main" || step == "long" || step == "idle100" || step == "raw") print; next }
-/^(rc=|\|| *\[ *[0-9]+\].*(sender|receiver)|tcp: the socket|outputs:|serve-bench:|stream |long-check:|prefill calibrated:|cpu dual\/tcp|varlen|PASS|FAIL|skipped)/ ||
+/^(cpu|steps|loop) / { if (step == "main" || step == "low") print; next }
+/^(rc=|\||tcp: the socket|outputs:|serve-bench:|stream |long-check:|prefill calibrated:|varlen|PASS|FAIL|skipped)/ ||
 / requests, offered / { print }' "$OUT/serve-h200.log"
+echo "== yardsticks"
+awk '/^== summary/ { exit }
+/^== / { step = $2; next }
+/ *\[ *[0-9]+\].*sender/ { print step ": " $0; next }
+/^(varlen|PASS|FAIL)/ { print step ": " $0; next }
+/^tcp: the socket/ { print step ": " substr($0, 1, 160); next }
+/^cpu dual\/tcp/ { print step ": " $0 }' "$OUT/serve-h200.log"
