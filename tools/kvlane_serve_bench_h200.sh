@@ -72,7 +72,7 @@ r iperf3l4m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 4M
 #    modes; prefill: the stated model (400 TFLOP/s). Then 24 of them at 2 req/s (low load).
 r main 150 "$B/kvlane-serve-bench" $EAL --file-prefix sbmain -- --synthetic --preset llama3-8b --backend gpu \
 	--max-requests 64 --rate 12 --max-input 32768 --host-mb 8192 --sweep 24 --out "$W/main" --quiet
-r low 80 "$B/kvlane-serve-bench" $EAL --file-prefix sblow -- --synthetic --preset llama3-8b --backend gpu \
+r low 90 "$B/kvlane-serve-bench" $EAL --file-prefix sblow -- --synthetic --preset llama3-8b --backend gpu \
 	--max-requests 24 --rate 2 --max-input 32768 --host-mb 8192 --out "$W/low" --no-plot --quiet
 # 3. the link rates unpaced: tcp (socket time only; pinned receive buffers, the copy engine
 #    behind them) beside dual (the PCIe ceiling)
