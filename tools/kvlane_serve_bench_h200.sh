@@ -123,13 +123,15 @@ for v in "bufs4m --tcp-bufs 4 --tcp-buf-kb 4096" "bufs512k --tcp-bufs 16 --tcp-b
 done
 [ -f "$W/iperf3.pid" ] && kill "$(cat "$W/iperf3.pid")" 2>/dev/null
 # at most 7 files under $OUT (the device brings back 8): the main run's, the log, and one tar
-# with every other run's results.csv (and the low-load run's results.json)
+# with every other run's results.csv, the low-load run's results.json and sweep.png again (it
+# did not come back on its own once)
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
 (cd "$W" && for d in low raw long longref idle100 t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
-done; [ -f low/results.json ] && echo low/results.json) >"$W/extras.list"
+done; [ -f low/results.json ] && echo low/results.json
+[ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
 tar -C "$W" -cf "$OUT/extras.tar" -T "$W/extras.list" 2>/dev/null
 echo "== summary"
 # every table row, rc line and check; the cpu, steps and loop lines of main and low only (the
