@@ -105,16 +105,45 @@ static __device__ __forceinline__ void load_block(__nv_bfloat16 *st, const uint8
 	}
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const struct att_args a)
+/*
+ * The variable-length form: one launch for a whole batch of sequences of unequal lengths, as
+ * vLLM's paged attention takes seq_lens. Each sequence names its own queries, block table and
+ * outputs (so a batch may pick any rows of a caller's arrays), and computes exactly as the
+ * fixed-length form computes it alone with min(nblk, splits) splits: the same splits, the
+ * same blocks per CTA, the same merge order, so a request's output does not depend on what
+ * else is in its batch. A separate struct, not new att_args fields: the fixed-length callers
+ * fill att_args field by field and would leave new ones unset.
+ */
+struct att_seq {
+	const __nv_bfloat16 *q; /* [32][128] */
+	const uint64_t *table;	/* [nblk]: device address of each block */
+	__nv_bfloat16 *out;	/* [32][128] */
+	int nblk;		/* its blocks (all full); 0: its outputs are zero */
+	int pad;
+};
+
+struct att_vargs {
+	const struct att_seq *seq; /* [B], device memory; grid z = B */
+	int splits;	/* most CTAs per (sequence, kv head); grid x = min(max nblk, this) */
+	float *part_o;	/* [B][32][splits][128] */
+	float *part_ml; /* [B][32][splits][2] */
+	float scale_log2;
+};
+
+/* One CTA's share of one sequence: blocks [split * per, ...) of @tab for KV head @kvh, its 4
+ * query heads' partial results at @po / @pml ([32][pstride][...] of this sequence, of which
+ * it uses @splits). */
+static __device__ __forceinline__ void att_split_body(const __nv_bfloat16 *qs, const uint64_t *tab,
+						      int nblk, int splits, int pstride, int split,
+						      int kvh, float *po, float *pml,
+						      float scale_log2)
 {
 	extern __shared__ __align__(16) __nv_bfloat16 sm[];
-	const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
-	const int per = (a.nblk + a.splits - 1) / a.splits;
-	const int b0 = split * per, b1 = min(a.nblk, b0 + per);
+	const int per = (nblk + splits - 1) / splits;
+	const int b0 = split * per, b1 = min(nblk, b0 + per);
 	__nv_bfloat16 *ring = sm + warp * ATT_STAGES * ATT_STAGE_ELEMS;
-	const uint64_t *tab = a.table + (size_t)b * a.nblk;
 	uint32_t qf[8][4];
 	float o[16][4];
 	float m = -INFINITY, l = 0.f;
@@ -123,7 +152,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const stru
 	/* Q as the A operand: rows g < 4 are the group's query heads, the rest zero. */
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
-		const __nv_bfloat16 *q = a.q + ((size_t)b * ATT_QH + kvh * ATT_GROUP + g) * ATT_HD;
+		const __nv_bfloat16 *q = qs + ((size_t)kvh * ATT_GROUP + g) * ATT_HD;
 
 		qf[kk][0] = g < ATT_GROUP ? *(const uint32_t *)(q + kk * 16 + 2 * c) : 0u;
 		qf[kk][1] = 0u;
@@ -177,8 +206,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const stru
 		}
 		/* Online softmax on row g (this lane holds tokens 2c, 2c+1 and 8+2c, 9+2c). */
 		{
-			float x0 = s[0][0] * a.scale_log2, x1 = s[0][1] * a.scale_log2;
-			float x2 = s[1][0] * a.scale_log2, x3 = s[1][1] * a.scale_log2;
+			float x0 = s[0][0] * scale_log2, x1 = s[0][1] * scale_log2;
+			float x2 = s[1][0] * scale_log2, x3 = s[1][1] * scale_log2;
 			float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
 			float mn, corr, p0, p1, p2, p3;
 			uint32_t pa[4];
@@ -253,16 +282,43 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const stru
 				O += co[(w * 4 + h) * ATT_HD + d] * f;
 			}
 			{
-				size_t qh = (size_t)b * ATT_QH + kvh * ATT_GROUP + h;
+				size_t qh = (size_t)kvh * ATT_GROUP + h;
 
-				a.part_o[(qh * a.splits + split) * ATT_HD + d] = O;
+				po[(qh * pstride + split) * ATT_HD + d] = O;
 				if (d == 0) {
-					a.part_ml[(qh * a.splits + split) * 2] = M;
-					a.part_ml[(qh * a.splits + split) * 2 + 1] = L;
+					pml[(qh * pstride + split) * 2] = M;
+					pml[(qh * pstride + split) * 2 + 1] = L;
 				}
 			}
 		}
 	}
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32, 1) att_split_kernel(const struct att_args a)
+{
+	const size_t b = blockIdx.z;
+
+	att_split_body(a.q + b * ATT_QH * ATT_HD, a.table + b * a.nblk, a.nblk, a.splits, a.splits,
+		       blockIdx.x, blockIdx.y, a.part_o + b * ATT_QH * a.splits * ATT_HD,
+		       a.part_ml + b * ATT_QH * a.splits * 2, a.scale_log2);
+}
+
+/* One query head's merge of its @splits partial results at @po / @pml; thread d's output. */
+static __device__ __forceinline__ float att_reduce_body(const float *po, const float *pml,
+							int splits, int d)
+{
+	float M = -INFINITY, L = 0.f, O = 0.f;
+
+	for (int s = 0; s < splits; s++)
+		M = fmaxf(M, pml[s * 2]);
+	for (int s = 0; s < splits; s++) {
+		float ms = pml[s * 2];
+		float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
+
+		L += pml[s * 2 + 1] * f;
+		O += po[s * ATT_HD + d] * f;
+	}
+	return O / L;
 }
 
 /* One block per (sequence, query head): merge the splits, normalise, write bf16. */
@@ -270,18 +326,46 @@ __global__ void att_reduce_kernel(const struct att_args a)
 {
 	const size_t qh = blockIdx.x;
 	const int d = threadIdx.x;
-	float M = -INFINITY, L = 0.f, O = 0.f;
 
-	for (int s = 0; s < a.splits; s++)
-		M = fmaxf(M, a.part_ml[(qh * a.splits + s) * 2]);
-	for (int s = 0; s < a.splits; s++) {
-		float ms = a.part_ml[(qh * a.splits + s) * 2];
-		float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
+	a.out[qh * ATT_HD + d] = __float2bfloat16(att_reduce_body(
+		a.part_o + qh * a.splits * ATT_HD, a.part_ml + qh * a.splits * 2, a.splits, d));
+}
 
-		L += a.part_ml[(qh * a.splits + s) * 2 + 1] * f;
-		O += a.part_o[(qh * a.splits + s) * ATT_HD + d] * f;
-	}
-	a.out[qh * ATT_HD + d] = __float2bfloat16(O / L);
+/* Sequence z's splits in the variable-length form: as many as the fixed form would use for
+ * it alone (min(nblk, splits)), so both compute the same. */
+static __device__ __forceinline__ int att_seq_splits(int nblk, int splits)
+{
+	return nblk < splits ? nblk : splits;
+}
+
+/* grid (splits, 8, B): CTAs past a shorter sequence's splits return at once. */
+__global__ void __launch_bounds__(ATT_WARPS * 32, 1)
+	att_split_varlen_kernel(const struct att_vargs a)
+{
+	const size_t z = blockIdx.z;
+	const struct att_seq s = a.seq[z];
+	const int sp = att_seq_splits(s.nblk, a.splits);
+
+	if ((int)blockIdx.x >= sp)
+		return;
+	att_split_body(s.q, s.table, s.nblk, sp, a.splits, blockIdx.x, blockIdx.y,
+		       a.part_o + z * ATT_QH * a.splits * ATT_HD,
+		       a.part_ml + z * ATT_QH * a.splits * 2, a.scale_log2);
+}
+
+/* grid B x 32 blocks of 128 threads: one per (sequence, query head). The partial results of
+ * sequence z sit at stride a.splits, of which it used its own min(nblk, splits). */
+__global__ void att_reduce_varlen_kernel(const struct att_vargs a)
+{
+	const size_t z = blockIdx.x / ATT_QH, h = blockIdx.x % ATT_QH;
+	const struct att_seq s = a.seq[z];
+	const int sp = att_seq_splits(s.nblk, a.splits), d = threadIdx.x;
+	const size_t qh = z * ATT_QH + h;
+
+	s.out[h * ATT_HD + d] =
+		__float2bfloat16(sp > 0 ? att_reduce_body(a.part_o + qh * a.splits * ATT_HD,
+							  a.part_ml + qh * a.splits * 2, sp, d)
+					: 0.f);
 }
 
 /* KV and queries for tests and benches: bf16 in [-1, 1) from a hash of (index, seed). */

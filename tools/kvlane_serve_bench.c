@@ -53,6 +53,8 @@ struct opts {
 	unsigned prefill_gpus, max_batch;
 	uint64_t budget_mb, host_mb, weight_mb, window_mb, sock_buf_kb;
 	unsigned tcp_bufs, fill_threads;
+	uint64_t tcp_buf_kb, send_kb; /* tcp: a receive buffer's size, a send() call's */
+	unsigned hybrid_idle_us, hybrid_sleep_us; /* the NIC lcore's, with --idle hybrid */
 	int eal_argc;
 	char **eal_argv;
 	bool plot, quiet, calibrate;
@@ -73,7 +75,17 @@ static struct opts o = {
 	.budget_mb = 65536,
 	.host_mb = 16384,
 	.window_mb = 8192,
-	.tcp_bufs = 4,
+	/* tcp's receive buffers: 16 of 256 KiB. On the H200 (2026-12-02) 4 of 4 MiB gave 29.3
+	 * Gb/s by send() and 32.9 by recv(), 16 of 256 KiB 36.2 and 43.4: the kernel's copy
+	 * into a buffer that stays in the cache is faster, at 16x the copy-engine calls */
+	.tcp_bufs = 16,
+	.tcp_buf_kb = 256,
+	.send_kb = 1024,
+	/* a serving process's NIC lcore: nap at once after work (the runtime's default spins
+	 * 100 us first, which at 12 req/s is most of a core), up to 100 us a nap: the tier's
+	 * copies raise no wake-up event, so a landed layer is seen within that */
+	.hybrid_idle_us = 0,
+	.hybrid_sleep_us = 100,
 	.fill_threads = 4,
 	.plot = true,
 };
@@ -188,8 +200,16 @@ struct res {
 	double cpu_total, cpu_loop, cpu_lcore, cpu_lcore_busy, cpu_recv, cpu_other;
 	double prefill_fill_s;	 /* of the prefill side's CPU: the pattern fill */
 	double link_busy_recv_s; /* tcp: the receiver's time in recv() */
+	/* the decode loop's CPU seconds by phase (CLOCK_THREAD_CPUTIME_ID around each), and
+	 * the steps' wall time from step_begin to step_end's return beside their GPU time */
+	double ph[6];
+	double step_wall_s;
 };
 static struct res R;
+
+/* The decode loop's phases, as loop_phase_s in results.json and "loop" lines. */
+enum { PH_ADMIT, PH_POLL, PH_LAUNCH, PH_SYNC, PH_AFTER, PH_IDLE, N_PH };
+static const char *const ph_name[N_PH] = { "admit", "poll", "launch", "sync", "after", "idle" };
 static double probe_s; /* the backend's weights-only step */
 static struct pool cpool, tpool;
 static uint32_t bb; /* block bytes */
@@ -250,7 +270,6 @@ struct hdr {
 	uint64_t bytes;
 };
 #define HDR_MAGIC 0x4b565342u /* "KVSB" */
-#define CHUNK	  (1u << 20)
 
 static int send_all(int fd, const void *p, size_t n)
 {
@@ -390,8 +409,10 @@ static int prefill_process(int fd, int stats_fd)
 
 			while (!atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
 				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
-			for (uint64_t o2 = 0; o2 < len; o2 += CHUNK) {
-				uint32_t n = len - o2 < CHUNK ? (uint32_t)(len - o2) : CHUNK;
+			for (uint64_t o2 = 0; o2 < len; o2 += o.send_kb << 10) {
+				uint32_t n = len - o2 < o.send_kb << 10
+						     ? (uint32_t)(len - o2)
+						     : (uint32_t)(o.send_kb << 10);
 
 				if (o.link_gbps > 0)
 					while (!kvl_pace_take(&pace, n, kvl_now_ns())) {
@@ -424,10 +445,10 @@ static int prefill_process(int fd, int stats_fd)
 	return 0;
 }
 
-/* The receiver's buffers: --tcp-bufs chunks of RCHUNK bytes of pinned host memory (the
+/* The receiver's buffers: --tcp-bufs chunks of --tcp-buf-kb (RCHUNK) of pinned host memory (the
  * backend's host_alloc), reused in turn: the socket is read into one while the copy engine
  * empties the others into the KV cache, so no CPU copies the bytes a second time. */
-#define RCHUNK	 (4u << 20)
+#define RCHUNK	 ((uint32_t)(o.tcp_buf_kb << 10))
 #define MAX_RBUF 16
 static uint8_t *rbuf[MAX_RBUF];
 static unsigned n_rbuf;
@@ -823,6 +844,28 @@ static void finish(struct rq *r)
 	R.completed++;
 }
 
+/* Layers [@l0, @l1) of @r from the staging window into its cache blocks: one gather. */
+static void gather_layers(const struct rq *r, uint32_t l0, uint32_t l1)
+{
+	static void *dbuf, *sbuf;
+	static uint32_t dcap, scap;
+	uint32_t n = (l1 - l0) * r->nb;
+	void **dst = scratch(&dbuf, &dcap, n, sizeof(void *));
+	void **src = scratch(&sbuf, &scap, n, sizeof(void *));
+	int rc;
+
+	for (uint32_t l = l0; l < l1; l++) {
+		memcpy(dst + (l - l0) * r->nb, cache_addrs(r, l), r->nb * sizeof(void *));
+		memcpy(src + (l - l0) * r->nb, staged_addrs(r, r->h, l), r->nb * sizeof(void *));
+	}
+	rc = be->gather(dst, src, n, bb);
+	if (rc < 0) {
+		fprintf(stderr, "serve-bench: gather of request %u's layers %u..%u: %s\n", r->id,
+			l0, l1 - 1, strerror(-rc));
+		exit(1);
+	}
+}
+
 static void poll_events(void)
 {
 	struct kvl_req_event ev[64];
@@ -842,15 +885,14 @@ static void poll_events(void)
 				uint32_t l0 = cur_mode == M_DUAL ? ev[i].step : 0,
 					 l1 = cur_mode == M_DUAL ? l0 + 1 : shape.layers;
 
-				/* each layer from kvlane's staging window into the KV cache,
-				 * checked there (the bytes decode reads), then the step DONE: its
-				 * window room goes to the next layers */
-				for (uint32_t l = l0; l < l1; l++) {
-					be->gather(cache_addrs(r, l), staged_addrs(r, r->h, l),
-						   r->nb, bb);
+				/* the step's layers from kvlane's staging window into the KV
+				 * cache in one gather (one wait), each checked there (the bytes
+				 * decode reads), then the step DONE: its window room goes to the
+				 * next layers */
+				gather_layers(r, l0, l1);
+				for (uint32_t l = l0; l < l1; l++)
 					if (landed(r, l, cache_addrs(r, l)) < 0)
 						exit(1);
-				}
 				step_done(r, r->h, ev[i].step);
 				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {
@@ -895,12 +937,14 @@ static int write_ini(const char *path)
 	if (f == NULL)
 		return -errno;
 	fprintf(f,
-		"[runtime]\nname = serve-bench\nidle_policy = %s\n[nic.lo]\ndevice = lo\n"
+		"[runtime]\nname = serve-bench\nidle_policy = %s\nhybrid_idle_us = %u\n"
+		"hybrid_sleep_us = %u\n[nic.lo]\ndevice = lo\n"
 		"transport = tcp\n[sched]\nstaging_mb = %llu\nbudget_mb = %llu\nslot_kb = %u\n"
 		"window_min_kb = %u\nwindow_max_mb = %llu\nmax_blocks = %llu\nmax_requests = %u\n"
 		"tier = true\ntier_rate_mbps = %llu\nstaging = %s\n",
-		o.idle, (unsigned long long)staging_mb, (unsigned long long)staging_mb, bb >> 10,
-		(bb >> 10) < 4 ? 4 : bb >> 10, (unsigned long long)staging_mb,
+		o.idle, o.hybrid_idle_us, o.hybrid_sleep_us, (unsigned long long)staging_mb,
+		(unsigned long long)staging_mb, bb >> 10, (bb >> 10) < 4 ? 4 : bb >> 10,
+		(unsigned long long)staging_mb,
 		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
 		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
 		gpu ? "gpu" : "host");
@@ -1130,6 +1174,7 @@ static int write_results(const char *tag)
 		"\"streamed\": %u,\n \"step_ms_by_batch\": [%.4f, %.4f, %.4f, %.4f, %.4f], "
 		"\"steps_by_batch\": [%llu, %llu, %llu, %llu, %llu],\n"
 		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"recv_busy_s\": %.6f, "
+		"\"loop_phase_s\": [%.6f, %.6f, %.6f, %.6f, %.6f, %.6f], \"step_wall_s\": %.6f, "
 		"\"vram_series\": \"%s-%s.vram.csv\"}\n",
 		R.refused, R.completed, R.delayed, R.twice, (unsigned long long)R.checked_bytes,
 		(unsigned long long)R.bad_bytes, (unsigned long long)R.used_bytes,
@@ -1141,7 +1186,8 @@ static int write_results(const char *tag)
 		bb_ms(3), bb_ms(4), (unsigned long long)R.by_batch_n[0],
 		(unsigned long long)R.by_batch_n[1], (unsigned long long)R.by_batch_n[2],
 		(unsigned long long)R.by_batch_n[3], (unsigned long long)R.by_batch_n[4],
-		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, tag,
+		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, R.ph[0],
+		R.ph[1], R.ph[2], R.ph[3], R.ph[4], R.ph[5], R.step_wall_s, tag,
 		mode_name[cur_mode]);
 	return fclose(f) ? -errno : 0;
 }
@@ -1275,7 +1321,7 @@ static int run_mode(enum mode m, const char *tag)
 		fprintf(stderr,
 			"serve-bench: tcp: no pinned memory for %u receive buffers of %u "
 			"MiB\n",
-			o.tcp_bufs, RCHUNK >> 20);
+			o.tcp_bufs, RCHUNK >> 10);
 		return 1;
 	}
 	/* the trace's time 0: after every mode's set-up (weights, cache, EAL, the pinned pool,
@@ -1315,6 +1361,8 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 
+		double c0 = thread_cpu_s(), c1;
+
 		/* admission, in the order prefills finish (head of line waits for memory) */
 		while (head < tr.n) {
 			struct rq *r = &rq[order[head]];
@@ -1337,6 +1385,9 @@ static int run_mode(enum mode m, const char *tag)
 				break;
 			head++;
 		}
+		c1 = thread_cpu_s();
+		R.ph[PH_ADMIT] += c1 - c0;
+		c0 = c1;
 		if (m == M_SINGLE || m == M_DUAL)
 			poll_events();
 		for (unsigned i = 0; i < tr.n && nb < o.max_batch; i++) {
@@ -1351,21 +1402,38 @@ static int run_mode(enum mode m, const char *tag)
 		if (nb == 0) {
 			struct timespec ts = { 0, 50000 };
 
+			c1 = thread_cpu_s();
+			R.ph[PH_POLL] += c1 - c0;
 			nanosleep(&ts, NULL);
+			R.ph[PH_IDLE] += thread_cpu_s() - c1;
 			continue;
 		}
-		be->step_begin();
-		for (uint32_t l = 0; l < shape.layers; l++) {
-			be->weights(l);
-			for (unsigned k = 0; k < nb; k++)
-				if ((batch[k]->ntok > 0 && !batch[k]->stream) ||
-				    (l >= batch[k]->cur && l < batch[k]->landed))
-					be->attn(batch[k]->slot, l, batch[k]->nb);
-		}
+		c1 = thread_cpu_s();
+		R.ph[PH_POLL] += c1 - c0;
+		c0 = c1;
 		{
+			double w0 = kvl_now_s();
+
+			be->step_begin();
+			for (uint32_t l = 0; l < shape.layers; l++) {
+				be->weights(l);
+				for (unsigned k = 0; k < nb; k++)
+					if ((batch[k]->ntok > 0 && !batch[k]->stream) ||
+					    (l >= batch[k]->cur && l < batch[k]->landed))
+						be->attn(batch[k]->slot, l, batch[k]->nb);
+			}
+			be->step_submit();
+			c1 = thread_cpu_s();
+			R.ph[PH_LAUNCH] += c1 - c0;
+			c0 = c1;
+
 			double st = be->step_end();
 			unsigned bi = nb < SB_BY_BATCH ? nb - 1 : SB_BY_BATCH - 1;
 
+			R.step_wall_s += kvl_now_s() - w0;
+			c1 = thread_cpu_s();
+			R.ph[PH_SYNC] += c1 - c0;
+			c0 = c1;
 			R.busy_s += st;
 			R.by_batch_s[bi] += st;
 			R.by_batch_n[bi]++;
@@ -1416,7 +1484,10 @@ static int run_mode(enum mode m, const char *tag)
 			}
 		}
 		progress(done, false);
+		R.ph[PH_AFTER] += thread_cpu_s() - c0;
 	}
+	/* the bytes the device's verify kernels found unlike the pattern, all of them done */
+	R.bad_bytes += be->bad_total();
 	/* the last DONE events: every request's staging back */
 	while (m == M_SINGLE || m == M_DUAL) {
 		bool all = true;
@@ -1492,6 +1563,7 @@ struct sum {
 	/* %% of one core over the run: the decode process by thread, the prefill side's fill */
 	double c_loop, c_lcore, c_lcore_busy, c_recv, c_other, c_fill, recv_gbps;
 	double steps, mean_batch, step_ms, probe_ms, by_batch_ms[SB_BY_BATCH];
+	double ph[N_PH], step_wall_ms; /* the loop's phases, % of one core; a step's wall time */
 	unsigned completed, refused, delayed, streamed;
 	uint64_t *hash; /* per request, 0: not completed */
 };
@@ -1628,7 +1700,18 @@ static int read_sum(const char *path, struct sum *s)
 				while (*q == ',' || *q == ' ')
 					q++;
 			}
+			q = strstr(txt, "\"loop_phase_s\": [");
+			if (q == NULL)
+				return -EINVAL;
+			q += strlen("\"loop_phase_s\": [");
+			for (unsigned i = 0; i < N_PH; i++) {
+				s->ph[i] = strtod(q, &q) / s->wall * 100;
+				while (*q == ',' || *q == ' ')
+					q++;
+			}
 		}
+		NUM("step_wall_s", x);
+		s->step_wall_ms = st > 0 ? x / st * 1e3 : 0;
 		s->steps = st;
 		s->mean_batch = st > 0 ? bs / st : 0;
 		s->step_ms = st > 0 ? s->busy / st * 1e3 : 0;
@@ -1686,9 +1769,14 @@ static void usage(const char *p)
 		"  --kv-budget-mb M  --host-mb M  --slo-ttft-ms MS  --sweep R1,R2,..  --backend "
 		"auto|cpu|gpu\n"
 		"  --idle poll|yield|hybrid (the NIC lcore's)  --out DIR  --no-plot  --quiet\n"
+		"  --hybrid-idle-us U (hybrid: spin U us after work first; 0)  --hybrid-sleep-us U "
+		"(the longest nap; 100)\n"
 		"  --sock-buf-kb K (tcp's socket buffers; 0: the kernel's autotuning)  --tcp-bufs "
 		"N "
-		"(pinned 4 MiB receive buffers, 2..16)\n"
+		"(pinned receive buffers, 2..16; 16)\n"
+		"  --tcp-buf-kb K (their size, a multiple of the KV block; 256)  --send-kb K "
+		"(tcp's "
+		"bytes per send() call; 1024)\n"
 		"  --fill-threads N (the prefill side's pattern fill of the tier, 1..16; 4)\n"
 		"  --calibrate-prefill (time a bf16 GEMM of the preset's width on the GPU once and "
 		"use its rate)\n",
@@ -1731,7 +1819,8 @@ static void params_json(FILE *f)
 		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
-		"\"fill_threads\": %u, "
+		"\"fill_threads\": %u, \"tcp_buf_kb\": %llu, \"send_kb\": %llu, "
+		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1747,7 +1836,8 @@ static void params_json(FILE *f)
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
-		o.fill_threads);
+		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
+		o.hybrid_idle_us, o.hybrid_sleep_us);
 }
 
 /* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x
@@ -1898,9 +1988,11 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
 		printf("tcp: the socket carried %.2f GB in %.3f s of send() (pacing waits not "
 		       "counted): %.2f Gb/s on one connection (iperf3 -P 1 its yardstick); recv() "
-		       "%.2f Gb/s into %u pinned %u MiB buffers; socket buffers %s\n",
+		       "%.2f Gb/s into %u pinned %u KiB buffers, %llu KiB a send(); socket buffers "
+		       "%s\n",
 		       s[M_TCP].moved_gb, s[M_TCP].sock_s, s[M_TCP].sock_gbps, s[M_TCP].recv_gbps,
-		       o.tcp_bufs, RCHUNK >> 20, o.sock_buf_kb ? "--sock-buf-kb" : "autotuned");
+		       o.tcp_bufs, RCHUNK >> 10, (unsigned long long)o.send_kb,
+		       o.sock_buf_kb ? "--sock-buf-kb" : "autotuned");
 	/* what each CPU figure holds (% of one core over the run, set-up excluded) */
 	printf("cpu, %% of one core over the run: decode = its decode loop (main thread) + NIC "
 	       "lcore (rusage; busy: its loop's busy cycles, /kvlane/lcores) + tcp receiver + "
@@ -1940,6 +2032,23 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 			       s[m].by_batch_ms[3], s[m].by_batch_ms[4], s[m].probe_ms,
 			       shape.weight_bytes / (s[m].probe_ms / 1e3) / 1e12,
 			       shape.weight_bytes / 1e9);
+	/* where the decode loop's CPU goes, and whether a step waits on the GPU or on its
+	 * launches (wall from step_begin to step_end's return, against the GPU's event time) */
+	for (int m = 0; m < N_MODES; m++)
+		if (s[m].ok) {
+			double sum = 0;
+
+			printf("loop %s: %.0f:", mode_name[m], s[m].c_loop);
+			for (int i = 0; i < N_PH; i++) {
+				printf("%s %s %.1f", i ? " +" : "", ph_name[i], s[m].ph[i]);
+				sum += s[m].ph[i];
+			}
+			/* the loop's figure is /proc's, in clock ticks: the phases' sum is finer */
+			printf(" = %.1f by its own clock (%% of one core); step wall %.3f ms "
+			       "against "
+			       "GPU %.3f ms\n",
+			       sum, s[m].step_wall_ms, s[m].step_ms);
+		}
 	for (int m = 0; m < N_MODES; m++)
 		if (s[m].ok && s[m].streamed)
 			printf("stream %s: %u request%s over the %llu MiB KV budget served by "
@@ -2004,6 +2113,8 @@ int main(int argc, char **argv)
 		{ "sweep", 1, 0, 'W' },
 		{ "backend", 1, 0, 'k' },
 		{ "idle", 1, 0, 'i' },
+		{ "hybrid-idle-us", 1, 0, 'y' },
+		{ "hybrid-sleep-us", 1, 0, 'Y' },
 		{ "out", 1, 0, 'o' },
 		{ "no-plot", 0, 0, 'N' },
 		{ "window-mb", 1, 0, 'V' },
@@ -2011,6 +2122,8 @@ int main(int argc, char **argv)
 		{ "quiet", 0, 0, 'q' },
 		{ "sock-buf-kb", 1, 0, 'K' },
 		{ "tcp-bufs", 1, 0, 'R' },
+		{ "tcp-buf-kb", 1, 0, 'U' },
+		{ "send-kb", 1, 0, 'Z' },
 		{ "calibrate-prefill", 0, 0, 'C' },
 		{ "fill-threads", 1, 0, 'F' },
 		{ "help", 0, 0, 'h' },
@@ -2102,6 +2215,12 @@ int main(int argc, char **argv)
 		case 'i':
 			o.idle = optarg;
 			break;
+		case 'y':
+			o.hybrid_idle_us = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'Y':
+			o.hybrid_sleep_us = (unsigned)strtoul(optarg, NULL, 0);
+			break;
 		case 'o':
 			o.out = optarg;
 			break;
@@ -2122,6 +2241,12 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			o.tcp_bufs = (unsigned)atoi(optarg);
+			break;
+		case 'U':
+			o.tcp_buf_kb = strtoull(optarg, NULL, 0);
+			break;
+		case 'Z':
+			o.send_kb = strtoull(optarg, NULL, 0);
 			break;
 		case 'C':
 			o.calibrate = true;
@@ -2153,6 +2278,17 @@ int main(int argc, char **argv)
 	if (o.weight_mb) /* the preset's KV shape with another weight traffic per step */
 		shape.weight_bytes = o.weight_mb << 20;
 	bb = sb_block_bytes(&shape);
+	/* a receive buffer holds whole KV blocks (each copied on as one piece) */
+	if (o.tcp_buf_kb == 0 || o.tcp_buf_kb > (1u << 20) || (o.tcp_buf_kb << 10) % bb ||
+	    o.send_kb == 0 || o.send_kb > (1u << 20) || (o.send_kb << 10) > SCHUNK) {
+		fprintf(stderr,
+			"serve-bench: --tcp-buf-kb %llu must be a positive multiple of the "
+			"preset's "
+			"%u KiB KV block (at most 1 GiB) and --send-kb %llu in 1..%u\n",
+			(unsigned long long)o.tcp_buf_kb, bb >> 10, (unsigned long long)o.send_kb,
+			SCHUNK >> 10);
+		return 2;
+	}
 	be = &kvl_sb_cpu;
 #ifdef KVL_SB_GPU
 	if (strcmp(o.backend, "cpu") != 0) {

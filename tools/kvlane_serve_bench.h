@@ -91,6 +91,9 @@ struct sb_backend {
 			   uint64_t h);
 	/* the block table of @slot's layer @layer: @nblk blocks, in token order */
 	int (*table)(unsigned slot, uint32_t layer, void *const *blk, uint32_t nblk);
+	/* a decode step: weights(l) then attn(.., l, ..) for each request computing layer l,
+	 * layer by layer; they may be only queued (GPU: one weight read and one batched
+	 * attention launch per layer, issued by step_submit) and are computed by step_end */
 	void (*step_begin)(void);
 	void (*weights)(uint32_t layer);
 	void (*attn)(unsigned slot, uint32_t layer, uint32_t nblk);
@@ -102,6 +105,12 @@ struct sb_backend {
 	 * the floor of any step's time, measured once at init (TPOT's bound) */
 	double (*probe_weights)(void);
 	void (*fini)(void);
+	/* issues the step's queued work (the CPU-side cost of launching it, timed apart from
+	 * step_end's wait) */
+	void (*step_submit)(void);
+	/* bytes unlike the pattern that verify found without returning them (GPU: its kernels
+	 * count on the device and verify returns 0): waits for every verify queued so far */
+	uint64_t (*bad_total)(void);
 };
 
 extern const struct sb_backend kvl_sb_cpu;

@@ -31,14 +31,32 @@ static uint8_t *cache, *wbuf;
 static __nv_bfloat16 *q;   /* [layer][group][pass][32][128] */
 static __nv_bfloat16 *out; /* [slot][layer][group][pass][32][128] */
 static uint64_t *tab;	   /* [slot][layer][group][max_blk]: device addresses */
-static uint64_t *htab;	   /* a host copy for one (slot, layer) */
-static float *po, *pml;
+static float *po, *pml;	   /* [slot x unit][32][SPLITS_MAX][..]: a batched launch's partials */
 static unsigned long long *dbad, *dsink;
-static uint64_t *dver;	/* verify's block addresses and offsets: 2 x max_blk */
-static uint64_t *dgat;	/* gather's destinations and sources: 2 x max_blk */
-static uint64_t *dfill; /* fill_blocks' block addresses and offsets: 2 x max_blk */
+static unsigned long long *hbad; /* pinned: dbad's value as of the last step_end */
+/*
+ * The arena: small argument arrays (block tables, verify's and gather's address lists) go
+ * through pinned host memory, copied on by the stream that uses them, with no wait: a slice
+ * is not written again before the stream has been waited for (step_end, or a full arena).
+ * Without it, every landed layer cost two blocking synchronisations (table, verify).
+ */
+#define ARENA_BYTES (32u << 20)
+static uint8_t *harena, *darena;
+static size_t arena_at;
+/* A step's attention: per layer, the batch's sequences (one per request and unit), one
+ * upload per step, one split and one reduce launch per layer. */
+static struct att_seq *hseq, *dseq; /* [layer][slot x unit] */
+static unsigned *seq_n;		    /* [layer] */
+static bool *lay_w;		    /* [layer]: its weight read queued */
 static cudaStream_t st;
-static cudaEvent_t e0, e1;
+static cudaEvent_t e0, e1, ev_wait;
+
+/* Waits for everything queued on st so far, asleep (see gpu_init). */
+static void st_wait(void)
+{
+	CKR(cudaEventRecord(ev_wait, st));
+	CKR(cudaEventSynchronize(ev_wait));
+}
 /* tcp's copies into the cache: their own stream (the receiver's thread), an event per receive
  * buffer so the socket reads into one while the copy engine empties another */
 #define UP_BUFS 16
@@ -162,15 +180,22 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	CKR(cudaGetDeviceProperties(&pr, 0));
 	sm_count = pr.multiProcessorCount;
 	CKR(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-	CKR(cudaEventCreate(&e0));
-	CKR(cudaEventCreate(&e1));
+	/* every wait of the loop and the receiver on an event that sleeps: without
+	 * cudaEventBlockingSync, cudaEventSynchronize spins whatever the device's schedule flag
+	 * (the loop's CPU tracked the GPU's busy share in the first runs: 68-92 %) */
+	CKR(cudaEventCreateWithFlags(&e0, cudaEventBlockingSync));
+	CKR(cudaEventCreateWithFlags(&e1, cudaEventBlockingSync));
+	CKR(cudaEventCreateWithFlags(&ev_wait, cudaEventBlockingSync | cudaEventDisableTiming));
 	/* kernels loaded now: a lazy first launch may synchronise the context (kvlane.h) */
 	CKR(cudaFuncSetAttribute(att_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 				 ATT_SMEM));
+	CKR(cudaFuncSetAttribute(att_split_varlen_kernel,
+				 cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM));
 	{
 		cudaFuncAttributes fa;
 
 		CKR(cudaFuncGetAttributes(&fa, att_reduce_kernel));
+		CKR(cudaFuncGetAttributes(&fa, att_reduce_varlen_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_fill_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_verify_kernel));
 		CKR(cudaFuncGetAttributes(&fa, sb_gather_kernel));
@@ -179,7 +204,8 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	}
 	CKR(cudaStreamCreateWithFlags(&up_st, cudaStreamNonBlocking));
 	for (unsigned i = 0; i < UP_BUFS; i++)
-		CKR(cudaEventCreateWithFlags(&up_ev[i], cudaEventDisableTiming));
+		CKR(cudaEventCreateWithFlags(&up_ev[i],
+					     cudaEventDisableTiming | cudaEventBlockingSync));
 	{
 		size_t fr = 0, tot = 0;
 		uint64_t need = s->weight_bytes + cache_bytes;
@@ -208,13 +234,19 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	CKR(cudaMalloc(&out, (size_t)slots * nq * 2));
 	CKR(cudaMemset(out, 0, (size_t)slots * nq * 2));
 	CKR(cudaMalloc(&tab, (size_t)slots * s->layers * groups * max_blocks * 8));
-	CKR(cudaMallocHost(&htab, (size_t)groups * max_blocks * 8));
-	CKR(cudaMalloc(&po, (size_t)ATT_QH * SPLITS_MAX * ATT_HD * 4));
-	CKR(cudaMalloc(&pml, (size_t)ATT_QH * SPLITS_MAX * 2 * 4));
+	CKR(cudaMalloc(&po, (size_t)slots * units * ATT_QH * SPLITS_MAX * ATT_HD * 4));
+	CKR(cudaMalloc(&pml, (size_t)slots * units * ATT_QH * SPLITS_MAX * 2 * 4));
 	CKR(cudaMalloc(&dbad, 8));
-	CKR(cudaMalloc(&dver, (size_t)max_blocks * 16));
-	CKR(cudaMalloc(&dgat, (size_t)max_blocks * 16));
-	CKR(cudaMalloc(&dfill, (size_t)max_blocks * 16));
+	CKR(cudaMemset(dbad, 0, 8));
+	CKR(cudaMallocHost(&hbad, 8));
+	*hbad = 0;
+	CKR(cudaMallocHost(&harena, ARENA_BYTES));
+	CKR(cudaMalloc(&darena, ARENA_BYTES));
+	arena_at = 0;
+	CKR(cudaMallocHost(&hseq, (size_t)s->layers * slots * units * sizeof(struct att_seq)));
+	CKR(cudaMalloc(&dseq, (size_t)s->layers * slots * units * sizeof(struct att_seq)));
+	seq_n = (unsigned *)calloc(s->layers, sizeof(unsigned));
+	lay_w = (bool *)calloc(s->layers, sizeof(bool));
 	CKR(cudaMalloc(&dsink, 8));
 	sb_q_kernel<<<256, 256, 0, st>>>(q, nq, seed);
 	CKR(cudaStreamSynchronize(st));
@@ -262,6 +294,49 @@ static void gpu_host_free(void *p)
 	cudaFreeHost(p);
 }
 
+/* @len bytes of @src into the arena, copied on to the device by stream st behind what is queued
+ * there: their device address. A full arena waits for st first (its slices are free then). */
+static void *arena_put(const void *src, size_t len, bool to_dev)
+{
+	size_t a = (len + 255) & ~(size_t)255;
+	void *d;
+
+	if (a > ARENA_BYTES) {
+		fprintf(stderr, "serve-bench: %zu bytes of arguments exceed the arena\n", len);
+		exit(1);
+	}
+	if (arena_at + a > ARENA_BYTES) {
+		st_wait();
+		arena_at = 0;
+	}
+	memcpy(harena + arena_at, src, len);
+	d = darena + arena_at;
+	if (to_dev)
+		CKR(cudaMemcpyAsync(d, harena + arena_at, len, cudaMemcpyHostToDevice, st));
+	else
+		d = harena + arena_at; /* the caller copies it on itself */
+	arena_at += a;
+	return d;
+}
+
+/* Two arrays of @n words into one arena slice: its device address (the second at + n). */
+static uint64_t *arena_pair(const void *a, const void *b, unsigned n)
+{
+	size_t len = (size_t)n * 8, al = ((2 * len) + 255) & ~(size_t)255;
+	uint64_t *d;
+
+	if (arena_at + al > ARENA_BYTES) {
+		st_wait();
+		arena_at = 0;
+	}
+	memcpy(harena + arena_at, a, len);
+	memcpy(harena + arena_at + len, b, len);
+	d = (uint64_t *)(darena + arena_at);
+	CKR(cudaMemcpyAsync(d, harena + arena_at, 2 * len, cudaMemcpyHostToDevice, st));
+	arena_at += al;
+	return d;
+}
+
 /* The tcp baseline's copy from a pinned receive buffer: the copy engine's DMA, queued. */
 static int gpu_upload_async(void *dst, const void *src, uint64_t len, unsigned buf)
 {
@@ -287,21 +362,25 @@ static int gpu_fill_blocks(void *const *blk, const uint64_t *off, unsigned n, ui
 		return -22;
 	if (n == 0)
 		return 0;
-	CKR(cudaMemcpyAsync(dfill, blk, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaMemcpyAsync(dfill + max_blk, off, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	sb_fill_blocks_kernel<<<n, 256, 0, st>>>(dfill, dfill + max_blk, len / 8, h);
-	CKR(cudaStreamSynchronize(st)); /* blk and off are the caller's, reused at once */
+	{
+		uint64_t *d = arena_pair(blk, off, n); /* the caller's arrays are reused at once */
+
+		/* queued on st: the verify and the steps behind it see it done */
+		sb_fill_blocks_kernel<<<n, 256, 0, st>>>(d, d + n, len / 8, h);
+	}
 	return 0;
 }
 
 static int gpu_gather(void *const *dst, void *const *src, unsigned n, uint32_t len)
 {
-	if (n > max_blk)
+	if ((size_t)n * 16 > ARENA_BYTES) /* its address lists pass through the arena */
 		return -22;
-	CKR(cudaMemcpyAsync(dgat, dst, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaMemcpyAsync(dgat + max_blk, src, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	sb_gather_kernel<<<n, 256, 0, st>>>(dgat, dgat + max_blk, len / 16);
-	CKR(cudaStreamSynchronize(st)); /* the step's DONE follows: its staging may be reused */
+	{
+		uint64_t *d = arena_pair(dst, src, n);
+
+		sb_gather_kernel<<<n, 256, 0, st>>>(d, d + n, len / 16);
+	}
+	st_wait(); /* the step's DONE follows: its staging may be reused */
 	return 0;
 }
 
@@ -309,9 +388,14 @@ static int gpu_fill(void *dst, uint64_t len, uint64_t h, uint64_t off)
 {
 	cudaStream_t fs; /* its own stream: the tcp receiver's thread and the loop's are apart */
 
+	cudaEvent_t ev; /* waited for asleep, as the loop's (gpu_init) */
+
 	CKR(cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking));
+	CKR(cudaEventCreateWithFlags(&ev, cudaEventBlockingSync | cudaEventDisableTiming));
 	sb_fill_kernel<<<1024, 256, 0, fs>>>((uint64_t *)dst, len / 8, h, off / 8);
-	CKR(cudaStreamSynchronize(fs));
+	CKR(cudaEventRecord(ev, fs));
+	CKR(cudaEventSynchronize(ev));
+	CKR(cudaEventDestroy(ev));
 	CKR(cudaStreamDestroy(fs));
 	return 0;
 }
@@ -319,80 +403,135 @@ static int gpu_fill(void *dst, uint64_t len, uint64_t h, uint64_t off)
 static uint64_t gpu_verify(void *const *blk, const uint64_t *off, unsigned n, uint32_t len,
 			   uint64_t h)
 {
-	uint64_t bad = 0;
+	unsigned grid = n < 1024 ? n : 1024;
+	uint64_t *d;
 
 	if (n > max_blk)
 		return (uint64_t)n * len; /* cannot check: counted as bad */
-	CKR(cudaMemcpyAsync(dver, blk, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaMemcpyAsync(dver + max_blk, off, (size_t)n * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaMemsetAsync(dbad, 0, 8, st));
-	unsigned grid = n < 1024 ? n : 1024;
-
-	sb_verify_kernel<<<grid, 256, 0, st>>>(dver, dver + max_blk, n, len / 8, h, dbad);
-	CKR(cudaMemcpyAsync(&bad, dbad, 8, cudaMemcpyDeviceToHost, st));
-	CKR(cudaStreamSynchronize(st));
-	return bad;
+	if (n == 0)
+		return 0;
+	/* queued before the steps that read these blocks, on their stream; its count stays on
+	 * the device (dbad) and is read back at each step's end and by bad_total: no wait here */
+	d = arena_pair(blk, off, n);
+	sb_verify_kernel<<<grid, 256, 0, st>>>(d, d + n, n, len / 8, h, dbad);
+	return 0;
 }
 
 static int gpu_table(unsigned slot, uint32_t layer, void *const *blk, uint32_t nblk)
 {
 	if (slot >= n_slots || nblk > max_blk)
 		return -22;
-	for (unsigned g = 0; g < groups; g++)
+	if (nblk == 0)
+		return 0;
+	/* each group's row straight from an arena slice into the table, queued on st before
+	 * the steps that read it (only the request's blocks, not max_blk of them) */
+	for (unsigned g = 0; g < groups; g++) {
+		uint64_t *h = (uint64_t *)arena_put(blk, (size_t)nblk * 8, false);
+
 		for (uint32_t b = 0; b < nblk; b++)
-			htab[(size_t)g * max_blk + b] =
-				(uint64_t)(uintptr_t)blk[b] + (uint64_t)g * ATT_BLOCK;
-	CKR(cudaMemcpyAsync(tab + ((size_t)slot * sh.layers + layer) * groups * max_blk, htab,
-			    (size_t)groups * max_blk * 8, cudaMemcpyHostToDevice, st));
-	CKR(cudaStreamSynchronize(st)); /* htab is reused at once */
+			h[b] += (uint64_t)g * ATT_BLOCK;
+		CKR(cudaMemcpyAsync(tab + (((size_t)slot * sh.layers + layer) * groups + g) *
+						    max_blk,
+				    h, (size_t)nblk * 8, cudaMemcpyHostToDevice, st));
+	}
 	return 0;
 }
 
 static void gpu_step_begin(void)
 {
-	CKR(cudaEventRecord(e0, st));
+	memset(seq_n, 0, sh.layers * sizeof(unsigned));
+	memset(lay_w, 0, sh.layers * sizeof(bool));
 }
 
 static void gpu_weights(uint32_t layer)
 {
-	uint64_t per = sh.weight_bytes / sh.layers / 16;
-
-	sb_weights_kernel<<<sm_count * 4, 512, 0, st>>>((const uint4 *)wbuf + per * layer, per,
-							dsink);
+	lay_w[layer] = true; /* issued by gpu_step_submit, layer by layer */
 }
 
+/* Queued: @slot's sequences of layer @layer (one per unit) join the layer's batched launch. */
 static void gpu_attn(unsigned slot, uint32_t layer, uint32_t nblk)
 {
-	/* splits from the length alone: the same request computes the same way in every mode */
-	int splits = nblk < SPLITS_MAX ? (int)nblk : SPLITS_MAX;
-
 	for (unsigned k = 0; k < units; k++) {
-		struct att_args a;
-		size_t u = ((size_t)slot * sh.layers + layer) * units + k;
+		struct att_seq *x = &hseq[(size_t)layer * n_slots * units + seq_n[layer]++];
 
-		a.q = q + ((size_t)layer * units + k) * ATT_QH * ATT_HD;
-		a.table =
+		x->q = q + ((size_t)layer * units + k) * ATT_QH * ATT_HD;
+		x->table =
 			tab + (((size_t)slot * sh.layers + layer) * groups + k / passes) * max_blk;
-		a.nblk = (int)nblk;
-		a.splits = splits;
-		a.part_o = po;
-		a.part_ml = pml;
-		a.out = out + u * ATT_QH * ATT_HD;
-		a.scale_log2 = (float)(1.0 / sqrt((double)ATT_HD) * 1.4426950408889634);
-		att_split_kernel<<<dim3(splits, ATT_KVH, 1), ATT_WARPS * 32, ATT_SMEM, st>>>(a);
-		att_reduce_kernel<<<ATT_QH, ATT_HD, 0, st>>>(a);
+		x->out = out + (((size_t)slot * sh.layers + layer) * units + k) * ATT_QH * ATT_HD;
+		x->nblk = (int)nblk;
+		x->pad = 0;
 	}
+}
+
+/* The step on st: one copy of every layer's sequences, then per layer its weight read and
+ * one split + one reduce launch over all its sequences (was 2 launches per request, layer
+ * and unit). Splits from each sequence's length alone (min(nblk, 32)), in the kernel: the
+ * same request computes the same way in every mode and batch. */
+static void gpu_step_submit(void)
+{
+	uint64_t per = sh.weight_bytes / sh.layers / 16;
+	size_t row = (size_t)n_slots * units;
+	uint32_t hi = 0, lo = sh.layers; /* the layers with sequences: one copy for them all */
+
+	CKR(cudaEventRecord(e0, st));
+	for (uint32_t l = 0; l < sh.layers; l++)
+		if (seq_n[l]) {
+			lo = l < lo ? l : lo;
+			hi = l + 1;
+		}
+	if (hi > lo)
+		CKR(cudaMemcpyAsync(dseq + lo * row, hseq + lo * row,
+				    (hi - lo) * row * sizeof(struct att_seq),
+				    cudaMemcpyHostToDevice, st));
+	for (uint32_t l = 0; l < sh.layers; l++) {
+		unsigned n = seq_n[l];
+		int most = 0;
+
+		if (lay_w[l])
+			sb_weights_kernel<<<sm_count * 4, 512, 0, st>>>(
+				(const uint4 *)wbuf + per * l, per, dsink);
+		if (n == 0)
+			continue;
+		for (unsigned i = 0; i < n; i++)
+			if (hseq[l * row + i].nblk > most)
+				most = hseq[l * row + i].nblk;
+		most = most > 0 ? most : 1; /* all empty: CTAs that return, zero outputs */
+		{
+			struct att_vargs a;
+
+			a.seq = dseq + l * row;
+			a.splits = SPLITS_MAX;
+			a.part_o = po;
+			a.part_ml = pml;
+			a.scale_log2 = (float)(1.0 / sqrt((double)ATT_HD) * 1.4426950408889634);
+			att_split_varlen_kernel<<<dim3(most < SPLITS_MAX ? most : SPLITS_MAX,
+						       ATT_KVH, n),
+						  ATT_WARPS * 32, ATT_SMEM, st>>>(a);
+			att_reduce_varlen_kernel<<<n * ATT_QH, ATT_HD, 0, st>>>(a);
+		}
+	}
+	/* the verifies queued so far: their count, read back with the step */
+	CKR(cudaMemcpyAsync(hbad, dbad, 8, cudaMemcpyDeviceToHost, st));
+	CKR(cudaEventRecord(e1, st));
 }
 
 static double gpu_step_end(void)
 {
 	float ms = 0;
 
-	CKR(cudaEventRecord(e1, st));
 	CKR(cudaEventSynchronize(e1));
 	CKR(cudaGetLastError());
 	CKR(cudaEventElapsedTime(&ms, e0, e1));
+	arena_at = 0; /* everything queued before e1 has run */
 	return ms / 1e3;
+}
+
+static uint64_t gpu_bad_total(void)
+{
+	CKR(cudaMemcpyAsync(hbad, dbad, 8, cudaMemcpyDeviceToHost, st));
+	st_wait();
+	arena_at = 0;
+	return *hbad;
 }
 
 static uint64_t gpu_out_hash(unsigned slot)
@@ -416,12 +555,16 @@ static void gpu_fini(void)
 	cudaFree(q);
 	cudaFree(out);
 	cudaFree(tab);
-	cudaFreeHost(htab);
 	cudaFree(po);
 	cudaFree(pml);
-	cudaFree(dver);
-	cudaFree(dgat);
-	cudaFree(dfill);
+	cudaFree(dbad);
+	cudaFreeHost(hbad);
+	cudaFreeHost(harena);
+	cudaFree(darena);
+	cudaFreeHost(hseq);
+	cudaFree(dseq);
+	free(seq_n);
+	free(lay_w);
 	cudaStreamSynchronize(up_st);
 }
 
@@ -556,9 +699,10 @@ extern "C" int kvl_sb_gpu_gemm_rate(uint32_t m, uint32_t n, uint32_t k, double *
 
 /* in the order of struct sb_backend's fields (C++17 has no designated initialisers) */
 extern "C" const struct sb_backend kvl_sb_gpu = {
-	"gpu",		true,		gpu_init,	   gpu_cache,
-	gpu_host_alloc, gpu_host_free,	gpu_upload_async,  gpu_upload_wait,
-	gpu_gather,	gpu_fill,	gpu_fill_blocks,   gpu_verify,
-	gpu_table,	gpu_step_begin, gpu_weights,	   gpu_attn,
-	gpu_step_end,	gpu_out_hash,	gpu_probe_weights, gpu_fini,
+	"gpu",		 true,		 gpu_init,	    gpu_cache,
+	gpu_host_alloc,	 gpu_host_free,	 gpu_upload_async,  gpu_upload_wait,
+	gpu_gather,	 gpu_fill,	 gpu_fill_blocks,   gpu_verify,
+	gpu_table,	 gpu_step_begin, gpu_weights,	    gpu_attn,
+	gpu_step_end,	 gpu_out_hash,	 gpu_probe_weights, gpu_fini,
+	gpu_step_submit, gpu_bad_total,
 };

@@ -92,6 +92,15 @@ def check_run(run_, n, what, out):
             check_eq((m["cpu_nic_lcore_s"], m["cpu_nic_lcore_busy_s"]), (0, 0),
                      f"{what} {name}: no NIC lcore (rusage, busy)", out)
         check_eq(m["streamed"], 0, f"{what} {name}: nothing streamed (all fit the budget)", out)
+        # the decode loop's CPU by phase (admit, poll, launch, sync, after, idle): six
+        # non-negative figures, and a loop that ran steps spent some; the steps' wall time
+        # (step_begin to step_end's return) holds their compute time
+        ph = m["loop_phase_s"]
+        check(len(ph) == 6 and min(ph) >= 0 and sum(ph) > 0, f"{what} {name}: loop_phase_s",
+              "6 figures >= 0, some > 0", ph, out)
+        check(m["step_wall_s"] + 1e-5 >= m["compute_busy_s"] > 0,
+              f"{what} {name}: steps' wall time >= their compute time > 0", "wall >= busy",
+              (m["step_wall_s"], m["compute_busy_s"]), out)
     check_eq(hashes["dual"], hashes["resident"], f"{what}: dual's outputs = resident's", out)
     check_eq(hashes["single"], hashes["resident"], f"{what}: single's outputs = resident's", out)
 
@@ -249,6 +258,14 @@ def scenario_serve_long(ctx):
     check("--host-mb 1" in p.stderr and "raise --host-mb to at least 2" in p.stderr,
           "the error names --host-mb and the size needed", "--host-mb 1 ... at least 2",
           p.stderr.strip()[-300:], out)
+    # tcp's receive buffer of 0 KiB, and a send() larger than the sender's 4 MiB chunks, are
+    # refused before anything starts, naming the option
+    for bad in (["--tcp-buf-kb", "0"], ["--send-kb", "8192"]):
+        p, out = run(ctx, ["--trace", trace, "--modes", "tcp", *bad, "--out",
+                           os.path.join(ctx.tmp, "bad"), "--no-plot"])
+        check_eq(p.returncode, 2, f"{' '.join(bad)}: exit status", out)
+        check(bad[0] in p.stderr, f"the error names {bad[0]}", bad[0], p.stderr.strip()[-300:],
+              out)
     log(f"a {kv[1] >> 10} KiB request over a 1 MiB KV budget streamed {reqs[1][2]} times "
         "through the window, every byte checked, outputs = the in-budget run's")
 
