@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* This host's KV tier as a peer of its own: its segments, its checks, its connections. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -179,6 +180,42 @@ static void engine_methods(const void *engine, uint64_t *on_copy_engine, uint64_
 	*on_copy_engine = st->batches_engine;
 	*on_gather = st->batches_gather;
 }
+
+/* An engine-owned destination's GPU segment (KVL_REQ_ENGINE_DEST, checked at open against the
+ * same table): the engine may write it from now on. A refusal (another device's memory, its
+ * table full) is logged once per segment by the tier's caller: its READs fail KVL_ERR_LOCAL. */
+static int engine_add_local(void *engine, void *base, uint64_t len)
+{
+	char why[192];
+	int rc = kvl_cudma_add_local(engine, base, len, why, sizeof(why));
+
+	if (rc < 0)
+		KVL_LOG(ERR, "sched.tier: destination segment %p + %" PRIu64 ": %s", base, len,
+			why);
+	return rc;
+}
+
+static void engine_counters(const void *engine, struct kvl_tier_engine_ctr *out)
+{
+	const struct kvl_cudma_stats *st = kvl_cudma_stats(engine);
+
+	memset(out, 0, sizeof(*out));
+	out->launches = st->launches;
+	out->small_copies = st->small_copies;
+	out->engine_copies = st->engine_copies;
+	out->probes = st->rates.probes;
+	out->bad_samples = st->rates.bad;
+	for (unsigned k = 0; k < 2; k++) {
+		out->ce_ps[k] = st->rates.cls[k].ps[0];
+		out->gather_ps[k] = st->rates.cls[k].ps[1];
+		out->ce_samples[k] = st->rates.cls[k].samples[0];
+		out->gather_samples[k] = st->rates.cls[k].samples[1];
+	}
+	out->svc_ns_engine = st->svc_ns_engine;
+	out->svc_bytes_engine = st->svc_bytes_engine;
+	out->svc_ns_gather = st->svc_ns_gather;
+	out->svc_bytes_gather = st->svc_bytes_gather;
+}
 #endif
 
 /* NIC @i's copy engine into its VRAM staging, reading the pool: 0, or -errno with why. */
@@ -232,6 +269,8 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	o->dma_len = pool->size;
 	o->engine_estimates = engine_estimates;
 	o->engine_methods = engine_methods;
+	o->engine_add_local = engine_add_local;
+	o->engine_counters = engine_counters;
 	return 0;
 #else
 	(void)o;
