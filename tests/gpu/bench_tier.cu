@@ -265,10 +265,9 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 #define OV_LAYER     ((size_t)OV_B * OV_R * ATT_BLOCK) /* the tier's bytes a layer: 8 MiB */
 #define OV_RES_LAYER ((size_t)OV_B * (OV_NBLK - OV_R) * ATT_BLOCK)
 #define OV_OUT	     ((size_t)OV_B * ATT_QH * ATT_HD) /* one layer's output, bf16 */
-#define OV_LIMIT_S                                                                          \
-	15.0	   /* a step not READY by then fails, naming it (the run is killed at 30 s) \
-		    */
-#define OV_AHEAD 2 /* decode steps enqueued ahead of the one being filled (ov_stream) */
+/* a step not READY by then fails, naming it (the run is killed at 30 s) */
+#define OV_LIMIT_S 15.0
+#define OV_AHEAD   2 /* decode steps enqueued ahead of the one being filled (ov_stream) */
 
 /* The layer's 128 tier blocks (its first OV_R of each sequence) into its block table. */
 __global__ static void ov_patch(uint64_t *tab, const uint64_t *src)
@@ -306,6 +305,12 @@ struct ov_times {
 	std::vector<double> pace; /* the runtime run: READY of step d's last layer to d+1's, as
 				   * this thread saw the words (host clock) */
 	double wall;		  /* the runtime run: open to its end event, seconds */
+	/* the whole run, decode step 0 (the fill) included: first step's start to the last's
+	 * end on the stream, and every attention's time in it. With engine destinations the
+	 * transfer is not held back by DONE (landed bytes hold no window) and runs ahead of the
+	 * compute, so the per-step median sees late steps with no transfer beside them; the
+	 * whole run counts all of the transfer's cost, wherever it fell. */
+	double run, comp_all;
 };
 
 /* The events of layer-step j: before its waits, its attention's start and end. */
@@ -398,7 +403,14 @@ static struct ov_times ov_read(const struct ov_world *w, const std::vector<cudaE
 	float ms;
 
 	t.wall = 0;
+	t.comp_all = 0;
 	CK(cudaStreamSynchronize(w->st));
+	CK(cudaEventElapsedTime(&ms, ev[0], ev[w->steps]));
+	t.run = ms / 1e3;
+	for (uint32_t j = 0; j < w->steps * OV_L; j++) {
+		CK(cudaEventElapsedTime(&ms, ev[OV_EV_ATT(w, j)], ev[OV_EV_END(w, j)]));
+		t.comp_all += ms / 1e3;
+	}
 	for (uint32_t d = 1; d < w->steps; d++) { /* step 0 holds the pipeline's fill */
 		double comp = 0, stall = 0;
 
@@ -435,22 +447,25 @@ static bool ov_reached(const volatile uint32_t *base, const struct kvl_req_flags
  */
 #define OV_AHEAD_DEST 4
 
-static void ov_run_dest(struct kvl_runtime *rt, struct ov_world *w, const struct kvl_req_flags *fl,
+static bool ov_run_dest(struct kvl_runtime *rt, struct ov_world *w, const struct kvl_req_flags *fl,
 			std::vector<cudaEvent_t> &ev, std::vector<double> &t_ready, double t0)
 {
 	const uint32_t G = w->steps * OV_L;
 	struct kvl_req_event e[64];
 	uint32_t next = 0;
+	bool ended = false; /* its DONE event came in here: every DONE word was seen */
 
 	ov_stream(w, fl, ev, 0, OV_AHEAD_DEST);
 	for (uint32_t d = 0; d < w->steps; d++) {
 		while (!ov_reached(fl->done, fl, d * OV_L + OV_L - 1)) {
 			unsigned m = kvl_req_poll(rt, e, 64);
 
-			for (unsigned i = 0; i < m; i++)
-				EXPECT(e[i].type == KVL_REQ_EV_STEP_READY,
-				       "request ended before decode step %u was DONE: %s", d,
+			for (unsigned i = 0; i < m; i++) {
+				EXPECT(e[i].type != KVL_REQ_EV_FAILED,
+				       "request failed before decode step %u was DONE: %s", d,
 				       kvl_status_name(e[i].status));
+				ended = ended || e[i].type == KVL_REQ_EV_DONE;
+			}
 			for (; next < G && ov_reached(fl->ready, fl, next); next++)
 				t_ready[next] = gpu_rt_now_s();
 			EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S,
@@ -460,6 +475,7 @@ static void ov_run_dest(struct kvl_runtime *rt, struct ov_world *w, const struct
 			t_ready[next] = gpu_rt_now_s();
 		ov_stream(w, fl, ev, d + OV_AHEAD_DEST, d + OV_AHEAD_DEST + 1);
 	}
+	return ended;
 }
 
 /* The runtime run: the request, the stream, and (staging) this thread's patch tables. Returns
@@ -479,7 +495,8 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 	kvl_req_t req;
 	uint64_t scattered = 0;
 	double t0;
-	int end, rc;
+	int end = 0, rc;
+	bool ended = false;
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t j = i / w->n_units, l = j % OV_L, u = i % w->n_units;
@@ -507,7 +524,7 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 	EXPECT(kvl_req_step_flags(rt, req, &fl) == 0 && fl.ready_dev && fl.done_dev,
 	       "step flags mapped for the GPU");
 	if (w->dest) {
-		ov_run_dest(rt, w, &fl, ev, t_ready, t0);
+		ended = ov_run_dest(rt, w, &fl, ev, t_ready, t0);
 	} else {
 		ov_stream(w, &fl, ev, 0,
 			  OV_AHEAD); /* decode steps up front, the rest as they fill */
@@ -536,7 +553,8 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 				ov_stream(w, &fl, ev, j / OV_L + OV_AHEAD, j / OV_L + OV_AHEAD + 1);
 		}
 	}
-	end = gpu_rt_wait_end(rt, t0, OV_LIMIT_S);
+	if (!ended)
+		end = gpu_rt_wait_end(rt, t0, OV_LIMIT_S);
 	EXPECT(end == 0, "the request ended with %s", kvl_status_name(end));
 	*times = ov_read(w, ev);
 	times->wall = gpu_rt_now_s() - t0;
@@ -797,6 +815,9 @@ static int overlap_main(int argc, char **argv)
 		       comp = median(t.comp), stall = median(t.stall);
 		double ovl = 1 - std::max(0.0, p50 - comp) / x,
 		       ovls_ = 1 - std::max(0.0, p50 - p50r) / x;
+		/* the whole run's: all steps' exposed time over all steps' transfer */
+		double ovl_run = 1 - std::max(0.0, t.run - t.comp_all) / (steps * x),
+		       ovl_run_s = 1 - std::max(0.0, t.run - res.run) / (steps * x);
 
 		CK(cudaMemcpy(o_pipe.data(), w.out_pipe, o_pipe.size() * 2,
 			      cudaMemcpyDeviceToHost));
@@ -807,7 +828,8 @@ static int overlap_main(int argc, char **argv)
 		bool same = steps_bad == 0;
 
 		outputs_ok = outputs_ok && (same || bad > 0);
-		ovls.push_back(ovl);
+		/* engine destinations run ahead (see ov_times.run): judged by the whole run */
+		ovls.push_back(w.dest ? ovl_run : ovl);
 		printf("%-10s %8.3f %8.3f %6.1f%% %8.3f %8.3f %6.1f%% %6.1f%% %6llu %6llu "
 		       "%10llu%s\n",
 		       "runtime", p50 * 1e3, comp * 1e3, 100 * (comp / compr - 1), stall * 1e3,
@@ -824,6 +846,18 @@ static int overlap_main(int argc, char **argv)
 		printf("           open to end %.1f ms (%u decode steps); per step: stall %.3f ms, "
 		       "other %.3f ms (step - comp - stall), READY pace %.3f ms\n",
 		       t.wall * 1e3, steps, stall * 1e3, (p50 - comp - stall) * 1e3, pace * 1e3);
+		printf("           whole run (step 0 included): %.3f ms against resident %.3f ms, "
+		       "attention %.3f ms, %u transfers %.3f ms: ovl %.1f%%, ovl* %.1f%%%s\n",
+		       t.run * 1e3, res.run * 1e3, t.comp_all * 1e3, steps, steps * x * 1e3,
+		       100 * ovl_run, 100 * ovl_run_s,
+		       w.dest ? " (the target's measure here)" : "");
+		printf("           stall per step (ms):");
+		for (double v : t.stall)
+			printf(" %.3f", v * 1e3);
+		printf("\n           step (ms):");
+		for (double v : t.step)
+			printf(" %.3f", v * 1e3);
+		printf("\n");
 		printf("           engine: %llu batches (%llu handovers), %llu launches, %llu "
 		       "small "
 		       "copies (%.1f a launch), %llu engine copies, %llu READs into the engine's "
@@ -855,20 +889,24 @@ static int overlap_main(int argc, char **argv)
 		       "stall_ms=%.3f resident_ms=%.3f xfer_ms=%.3f ovl=%.4f ovl_star=%.4f "
 		       "batches_ce=%llu batches_gather=%llu launches=%llu small_copies=%llu "
 		       "svc_GBps_ce=%.2f svc_GBps_gather=%.2f probes=%llu est_compute_ns=%llu "
-		       "est_step_bytes=%llu outputs_equal=%d\n",
+		       "est_step_bytes=%llu outputs_equal=%d run_ms=%.3f resident_run_ms=%.3f "
+		       "ovl_run=%.4f ovl_run_star=%.4f\n",
 		       unit_kb, copy, dest, p50 * 1e3, comp * 1e3, stall * 1e3, p50r * 1e3, x * 1e3,
 		       ovl, ovls_, (unsigned long long)dc[C_CE], (unsigned long long)dc[C_G],
 		       (unsigned long long)dc[C_L], (unsigned long long)dc[C_S], gbs_ce, gbs_g,
 		       (unsigned long long)dc[C_P],
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_compute_ns"),
-		       (unsigned long long)gpu_rt_tel_u64(out, "est_step_bytes"), same ? 1 : 0);
+		       (unsigned long long)gpu_rt_tel_u64(out, "est_step_bytes"), same ? 1 : 0,
+		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s);
 	}
 	printf("/kvlane/tier: %.2000s\n", out);
 	double m = median(ovls);
 
 	printf("target at %uK (copy %s, dest %s): overlap with attention >= 95%% through the "
-	       "runtime (median of %u runs %.1f%%): %s\n",
-	       unit_kb, copy, dest, runs, 100 * m, m >= 0.95 ? "MET" : "MISSED");
+	       "runtime (median of %u runs %.1f%%, %s): %s\n",
+	       unit_kb, copy, dest, runs, 100 * m,
+	       w.dest ? "ovl of the whole run" : "ovl of the median step",
+	       m >= 0.95 ? "MET" : "MISSED");
 	EXPECT(outputs_ok, "the runtime's attention outputs differ from the resident run's");
 	for (auto &e : ev)
 		CK(cudaEventDestroy(e));
