@@ -288,6 +288,10 @@ struct ov_world {
 	uint64_t *tab_res;		/* dest: the resident run's, built whole [L][B][NBLK] */
 	uint64_t *tabs;			/* dest: per layer-step, built once [steps * L][B][NBLK] */
 	uint8_t *cache;			/* dest: the engine's KV cache [steps * L][B * R][64 KiB] */
+	/* --dest-ahead N > 0: a request per decode step, N open ahead, landing in a ring of
+	 * ring = N + 1 decode steps' places of the cache; fls[d]: decode step d's flags */
+	uint32_t ring;
+	const struct kvl_req_flags *fls;
 	uint64_t *patch_res, *patch_res_dev; /* mapped [L][B * R]: the resident run's */
 	uint64_t *patch, *patch_dev;	     /* mapped [steps * L][B * R]: the runtime run's */
 	volatile uint32_t *filled;	     /* mapped [steps * L], 64 bytes apart */
@@ -357,17 +361,24 @@ static void ov_stream(struct ov_world *w, const struct kvl_req_flags *fl,
 			uint32_t j = d * OV_L + l;
 			const uint64_t *src = w->patch_res_dev + (size_t)l * OV_B * OV_R;
 			const uint64_t *table = w->tab + (size_t)l * OV_B * OV_NBLK;
+			/* the flags and the step index in them; the cache place (tables[tj]) */
+			const struct kvl_req_flags *f = fl;
+			uint32_t k = j, tj = j;
 
+			if (fl != NULL && w->ring) {
+				f = &w->fls[d];
+				k = l;
+				tj = (d % w->ring) * OV_L + l;
+			}
 			CK(cudaEventRecord(ev[OV_EV_WAIT(w, j)], w->st));
 			if (fl != NULL)
-				EXPECT(kvl_gpusig_wait_addr(
-					       fl->ready_dev + (uint64_t)j * fl->stride, fl->epoch,
-					       w->st, err, sizeof(err)) == 0,
+				EXPECT(kvl_gpusig_wait_addr(f->ready_dev + (uint64_t)k * f->stride,
+							    f->epoch, w->st, err, sizeof(err)) == 0,
 				       "wait READY %u: %s", j, err);
 			if (w->dest) {
 				/* the engine's block tables, built before the run: nothing to wait
 				 * for but READY, nothing to patch */
-				table = fl != NULL ? w->tabs + (size_t)j * OV_B * OV_NBLK
+				table = fl != NULL ? w->tabs + (size_t)tj * OV_B * OV_NBLK
 						   : w->tab_res + (size_t)l * OV_B * OV_NBLK;
 			} else {
 				if (fl != NULL) {
@@ -387,9 +398,8 @@ static void ov_stream(struct ov_world *w, const struct kvl_req_flags *fl,
 						: w->out_res);
 			CK(cudaEventRecord(ev[OV_EV_END(w, j)], w->st));
 			if (fl != NULL)
-				EXPECT(kvl_gpusig_done_addr(fl->done_dev + (uint64_t)j * fl->stride,
-							    fl->epoch, w->st, err,
-							    sizeof(err)) == 0,
+				EXPECT(kvl_gpusig_done_addr(f->done_dev + (uint64_t)k * f->stride,
+							    f->epoch, w->st, err, sizeof(err)) == 0,
 				       "write DONE %u: %s", j, err);
 		}
 	}
@@ -478,6 +488,92 @@ static bool ov_run_dest(struct kvl_runtime *rt, struct ov_world *w, const struct
 	return ended;
 }
 
+/*
+ * --dest-ahead N: an engine that asks for each decode step's KV as it plans it, N decode steps
+ * ahead, into a ring of N + 1 decode steps' places of its cache (a place is reused once the
+ * step that used it is DONE). The transfer then runs at most N steps ahead of the compute, as
+ * the staging's window holds it. Returns how many requests ended DONE.
+ */
+static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, uint32_t seg_id,
+				  const std::vector<uint32_t> &perm, std::vector<cudaEvent_t> &ev,
+				  double t0)
+{
+	const uint32_t N = w->ring - 1, n = OV_L * w->n_units;
+	std::vector<struct kvl_req_flags> fls(w->steps);
+	std::vector<struct kvl_req_block> b(n);
+	std::vector<uint32_t> first(OV_L + 1), refs(n);
+	struct kvl_req_event e[64];
+	uint32_t ended = 0;
+
+	w->fls = fls.data();
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t l = i / w->n_units, u = i % w->n_units;
+
+		memset(&b[i], 0, sizeof(b[i]));
+		b[i].remote_seg = seg_id;
+		b[i].remote_off = (uint64_t)perm[l * w->n_units + u] * w->unit;
+		b[i].length = w->unit;
+	}
+	auto open_step = [&](uint32_t d) {
+		struct kvl_req_desc dd;
+		kvl_req_t req;
+		int rc;
+
+		for (uint32_t i = 0; i < n; i++)
+			b[i].local = w->cache +
+				     ((size_t)(d % w->ring) * OV_L + i / w->n_units) * OV_LAYER +
+				     (size_t)(i % w->n_units) * w->unit;
+		dd = step_desc(b, first, refs, OV_L);
+		dd.flags |= KVL_REQ_ENGINE_DEST;
+		dd.user = d;
+		rc = kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &dd, &req);
+		EXPECT(rc == 0, "kvl_req_open decode step %u: %d %s", d, rc, kvl_req_error());
+		EXPECT(kvl_req_step_flags(rt, req, &fls[d]) == 0 && fls[d].ready_dev &&
+			       fls[d].done_dev,
+		       "step flags mapped for the GPU");
+	};
+	for (uint32_t d = 0; d < N && d < w->steps; d++)
+		open_step(d);
+	ov_stream(w, &fls[0], ev, 0, N);
+	for (uint32_t d = 0; d < w->steps; d++) {
+		const volatile uint32_t *last =
+			(const volatile uint32_t *)((const uint8_t *)fls[d].done +
+						    (size_t)(OV_L - 1) * fls[d].stride);
+
+		while (!gpu_rt_reached(__atomic_load_n(last, __ATOMIC_ACQUIRE), fls[d].epoch)) {
+			unsigned m = kvl_req_poll(rt, e, 64);
+
+			for (unsigned i = 0; i < m; i++) {
+				EXPECT(e[i].type != KVL_REQ_EV_FAILED,
+				       "decode step %llu's request failed: %s",
+				       (unsigned long long)e[i].user, kvl_status_name(e[i].status));
+				ended += e[i].type == KVL_REQ_EV_DONE;
+			}
+			EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S,
+			       "decode step %u not DONE after %.0f s", d, OV_LIMIT_S);
+		}
+		if (d + N < w->steps) { /* its place was decode step d - 1's, DONE */
+			open_step(d + N);
+			ov_stream(w, &fls[0], ev, d + N, d + N + 1);
+		}
+	}
+	while (ended < w->steps) {
+		unsigned m = kvl_req_poll(rt, e, 64);
+
+		for (unsigned i = 0; i < m; i++) {
+			EXPECT(e[i].type != KVL_REQ_EV_FAILED,
+			       "decode step %llu's request failed: %s",
+			       (unsigned long long)e[i].user, kvl_status_name(e[i].status));
+			ended += e[i].type == KVL_REQ_EV_DONE;
+		}
+		EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S, "requests not ended after %.0f s",
+		       OV_LIMIT_S);
+	}
+	CK(cudaStreamSynchronize(w->st));
+	w->fls = NULL;
+	return ended;
+}
+
 /* The runtime run: the request, the stream, and (staging) this thread's patch tables. Returns
  * how many 64 KiB blocks did not land contiguous (staging: a unit of theirs in another slot
  * than side by side: the attention then reads other bytes than the resident run's, and the
@@ -491,6 +587,17 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 	std::vector<uint32_t> first(G + 1), refs(n);
 	std::vector<double> t_ready(G, 0);
 	struct kvl_req_desc d;
+
+	if (w->ring) {
+		double t0 = gpu_rt_now_s();
+
+		CK(cudaMemset(w->cache, 0xff, (size_t)w->ring * OV_L * OV_LAYER));
+		CK(cudaDeviceSynchronize());
+		ov_run_dest_ahead(rt, w, seg_id, perm, ev, t0);
+		*times = ov_read(w, ev);
+		times->wall = gpu_rt_now_s() - t0;
+		return 0;
+	}
 	struct kvl_req_flags fl;
 	kvl_req_t req;
 	uint64_t scattered = 0;
@@ -568,6 +675,7 @@ static int overlap_main(int argc, char **argv)
 {
 	uint32_t unit_kb = 16, steps = 16, runs = 3;
 	const char *copy = "auto", *dest = "engine";
+	uint32_t dest_ahead = 0;
 	char ini[2048], err[2048], out[16384];
 	struct kvl_seg_geom g;
 	struct kvl_segment seg;
@@ -586,6 +694,8 @@ static int overlap_main(int argc, char **argv)
 			copy = argv[++i];
 		else if (strcmp(argv[i], "--dest") == 0 && i + 1 < argc)
 			dest = argv[++i];
+		else if (strcmp(argv[i], "--dest-ahead") == 0 && i + 1 < argc)
+			dest_ahead = (uint32_t)atoi(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: kvlane-tier-bench overlap [--unit-kb 16|64] [--steps D] "
@@ -595,9 +705,10 @@ static int overlap_main(int argc, char **argv)
 		}
 	}
 	if ((unit_kb != 16 && unit_kb != 64) || steps < 3 || steps > 64 || runs < 1 || runs > 9 ||
-	    (strcmp(dest, "engine") != 0 && strcmp(dest, "staging") != 0)) {
+	    (strcmp(dest, "engine") != 0 && strcmp(dest, "staging") != 0) || dest_ahead > 8 ||
+	    dest_ahead + 1 > steps || (dest_ahead > 0 && strcmp(dest, "engine") != 0)) {
 		fprintf(stderr, "--unit-kb 16 or 64, --steps 3..64, --runs 1..9, --dest engine or "
-				"staging\n");
+				"staging, --dest-ahead 0..8 (with --dest engine)\n");
 		return 2;
 	}
 	if (gpu_test_devices() == 0)
@@ -608,6 +719,14 @@ static int overlap_main(int argc, char **argv)
 	w.n_units = (uint32_t)(OV_LAYER / w.unit);
 	w.steps = steps;
 	w.dest = strcmp(dest, "engine") == 0;
+	w.ring = dest_ahead ? dest_ahead + 1 : 0;
+	char dest_label[32];
+
+	snprintf(dest_label, sizeof(dest_label), "%s%s%u", dest, dest_ahead ? "-ahead" : "",
+		 dest_ahead);
+	if (!dest_ahead)
+		snprintf(dest_label, sizeof(dest_label), "%s", dest);
+	dest = dest_label;
 	gpu_rt_init("tierovl");
 	CK(cudaSetDevice(0));
 	snprintf(ini, sizeof(ini),
@@ -617,7 +736,7 @@ static int overlap_main(int argc, char **argv)
 		 "[memory]\npool_size_mb = 320\nchunk_size_kb = 4096\n"
 		 "[sched]\nstaging_mb = 256\nslot_kb = %u\nstaging = gpu\ntier = true\n"
 		 "tier_copy = %s\nwindow_min_kb = 65536\nwindow_max_mb = 256\nmax_blocks = 131072\n"
-		 "max_requests = 4\n",
+		 "max_requests = 16\n",
 		 unit_kb, copy);
 	rt = gpu_rt_start(gpu_rt_write_ini("ovl.ini", ini), NULL, 0, err, sizeof(err), &stage);
 	EXPECT(rt != NULL, "kvl_start: stage %d: %s", stage, err);
@@ -829,7 +948,7 @@ static int overlap_main(int argc, char **argv)
 
 		outputs_ok = outputs_ok && (same || bad > 0);
 		/* engine destinations run ahead (see ov_times.run): judged by the whole run */
-		ovls.push_back(w.dest ? ovl_run : ovl);
+		ovls.push_back(w.dest && !w.ring ? ovl_run : ovl);
 		printf("%-10s %8.3f %8.3f %6.1f%% %8.3f %8.3f %6.1f%% %6.1f%% %6llu %6llu "
 		       "%10llu%s\n",
 		       "runtime", p50 * 1e3, comp * 1e3, 100 * (comp / compr - 1), stall * 1e3,
@@ -905,7 +1024,7 @@ static int overlap_main(int argc, char **argv)
 	printf("target at %uK (copy %s, dest %s): overlap with attention >= 95%% through the "
 	       "runtime (median of %u runs %.1f%%, %s): %s\n",
 	       unit_kb, copy, dest, runs, 100 * m,
-	       w.dest ? "ovl of the whole run" : "ovl of the median step",
+	       w.dest && !w.ring ? "ovl of the whole run" : "ovl of the median step",
 	       m >= 0.95 ? "MET" : "MISSED");
 	EXPECT(outputs_ok, "the runtime's attention outputs differ from the resident run's");
 	for (auto &e : ev)
