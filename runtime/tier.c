@@ -226,7 +226,9 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	const struct kvl_pool *pool = &rt->segs.pool;
 	struct kvl_cudma_opts co = { .device = kvl_staging_gpu_of(rt, i),
 				     .depth = ENGINE_DEPTH,
-				     .small = small_method(rt->cfg.sched.tier_copy) };
+				     .small = small_method(rt->cfg.sched.tier_copy),
+				     /* AUTO by the rates measured under the runtime's batches */
+				     .auto_measured = true };
 	struct kvl_cudma_conn *c;
 	char why[256];
 	int rc, prev = -1, e;

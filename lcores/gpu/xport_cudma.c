@@ -499,12 +499,13 @@ static enum kvl_cudma_small auto_method(struct kvl_cudma_conn *c, unsigned cls)
 {
 	const struct kvl_cudma_pick_model m = { c->o.auto_ce_ps, c->o.auto_gather_ps,
 						c->o.auto_ce_slow_pm, c->o.auto_gather_slow_pm };
-	bool probe;
+	bool probe = false, engine;
 
-	return kvl_cudma_pick_auto(&c->stats.rates, &m, cls, c->est_compute_ns, c->est_step_bytes,
-				   &probe)
-		       ? KVL_CUDMA_BATCH
-		       : KVL_CUDMA_GATHER;
+	engine = c->o.auto_measured
+			 ? kvl_cudma_pick_auto(&c->stats.rates, &m, cls, c->est_compute_ns,
+					       c->est_step_bytes, &probe)
+			 : kvl_cudma_pick_engine(&m, c->est_compute_ns, c->est_step_bytes);
+	return engine ? KVL_CUDMA_BATCH : KVL_CUDMA_GATHER;
 }
 
 /*

@@ -39,9 +39,10 @@ enum kvl_cudma_small {
 	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
 	/* Per batch, from the consumer's compute estimate (kvl_cudma_set_estimates): the copy
 	 * engine (BATCH, auto_batch_max a call) when the step it predicts is not longer that
-	 * way, else GATHER (xport_cudma_pick.h), with each method's rate as measured on this
-	 * connection's own batches once it has enough samples (the auto_*_ps below until then),
-	 * and an occasional probe batch on the method not chosen. Without an estimate, GATHER. */
+	 * way, else GATHER (xport_cudma_pick.h); with auto_measured, each method's rate as
+	 * measured on this connection's own batches once it has enough samples (the auto_*_ps
+	 * below until then), and an occasional probe batch on the method not chosen. Without an
+	 * estimate, GATHER. */
 	KVL_CUDMA_AUTO = 3,
 };
 
@@ -77,6 +78,10 @@ struct kvl_cudma_opts {
 	unsigned auto_batch_max;		       /* copies per call on the engine (0: 32) */
 	uint32_t auto_ce_ps, auto_gather_ps;	       /* picoseconds a byte */
 	uint32_t auto_ce_slow_pm, auto_gather_slow_pm; /* compute slowed, per mille (0: 27, 56) */
+	/* AUTO: use each method's rate as measured on this connection's batches once it has
+	 * enough samples, and probe the method not chosen (xport_cudma_pick.h); false: the
+	 * fixed auto_*_ps alone (the rates are measured and shown either way) */
+	bool auto_measured;
 	cudaStream_t stream; /* NULL: the transport creates its own (non-blocking) */
 };
 
