@@ -969,7 +969,7 @@ static int overlap_main(int argc, char **argv)
 		       "attention %.3f ms, %u transfers %.3f ms: ovl %.1f%%, ovl* %.1f%%%s\n",
 		       t.run * 1e3, res.run * 1e3, t.comp_all * 1e3, steps, steps * x * 1e3,
 		       100 * ovl_run, 100 * ovl_run_s,
-		       w.dest ? " (the target's measure here)" : "");
+		       w.dest && !w.ring ? " (the target's measure here)" : "");
 		printf("           stall per step (ms):");
 		for (double v : t.stall)
 			printf(" %.3f", v * 1e3);
