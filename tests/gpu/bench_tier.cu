@@ -532,6 +532,17 @@ static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, ui
 			       fls[d].done_dev,
 		       "step flags mapped for the GPU");
 	};
+	/* the requests' events: a failure ends the run, DONEs are counted */
+	auto drain = [&]() {
+		unsigned m = kvl_req_poll(rt, e, 64);
+
+		for (unsigned i = 0; i < m; i++) {
+			EXPECT(e[i].type != KVL_REQ_EV_FAILED,
+			       "decode step %llu's request failed: %s",
+			       (unsigned long long)e[i].user, kvl_status_name(e[i].status));
+			ended += e[i].type == KVL_REQ_EV_DONE;
+		}
+	};
 	for (uint32_t d = 0; d < N && d < w->steps; d++)
 		open_step(d);
 	ov_stream(w, &fls[0], ev, 0, N);
@@ -541,14 +552,7 @@ static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, ui
 						    (size_t)(OV_L - 1) * fls[d].stride);
 
 		while (!gpu_rt_reached(__atomic_load_n(last, __ATOMIC_ACQUIRE), fls[d].epoch)) {
-			unsigned m = kvl_req_poll(rt, e, 64);
-
-			for (unsigned i = 0; i < m; i++) {
-				EXPECT(e[i].type != KVL_REQ_EV_FAILED,
-				       "decode step %llu's request failed: %s",
-				       (unsigned long long)e[i].user, kvl_status_name(e[i].status));
-				ended += e[i].type == KVL_REQ_EV_DONE;
-			}
+			drain();
 			EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S,
 			       "decode step %u not DONE after %.0f s", d, OV_LIMIT_S);
 		}
@@ -558,14 +562,7 @@ static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, ui
 		}
 	}
 	while (ended < w->steps) {
-		unsigned m = kvl_req_poll(rt, e, 64);
-
-		for (unsigned i = 0; i < m; i++) {
-			EXPECT(e[i].type != KVL_REQ_EV_FAILED,
-			       "decode step %llu's request failed: %s",
-			       (unsigned long long)e[i].user, kvl_status_name(e[i].status));
-			ended += e[i].type == KVL_REQ_EV_DONE;
-		}
+		drain();
 		EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S, "requests not ended after %.0f s",
 		       OV_LIMIT_S);
 	}
