@@ -1003,6 +1003,26 @@ static void tier_rows(struct kvl_runtime *rt, struct sink *k)
 		put_u64(k, "est_compute_ns", t.est_compute_ns);
 		put_u64(k, "est_step_bytes", t.est_step_bytes);
 		put_u64(k, "est_updates", t.est_updates);
+		/* where the engine's time goes: copies per launch, each method's delivered rate
+		 * under the runtime's batches (service time), AUTO's measured rates and probes */
+		put_u64(k, "dest_reads", t.dest_reads);
+		put_u64(k, "launches", t.eng.launches);
+		put_u64(k, "small_copies", t.eng.small_copies);
+		put_u64(k, "engine_copies", t.eng.engine_copies);
+		put_u64(k, "svc_ns_copy_engine", t.eng.svc_ns_engine);
+		put_u64(k, "svc_bytes_copy_engine", t.eng.svc_bytes_engine);
+		put_u64(k, "svc_ns_gather", t.eng.svc_ns_gather);
+		put_u64(k, "svc_bytes_gather", t.eng.svc_bytes_gather);
+		put_u64(k, "auto_probes", t.eng.probes);
+		put_u64(k, "auto_bad_samples", t.eng.bad_samples);
+		put_u64(k, "auto_ce_ps_16k", t.eng.ce_ps[0]);
+		put_u64(k, "auto_gather_ps_16k", t.eng.gather_ps[0]);
+		put_u64(k, "auto_ce_ps_64k", t.eng.ce_ps[1]);
+		put_u64(k, "auto_gather_ps_64k", t.eng.gather_ps[1]);
+		put_u64(k, "auto_ce_samples_16k", t.eng.ce_samples[0]);
+		put_u64(k, "auto_gather_samples_16k", t.eng.gather_samples[0]);
+		put_u64(k, "auto_ce_samples_64k", t.eng.ce_samples[1]);
+		put_u64(k, "auto_gather_samples_64k", t.eng.gather_samples[1]);
 	}
 }
 

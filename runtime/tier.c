@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* This host's KV tier as a peer of its own: its segments, its checks, its connections. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvl_build_config.h"
@@ -179,6 +181,42 @@ static void engine_methods(const void *engine, uint64_t *on_copy_engine, uint64_
 	*on_copy_engine = st->batches_engine;
 	*on_gather = st->batches_gather;
 }
+
+/* An engine-owned destination's GPU segment (KVL_REQ_ENGINE_DEST, checked at open against the
+ * same table): the engine may write it from now on. A refusal (another device's memory, its
+ * table full) is logged once per segment by the tier's caller: its READs fail KVL_ERR_LOCAL. */
+static int engine_add_local(void *engine, void *base, uint64_t len)
+{
+	char why[192];
+	int rc = kvl_cudma_add_local(engine, base, len, why, sizeof(why));
+
+	if (rc < 0)
+		KVL_LOG(ERR, "sched.tier: destination segment %p + %" PRIu64 ": %s", base, len,
+			why);
+	return rc;
+}
+
+static void engine_counters(const void *engine, struct kvl_tier_engine_ctr *out)
+{
+	const struct kvl_cudma_stats *st = kvl_cudma_stats(engine);
+
+	memset(out, 0, sizeof(*out));
+	out->launches = st->launches;
+	out->small_copies = st->small_copies;
+	out->engine_copies = st->engine_copies;
+	out->probes = st->rates.probes;
+	out->bad_samples = st->rates.bad;
+	for (unsigned k = 0; k < 2; k++) {
+		out->ce_ps[k] = st->rates.cls[k].ps[0];
+		out->gather_ps[k] = st->rates.cls[k].ps[1];
+		out->ce_samples[k] = st->rates.cls[k].samples[0];
+		out->gather_samples[k] = st->rates.cls[k].samples[1];
+	}
+	out->svc_ns_engine = st->svc_ns_engine;
+	out->svc_bytes_engine = st->svc_bytes_engine;
+	out->svc_ns_gather = st->svc_ns_gather;
+	out->svc_bytes_gather = st->svc_bytes_gather;
+}
 #endif
 
 /* NIC @i's copy engine into its VRAM staging, reading the pool: 0, or -errno with why. */
@@ -189,7 +227,9 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	const struct kvl_pool *pool = &rt->segs.pool;
 	struct kvl_cudma_opts co = { .device = kvl_staging_gpu_of(rt, i),
 				     .depth = ENGINE_DEPTH,
-				     .small = small_method(rt->cfg.sched.tier_copy) };
+				     .small = small_method(rt->cfg.sched.tier_copy),
+				     /* AUTO by the rates measured under the runtime's batches */
+				     .auto_measured = true };
 	struct kvl_cudma_conn *c;
 	char why[256];
 	int rc, prev = -1, e;
@@ -201,6 +241,29 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 			 "segments from it",
 			 rt->cfg.nics[i].label);
 		return -EINVAL;
+	}
+	/* An experiment, not a setting (docs/gpu-bench.md, h-ovl): KVL_TIER_CE_SHARE=P gives
+	 * P percent of each gather batch's small-copy bytes to the copy engine beside the
+	 * kernel (cudma's ce_share); unset, 0. A value outside 0..100 is refused at start. */
+	{
+		const char *v = getenv("KVL_TIER_CE_SHARE");
+
+		if (v != NULL && *v != '\0') {
+			char *end;
+			unsigned long p = strtoul(v, &end, 10);
+
+			if (*end != '\0' || p > 100) {
+				snprintf(err, errlen,
+					 "sched.tier: KVL_TIER_CE_SHARE=%s: want a percent, 0..100",
+					 v);
+				return -EINVAL;
+			}
+			co.ce_share = (unsigned)p;
+			KVL_LOG(INFO,
+				"sched.tier: nic.%s: %lu%% of each gather batch on the copy "
+				"engine beside it (KVL_TIER_CE_SHARE)",
+				rt->cfg.nics[i].label, p);
+		}
 	}
 	/* everything else at the transport's measured defaults (docs/gpu-bench.md); the
 	 * caller's thread keeps its current device (kvl_cudma_new sets the staging's) */
@@ -232,6 +295,8 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 	o->dma_len = pool->size;
 	o->engine_estimates = engine_estimates;
 	o->engine_methods = engine_methods;
+	o->engine_add_local = engine_add_local;
+	o->engine_counters = engine_counters;
 	return 0;
 #else
 	(void)o;

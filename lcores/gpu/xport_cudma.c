@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "xport.h"
 #include "xport_cudma.h"
 #include "xport_cudma_pick.h"
@@ -22,7 +23,10 @@ struct req {
 
 struct batch {
 	cudaEvent_t ev;
-	uint32_t end; /* request sequence number after the batch's last */
+	uint32_t end;		  /* request sequence number after the batch's last */
+	uint64_t t_launch, bytes; /* its service time is measured from here (rates) */
+	uint8_t how;		  /* its small copies: 0 none, 1 the copy engine, 2 the gather */
+	uint8_t cls;		  /* their size class (kvl_cudma_rate_class) */
 };
 
 struct rseg {
@@ -55,6 +59,7 @@ struct kvl_cudma_conn {
 	unsigned n_local;
 	int failed;				 /* the status fail_all was given */
 	uint64_t est_compute_ns, est_step_bytes; /* AUTO: kvl_cudma_set_estimates */
+	uint64_t last_done_ns;			 /* the previous batch's completion, seen */
 	/* The current device is per thread: the thread that posts (a NIC lcore, not the one that
 	 * created the connection) makes it its own once, before its first launch. */
 	bool bound;
@@ -490,13 +495,54 @@ void kvl_cudma_set_estimates(struct kvl_cudma_conn *c, uint64_t compute_ns, uint
  * could see was tried and sent everything to the engine (docs/gpu-bench.md): it needs the
  * consumer's compute, which the scheduler estimates from its DONEs.
  */
-static enum kvl_cudma_small auto_method(struct kvl_cudma_conn *c)
+static enum kvl_cudma_small auto_method(struct kvl_cudma_conn *c, unsigned cls)
 {
 	const struct kvl_cudma_pick_model m = { c->o.auto_ce_ps, c->o.auto_gather_ps,
 						c->o.auto_ce_slow_pm, c->o.auto_gather_slow_pm };
+	bool probe = false, engine;
 
-	return kvl_cudma_pick_engine(&m, c->est_compute_ns, c->est_step_bytes) ? KVL_CUDMA_BATCH
-									       : KVL_CUDMA_GATHER;
+	engine = c->o.auto_measured
+			 ? kvl_cudma_pick_auto(&c->stats.rates, &m, cls, c->est_compute_ns,
+					       c->est_step_bytes, &probe)
+			 : kvl_cudma_pick_engine(&m, c->est_compute_ns, c->est_step_bytes);
+	return engine ? KVL_CUDMA_BATCH : KVL_CUDMA_GATHER;
+}
+
+/*
+ * Batches [@from, @to) seen complete at @now, in one progress: the time since the later of the
+ * first one's launch and the previous completion is theirs, shared by bytes (the stream ran
+ * them one after another; one poll cannot tell when each ended), into each method's sums,
+ * then one rate sample per method.
+ */
+static void batches_served(struct kvl_cudma_conn *c, uint32_t from, uint32_t to, uint64_t now)
+{
+	const struct batch *f = &c->b[from % N_BATCH];
+	uint64_t start = f->t_launch > c->last_done_ns ? f->t_launch : c->last_done_ns;
+	uint64_t ns = now > start ? now - start : 0, total = 0, by[3] = { 0, 0, 0 };
+	uint64_t cls_of[3] = { 0, 0, 0 };
+
+	c->last_done_ns = now;
+	for (uint32_t i = from; i != to; i++) {
+		const struct batch *b = &c->b[i % N_BATCH];
+
+		total += b->bytes;
+		by[b->how] += b->bytes;
+		cls_of[b->how] = b->cls;
+	}
+	for (unsigned m = 1; m <= 2 && total > 0; m++) {
+		uint64_t part = (uint64_t)((double)ns * (double)by[m] / (double)total);
+
+		if (by[m] == 0)
+			continue;
+		if (m == 1) {
+			c->stats.svc_ns_engine += part;
+			c->stats.svc_bytes_engine += by[m];
+		} else {
+			c->stats.svc_ns_gather += part;
+			c->stats.svc_bytes_gather += by[m];
+		}
+		kvl_cudma_rate_sample(&c->stats.rates, (unsigned)cls_of[m], m == 1, by[m], part);
+	}
 }
 
 /* Issue the copies of requests [launched, tail) and an event behind them. */
@@ -505,6 +551,8 @@ static int flush(struct kvl_cudma_conn *c)
 	unsigned n_cp = 0, n_small = 0, per = c->o.batch_max;
 	enum kvl_cudma_small how = c->o.small;
 	cudaError_t ce = cudaSuccess;
+	uint64_t bytes = 0, small_bytes = 0, t0 = kvl_now_ns();
+	unsigned cls;
 	struct batch *b;
 
 	if (c->launched == c->tail)
@@ -530,6 +578,7 @@ static int flush(struct kvl_cudma_conn *c)
 	for (unsigned i = 0; i < n_cp && ce == cudaSuccess; i++) {
 		const struct kvl_cudma_copy *p = &c->cp[i];
 
+		bytes += p->len;
 		if (p->len >= c->o.copy_min || c->o.small == KVL_CUDMA_EACH) {
 			ce = cudaMemcpyAsync((void *)(uintptr_t)p->dst,
 					     (const void *)(uintptr_t)p->src, p->len,
@@ -537,6 +586,7 @@ static int flush(struct kvl_cudma_conn *c)
 			c->stats.engine_copies++;
 		} else {
 			c->small[n_small++] = *p;
+			small_bytes += p->len;
 		}
 	}
 	if (ce != cudaSuccess) {
@@ -544,8 +594,9 @@ static int flush(struct kvl_cudma_conn *c)
 		return -EIO;
 	}
 	c->stats.small_copies += n_small;
+	cls = kvl_cudma_rate_class(n_small ? small_bytes / n_small : 0);
 	if (how == KVL_CUDMA_AUTO && n_small > 0) {
-		how = auto_method(c);
+		how = auto_method(c, cls);
 		if (how == KVL_CUDMA_BATCH) {
 			per = c->o.auto_batch_max;
 			c->stats.auto_engine++;
@@ -600,6 +651,10 @@ static int flush(struct kvl_cudma_conn *c)
 		return -EIO;
 	}
 	b->end = c->tail;
+	b->t_launch = t0;
+	b->bytes = bytes;
+	b->cls = (uint8_t)cls;
+	b->how = n_small == 0 ? 0 : how == KVL_CUDMA_BATCH ? 1 : how == KVL_CUDMA_GATHER ? 2 : 0;
 	c->btail++;
 	c->launched = c->tail;
 	c->stats.batches++;
@@ -609,6 +664,7 @@ static int flush(struct kvl_cudma_conn *c)
 unsigned kvl_cudma_progress(struct kvl_cudma_conn *c)
 {
 	unsigned work = 0;
+	uint32_t first = c->bhead;
 
 	if (c->failed)
 		return 0;
@@ -628,6 +684,8 @@ unsigned kvl_cudma_progress(struct kvl_cudma_conn *c)
 		c->bhead++;
 		work++;
 	}
+	if (c->bhead != first)
+		batches_served(c, first, c->bhead, kvl_now_ns());
 	return work;
 }
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "xfer.h"
+#include "xport_cudma_pick.h"
 
 #ifdef __cplusplus
 extern "C" { /* the benchmark and the gather kernel are CUDA C++ */
@@ -38,7 +39,10 @@ enum kvl_cudma_small {
 	KVL_CUDMA_EACH = 2,   /* one cudaMemcpyAsync per copy: the baseline */
 	/* Per batch, from the consumer's compute estimate (kvl_cudma_set_estimates): the copy
 	 * engine (BATCH, auto_batch_max a call) when the step it predicts is not longer that
-	 * way, else GATHER (xport_cudma_pick.h). Without an estimate, GATHER. */
+	 * way, else GATHER (xport_cudma_pick.h); with auto_measured, each method's rate as
+	 * measured on this connection's own batches once it has enough samples (the auto_*_ps
+	 * below until then), and an occasional probe batch on the method not chosen. Without an
+	 * estimate, GATHER. */
 	KVL_CUDMA_AUTO = 3,
 };
 
@@ -74,6 +78,10 @@ struct kvl_cudma_opts {
 	unsigned auto_batch_max;		       /* copies per call on the engine (0: 32) */
 	uint32_t auto_ce_ps, auto_gather_ps;	       /* picoseconds a byte */
 	uint32_t auto_ce_slow_pm, auto_gather_slow_pm; /* compute slowed, per mille (0: 27, 56) */
+	/* AUTO: use each method's rate as measured on this connection's batches once it has
+	 * enough samples, and probe the method not chosen (xport_cudma_pick.h); false: the
+	 * fixed auto_*_ps alone (the rates are measured and shown either way) */
+	bool auto_measured;
 	cudaStream_t stream; /* NULL: the transport creates its own (non-blocking) */
 };
 
@@ -91,6 +99,11 @@ struct kvl_cudma_stats {
 	 * kernel (its ce_min / ce_share part on the engine beside it counts here), or the copy
 	 * engine alone (cudaMemcpyBatchAsync) */
 	uint64_t batches_gather, batches_engine;
+	/* Every method: each batch's service time as reaped (its completion seen by progress
+	 * minus the later of its launch and the previous batch's completion), summed per
+	 * method with its bytes; AUTO's measured rates and probes (xport_cudma_pick.h). */
+	uint64_t svc_ns_engine, svc_bytes_engine, svc_ns_gather, svc_bytes_gather;
+	struct kvl_cudma_rates rates;
 	uint64_t cuda_errors;
 	char last_cuda_error[96];
 };

@@ -40,6 +40,10 @@ struct kvl_tier_conn {
 	bool busy;	    /* engine copies in flight since busy_since */
 	uint64_t busy_since;
 	struct kvl_pace pace; /* o.rate_Bps > 0 */
+	/* engine-owned destinations: the segment the last one was in (0: none), and the GPU
+	 * segments the engine was told of (ids; a table entry never changes while live) */
+	uint32_t dest_seg;
+	uint64_t told[(KVL_MAX_SEGS + 63) / 64];
 	struct kvl_tier_stats st;
 };
 
@@ -132,18 +136,70 @@ void kvl_tier_stats_read(const struct kvl_tier_conn *c, struct kvl_tier_stats *o
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
+static bool in_range(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
+{
+	return a >= base && a - base <= blen && len <= blen - (a - base);
+}
+
 static bool in_staging(const struct kvl_tier_conn *c, const void *p, uint64_t len)
 {
-	uintptr_t a = (uintptr_t)p, s = (uintptr_t)c->o.staging;
+	return in_range((uintptr_t)p, len, (uintptr_t)c->o.staging, c->o.staging_len);
+}
 
-	return a >= s && a - s <= c->o.staging_len && len <= c->o.staging_len - (a - s);
+/* Whether segment @s may take a READ's bytes: host memory for memcpy; GPU memory the engine
+ * was told of (once per segment) with an engine. */
+static bool dest_usable(struct kvl_tier_conn *c, const struct kvl_seg *s)
+{
+	uint32_t k = s->id - 1;
+
+	if (c->o.engine.ops == NULL)
+		return !(s->flags & KVL_SEG_GPU);
+	if (!(s->flags & KVL_SEG_GPU) || c->o.engine_add_local == NULL)
+		return false;
+	if (!(c->told[k / 64] >> (k % 64) & 1)) {
+		if (c->o.engine_add_local(c->o.engine.c, s->base, s->len) < 0)
+			return false;
+		c->told[k / 64] |= 1ull << (k % 64);
+	}
+	return true;
+}
+
+/*
+ * A local range: in staging, or an engine-owned destination (KVL_REQ_ENGINE_DEST, checked
+ * against the same table at open) inside one live local segment. The segment of the last
+ * destination is tried first: an engine's cache is one segment, so the walk of the table
+ * happens once, not per READ.
+ */
+static bool local_ok(struct kvl_tier_conn *c, const void *p, uint64_t len, bool *dest)
+{
+	const struct kvl_seg *s;
+	uintptr_t a = (uintptr_t)p;
+
+	if (in_staging(c, p, len))
+		return true;
+	s = kvl_seg_lookup(c->o.segs, c->dest_seg);
+	if (s == NULL || !in_range(a, len, (uintptr_t)s->base, s->len)) {
+		s = NULL;
+		for (uint32_t id = 1; id <= KVL_MAX_SEGS && s == NULL; id++) {
+			const struct kvl_seg *t = kvl_seg_lookup(c->o.segs, id);
+
+			if (t != NULL && in_range(a, len, (uintptr_t)t->base, t->len))
+				s = t;
+		}
+	}
+	if (s == NULL || !dest_usable(c, s))
+		return false;
+	c->dest_seg = s->id;
+	*dest = true;
+	return true;
 }
 
 /* The status @wr gets here, and its source address when KVL_OK. */
-static int check(const struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t *src)
+static int check(struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr_t *src)
 {
 	const struct kvl_seg *s;
 	uint64_t sum = 0;
+	bool dest = false;
 	int st;
 
 	if (c->failed)
@@ -162,16 +218,23 @@ static int check(const struct kvl_tier_conn *c, const struct kvl_wr *wr, uintptr
 	    (*src < c->o.dma_base || *src - c->o.dma_base > c->o.dma_len ||
 	     wr->length > c->o.dma_len - (*src - c->o.dma_base)))
 		return KVL_ERR_ACCESS;
-	if (wr->n_sge <= 1)
-		return in_staging(c, wr->local, wr->length) ? KVL_OK : KVL_ERR_LOCAL;
-	if (wr->n_sge > KVL_WR_MAX_SGE)
-		return KVL_ERR_LOCAL;
-	for (unsigned k = 0; k < wr->n_sge; k++) {
-		if (!in_staging(c, wr->sge[k].addr, wr->sge[k].length))
+	if (wr->n_sge <= 1) {
+		if (!local_ok(c, wr->local, wr->length, &dest))
 			return KVL_ERR_LOCAL;
-		sum += wr->sge[k].length;
+	} else {
+		if (wr->n_sge > KVL_WR_MAX_SGE)
+			return KVL_ERR_LOCAL;
+		for (unsigned k = 0; k < wr->n_sge; k++) {
+			if (!local_ok(c, wr->sge[k].addr, wr->sge[k].length, &dest))
+				return KVL_ERR_LOCAL;
+			sum += wr->sge[k].length;
+		}
+		if (sum != wr->length)
+			return KVL_ERR_LOCAL;
 	}
-	return sum == wr->length ? KVL_OK : KVL_ERR_LOCAL;
+	if (dest)
+		ST_ADD(c, dest_reads, 1);
+	return KVL_OK;
 }
 
 /* The engine's requests for one READ, one per local range, queued for the next hand-over. */
@@ -367,6 +430,15 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
 			c->o.engine_methods(c->o.engine.c, &ce, &g);
 			ST_SET(c, batches_copy_engine, ce);
 			ST_SET(c, batches_gather, g);
+		}
+		if (c->o.engine_counters != NULL) {
+			struct kvl_tier_engine_ctr e;
+			const uint64_t *src = (const uint64_t *)&e;
+			uint64_t *dst = (uint64_t *)&c->st.eng;
+
+			c->o.engine_counters(c->o.engine.c, &e);
+			for (size_t i = 0; i < sizeof(e) / sizeof(uint64_t); i++)
+				__atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
 		}
 	}
 	return total;

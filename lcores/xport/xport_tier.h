@@ -8,6 +8,23 @@
 
 #include "xport.h"
 
+/* What the engine reports of its batches (engine_counters): where the time goes. */
+struct kvl_tier_engine_ctr {
+	uint64_t launches;	/* gather kernels + cudaMemcpyBatchAsync calls */
+	uint64_t small_copies;	/* copies gathered into those */
+	uint64_t engine_copies; /* cudaMemcpyAsync calls (large copies) */
+	uint64_t probes;	/* AUTO: batches sent the other way to keep it measured */
+	/* AUTO's measured rates under the runtime's batches, per method and small-copy size
+	 * class (0: under 32 KiB, 1: 32 KiB and more): picoseconds a byte (0: none yet), and
+	 * the samples taken */
+	uint64_t ce_ps[2], gather_ps[2];
+	uint64_t ce_samples[2], gather_samples[2];
+	uint64_t bad_samples; /* service times refused by the model (0 bytes, 0 time, absurd) */
+	/* every method: the batches' service time and bytes, summed (bytes / time: the rate
+	 * each method delivered under the runtime) */
+	uint64_t svc_ns_engine, svc_bytes_engine, svc_ns_gather, svc_bytes_gather;
+};
+
 /*
  * The peer KVL_PEER_LOCAL_TIER stands for: a READ names a local segment (its id in the lcores'
  * table) and lands in the lcore's staging, as a READ from a remote peer does. A segment is a
@@ -24,8 +41,11 @@
  *     a READ completes when all of its have, so when it completes its bytes are in staging and
  *     visible to the GPU (the engine completes a batch only once its CUDA event has passed,
  *     polled in progress, never waited for).
- * Completions come back in posting order. Refusals (a segment that is not a tier source, a
- * range outside it, a local range outside staging) take a slot and complete with their status.
+ * A local range lands in staging, or (KVL_REQ_ENGINE_DEST: the engine's paged KV cache) inside
+ * a live local segment of the table: a host one without an engine (memcpy), a GPU one with it
+ * (the engine is told the segment once, engine_add_local). Completions come back in posting
+ * order. Refusals (a segment that is not a tier source, a range outside it, a local range in
+ * neither) take a slot and complete with their status.
  */
 struct kvl_tier_opts {
 	const struct kvl_seg_table *segs; /* the lcores' table (runtime/segments.c) */
@@ -59,6 +79,11 @@ struct kvl_tier_opts {
 	/* engine: its batches by copy method so far (the copy engine alone, the gather kernel),
 	 * read into the stats at each reap; NULL: not counted */
 	void (*engine_methods)(const void *engine, uint64_t *on_copy_engine, uint64_t *on_gather);
+	/* engine: GPU segment [@base, +@len) (an engine-owned destination's) made writable by it:
+	 * 0, or negative (its READs then complete KVL_ERR_LOCAL); NULL: only staging is */
+	int (*engine_add_local)(void *engine, void *base, uint64_t len);
+	/* engine: its own counters, read into the stats at each reap (NULL: not counted) */
+	void (*engine_counters)(const void *engine, struct kvl_tier_engine_ctr *out);
 };
 
 /*
@@ -95,11 +120,13 @@ struct kvl_tier_stats {
 	uint64_t handover_small; /* of them, under min_batch (min_batch 0: under 1 MiB) */
 	uint64_t est_compute_ns; /* the estimates last passed on (kvl_tier_set_estimates) */
 	uint64_t est_step_bytes;
-	uint64_t est_updates;	      /* times they were passed on to the engine */
-	uint64_t batches_copy_engine; /* engine_methods: batches on the copy engine alone */
-	uint64_t batches_gather;      /* ... and through the gather kernel */
-	int32_t last_refusal;	      /* enum kvl_status of the last refused READ */
-	uint32_t engine;	      /* 1: copy engine, 0: memcpy */
+	uint64_t est_updates;		/* times they were passed on to the engine */
+	uint64_t batches_copy_engine;	/* engine_methods: batches on the copy engine alone */
+	uint64_t batches_gather;	/* ... and through the gather kernel */
+	struct kvl_tier_engine_ctr eng; /* engine_counters */
+	uint64_t dest_reads;		/* READs into an engine-owned destination, not staging */
+	int32_t last_refusal;		/* enum kvl_status of the last refused READ */
+	uint32_t engine;		/* 1: copy engine, 0: memcpy */
 };
 
 struct kvl_tier_conn;

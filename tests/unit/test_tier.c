@@ -11,7 +11,7 @@
 #define SEGLEN (1u << 20)
 
 static struct kvl_seg_table tab;
-static uint8_t *seg_mem, *gpu_mem, *stage;
+static uint8_t *seg_mem, *gpu_mem, *stage, *cache, *gpu_cache;
 
 static void add_seg(uint32_t id, uint8_t *base, uint64_t len, uint32_t flags)
 {
@@ -582,6 +582,158 @@ static void test_paced(void)
 	CHECK(kvl_pace_wait_ns(&p, 1000000) > 0 && kvl_pace_wait_ns(&p, 1000000) <= 4096 + 1);
 }
 
+/* ---- engine-owned destinations (KVL_REQ_ENGINE_DEST): outside staging, in a segment ---- */
+
+static struct {
+	unsigned calls;
+	void *base;
+	uint64_t len;
+	int rc; /* what the hook answers */
+} told;
+
+static int fake_add_local(void *engine, void *base, uint64_t len)
+{
+	(void)engine;
+	told.calls++;
+	told.base = base;
+	told.len = len;
+	return told.rc;
+}
+
+static void fake_counters(const void *engine, struct kvl_tier_engine_ctr *out)
+{
+	(void)engine;
+	memset(out, 0, sizeof(*out));
+	out->launches = 3;
+	out->small_copies = 96;
+	out->ce_ps[0] = 36;
+	out->gather_samples[1] = 9;
+	out->svc_ns_gather = 1234;
+}
+
+/* memcpy: a host segment takes the bytes; a GPU one, an unregistered range, one crossing a
+ * segment's end do not, and nothing is written there. */
+static void test_dest_memcpy(void)
+{
+	struct kvl_tier_opts o = {
+		.segs = &tab, .staging = stage, .staging_len = STAGE, .depth = 16
+	};
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c = kvl_tier_new(&o);
+	uint8_t *stray = malloc(4096);
+	struct kvl_wr w[5];
+	struct kvl_wc wc[8];
+	struct kvl_tier_stats st;
+	int err = 0;
+
+	CHECK(c != NULL && stray != NULL);
+	memset(cache, 0xee, 65536);
+	memset(gpu_cache, 0xee, 65536);
+	memset(stray, 0xee, 4096);
+	w[0] = rd(1, 1, 4096, 8192, cache + 16384);   /* the engine's host cache */
+	w[1] = rd(2, 1, 0, 4096, gpu_cache);	      /* a GPU segment: memcpy cannot */
+	w[2] = rd(3, 1, 0, 4096, stray);	      /* registered nowhere */
+	w[3] = rd(4, 1, 0, 4096, cache + 65536 - 64); /* across the cache's end */
+	w[4] = rd(5, 1, 12288, 4096, cache);	      /* the same segment again */
+	CHECK_INT(ops->post(c, w, 5, &err), 5);
+	CHECK_INT(ops->reap(c, wc, 8), 5);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[0].bytes, 8192);
+	CHECK(memcmp(cache + 16384, seg_mem + 4096, 8192) == 0);
+	CHECK_INT(wc[1].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[2].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[3].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[4].status, KVL_OK);
+	CHECK(memcmp(cache, seg_mem + 12288, 4096) == 0);
+	CHECK_INT(gpu_cache[0], 0xee);
+	CHECK_INT(stray[0], 0xee);
+	CHECK_INT(cache[65536 - 64], 0xee);
+	kvl_tier_stats_read(c, &st);
+	CHECK_INT(st.dest_reads, 2);
+	CHECK_INT(st.refused, 3);
+	ops->free(c);
+	free(stray);
+}
+
+/* An engine: a GPU segment is told to it once and takes the bytes; a host one is refused (the
+ * engine writes VRAM); a segment the engine refuses fails its READs; its counters come back. */
+static void test_dest_engine(void)
+{
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .engine = { &fe_ops, &fe },
+				   .engine_depth = 16,
+				   .dma_seg = 1,
+				   .dma_base = (uintptr_t)seg_mem,
+				   .dma_len = SEGLEN,
+				   .depth = 16,
+				   .engine_add_local = fake_add_local,
+				   .engine_counters = fake_counters };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w[4];
+	struct kvl_wc wc[8];
+	struct kvl_tier_stats st;
+	int err = 0;
+
+	memset(&fe, 0, sizeof(fe));
+	memset(&told, 0, sizeof(told));
+	fe.pool_base = (uintptr_t)seg_mem;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	memset(gpu_cache, 0, 65536);
+	memset(cache, 0xee, 65536);
+	w[0] = rd(1, 1, 0, 16384, gpu_cache + 16384);
+	w[1] = rd(2, 1, 16384, 16384, gpu_cache);
+	w[2] = rd(3, 1, 0, 4096, cache); /* host memory: not the engine's to write */
+	w[3] = rd(4, 1, 32768, 4096, stage);
+	CHECK_INT(ops->post(c, w, 4, &err), 4);
+	CHECK_INT(told.calls, 1); /* once for the segment, not per READ */
+	CHECK(told.base == gpu_cache);
+	CHECK_INT(told.len, 65536);
+	for (int i = 0; i < 8; i++)
+		ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 8), 4);
+	CHECK_INT(wc[0].status, KVL_OK);
+	CHECK_INT(wc[1].status, KVL_OK);
+	CHECK_INT(wc[2].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[3].status, KVL_OK);
+	CHECK(memcmp(gpu_cache + 16384, seg_mem, 16384) == 0);
+	CHECK(memcmp(gpu_cache, seg_mem + 16384, 16384) == 0);
+	CHECK(memcmp(stage, seg_mem + 32768, 4096) == 0);
+	CHECK_INT(cache[0], 0xee);
+	kvl_tier_stats_read(c, &st);
+	CHECK_INT(st.dest_reads, 2);
+	CHECK_INT(st.eng.launches, 3);
+	CHECK_INT(st.eng.small_copies, 96);
+	CHECK_INT(st.eng.ce_ps[0], 36);
+	CHECK_INT(st.eng.gather_samples[1], 9);
+	CHECK_INT(st.eng.svc_ns_gather, 1234);
+	ops->free(c);
+
+	/* an engine that cannot write the segment: its READs fail, asked again each time */
+	memset(&fe, 0, sizeof(fe));
+	memset(&told, 0, sizeof(told));
+	fe.pool_base = (uintptr_t)seg_mem;
+	told.rc = -EINVAL;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	memset(gpu_cache, 0, 65536);
+	w[0] = rd(1, 1, 0, 4096, gpu_cache);
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	CHECK_INT(ops->post(c, w, 1, &err), 1);
+	CHECK_INT(told.calls, 2);
+	for (int i = 0; i < 8; i++)
+		ops->progress(c);
+	CHECK_INT(ops->reap(c, wc, 8), 2);
+	CHECK_INT(wc[0].status, KVL_ERR_LOCAL);
+	CHECK_INT(wc[1].status, KVL_ERR_LOCAL);
+	CHECK_INT(fe.posts, 0);
+	CHECK_INT(gpu_cache[0], 0);
+	ops->free(c);
+}
+
 int main(void)
 {
 	seg_mem = malloc(SEGLEN);
@@ -591,12 +743,20 @@ int main(void)
 	add_seg(1, seg_mem, SEGLEN, KVL_SEG_REMOTE_READ);
 	add_seg(2, gpu_mem, 4096, KVL_SEG_REMOTE_READ | KVL_SEG_GPU);
 	add_seg(3, seg_mem, 4096, KVL_SEG_REMOTE_WRITE);
+	cache = malloc(65536);
+	gpu_cache = malloc(65536); /* "GPU" memory the fake engine writes with memcpy */
+	add_seg(4, cache, 65536, 0);
+	add_seg(5, gpu_cache, 65536, KVL_SEG_GPU);
 	test_memcpy();
 	test_engine();
 	test_engine_batches();
 	test_engine_min_batch();
 	test_bad_opts();
 	test_paced();
+	test_dest_memcpy();
+	test_dest_engine();
+	free(cache);
+	free(gpu_cache);
 	free(seg_mem);
 	free(gpu_mem);
 	free(stage);
