@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kvl_build_config.h"
@@ -241,29 +240,6 @@ static int engine_new(struct kvl_runtime *rt, unsigned i, struct kvl_tier_opts *
 			 "segments from it",
 			 rt->cfg.nics[i].label);
 		return -EINVAL;
-	}
-	/* An experiment, not a setting (docs/gpu-bench.md, h-ovl): KVL_TIER_CE_SHARE=P gives
-	 * P percent of each gather batch's small-copy bytes to the copy engine beside the
-	 * kernel (cudma's ce_share); unset, 0. A value outside 0..100 is refused at start. */
-	{
-		const char *v = getenv("KVL_TIER_CE_SHARE");
-
-		if (v != NULL && *v != '\0') {
-			char *end;
-			unsigned long p = strtoul(v, &end, 10);
-
-			if (*end != '\0' || p > 100) {
-				snprintf(err, errlen,
-					 "sched.tier: KVL_TIER_CE_SHARE=%s: want a percent, 0..100",
-					 v);
-				return -EINVAL;
-			}
-			co.ce_share = (unsigned)p;
-			KVL_LOG(INFO,
-				"sched.tier: nic.%s: %lu%% of each gather batch on the copy "
-				"engine beside it (KVL_TIER_CE_SHARE)",
-				rt->cfg.nics[i].label, p);
-		}
 	}
 	/* everything else at the transport's measured defaults (docs/gpu-bench.md); the
 	 * caller's thread keeps its current device (kvl_cudma_new sets the staging's) */

@@ -1006,15 +1006,14 @@ static int overlap_main(int argc, char **argv)
 		       "batches_ce=%llu batches_gather=%llu launches=%llu small_copies=%llu "
 		       "svc_GBps_ce=%.2f svc_GBps_gather=%.2f probes=%llu est_compute_ns=%llu "
 		       "est_step_bytes=%llu outputs_equal=%d run_ms=%.3f resident_run_ms=%.3f "
-		       "ovl_run=%.4f ovl_run_star=%.4f ce_share=%s\n",
+		       "ovl_run=%.4f ovl_run_star=%.4f\n",
 		       unit_kb, copy, dest, p50 * 1e3, comp * 1e3, stall * 1e3, p50r * 1e3, x * 1e3,
 		       ovl, ovls_, (unsigned long long)dc[C_CE], (unsigned long long)dc[C_G],
 		       (unsigned long long)dc[C_L], (unsigned long long)dc[C_S], gbs_ce, gbs_g,
 		       (unsigned long long)dc[C_P],
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_compute_ns"),
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_step_bytes"), same ? 1 : 0,
-		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s,
-		       getenv("KVL_TIER_CE_SHARE") ? getenv("KVL_TIER_CE_SHARE") : "0");
+		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s);
 	}
 	printf("/kvlane/tier: %.2000s\n", out);
 	double m = median(ovls);
