@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "gpu_bench.h"
 #include "gpu_test.h"
 #include "kvl_clock.h"
 #include "xport_cudma.h"
@@ -87,24 +88,6 @@ __global__ void check(const uint32_t *dst, uint64_t words, const uint32_t *perm,
 		atomicAdd(bad, b);
 }
 
-static double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
-}
-
-static std::vector<uint32_t> scatter(uint32_t n, uint32_t u)
-{
-	std::vector<uint32_t> p(n);
-
-	for (uint32_t i = 0; i < n; i++)
-		p[i] = i;
-	srand(7 + u);
-	for (uint32_t i = n - 1; i > 0; i--)
-		std::swap(p[i], p[(uint32_t)rand() % (i + 1)]);
-	return p;
-}
-
 /* The serving process: its VRAM, filled, exported; lives until the pipe closes. */
 static void serve(size_t len, int wfd, int rfd)
 {
@@ -148,7 +131,7 @@ static double ceiling(void *dst, const void *src, size_t len, int reps)
 	CK(cudaEventDestroy(e0));
 	CK(cudaEventDestroy(e1));
 	CK(cudaStreamDestroy(st));
-	return median(t);
+	return gpu_bench_median(t);
 }
 
 /* One run: every block posted, progressed, reaped; GB/s, or -1 with a failed READ. */
@@ -258,7 +241,8 @@ int main(int argc, char **argv)
 					 sizeof(err)) == 0,
 		       "the ipc connection (%s): %s", methods[m].name, err);
 		for (int u = 0; u < 3; u++) {
-			std::vector<uint32_t> perm = scatter((uint32_t)(len / units[u]), units[u]);
+			std::vector<uint32_t> perm =
+				gpu_bench_scatter((uint32_t)(len / units[u]), 7 + units[u]);
 			uint32_t *perm_dev;
 			std::vector<double> t;
 			unsigned long long b = 0;
@@ -286,7 +270,7 @@ int main(int argc, char **argv)
 				if (r > 0) /* the first opens the handle and warms the path */
 					t.push_back(g);
 			}
-			res[m][u] = median(t);
+			res[m][u] = gpu_bench_median(t);
 			CK(cudaFree(perm_dev));
 		}
 		{

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gpu_attn.cuh"
+#include "gpu_bench.h"
 #include "gpu_rt.h"
 #include "gpusig.h"
 #include "kvl_clock.h"
@@ -35,25 +36,6 @@
 #define BLOCKS_PER_STEP 256u
 
 static const double GB = 1e9;
-
-static double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
-}
-
-/* Block i of a unit-@u layout of @n blocks sits at place perm[i] of the segment. */
-static std::vector<uint32_t> scatter(uint32_t n, uint32_t u)
-{
-	std::vector<uint32_t> p(n);
-
-	for (uint32_t i = 0; i < n; i++)
-		p[i] = i;
-	srand(42 + u);
-	for (uint32_t i = n - 1; i > 0; i--)
-		std::swap(p[i], p[(uint32_t)rand() % (i + 1)]);
-	return p;
-}
 
 static double ceiling(const void *src, void *dst, size_t len, int reps)
 {
@@ -77,7 +59,7 @@ static double ceiling(const void *src, void *dst, size_t len, int reps)
 	CK(cudaEventDestroy(e0));
 	CK(cudaEventDestroy(e1));
 	CK(cudaStreamDestroy(st));
-	return len / median(t);
+	return len / gpu_bench_median(t);
 }
 
 struct row {
@@ -138,7 +120,7 @@ static struct row transport(const struct kvl_segment *seg, void *dst, uint32_t u
 		if (r > 0)
 			t.push_back((kvl_now_ns() - t0) / 1e9);
 	}
-	out.s = median(t);
+	out.s = gpu_bench_median(t);
 	out.batches = kvl_cudma_stats(c)->batches / (reps + 1);
 	out.launches = kvl_cudma_stats(c)->launches / (reps + 1);
 	kvl_cudma_free(c);
@@ -227,7 +209,7 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 		if (r > 0)
 			t.push_back((t1 - t0) / 1e9);
 	}
-	out.s = median(t);
+	out.s = gpu_bench_median(t);
 	out.batches = 0;
 	out.launches = 0;
 	return out;
@@ -796,7 +778,7 @@ static int overlap_main(int argc, char **argv)
 	CK(cudaHostGetDevicePointer((void **)&w.patch_dev, w.patch, 0));
 	CK(cudaHostAlloc((void **)&w.filled, (size_t)steps * OV_L * 64, cudaHostAllocMapped));
 	CK(cudaHostGetDevicePointer((void **)&w.filled_dev, (void *)w.filled, 0));
-	std::vector<uint32_t> perm = scatter(OV_L * w.n_units, w.unit);
+	std::vector<uint32_t> perm = gpu_bench_scatter(OV_L * w.n_units, 42 + w.unit);
 	{
 		std::vector<uint64_t> t((size_t)OV_L * OV_B * OV_NBLK);
 		std::vector<uint8_t> h(OV_LAYER * OV_L);
@@ -858,7 +840,7 @@ static int overlap_main(int argc, char **argv)
 	/* all resident */
 	ov_stream(&w, NULL, ev, 0, steps);
 	struct ov_times res = ov_read(&w, ev);
-	double p50r = median(res.step), compr = median(res.comp);
+	double p50r = gpu_bench_median(res.step), compr = gpu_bench_median(res.comp);
 	std::vector<uint16_t> o_res(OV_OUT * OV_L), o_pipe(OV_OUT * OV_L * steps);
 
 	CK(cudaMemcpy(o_res.data(), w.out_res, o_res.size() * 2, cudaMemcpyDeviceToHost));
@@ -882,7 +864,7 @@ static int overlap_main(int argc, char **argv)
 	printf("%-10s %8s %8s %7s %8s %8s %7s %7s %6s %6s %10s\n", "run", "step ms", "comp ms",
 	       "slow%", "stall ms", "xfer ms", "ovl%", "ovl*%", "ce", "gather", "unaligned");
 	printf("%-10s %8.3f %8.3f %7s %8.3f %8s %7s %7s %6s %6s %10s\n", "resident", p50r * 1e3,
-	       compr * 1e3, "-", median(res.stall) * 1e3, "-", "-", "-", "-", "-", "-");
+	       compr * 1e3, "-", gpu_bench_median(res.stall) * 1e3, "-", "-", "-", "-", "-", "-");
 	std::vector<double> ovls;
 	bool outputs_ok = true;
 	/* /kvlane/tier counters read around each run: their change is the run's */
@@ -927,8 +909,8 @@ static int overlap_main(int argc, char **argv)
 		for (int k = 0; k < C_N; k++)
 			dc[k] = gpu_rt_tel_u64(out, ctr[k]) - c0[k];
 		/* the transfer of the method the run's batches took */
-		double x = dc[C_CE] >= dc[C_G] ? x_ce : x_g, p50 = median(t.step),
-		       comp = median(t.comp), stall = median(t.stall);
+		double x = dc[C_CE] >= dc[C_G] ? x_ce : x_g, p50 = gpu_bench_median(t.step),
+		       comp = gpu_bench_median(t.comp), stall = gpu_bench_median(t.stall);
 		double ovl = 1 - std::max(0.0, p50 - comp) / x,
 		       ovls_ = 1 - std::max(0.0, p50 - p50r) / x;
 		/* the whole run's: all steps' exposed time over all steps' transfer */
@@ -958,7 +940,7 @@ static int overlap_main(int argc, char **argv)
 		/* where the time went: the stream's waits, the engine's batches and their rate */
 		double gbs_ce = dc[C_SNC] ? (double)dc[C_SBC] / dc[C_SNC] : 0,
 		       gbs_g = dc[C_SNG] ? (double)dc[C_SBG] / dc[C_SNG] : 0;
-		double pace = t.pace.empty() ? 0 : median(t.pace);
+		double pace = t.pace.empty() ? 0 : gpu_bench_median(t.pace);
 		printf("           open to end %.1f ms (%u decode steps); per step: stall %.3f ms, "
 		       "other %.3f ms (step - comp - stall), READY pace %.3f ms\n",
 		       t.wall * 1e3, steps, stall * 1e3, (p50 - comp - stall) * 1e3, pace * 1e3);
@@ -1016,7 +998,7 @@ static int overlap_main(int argc, char **argv)
 		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s);
 	}
 	printf("/kvlane/tier: %.2000s\n", out);
-	double m = median(ovls);
+	double m = gpu_bench_median(ovls);
 
 	printf("target at %uK (copy %s, dest %s): overlap with attention >= 95%% through the "
 	       "runtime (median of %u runs %.1f%%, %s): %s\n",
@@ -1092,7 +1074,7 @@ int main(int argc, char **argv)
 	printf("%-34s %5s %9.3f %8.1f %8s %6.1f%% %8s\n", "pinned host->GPU ceiling (1 copy)", "-",
 	       seg.length / ceil_gbs * 1e3, ceil_gbs / GB, "-", 100.0, "-");
 	for (uint32_t u : { 65536u, 16384u }) {
-		std::vector<uint32_t> perm = scatter((uint32_t)(seg.length / u), u);
+		std::vector<uint32_t> perm = gpu_bench_scatter((uint32_t)(seg.length / u), 42 + u);
 		struct row x = transport(&seg, dst, u, perm, reps);
 		struct row y;
 		double xg = seg.length / x.s, yg;
