@@ -679,7 +679,7 @@ static int overlap_main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: kvlane-tier-bench overlap [--unit-kb 16|64] [--steps D] "
 				"[--runs N] [--copy auto|gather|batch|each] [--dest "
-				"engine|staging]\n");
+				"engine|staging] [--dest-ahead N]\n");
 			return 2;
 		}
 	}
