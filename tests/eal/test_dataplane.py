@@ -191,6 +191,19 @@ def scenario_sigstop(ctx):
     server_loss(ctx, signal.SIGSTOP)
 
 
+def all_stopped(pid):
+    """Whether every thread of @pid is stopped (state T or t in /proc/PID/task/*/stat)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for t in tasks:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return False
+    return bool(states) and all(st in ("T", "t") for st in states)
+
+
 def server_loss(ctx, sig):
     """S1 dies (SIGKILL: its sockets close at once) or stops answering (SIGSTOP: nothing
     closes; only the missing heartbeats tell) in the middle of a run over S1 and S2."""
@@ -214,6 +227,9 @@ def server_loss(ctx, sig):
     s1.proc.send_signal(sig)
     if sig == signal.SIGKILL:
         s1.wait_exit(5)
+    else:  # SIGSTOP is delivered to each thread in its own time: wait until all are stopped
+        check(wait_for(lambda: all_stopped(s1.proc.pid), 5), "S1 stopped",
+              "every thread of it in state T within 5 s", "some still running", s1)
     t_dead = time.monotonic()  # S1 no longer answers: nothing posted after this can be OK
     log(f"{signal.Signals(sig).name} S1 {KILL_AFTER_S} s into the run")
 
