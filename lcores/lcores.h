@@ -29,6 +29,8 @@ struct kvl_lcore_stats {
 	uint64_t idle_cycles; /* cycles of idle iterations, idle action included */
 	uint64_t work;	      /* sum of what the stages returned */
 	uint64_t naps;	      /* yields (yield policy) or sleeps (hybrid policy) */
+	uint64_t naps_due;    /* hybrid naps cut short to the time a stage said work was due */
+	uint64_t due_spins;   /* hybrid idle passes that spun: work due within DUE_SPIN_NS */
 };
 
 struct kvl_lcore {
@@ -51,8 +53,21 @@ struct kvl_lcore {
 	/* hybrid: sleep until woken (completion events, kicks) or @us; NULL: nap @us */
 	unsigned (*sleep)(void *arg, uint32_t us);
 	void *sleep_arg;
+	/* The soonest kvl_now_ns() by which a stage wants another pass although it did no work
+	 * this one: copies in flight on a GPU stream, whose end raises no event to sleep on.
+	 * UINT64_MAX (none) at the start of every pass; a hybrid nap ends by it. */
+	uint64_t due_ns;
 	struct kvl_lcore_stats stats;
 };
+
+/* A stage with nothing done now but work due at @t_ns (kvl_now_ns()): the lcore's nap, if it
+ * takes one, ends by then. Waiting work is reported this way, not as work done, so a pass that
+ * only looked counts as idle. @lc may be NULL (a stage called outside the loop). */
+static inline void kvl_lcore_due(struct kvl_lcore *lc, uint64_t t_ns)
+{
+	if (lc != NULL && t_ns < lc->due_ns)
+		lc->due_ns = t_ns;
+}
 
 /* Fill @lc for one NIC with the runtime's idle policy (@tsc_hz converts hybrid_idle_us). */
 void kvl_lcore_init(struct kvl_lcore *lc, unsigned lcore_id, unsigned cpu, int socket, int nic,

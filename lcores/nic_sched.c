@@ -11,6 +11,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "kvl_clock.h"
 #include "nic_sched.h"
 #include "xport_tier.h"
 
@@ -357,8 +358,9 @@ static void flag_end(struct kvl_nic_sched *ns, struct kvl_nsreq *r, bool failed)
 
 /*
  * DONE words of the steps announced READY and not seen DONE (bounded: those only). A DONE is
- * what kvl_req_step_done would have sent. Returns work: the steps freed, or 1 while some are
- * still awaited, as a stream's write cannot wake a sleeping lcore (hybrid idle).
+ * what kvl_req_step_done would have sent. Returns the steps freed. A stream's write wakes no
+ * napping lcore (hybrid idle): a DONE is seen within hybrid_sleep_us, one step of compute
+ * being far longer; looking at unchanged words is not work (the pass counts as idle).
  */
 static unsigned do_flags(struct kvl_nic_sched *ns, uint64_t now)
 {
@@ -382,7 +384,21 @@ static unsigned do_flags(struct kvl_nic_sched *ns, uint64_t now)
 	}
 	if (seen)
 		ns->dirty = true;
-	return seen ? seen : ns->n_watch != 0;
+	return seen;
+}
+
+/* Steps awaited DONE and none seen this pass: look again after an eighth of a step's compute
+ * (the scheduler's estimate), so a napping lcore sees a DONE that late at most; before any
+ * estimate, hybrid_sleep_us bounds it. */
+#define DONE_LOOK_MIN_NS 5000
+static void flags_due(const struct kvl_nic_sched *ns, struct kvl_lcore *lc)
+{
+	uint64_t tc = 0, sb = 0;
+
+	(void)kvl_sched_estimates(ns->s, &tc, &sb);
+	if (tc > 0 && lc != NULL) /* due times are kvl_now_ns(), not the scheduler's clock */
+		kvl_lcore_due(lc, kvl_now_ns() +
+					  (tc / 8 > DONE_LOOK_MIN_NS ? tc / 8 : DONE_LOOK_MIN_NS));
 }
 
 /* ---- commands and events ---- */
@@ -561,7 +577,6 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 	uint64_t b = __atomic_load_n(ns->budget, __ATOMIC_RELAXED);
 	unsigned work = 0;
 
-	(void)lc;
 	if (b != ns->budget_seen) {
 		ns->budget_seen = b;
 		kvl_sched_set_budget(ns->s, b, now);
@@ -569,8 +584,13 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 		ns->dirty = true;
 	}
 	work += do_commands(ns, now);
-	if (ns->n_watch)
-		work += do_flags(ns, now); /* before posting: what a DONE frees goes out now */
+	if (ns->n_watch) {
+		unsigned seen = do_flags(ns, now); /* before posting: what a DONE frees goes out */
+
+		if (seen == 0 && ns->n_watch)
+			flags_due(ns, lc);
+		work += seen;
+	}
 	if (ns->null.ops) {
 		/* its completions take the one completion path, as the peer connections' do */
 		struct kvl_wc wc[KVL_NSCHED_BATCH];
@@ -594,6 +614,8 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 			kvl_tier_set_estimates(ns->tier.c, tc, sb);
 		}
 		work += ns->tier.ops->progress(ns->tier.c);
+		if (ns->tier.ops->due)
+			kvl_lcore_due(lc, ns->tier.ops->due(ns->tier.c));
 		n = ns->tier.ops->reap(ns->tier.c, wc, KVL_NSCHED_BATCH);
 		if (n)
 			kvl_nic_io_complete(ns->io, wc, n);

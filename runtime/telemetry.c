@@ -274,6 +274,8 @@ static void lcore_row(const struct kvl_runtime *rt, unsigned lid, struct sink *k
 	put_str(k, "busy_pct", pct);
 	put_u64(k, "work", s.work);
 	put_u64(k, "naps", s.naps);
+	put_u64(k, "naps_due", s.naps_due);
+	put_u64(k, "due_spins", s.due_spins);
 	/* hybrid idle: sleeps in epoll, and what ended them */
 	{
 		const struct kvl_nic_io *io = lc ? rt->nic[lc->nic].io : NULL;

@@ -689,6 +689,51 @@ unsigned kvl_cudma_progress(struct kvl_cudma_conn *c)
 	return work;
 }
 
+/* Picoseconds a byte the batch's method delivers: measured (batches_served), else the fixed
+ * model's. A batch of large copies only (how 0) is the copy engine's, of the large class. */
+static uint32_t batch_ps(const struct kvl_cudma_conn *c, const struct batch *b)
+{
+	unsigned cls = b->how == 0 ? 1 : b->cls, m = b->how == 2 ? 1 : 0;
+	const struct kvl_cudma_rate *r =
+		&c->stats.rates.cls[cls < KVL_CUDMA_RATE_CLASSES ? cls : 0];
+
+	if (r->samples[m] > 0 && r->ps[m] > 0)
+		return r->ps[m];
+	return m == 1 ? c->o.auto_gather_ps : c->o.auto_ce_ps;
+}
+
+/*
+ * When the oldest batch in flight should have ended: from the later of its launch and the
+ * previous completion, its bytes at its method's rate. The first look is at 7/8 of that, then
+ * every 1/16 (at least DUE_LATE_NS): the rates are measured from what the looks see
+ * (batches_served), and a look only after the estimate could never find a batch faster than
+ * it, so an estimate that was once slow would stay slow. Requests not yet launched, or
+ * complete and not reaped: now.
+ */
+#define DUE_LATE_NS 5000
+uint64_t kvl_cudma_due(const struct kvl_cudma_conn *c, uint64_t now)
+{
+	const struct batch *b;
+	uint64_t start, est, first, step;
+
+	if (c->head != c->done)
+		return now; /* complete, not reaped yet */
+	if (c->failed)
+		return UINT64_MAX;
+	if (c->launched != c->tail && c->btail - c->bhead < N_BATCH)
+		return now; /* the next progress launches them */
+	if (c->bhead == c->btail)
+		return UINT64_MAX;
+	b = &c->b[c->bhead % N_BATCH];
+	start = b->t_launch > c->last_done_ns ? b->t_launch : c->last_done_ns;
+	est = b->bytes * batch_ps(c, b) / 1000;
+	first = start + est - est / 8;
+	if (first > now)
+		return first;
+	step = est / 16 > DUE_LATE_NS ? est / 16 : DUE_LATE_NS;
+	return now + step;
+}
+
 unsigned kvl_cudma_reap(struct kvl_cudma_conn *c, struct kvl_wc *wc, unsigned max)
 {
 	unsigned n = 0;
@@ -789,6 +834,11 @@ static void op_free(void *c)
 	kvl_cudma_free(c);
 }
 
+static uint64_t op_due(const void *c)
+{
+	return kvl_cudma_due(c, kvl_now_ns());
+}
+
 const struct kvl_xport_ops kvl_xport_cudma = {
 	.name = "cudma",
 	.post = kvl_cudma_post_burst,
@@ -799,4 +849,5 @@ const struct kvl_xport_ops kvl_xport_cudma = {
 	.outstanding = op_outstanding,
 	.stats = op_stats,
 	.free = op_free,
+	.due = op_due,
 };

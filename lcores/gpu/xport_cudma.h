@@ -138,6 +138,10 @@ int kvl_cudma_post(struct kvl_cudma_conn *c, const struct kvl_wr *wr);
 unsigned kvl_cudma_progress(struct kvl_cudma_conn *c);
 unsigned kvl_cudma_reap(struct kvl_cudma_conn *c, struct kvl_wc *wc, unsigned max);
 unsigned kvl_cudma_outstanding(const struct kvl_cudma_conn *c);
+/* kvl_now_ns() (@now: its value now) by which kvl_cudma_progress should run again to find
+ * the oldest batch in flight complete, from its bytes and its method's measured rate;
+ * UINT64_MAX with nothing in flight. A copy's end raises no event: an lcore naps until this. */
+uint64_t kvl_cudma_due(const struct kvl_cudma_conn *c, uint64_t now);
 /* AUTO: the consumer's compute per step, in ns, and the bytes a step brings (the scheduler's
  * estimates); later batches are chosen by them. 0 compute: no estimate (GATHER). */
 void kvl_cudma_set_estimates(struct kvl_cudma_conn *c, uint64_t compute_ns, uint64_t step_bytes);

@@ -39,6 +39,11 @@ struct kvl_xport_ops {
 	unsigned (*notes)(void *c, struct kvl_note *out, unsigned max);
 	int (*arm)(void *c);
 	unsigned (*take_events)(void *c);
+	/* Optional: kvl_now_ns() by which progress must run again although it reported no work
+	 * (copies in flight on a GPU stream, whose end raises no event), UINT64_MAX when nothing
+	 * is due. progress reports only work done; waiting is reported here, so the lcore can
+	 * nap until then (hybrid idle) and counts the passes that only looked as idle. */
+	uint64_t (*due)(const void *c);
 };
 
 struct kvl_xconn {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "xport_ipc.h"
 #include "treq.h"
 
@@ -379,8 +380,19 @@ static unsigned ipc_progress(void *p)
 	work += c->o.engine.x.ops->progress(c->o.engine.x.c);
 	work += engine_reap(c);
 	close_idle(c);
-	/* copies in flight: stay awake (a copy's end cannot wake a sleeping lcore) */
-	return work ? work : c->ptail != c->phead;
+	return work; /* copies in flight: ipc_due says when to look again */
+}
+
+/* Copies in flight: the lcore passes again when the engine says the oldest should end (a
+ * copy's end raises no event to wake a napping lcore); at once, for an engine that cannot. */
+static uint64_t ipc_due(const void *p)
+{
+	const struct kvl_ipc_conn *c = p;
+	const struct kvl_xport_ops *e = c->o.engine.x.ops;
+
+	if (c->ptail == c->phead)
+		return UINT64_MAX;
+	return e->due ? e->due(c->o.engine.x.c) : kvl_now_ns();
 }
 
 static unsigned ipc_reap(void *p, struct kvl_wc *wc, unsigned max)
@@ -521,4 +533,5 @@ const struct kvl_xport_ops kvl_xport_ipc = {
 	.stats = ipc_stats,
 	.set_remote = ipc_set_remote,
 	.free = ipc_free,
+	.due = ipc_due,
 };

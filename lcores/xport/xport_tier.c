@@ -83,10 +83,20 @@ bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now)
 	return true;
 }
 
+/* How long until the bucket is back at 0 tokens, as of @now, leaving it as it is. */
+static uint64_t pace_wait(const struct kvl_pace *p, uint64_t now)
+{
+	double t = p->tokens;
+
+	if (now > p->last_ns)
+		t += (double)(now - p->last_ns) * p->rate_Bpns;
+	return t >= 0 || p->rate_Bpns <= 0 ? 0 : (uint64_t)(-t / p->rate_Bpns) + 1;
+}
+
 uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now)
 {
 	pace_refill(p, now);
-	return p->tokens >= 0 || p->rate_Bpns <= 0 ? 0 : (uint64_t)(-p->tokens / p->rate_Bpns) + 1;
+	return pace_wait(p, now);
 }
 
 struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
@@ -492,8 +502,30 @@ static unsigned tier_progress(void *p)
 	}
 	work += c->o.engine.ops->progress(c->o.engine.c);
 	work += engine_reap(c);
-	/* copies in flight or waiting: stay awake (a copy's end cannot wake a sleeping lcore) */
-	return work ? work : c->pend != c->phead;
+	return work; /* copies in flight or waiting: tier_due says when to look again */
+}
+
+/*
+ * When the lcore must pass again although the last progress did no work (a copy's end raises
+ * no event, so it naps until then): at once while parts wait for an idle engine (hand_now
+ * lets them wait a few passes at most); while copies are in flight, when the engine says the
+ * oldest should end (at once, for an engine that cannot say); while the pacing refuses READs,
+ * when the bucket has room again.
+ */
+static uint64_t tier_due(const void *p)
+{
+	const struct kvl_tier_conn *c = p;
+	const struct kvl_xport_ops *e = c->o.engine.ops;
+	uint64_t now = now_ns(c), due = UINT64_MAX, w;
+
+	if (e != NULL && c->pend != c->phead) {
+		if (c->ptail != c->pend && c->handed_bytes == 0)
+			return now;
+		due = e->due ? e->due(c->o.engine.c) : now;
+	}
+	if (c->o.rate_Bps && (w = pace_wait(&c->pace, now)) > 0 && now + w < due)
+		due = now + w;
+	return due;
 }
 
 static unsigned tier_reap(void *p, struct kvl_wc *wc, unsigned max)
@@ -577,4 +609,5 @@ const struct kvl_xport_ops kvl_xport_tier = {
 	.outstanding = tier_outstanding,
 	.stats = tier_stats,
 	.free = tier_free,
+	.due = tier_due,
 };

@@ -66,7 +66,8 @@ struct kvl_tier_opts {
 	uintptr_t dma_base;
 	uint64_t dma_len;
 	unsigned depth; /* READs posted and not reaped (0: 8192; a power of two) */
-	/* the clock copy_ns is counted on (NULL: kvl_now_ns) */
+	/* the clock copy_ns and due times are counted on (NULL: kvl_now_ns, which the lcore
+	 * loop reads due times on: a clock of its own is for tests) */
 	uint64_t (*clock)(void *arg);
 	void *clock_arg;
 	/* READs are taken at most this many bytes per second, on average ([sched] tier_rate_mbps:

@@ -51,6 +51,15 @@ static void run(const struct kvl_xport_ops *ops, void *c, const struct job *j, u
 			posted++;
 		}
 		ops->progress(c);
+		if (ops->due != NULL && ops->outstanding(c) > 0) {
+			/* in flight: a time to look again, never "nothing", never far off (a copy's
+			 * end raises no event: an lcore naps until this) */
+			uint64_t d = ops->due(c), t = kvl_now_ns();
+
+			EXPECT(d != UINT64_MAX, "%u outstanding and nothing due",
+			       ops->outstanding(c));
+			EXPECT(d <= t + 1000000000ull, "due %.3f s ahead", (double)(d - t) * 1e-9);
+		}
 		for (unsigned k, m = ops->reap(c, wc, 64); m > 0; m = ops->reap(c, wc, 64))
 			for (k = 0; k < m; k++, reaped++) {
 				const struct job *e = &j[reaped];
@@ -68,6 +77,7 @@ static void run(const struct kvl_xport_ops *ops, void *c, const struct job *j, u
 		EXPECT(kvl_now_s() < end, "%u of %u completions after 20 s", reaped, n);
 	}
 	EXPECT(ops->outstanding(c) == 0, "%u outstanding after all reaped", ops->outstanding(c));
+	EXPECT(ops->due == NULL || ops->due(c) == UINT64_MAX, "due with nothing in flight");
 }
 
 static void check_bytes(const uint8_t *got, const uint8_t *want, size_t len, const char *what)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_clock.h"
 #include "kvl_test.h"
 #include "xport_ipc.h"
 
@@ -291,14 +292,22 @@ static void test_open_once_and_move(void)
 		w.sge[0] = (struct kvl_sge){ .addr = dst, .length = 1000 };
 		w.sge[1] = (struct kvl_sge){ .addr = dst + 5000, .length = 1000 };
 		w.sge[2] = (struct kvl_sge){ .addr = dst + 9000, .length = 1000 };
+		uint64_t t0;
+
+		CHECK(kvl_xport_ipc.due(c) == UINT64_MAX); /* nothing in flight */
 		en.hold = true;
 		CHECK_INT(kvl_xport_ipc.post(c, &w, 1, &err), 1);
 		kvl_xport_ipc.progress(c);
 		CHECK_INT(kvl_xport_ipc.reap(c, &wc, 1), 0); /* not landed: nothing completes */
 		CHECK_INT(kvl_xport_ipc.outstanding(c), 1);
+		/* in flight: looking is not work; an engine that cannot say when: due at once */
+		CHECK_INT(kvl_xport_ipc.progress(c), 0);
+		t0 = kvl_now_ns();
+		CHECK(kvl_xport_ipc.due(c) <= t0 + 1000000);
 		en.hold = false;
 		kvl_xport_ipc.progress(c);
 		CHECK_INT(kvl_xport_ipc.reap(c, &wc, 1), 1);
+		CHECK(kvl_xport_ipc.due(c) == UINT64_MAX);
 		CHECK_INT(wc.status, KVL_OK);
 		CHECK_INT(wc.bytes, 3000);
 		CHECK(memcmp(dst, dv.alloc[1] + 1000, 1000) == 0);

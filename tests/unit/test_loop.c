@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
+#include "kvl_clock.h"
 #include "kvl_test.h"
 #include "lcores.h"
 
@@ -164,6 +165,73 @@ static void test_hybrid_busy_resets_idle_run(void)
 	CHECK_INT(lc.idle_since != 0, 1);
 }
 
+/* A stage that did nothing but has work due in `due_in_ns` from now (kvl_now_ns). */
+static int64_t due_in_ns;
+static unsigned due_stage(struct kvl_lcore *lc, void *arg)
+{
+	(void)arg;
+	kvl_lcore_due(lc, kvl_now_ns() + (uint64_t)due_in_ns);
+	return 0;
+}
+
+/* What the lcore asked its sleep for: the bound of each nap. */
+static uint32_t slept_us[8];
+static unsigned n_slept;
+static unsigned record_sleep(void *arg, uint32_t us)
+{
+	(void)arg;
+	if (n_slept < 8)
+		slept_us[n_slept] = us;
+	n_slept++;
+	return 0;
+}
+
+/* Work due (a copy in flight) bounds the nap; due within 2 us, no nap at all; a far due time
+ * leaves hybrid_sleep_us in charge; and each pass starts with nothing due. */
+static void test_hybrid_nap_ends_when_due(void)
+{
+	struct kvl_runtime_conf rt = { .idle_policy = KVL_IDLE_HYBRID,
+				       .hybrid_idle_us = 0,
+				       .hybrid_sleep_us = 5000 };
+	struct kvl_lcore lc;
+	struct kvl_lcore_stats st;
+
+	kvl_lcore_init(&lc, 3, 5, 1, 0, &rt, 1000000, &stop_flag);
+	lc.clock = fake_clock;
+	lc.sleep = record_sleep;
+	CHECK(lc.due_ns == UINT64_MAX);
+	kvl_lcore_add_stage(&lc, "due", due_stage, NULL);
+	n_slept = 0;
+	due_in_ns = 300000;	/* 300 us: the nap ends by then, not after 5000 */
+	kvl_lcore_iterate(&lc); /* the idle run starts: no nap yet */
+	kvl_lcore_iterate(&lc);
+	kvl_lcore_stats_read(&lc, &st);
+	CHECK_INT(n_slept, 1);
+	CHECK(slept_us[0] <= 300 && slept_us[0] >= 250);
+	CHECK_INT(st.naps, 1);
+	CHECK_INT(st.naps_due, 1);
+	CHECK_INT(st.due_spins, 0);
+	CHECK_INT(st.busy_cycles, 0); /* looking is not work */
+	due_in_ns = 1000;	      /* 1 us: spin, do not sleep */
+	kvl_lcore_iterate(&lc);
+	kvl_lcore_stats_read(&lc, &st);
+	CHECK_INT(n_slept, 1);
+	CHECK_INT(st.naps, 1);
+	CHECK_INT(st.due_spins, 1);
+	due_in_ns = 60000000000ll; /* a minute away: hybrid_sleep_us bounds it */
+	kvl_lcore_iterate(&lc);
+	kvl_lcore_stats_read(&lc, &st);
+	CHECK_INT(n_slept, 2);
+	CHECK_INT(slept_us[1], 5000);
+	CHECK_INT(st.naps_due, 1);
+	lc.n_stages = 0; /* nothing due any more: the last pass's due time is gone */
+	kvl_lcore_iterate(&lc);
+	CHECK(lc.due_ns == UINT64_MAX);
+	CHECK_INT(n_slept, 3);
+	CHECK_INT(slept_us[2], 5000);
+	kvl_lcore_due(NULL, 1); /* a stage called outside the loop */
+}
+
 static void test_main_stops_on_flag(void)
 {
 	struct kvl_lcore lc;
@@ -194,6 +262,7 @@ int main(void)
 	test_yield_naps_when_idle();
 	test_hybrid_waits_before_napping();
 	test_hybrid_busy_resets_idle_run();
+	test_hybrid_nap_ends_when_due();
 	test_main_stops_on_flag();
 	test_busy_pct_empty();
 	return kvl_test_done("loop");

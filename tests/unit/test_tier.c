@@ -290,12 +290,14 @@ static void test_engine(void)
 	CHECK_INT(ops->post(c, w, 3, &err), 3);
 	CHECK_INT(fe.posts, 0); /* handed over by progress, as one batch */
 	/* in flight: nothing is complete, nothing has landed */
-	CHECK(ops->progress(c) >= 1); /* copies in flight keep the lcore awake */
+	CHECK(ops->progress(c) >= 1); /* the hand-over is work */
 	CHECK_INT(fe.posts, 3);	      /* 1 + 2 ranges; the refused one never reaches the engine */
 	CHECK_INT(fe.q[1].wr.remote_off, 65536);
 	CHECK_INT(fe.q[2].wr.remote_off, 65536 + 2000);
 	CHECK_INT(fe.q[2].wr.remote_seg, 1);
-	CHECK(ops->progress(c) >= 1);
+	/* copies in flight are not work, they are due: an engine that cannot say when, at once */
+	CHECK_INT(ops->progress(c), 0);
+	CHECK(ops->due(c) <= fake_now + 100);
 	CHECK_INT(ops->reap(c, wc, 16), 0);
 	CHECK_INT(stage[0], 0);
 	/* landed: completions in order, bytes there first */
@@ -582,6 +584,74 @@ static void test_paced(void)
 	CHECK(kvl_pace_wait_ns(&p, 1000000) > 0 && kvl_pace_wait_ns(&p, 1000000) <= 4096 + 1);
 }
 
+/* When the lcore must look again though nothing was done (tier_due): copies in flight, when
+ * the engine says; parts waiting for an idle engine, at once; the pacing's debt, when paid;
+ * nothing at all, never. */
+static uint64_t fe_due_at;
+static uint64_t fe_due(const void *c)
+{
+	(void)c;
+	return fe_due_at;
+}
+
+static void test_due(void)
+{
+	struct kvl_xport_ops eops = fe_ops;
+	struct kvl_tier_opts o = { .segs = &tab,
+				   .staging = stage,
+				   .staging_len = STAGE,
+				   .engine = { &eops, &fe },
+				   .engine_depth = 8,
+				   .dma_seg = 1,
+				   .dma_base = (uintptr_t)seg_mem,
+				   .dma_len = SEGLEN / 2,
+				   .depth = 16,
+				   .clock = pace_clock };
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_conn *c;
+	struct kvl_wr w = rd(1, 1, 0, 4096, stage);
+	struct kvl_wc wc[4];
+	int err = 0;
+
+	eops.due = fe_due;
+	memset(&fe, 0, sizeof(fe));
+	fe.pool_base = (uintptr_t)seg_mem;
+	pace_now = 5000;
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	CHECK(ops->due(c) == UINT64_MAX); /* nothing posted: nothing due */
+	fe.hold = true;
+	CHECK_INT(ops->post(c, &w, 1, &err), 1);
+	CHECK(ops->due(c) == pace_now); /* waiting for an idle engine: the next pass hands it */
+	CHECK(ops->progress(c) >= 1);
+	CHECK_INT(fe.posts, 1);
+	fe_due_at = pace_now + 123456; /* the engine's estimate of the copy's end */
+	CHECK_INT(ops->progress(c), 0);
+	CHECK(ops->due(c) == pace_now + 123456);
+	fe.hold = false;
+	fe_due_at = UINT64_MAX;
+	CHECK(ops->progress(c) >= 1);
+	CHECK_INT(ops->reap(c, wc, 4), 1);
+	CHECK(memcmp(stage, seg_mem, 4096) == 0);
+	CHECK(ops->due(c) == UINT64_MAX); /* all landed */
+	ops->free(c);
+
+	/* paced, no engine (memcpy): a READ the bucket refused is due when the debt is paid */
+	o.engine = (struct kvl_xconn){ 0 };
+	o.engine_depth = 0;
+	o.flush_bytes = 65536;
+	o.rate_Bps = 1000000000; /* 1 byte per ns */
+	c = kvl_tier_new(&o);
+	CHECK(c != NULL);
+	CHECK(ops->due(c) == UINT64_MAX);
+	CHECK_INT(ops->post(c, &w, 1, &err), 1); /* taken on credit: owes 4096 bytes */
+	CHECK(ops->due(c) == pace_now + 4096 + 1);
+	pace_now += 4097;
+	CHECK(ops->due(c) == UINT64_MAX);
+	CHECK_INT(ops->reap(c, wc, 4), 1);
+	ops->free(c);
+}
+
 /* ---- engine-owned destinations (KVL_REQ_ENGINE_DEST): outside staging, in a segment ---- */
 
 static struct {
@@ -753,6 +823,7 @@ int main(void)
 	test_engine_min_batch();
 	test_bad_opts();
 	test_paced();
+	test_due();
 	test_dest_memcpy();
 	test_dest_engine();
 	free(cache);
