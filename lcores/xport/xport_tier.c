@@ -83,20 +83,28 @@ bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now)
 	return true;
 }
 
-/* How long until the bucket is back at 0 tokens, as of @now, leaving it as it is. */
-static uint64_t pace_wait(const struct kvl_pace *p, uint64_t now)
+/* The bucket's tokens as of @now, leaving it as it is. */
+static double pace_tokens(const struct kvl_pace *p, uint64_t now)
 {
 	double t = p->tokens;
 
 	if (now > p->last_ns)
 		t += (double)(now - p->last_ns) * p->rate_Bpns;
-	return t >= 0 || p->rate_Bpns <= 0 ? 0 : (uint64_t)(-t / p->rate_Bpns) + 1;
+	return t > p->burst ? p->burst : t;
+}
+
+/* How long from @now until the bucket holds @want tokens (0: it does). */
+static uint64_t pace_wait(const struct kvl_pace *p, uint64_t now, double want)
+{
+	double t = pace_tokens(p, now);
+
+	return t >= want || p->rate_Bpns <= 0 ? 0 : (uint64_t)((want - t) / p->rate_Bpns) + 1;
 }
 
 uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now)
 {
 	pace_refill(p, now);
-	return pace_wait(p, now);
+	return pace_wait(p, now, 0);
 }
 
 struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
@@ -510,7 +518,7 @@ static unsigned tier_progress(void *p)
  * no event, so it naps until then): at once while parts wait for an idle engine (hand_now
  * lets them wait a few passes at most); while copies are in flight, when the engine says the
  * oldest should end (at once, for an engine that cannot say); while the pacing refuses READs,
- * when the bucket has room again.
+ * when the bucket holds a quarter of its burst.
  */
 static uint64_t tier_due(const void *p)
 {
@@ -523,7 +531,11 @@ static uint64_t tier_due(const void *p)
 			return now;
 		due = e->due ? e->due(c->o.engine.c) : now;
 	}
-	if (c->o.rate_Bps && (w = pace_wait(&c->pace, now)) > 0 && now + w < due)
+	/* In debt: READs wait for the bucket (the scheduler keeps them). Looking again once a
+	 * quarter of the burst has come lets that much through in one pass: waking when the
+	 * debt is paid let one READ through a wake-up, a system call per block. */
+	if (c->o.rate_Bps && pace_tokens(&c->pace, now) < 0 &&
+	    (w = pace_wait(&c->pace, now, c->pace.burst / 4)) > 0 && now + w < due)
 		due = now + w;
 	return due;
 }
