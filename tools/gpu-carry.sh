@@ -68,10 +68,11 @@ for b in "$@"; do
 		name=${path%%=*}
 		file=${path#*=}
 		system_lib "$name" && continue
-		if [ ! -e "$dest/lib/$name" ]; then
+		# a library rebuilt since the last carry (libkvlane) is copied again
+		if [ ! -e "$dest/lib/$name" ] || ! cmp -s "$file" "$dest/lib/$name"; then
 			cp -L "$file" "$dest/lib/$name"
 			n_lib=$((n_lib + 1))
 		fi
 	done
 done
-echo "$dest: $# binaries, $(ls "$dest/lib" | wc -l) libraries ($n_lib new), $(du -sh "$dest" | cut -f1)"
+echo "$dest: $# binaries, $(ls "$dest/lib" | wc -l) libraries ($n_lib new or changed), $(du -sh "$dest" | cut -f1)"

@@ -70,16 +70,22 @@ void kvl_pace_init(struct kvl_pace *p, uint64_t rate_Bps, uint64_t burst, uint64
 {
 	p->rate_Bpns = (double)rate_Bps / 1e9;
 	p->burst = (double)burst;
+	p->quantum = p->burst / 4;
 	p->tokens = 0; /* a full bucket at start would let the first burst through at any rate */
 	p->last_ns = now;
+	p->open = true; /* the first take goes at once, on credit */
 }
 
 bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now)
 {
 	pace_refill(p, now);
-	if (p->tokens < 0)
+	if (!p->open && p->tokens >= p->quantum)
+		p->open = true;
+	if (!p->open)
 		return false;
 	p->tokens -= (double)bytes;
+	if (p->tokens < 0)
+		p->open = false; /* the run is over: the next opens at a quarter burst */
 	return true;
 }
 
@@ -93,18 +99,20 @@ static double pace_tokens(const struct kvl_pace *p, uint64_t now)
 	return t > p->burst ? p->burst : t;
 }
 
-/* How long from @now until the bucket holds @want tokens (0: it does). */
-static uint64_t pace_wait(const struct kvl_pace *p, uint64_t now, double want)
+/* How long from @now until a take is granted (0: now), leaving the bucket as it is. */
+static uint64_t pace_wait(const struct kvl_pace *p, uint64_t now)
 {
 	double t = pace_tokens(p, now);
 
-	return t >= want || p->rate_Bpns <= 0 ? 0 : (uint64_t)((want - t) / p->rate_Bpns) + 1;
+	if (p->open || t >= p->quantum || p->rate_Bpns <= 0)
+		return 0;
+	return (uint64_t)((p->quantum - t) / p->rate_Bpns) + 1;
 }
 
 uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now)
 {
 	pace_refill(p, now);
-	return pace_wait(p, now, 0);
+	return pace_wait(p, now);
 }
 
 struct kvl_tier_conn *kvl_tier_new(const struct kvl_tier_opts *o)
@@ -518,7 +526,7 @@ static unsigned tier_progress(void *p)
  * no event, so it naps until then): at once while parts wait for an idle engine (hand_now
  * lets them wait a few passes at most); while copies are in flight, when the engine says the
  * oldest should end (at once, for an engine that cannot say); while the pacing refuses READs,
- * when the bucket holds a quarter of its burst.
+ * when the bucket's next run opens (a quarter of its burst).
  */
 static uint64_t tier_due(const void *p)
 {
@@ -531,11 +539,8 @@ static uint64_t tier_due(const void *p)
 			return now;
 		due = e->due ? e->due(c->o.engine.c) : now;
 	}
-	/* In debt: READs wait for the bucket (the scheduler keeps them). Looking again once a
-	 * quarter of the burst has come lets that much through in one pass: waking when the
-	 * debt is paid let one READ through a wake-up, a system call per block. */
-	if (c->o.rate_Bps && pace_tokens(&c->pace, now) < 0 &&
-	    (w = pace_wait(&c->pace, now, c->pace.burst / 4)) > 0 && now + w < due)
+	/* READs the bucket refused wait in the scheduler: look again when the next run opens */
+	if (c->o.rate_Bps && (w = pace_wait(&c->pace, now)) > 0 && now + w < due)
 		due = now + w;
 	return due;
 }

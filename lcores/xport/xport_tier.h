@@ -88,22 +88,28 @@ struct kvl_tier_opts {
 };
 
 /*
- * A token bucket: @rate_Bps bytes per second on average, bursts of up to @burst bytes. A take
- * is granted while the bucket is not empty and may leave it owing (a block is never split),
- * so the long-run rate is exact and a block larger than @burst still goes. The tier paces its
- * READs with it; a tool pacing a socket to the same rate uses the same one.
+ * A token bucket: @rate_Bps bytes per second on average, bursts of up to @burst bytes. Takes
+ * are granted in runs: a run opens once the bucket holds a quarter of @burst (at start, at
+ * once), and its takes are granted while the bucket is not empty, the last one possibly
+ * leaving it owing (a block is never split). So the long-run rate is exact, a block larger
+ * than @burst still goes, and under load a run lets at least a quarter of the burst through:
+ * a bucket that granted a take whenever its debt was paid let one block through per look, and
+ * the lcore looked (woke) once a block. The tier paces its READs with it; a tool pacing a
+ * socket to the same rate uses the same one.
  */
 struct kvl_pace {
 	double rate_Bpns; /* bytes per ns */
 	double burst;
-	double tokens; /* bytes that may go now; negative: owed */
+	double quantum; /* a run opens at this many tokens: burst / 4 */
+	double tokens;	/* bytes that may go now; negative: owed */
 	uint64_t last_ns;
+	bool open; /* a run is open: takes are granted while tokens >= 0 */
 };
 
 void kvl_pace_init(struct kvl_pace *p, uint64_t rate_Bps, uint64_t burst, uint64_t now_ns);
 /* Whether @bytes may go at @now_ns (and, if so, they are taken). */
 bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now_ns);
-/* Nanoseconds from @now_ns until a take is granted (0: now). */
+/* Nanoseconds from @now_ns until a take is granted (0: now): until the next run opens. */
 uint64_t kvl_pace_wait_ns(struct kvl_pace *p, uint64_t now_ns);
 
 /* Its counters (one writer, the lcore; kvl_tier_stats_read copies them for any thread). */
