@@ -8,7 +8,8 @@
 #   sh tools/kvlane_serve_bench_h200.sh CARRY_DIR   (CARRY_DIR from tools/gpu-carry.sh, with
 #   bin/kvlane-serve-bench, bin/iperf3 and optionally bin/test_attn_gpu, serve_plot.py)
 # SERVE_H200_ONLY="main raw" runs those steps alone; SERVE_H200_BUDGET_S (235) bounds the call.
-# The 32x32x128 shape and the calibrated prefill ran at dff9e06/3eaab3f (docs/serve-bench.md).
+# The 32x32x128 shape and the calibrated prefill ran at dff9e06/3eaab3f (docs/serve-bench.md);
+# they run again only when named: SERVE_H200_ONLY="main calib writeup".
 # What comes back under $OUT (7 files): results.json/.csv and the plots of the main run, the
 # whole log (serve-h200.log), extras.tar (the other runs' CSVs, the low run's results.json);
 # stdout ends with a summary of it and the yardsticks (iperf3, varlen, tcp's socket rates).
@@ -121,6 +122,16 @@ for v in "bufs4m --tcp-bufs 4 --tcp-buf-kb 4096" "bufs512k --tcp-bufs 16 --tcp-b
 		--modes tcp --link-gbps 0 --max-requests 8 --rate 50 --input-median 16384 \
 		--input-sigma 0.2 --output-len 4 --host-mb 8192 "$@" --out "$W/t$n" --no-plot --quiet
 done
+# 7. only when named in SERVE_H200_ONLY (each ran once before, docs/serve-bench.md): the
+#    prefill time calibrated by a bf16 GEMM on this GPU (tcp and dual), and the write-up's
+#    32x32x128 shape (512 KiB of KV a token; --max-input 8000: 4000 MiB, which the tier holds)
+opt() { case " ${SERVE_H200_ONLY:-} " in *" $1 "*) r "$@" ;; esac; }
+opt calib 100 "$B/kvlane-serve-bench" $EAL --file-prefix sbcal -- --synthetic --preset llama3-8b --backend gpu \
+	--modes tcp,dual --calibrate-prefill --max-requests 24 --rate 2 --max-input 32768 \
+	--host-mb 8192 --sweep 12 --out "$W/calib" --no-plot --quiet
+opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --preset writeup-32x32 --backend gpu \
+	--modes tcp,dual,resident --max-requests 6 --rate 4 --input-median 4096 --output-len 16 \
+	--kv-budget-mb 32768 --host-mb 4096 --max-input 8000 --out "$W/wu" --no-plot --quiet
 [ -f "$W/iperf3.pid" ] && kill "$(cat "$W/iperf3.pid")" 2>/dev/null
 # at most 7 files under $OUT (the device brings back 8): the main run's, the log, and one tar
 # with every other run's results.csv, the low-load run's results.json and sweep.png again (it
@@ -128,7 +139,7 @@ done
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-(cd "$W" && for d in low raw long longref idle100 t*; do
+(cd "$W" && for d in low raw long longref idle100 calib wu t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
