@@ -70,7 +70,8 @@ struct row {
 
 static struct row transport(const struct kvl_segment *seg, void *dst, uint32_t u,
 			    const std::vector<uint32_t> &perm, int reps,
-			    enum kvl_cudma_small small = KVL_CUDMA_GATHER, unsigned batch_max = 0)
+			    enum kvl_cudma_small small = KVL_CUDMA_GATHER, unsigned batch_max = 0,
+			    unsigned gather_ctas = 0, unsigned gather_depth = 0)
 {
 	struct kvl_cudma_opts o;
 	struct kvl_cudma_conn *c;
@@ -85,6 +86,8 @@ static struct row transport(const struct kvl_segment *seg, void *dst, uint32_t u
 	o.depth = 8192; /* as the tier's engine (runtime/tier.c) */
 	o.small = small;
 	o.batch_max = batch_max;
+	o.gather_ctas = gather_ctas;
+	o.gather_depth = gather_depth;
 	c = kvl_cudma_new(&o, err, sizeof(err));
 	EXPECT(c != NULL, "cudma: %s", err);
 	EXPECT(kvl_cudma_add_remote(c, 1, seg->base, seg->length, KVL_SEG_REMOTE_READ, err,
@@ -250,6 +253,16 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
 /* a step not READY by then fails, naming it (the run is killed at 30 s) */
 #define OV_LIMIT_S 15.0
 #define OV_AHEAD   2 /* decode steps enqueued ahead of the one being filled (ov_stream) */
+
+/*
+ * A/B switches of this bench only (the runtime is tuned through its INI):
+ *   KVL_TIER_BENCH_ATTN_PRIO=greatest  the engine's stream at the greatest priority, as the
+ *                               tier's copy streams now are: the relation of before (both at
+ *                               one priority); default: the default (lowest) priority;
+ *   KVL_TIER_BENCH_DIAG=1       also the gather kernel alone beside the resident attention,
+ *                               by shape (DIAG lines).
+ */
+static bool ov_attn_greatest;
 
 /* The layer's 128 tier blocks (its first OV_R of each sequence) into its block table. */
 __global__ static void ov_patch(uint64_t *tab, const uint64_t *src)
@@ -738,7 +751,18 @@ static int overlap_main(int argc, char **argv)
 		CK(cudaFuncGetAttributes(&fa, att_reduce_kernel));
 		CK(cudaFuncGetAttributes(&fa, ov_patch));
 	}
-	CK(cudaStreamCreateWithFlags(&w.st, cudaStreamNonBlocking));
+	{
+		const char *a = getenv("KVL_TIER_BENCH_ATTN_PRIO");
+		int least = 0, greatest = 0;
+
+		ov_attn_greatest = a != NULL && strcmp(a, "greatest") == 0;
+		CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+		CK(cudaStreamCreateWithPriority(&w.st, cudaStreamNonBlocking,
+						ov_attn_greatest ? greatest : least));
+		printf("the engine's stream at priority %d (%s; range %d least .. %d greatest)\n",
+		       ov_attn_greatest ? greatest : least,
+		       ov_attn_greatest ? "greatest" : "default", least, greatest);
+	}
 	CK(cudaMalloc((void **)&w.res_pool, OV_RES_LAYER * OV_L));
 	CK(cudaMalloc((void **)&w.res_remote, OV_LAYER * OV_L));
 	CK(cudaMalloc((void **)&w.tab, (size_t)OV_L * OV_B * OV_NBLK * 8));
@@ -852,6 +876,35 @@ static int overlap_main(int argc, char **argv)
 	double x_ce = transport(&seg, scratch, w.unit, perm, 5, KVL_CUDMA_BATCH, 32).s;
 	double x_g = transport(&seg, scratch, w.unit, perm, 5).s;
 
+	if (getenv("KVL_TIER_BENCH_DIAG") != NULL && *getenv("KVL_TIER_BENCH_DIAG") != '\0') {
+		/*
+		 * Diagnostic (KVL_TIER_BENCH_DIAG=1): the transport alone of a step's blocks
+		 * (gather, on this thread, the tier's streams' priority) while the all-resident
+		 * attention runs on the engine's stream, for a few gather shapes: the rate it
+		 * keeps beside the attention, and the attention's time in decode steps 1-4 (which
+		 * the copies overlap) against the resident run's alone.
+		 */
+		static const unsigned shape[][2] = {
+			{ 8, 8 }, { 8, 16 }, { 16, 8 }, { 16, 16 }, { 32, 8 }
+		};
+
+		for (const auto &sh : shape) {
+			ov_stream(&w, NULL, ev, 0, steps);
+			double xs = transport(&seg, scratch, w.unit, perm, 3, KVL_CUDMA_GATHER, 0,
+					      sh[0], sh[1])
+					    .s;
+			struct ov_times bt = ov_read(&w, ev);
+			std::vector<double> c4(bt.comp.begin(),
+					       bt.comp.begin() +
+						       std::min<size_t>(4, bt.comp.size()));
+
+			printf("DIAG beside attention: gather %u CTAs depth %u: %.3f ms a step "
+			       "(%.1f GB/s); attention steps 1-4 %.3f ms (alone %.3f, %+.1f%%)\n",
+			       sh[0], sh[1], xs * 1e3, seg.length / xs / GB,
+			       gpu_bench_median(c4) * 1e3, compr * 1e3,
+			       100 * (gpu_bench_median(c4) / compr - 1));
+		}
+	}
 	CK(cudaFree(scratch));
 	printf("host tier overlap with attention through the runtime: scenario A of "
 	       "kvlane-gpu-bench (%u seqs x %u blocks, %u each from the tier: %zu MiB a layer, "
@@ -949,6 +1002,7 @@ static int overlap_main(int argc, char **argv)
 		       t.run * 1e3, res.run * 1e3, t.comp_all * 1e3, steps, steps * x * 1e3,
 		       100 * ovl_run, 100 * ovl_run_s,
 		       w.dest && !w.ring ? " (the target's measure here)" : "");
+		printf("           stall a layer %.1f us\n", stall * 1e6 / OV_L);
 		printf("           stall per step (ms):");
 		for (double v : t.stall)
 			printf(" %.3f", v * 1e3);
@@ -988,14 +1042,15 @@ static int overlap_main(int argc, char **argv)
 		       "batches_ce=%llu batches_gather=%llu launches=%llu small_copies=%llu "
 		       "svc_GBps_ce=%.2f svc_GBps_gather=%.2f probes=%llu est_compute_ns=%llu "
 		       "est_step_bytes=%llu outputs_equal=%d run_ms=%.3f resident_run_ms=%.3f "
-		       "ovl_run=%.4f ovl_run_star=%.4f\n",
+		       "ovl_run=%.4f ovl_run_star=%.4f attn_prio=%s\n",
 		       unit_kb, copy, dest, p50 * 1e3, comp * 1e3, stall * 1e3, p50r * 1e3, x * 1e3,
 		       ovl, ovls_, (unsigned long long)dc[C_CE], (unsigned long long)dc[C_G],
 		       (unsigned long long)dc[C_L], (unsigned long long)dc[C_S], gbs_ce, gbs_g,
 		       (unsigned long long)dc[C_P],
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_compute_ns"),
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_step_bytes"), same ? 1 : 0,
-		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s);
+		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s,
+		       ov_attn_greatest ? "greatest" : "default");
 	}
 	printf("/kvlane/tier: %.2000s\n", out);
 	double m = gpu_bench_median(ovls);
