@@ -451,8 +451,11 @@ void kvl_runtime_stop(struct kvl_runtime *rt)
 	rte_eal_mp_wait_lcore();
 	rt->started = false;
 	kvl_tier_stop(rt);
-	kvl_staging_stop(rt);
+	/* the reverse of start: the request table unmaps the schedulers' flag pools from CUDA
+	 * (cudaHostUnregister), which kvl_staging_stop then frees; the other way round found
+	 * no scheduler and left freed memory registered */
 	kvl_req_table_stop(rt);
+	kvl_staging_stop(rt);
 	for (unsigned i = 0; i < KVL_MAX_NICS; i++) {
 		if (rt->nic[i].io == NULL)
 			continue;
