@@ -56,12 +56,20 @@ static uint64_t now_ns(const struct kvl_tier_conn *c)
 	return c->o.clock ? c->o.clock(c->o.clock_arg) : kvl_now_ns();
 }
 
+/* The bucket's tokens as of @now, leaving it as it is. */
+static double pace_tokens(const struct kvl_pace *p, uint64_t now)
+{
+	double t = p->tokens;
+
+	if (now > p->last_ns)
+		t += (double)(now - p->last_ns) * p->rate_Bpns;
+	return t > p->burst ? p->burst : t;
+}
+
 static void pace_refill(struct kvl_pace *p, uint64_t now)
 {
 	if (now > p->last_ns) {
-		p->tokens += (double)(now - p->last_ns) * p->rate_Bpns;
-		if (p->tokens > p->burst)
-			p->tokens = p->burst;
+		p->tokens = pace_tokens(p, now);
 		p->last_ns = now;
 	}
 }
@@ -87,16 +95,6 @@ bool kvl_pace_take(struct kvl_pace *p, uint64_t bytes, uint64_t now)
 	if (p->tokens < 0)
 		p->open = false; /* the run is over: the next opens at a quarter burst */
 	return true;
-}
-
-/* The bucket's tokens as of @now, leaving it as it is. */
-static double pace_tokens(const struct kvl_pace *p, uint64_t now)
-{
-	double t = p->tokens;
-
-	if (now > p->last_ns)
-		t += (double)(now - p->last_ns) * p->rate_Bpns;
-	return t > p->burst ? p->burst : t;
 }
 
 /* How long from @now until a take is granted (0: now), leaving the bucket as it is. */
@@ -532,16 +530,22 @@ static uint64_t tier_due(const void *p)
 {
 	const struct kvl_tier_conn *c = p;
 	const struct kvl_xport_ops *e = c->o.engine.ops;
-	uint64_t now = now_ns(c), due = UINT64_MAX, w;
+	uint64_t due = UINT64_MAX, now, w;
 
+	/* called every pass: the clock is read only where something waits */
 	if (e != NULL && c->pend != c->phead) {
 		if (c->ptail != c->pend && c->handed_bytes == 0)
-			return now;
-		due = e->due ? e->due(c->o.engine.c) : now;
+			return now_ns(c);
+		due = e->due ? e->due(c->o.engine.c) : now_ns(c);
 	}
-	/* READs the bucket refused wait in the scheduler: look again when the next run opens */
-	if (c->o.rate_Bps && (w = pace_wait(&c->pace, now)) > 0 && now + w < due)
-		due = now + w;
+	/* READs the bucket refused wait in the scheduler: look again when the next run opens
+	 * (an open run grants at once: nothing to wait for) */
+	if (c->o.rate_Bps && !c->pace.open) {
+		now = now_ns(c);
+		w = pace_wait(&c->pace, now);
+		if (w > 0 && now + w < due)
+			due = now + w;
+	}
 	return due;
 }
 
