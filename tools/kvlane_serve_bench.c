@@ -46,6 +46,13 @@ static const struct sb_shape presets[] = {
 
 struct opts {
 	const char *trace, *out, *preset, *modes, *sweep, *backend, *idle;
+	/* tcp's and single's KV load (--baseline-load): blocking, the decode step that takes a
+	 * request in waits for all of its KV (a synchronous KV connector: the write-up's
+	 * baseline, vLLM v0's disaggregated prefill receiving before the forward pass), or
+	 * background, fetched while the batch decodes (an asynchronous connector). dual
+	 * always prefetches: that is what the dual path adds. */
+	const char *load;
+	bool bg_load;
 	struct sb_trace_opts to;
 	struct sb_synth sy;
 	bool synthetic;
@@ -66,6 +73,7 @@ static struct opts o = {
 	.modes = "tcp,single,dual,resident",
 	.backend = "auto",
 	.idle = "hybrid",
+	.load = "blocking",
 	.to = { .time_scale = 1.0 },
 	.sy = { .rate = 2.0, .input_median = 8192, .input_sigma = 0.8, .output = 128, .seed = 1 },
 	.link_gbps = 100,
@@ -112,7 +120,9 @@ struct rq {
 	double first, last, finish;
 	bool delayed, ended;
 	uint64_t hash;
-	_Atomic int at_prefill; /* its KV sits on the prefill side */
+	_Atomic int at_prefill; /* its KV sits on the prefill side (tcp, blocking: 2 = its
+				 * header has come, its KV waits on the socket for want) */
+	_Atomic int want;	/* tcp, blocking: admitted, the receiver may take its KV in */
 	double *gaps;
 	/* dual, a request whose KV is larger than the whole KV cache: streamed from the tier
 	 * each token, one kvlane request per token (two open: the next token's prefetched) */
@@ -196,6 +206,9 @@ struct res {
 	double by_batch_s[SB_BY_BATCH];
 	uint64_t by_batch_n[SB_BY_BATCH];
 	unsigned streamed; /* requests served streaming through the window */
+	/* blocking load: the times computing requests waited for another's KV, and how long */
+	unsigned stalls;
+	double stall_s;
 	/* the decode process's CPU seconds by thread (see cpu_split()) */
 	double cpu_total, cpu_loop, cpu_lcore, cpu_lcore_busy, cpu_recv, cpu_other;
 	double prefill_fill_s;	 /* of the prefill side's CPU: the pattern fill */
@@ -487,8 +500,10 @@ static void chunk_upload(struct rq *r, uint64_t off, uint64_t len, unsigned i)
 
 /* The decode side's receiver: each request's KV from the socket into the pinned buffers and
  * on into its KV cache blocks (taken first: with the cache full the socket waits, and so does
- * the sender), then an ack (control, same connection). The request joins the batch only once
- * all of it is in VRAM: fetch-all. */
+ * the sender), then an ack (control, same connection). The request computes only once all of
+ * it is in VRAM: fetch-all. In the background load that starts as its header comes; in the
+ * blocking load once the decode loop has admitted it (want), while the batch waits: the
+ * next request's header waits behind this one's KV (control mixed with data). */
 static void *receiver(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -508,7 +523,12 @@ static void *receiver(void *arg)
 		}
 		r = &rq[h.id];
 		keep = shape.layers * r->nb <= cpool.cap;
-		while (keep && !pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
+		if (keep && !o.bg_load) { /* blocking: the KV stays on the socket until asked, */
+			atomic_store(&r->at_prefill, 2);
+			while (!atomic_load(&r->want)) /* its cache blocks taken by admission */
+				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+		}
+		while (keep && o.bg_load && !pool_take(&cpool, shape.layers * r->nb, r->cblk)) {
 			r->delayed = true;
 			nanosleep(&(struct timespec){ 0, 200000 }, NULL);
 		}
@@ -774,6 +794,34 @@ static void stream_drain(struct rq *r)
 
 static unsigned *slot_free, n_slot_free;
 
+/* tcp's or resident's @r from its own cache blocks: every layer checked and taken in */
+static int take_cache(struct rq *r)
+{
+	for (uint32_t l = 0; l < shape.layers; l++) {
+		/* resident: "already in VRAM": written in place, nothing moved */
+		if (cur_mode == M_RESIDENT &&
+		    be->fill_blocks(cache_addrs(r, l), layer_offs(r, l), r->nb, bb, r->key) < 0)
+			return -1;
+		if (landed(r, l, cache_addrs(r, l)) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* tcp, blocking: the admitted requests whose KV the receiver has put in the cache join the
+ * batch */
+static void tcp_landed(void)
+{
+	for (unsigned i = 0; i < tr.n; i++) {
+		struct rq *r = &rq[i];
+
+		if (r->st != R_LANDING || atomic_load(&r->at_prefill) != 1)
+			continue;
+		if (take_cache(r) < 0)
+			exit(1);
+	}
+}
+
 /* Take @r into the batch if the KV cache has room. 1: admitted, 0: wait, -1: refused. */
 static int admit(struct rq *r)
 {
@@ -790,16 +838,21 @@ static int admit(struct rq *r)
 	}
 	if (n_slot_free == 0)
 		return 0;
-	/* tcp: the receiver took the blocks and copied the KV in already */
-	if (!stream && cur_mode != M_TCP && !pool_take(&cpool, n, r->cblk)) {
+	/* tcp, background: the receiver took the blocks and copied the KV in already */
+	if (!stream && (cur_mode != M_TCP || !o.bg_load) && !pool_take(&cpool, n, r->cblk)) {
 		if (!r->delayed)
 			R.delayed++;
 		r->delayed = true;
 		return 0;
 	}
-	if (cur_mode == M_TCP && r->delayed)
+	if (cur_mode == M_TCP && o.bg_load && r->delayed)
 		R.delayed++;
 	r->slot = slot_free[--n_slot_free];
+	if (cur_mode == M_TCP && !o.bg_load) { /* blocking: the receiver takes it in now */
+		r->st = R_LANDING;
+		atomic_store(&r->want, 1);
+		return 1;
+	}
 	if (stream) {
 		r->stream = true;
 		r->st = R_STREAM;
@@ -810,18 +863,8 @@ static int admit(struct rq *r)
 			open_token(r);
 		return 1;
 	}
-	if (own) {
-		for (uint32_t l = 0; l < shape.layers; l++) {
-			/* resident: "already in VRAM": written in place, nothing moved */
-			if (cur_mode == M_RESIDENT &&
-			    be->fill_blocks(cache_addrs(r, l), layer_offs(r, l), r->nb, bb,
-					    r->key) < 0)
-				return -1;
-			if (landed(r, l, cache_addrs(r, l)) < 0)
-				return -1;
-		}
-		return 1;
-	}
+	if (own)
+		return take_cache(r) < 0 ? -1 : 1;
 	r->st = R_LANDING;
 	if (open_tier(r, -1, &r->h) < 0)
 		exit(1);
@@ -1171,7 +1214,8 @@ static int write_results(const char *tag)
 		"\"cpu_nic_lcore_busy_s\": %.6f, \"cpu_tcp_receiver_s\": %.6f, \"cpu_other_s\": "
 		"%.6f,\n \"cpu_prefill_s\": %.6f, \"cpu_prefill_fill_s\": %.6f,\n"
 		" \"steps\": %llu, \"batch_sum\": %llu, \"weights_only_step_s\": %.6f, "
-		"\"streamed\": %u,\n \"step_ms_by_batch\": [%.4f, %.4f, %.4f, %.4f, %.4f], "
+		"\"streamed\": %u, \"load_stalls\": %u, \"load_stall_s\": %.6f,\n "
+		"\"step_ms_by_batch\": [%.4f, %.4f, %.4f, %.4f, %.4f], "
 		"\"steps_by_batch\": [%llu, %llu, %llu, %llu, %llu],\n"
 		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"recv_busy_s\": %.6f, "
 		"\"loop_phase_s\": [%.6f, %.6f, %.6f, %.6f, %.6f, %.6f], \"step_wall_s\": %.6f, "
@@ -1182,8 +1226,8 @@ static int write_results(const char *tag)
 		(unsigned long long)(o.budget_mb << 20), (unsigned long long)shape.weight_bytes,
 		R.cpu_total, R.cpu_loop, R.cpu_lcore, R.cpu_lcore_busy, R.cpu_recv, R.cpu_other,
 		R.prefill_cpu_s, R.prefill_fill_s, (unsigned long long)R.steps,
-		(unsigned long long)R.batch_sum, probe_s, R.streamed, bb_ms(0), bb_ms(1), bb_ms(2),
-		bb_ms(3), bb_ms(4), (unsigned long long)R.by_batch_n[0],
+		(unsigned long long)R.batch_sum, probe_s, R.streamed, R.stalls, R.stall_s, bb_ms(0),
+		bb_ms(1), bb_ms(2), bb_ms(3), bb_ms(4), (unsigned long long)R.by_batch_n[0],
 		(unsigned long long)R.by_batch_n[1], (unsigned long long)R.by_batch_n[2],
 		(unsigned long long)R.by_batch_n[3], (unsigned long long)R.by_batch_n[4],
 		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, R.ph[0],
@@ -1219,6 +1263,11 @@ static int run_mode(enum mode m, const char *tag)
 	int lfd = -1, cfd = -1, stats[2] = { -1, -1 }, go[2] = { -1, -1 };
 	pid_t child = -1;
 	unsigned done = 0;
+	/* tcp's and single's blocking load: no step while an admitted request's KV is on its
+	 * way, and one step between two loads (an engine step takes in what is ready at its
+	 * start, loads it, then computes) */
+	bool blk = !o.bg_load && (m == M_TCP || m == M_SINGLE), gate = false;
+	double stall_t = 0; /* when computing requests began to wait for a load; 0: not */
 
 	cur_mode = m;
 	memset(&R, 0, sizeof(R));
@@ -1364,7 +1413,18 @@ static int run_mode(enum mode m, const char *tag)
 		double c0 = thread_cpu_s(), c1;
 
 		/* admission, in the order prefills finish (head of line waits for memory) */
-		while (head < tr.n) {
+		bool may = true, loading = false;
+
+		if (blk) { /* blocking: the last load set computes a step first */
+			bool active = false;
+
+			for (unsigned i = 0; i < tr.n; i++) {
+				loading = loading || rq[i].st == R_LANDING;
+				active = active || rq[i].st == R_ACTIVE;
+			}
+			may = !loading && !(gate && active);
+		}
+		while (may && head < tr.n) {
 			struct rq *r = &rq[order[head]];
 			int at = m == M_RESIDENT ? 1 : atomic_load(&r->at_prefill);
 			int a;
@@ -1383,6 +1443,7 @@ static int run_mode(enum mode m, const char *tag)
 			a = admit(r);
 			if (a == 0)
 				break;
+			gate = gate || (blk && a > 0);
 			head++;
 		}
 		c1 = thread_cpu_s();
@@ -1390,6 +1451,8 @@ static int run_mode(enum mode m, const char *tag)
 		c0 = c1;
 		if (m == M_SINGLE || m == M_DUAL)
 			poll_events();
+		if (m == M_TCP && blk)
+			tcp_landed();
 		for (unsigned i = 0; i < tr.n && nb < o.max_batch; i++) {
 			struct rq *r = &rq[i];
 
@@ -1397,6 +1460,18 @@ static int run_mode(enum mode m, const char *tag)
 						  m == M_DUAL && r->landed > r->cur))
 				batch[nb++] = r;
 		}
+		loading = false;
+		for (unsigned i = 0; i < tr.n && blk && !loading; i++)
+			loading = rq[i].st == R_LANDING;
+		if (loading && nb && stall_t == 0) {
+			stall_t = now_s();
+			R.stalls++;
+		} else if (!loading && stall_t > 0) {
+			R.stall_s += now_s() - stall_t;
+			stall_t = 0;
+		}
+		if (loading) /* blocking: the whole batch waits for the KV being loaded */
+			nb = 0;
 		if (used_bytes_now() > R.peak_inuse)
 			R.peak_inuse = used_bytes_now();
 		if (nb == 0) {
@@ -1440,6 +1515,7 @@ static int run_mode(enum mode m, const char *tag)
 		}
 		R.steps++;
 		R.batch_sum += nb;
+		gate = false;
 		t = now_s();
 		if (vram_log) {
 			double landing = 0;
@@ -1558,13 +1634,15 @@ static int run_mode(enum mode m, const char *tag)
 
 struct sum {
 	bool ok;
-	double reqps, ttft50, ttft99, tpot50, tpot99, gap50, gap99, cpu_dec, cpu_pre, busy, wall;
+	double reqps, reqps_all, ttft50, ttft99, tpot50, tpot99, gap50, gap99, cpu_dec, cpu_pre,
+		busy, wall;
 	double moved_gb, link_gbps, sock_gbps, sock_s, peak_gb;
 	/* %% of one core over the run: the decode process by thread, the prefill side's fill */
 	double c_loop, c_lcore, c_lcore_busy, c_recv, c_other, c_fill, recv_gbps;
 	double steps, mean_batch, step_ms, probe_ms, by_batch_ms[SB_BY_BATCH];
 	double ph[N_PH], step_wall_ms; /* the loop's phases, % of one core; a step's wall time */
-	unsigned completed, refused, delayed, streamed;
+	unsigned completed, refused, delayed, streamed, stalls;
+	double stall_s; /* blocking load: computing requests waiting for another's KV */
 	uint64_t *hash; /* per request, 0: not completed */
 };
 
@@ -1597,7 +1675,7 @@ static int read_sum(const char *path, struct sum *s)
 	FILE *f = fopen(path, "r");
 	char *txt, *p;
 	long len;
-	double *ttft, *tpot, *gaps, *fin;
+	double *ttft, *tpot, *gaps, *fin, a0 = INFINITY;
 	unsigned n = 0, ng = 0, cg = 1024;
 
 	memset(s, 0, sizeof(*s));
@@ -1634,6 +1712,7 @@ static int read_sum(const char *path, struct sum *s)
 		ttft[n] = first - arr;
 		tpot[n] = out > 1 ? (finish - first) / (out - 1) : 0;
 		fin[n++] = finish;
+		a0 = fmin(a0, arr);
 		g = strstr(g, "[") + 1;
 		while (*g && *g != ']') {
 			if (ng == cg)
@@ -1665,6 +1744,9 @@ static int read_sum(const char *path, struct sum *s)
 		NUM("recv_busy_s", rbs);
 		NUM("streamed", x);
 		s->streamed = (unsigned)x;
+		NUM("load_stalls", x);
+		s->stalls = (unsigned)x;
+		NUM("load_stall_s", s->stall_s);
 		NUM("compute_busy_s", s->busy);
 		NUM("wall_s", s->wall);
 		NUM("kv_bytes_moved", moved);
@@ -1733,6 +1815,10 @@ static int read_sum(const char *path, struct sum *s)
 		lo = n >= 10 ? n / 10 : 0;
 		hi = n >= 10 ? n - 1 - n / 10 : n - 1;
 		s->reqps = n > 1 && fin[hi] > fin[lo] ? (hi - lo) / (fin[hi] - fin[lo]) : NAN;
+		/* and over the whole run, the first arrival to the last completion (vLLM's
+		 * benchmark_serving: completed / duration), which bursts of completions (a
+		 * blocking load's waves) do not bias */
+		s->reqps_all = n && fin[n - 1] > a0 ? n / (fin[n - 1] - a0) : NAN;
 	}
 	s->ttft50 = pct(ttft, n, 50);
 	s->ttft99 = pct(ttft, n, 99);
@@ -1778,6 +1864,12 @@ static void usage(const char *p)
 		"(tcp's "
 		"bytes per send() call; 1024)\n"
 		"  --fill-threads N (the prefill side's pattern fill of the tier, 1..16; 4)\n"
+		"  --baseline-load blocking|background (tcp's and single's KV load: the decode "
+		"step that\n"
+		"                      takes a request in waits for its KV, as a synchronous "
+		"connector; or fetched\n"
+		"                      while the batch decodes, as an asynchronous one; dual "
+		"always prefetches; blocking)\n"
 		"  --calibrate-prefill (time a bf16 GEMM of the preset's width on the GPU once and "
 		"use its rate)\n",
 		p);
@@ -1820,7 +1912,7 @@ static void params_json(FILE *f)
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
 		"\"fill_threads\": %u, \"tcp_buf_kb\": %llu, \"send_kb\": %llu, "
-		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, "
+		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, \"baseline_load\": \"%s\", "
 		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
 		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
@@ -1837,7 +1929,7 @@ static void params_json(FILE *f)
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
 		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
-		o.hybrid_idle_us, o.hybrid_sleep_us);
+		o.hybrid_idle_us, o.hybrid_sleep_us, o.load);
 }
 
 /* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x
@@ -1959,31 +2051,33 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 	}
 	printf("\n%s, %u requests, offered %.2f req/s, link %g Gb/s (modelled), backend %s\n",
 	       shape.name, tr.n, rate, o.link_gbps, be->name);
-	printf("| path | req/s | TTFT p50 s | TTFT p99 s | TPOT p50 ms | TPOT p99 ms | gap p99 ms "
+	printf("| path | req/s (10-90 %%) | req/s (all) | TTFT p50 s | TTFT p99 s | TPOT p50 ms | "
+	       "TPOT p99 ms | gap p99 ms "
 	       "| CPU decode %% | CPU prefill %% | compute busy %% | KV GB moved | link load Gb/s "
 	       "| "
 	       "peak KV GB | refused | delayed "
-	       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+	       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	for (int m = 0; m < N_MODES; m++) {
 		if (!s[m].ok)
 			continue;
-		printf("| %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.0f | %.0f | %.0f | %.2f "
+		printf("| %s | %.2f | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.0f | %.0f | %.0f "
 		       "| "
-		       "%.1f | %.2f | %u | %u |\n",
-		       mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50, s[m].tpot99,
-		       s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy, s[m].moved_gb,
-		       s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
+		       "%.2f | %.1f | %.2f | %u | %u |\n",
+		       mode_name[m], s[m].reqps, s[m].reqps_all, s[m].ttft50, s[m].ttft99,
+		       s[m].tpot50, s[m].tpot99, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
+		       s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].refused, s[m].delayed);
 		fprintf(csv,
 			"%s,%g,%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.2f,%.3f,"
 			"%u,%u,%u,%.2f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%.3f,%.3f,%u,%."
-			"2f\n",
+			"2f,%u,%.3f,%.4f\n",
 			tag, rate, mode_name[m], s[m].reqps, s[m].ttft50, s[m].ttft99, s[m].tpot50,
 			s[m].tpot99, s[m].gap50, s[m].gap99, s[m].cpu_dec, s[m].cpu_pre, s[m].busy,
 			s[m].moved_gb, s[m].link_gbps, s[m].peak_gb, s[m].completed, s[m].refused,
 			s[m].delayed, s[m].sock_gbps, s[m].cpu_dec / host_cores(),
 			s[m].cpu_pre / host_cores(), s[m].c_loop, s[m].c_lcore, s[m].c_lcore_busy,
 			s[m].c_recv, s[m].c_other, s[m].c_fill, s[m].mean_batch, s[m].step_ms,
-			s[m].probe_ms, s[m].streamed, s[m].recv_gbps);
+			s[m].probe_ms, s[m].streamed, s[m].recv_gbps, s[m].stalls, s[m].stall_s,
+			s[m].reqps_all);
 	}
 	if (s[M_TCP].ok && s[M_TCP].sock_s > 0)
 		printf("tcp: the socket carried %.2f GB in %.3f s of send() (pacing waits not "
@@ -2026,12 +2120,13 @@ static int run_all(const char *tag, double rate, FILE *js, FILE *csv, bool first
 		if (s[m].ok)
 			printf("steps %s: %.0f, mean batch %.2f, mean step %.2f ms, by batch "
 			       "1/2/3/4/5+: %.2f/%.2f/%.2f/%.2f/%.2f ms; weights alone %.2f ms "
-			       "(%.2f TB/s of %.2f GB)\n",
+			       "(%.2f TB/s of %.2f GB); the batch waited for a load %u times, "
+			       "%.3f s\n",
 			       mode_name[m], s[m].steps, s[m].mean_batch, s[m].step_ms,
 			       s[m].by_batch_ms[0], s[m].by_batch_ms[1], s[m].by_batch_ms[2],
 			       s[m].by_batch_ms[3], s[m].by_batch_ms[4], s[m].probe_ms,
 			       shape.weight_bytes / (s[m].probe_ms / 1e3) / 1e12,
-			       shape.weight_bytes / 1e9);
+			       shape.weight_bytes / 1e9, s[m].stalls, s[m].stall_s);
 	/* where the decode loop's CPU goes, and whether a step waits on the GPU or on its
 	 * launches (wall from step_begin to step_end's return, against the GPU's event time) */
 	for (int m = 0; m < N_MODES; m++)
@@ -2126,6 +2221,7 @@ int main(int argc, char **argv)
 		{ "send-kb", 1, 0, 'Z' },
 		{ "calibrate-prefill", 0, 0, 'C' },
 		{ "fill-threads", 1, 0, 'F' },
+		{ "baseline-load", 1, 0, 'A' },
 		{ "help", 0, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -2254,6 +2350,17 @@ int main(int argc, char **argv)
 		case 'F':
 			o.fill_threads = (unsigned)atoi(optarg);
 			break;
+		case 'A':
+			o.load = optarg;
+			if (strcmp(o.load, "blocking") && strcmp(o.load, "background")) {
+				fprintf(stderr,
+					"serve-bench: --baseline-load %s: give blocking or "
+					"background\n",
+					o.load);
+				return 2;
+			}
+			o.bg_load = !strcmp(o.load, "background");
+			break;
 		default:
 			usage(argv[0]);
 			return c == 'h' ? 0 : 2;
@@ -2359,6 +2466,15 @@ int main(int argc, char **argv)
 	printf("modelled: the link (%g Gb/s token bucket%s) and the prefill time; real: decode "
 	       "compute, the copies into the decode side's memory, every byte checked\n",
 	       o.link_gbps, o.link_gbps > 0 ? "" : " off: PCIe/memory ceiling");
+	printf("tcp and single load a request's KV %s; dual prefetches it through kvlane's "
+	       "window, layer by layer\n",
+	       o.bg_load ? "in the background, while the batch decodes (an asynchronous "
+			   "connector)"
+			 : "blocking: the decode step that takes it in waits for all of it (a "
+			   "synchronous connector, the write-up's baseline)");
+	printf("req/s (10-90 %%): the completions from the 10th to the 90th percentile over their "
+	       "time; req/s (all): completed / (last completion - first arrival), as vLLM's "
+	       "benchmark_serving\n");
 	snprintf(p, sizeof(p), "%s/results.json", o.out);
 	js = fopen(p, "w");
 	snprintf(p, sizeof(p), "%s/results.csv", o.out);
@@ -2373,7 +2489,8 @@ int main(int argc, char **argv)
 		     "delayed,socket_gbps,cpu_decode_pct_host,cpu_prefill_pct_host,"
 		     "cpu_decode_loop_pct_core,cpu_nic_lcore_pct_core,cpu_nic_lcore_busy_pct_core,"
 		     "cpu_tcp_receiver_pct_core,cpu_other_pct_core,cpu_prefill_fill_pct_core,"
-		     "mean_batch,mean_step_ms,weights_only_step_ms,streamed,recv_gbps\n");
+		     "mean_batch,mean_step_ms,weights_only_step_ms,streamed,recv_gbps,load_stalls,"
+		     "load_stall_s,req_s_all\n");
 	fprintf(js, "{\"params\": ");
 	params_json(js);
 	fprintf(js, ",\n \"runs\": [");

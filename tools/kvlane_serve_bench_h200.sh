@@ -7,7 +7,8 @@
 # idle settings, and tcp's send/receive sizes one at a time. Run there from the repository root:
 #   sh tools/kvlane_serve_bench_h200.sh CARRY_DIR   (CARRY_DIR from tools/gpu-carry.sh, with
 #   bin/kvlane-serve-bench, bin/iperf3 and optionally bin/test_attn_gpu, serve_plot.py)
-# SERVE_H200_ONLY="main raw" runs those steps alone; SERVE_H200_BUDGET_S (235) bounds the call.
+# SERVE_H200_ONLY="main raw" runs those steps alone; SERVE_H200_BUDGET_S (235) bounds the call
+# (the main and bg steps alone take about 280 s since tcp's load is blocking by default).
 # The 32x32x128 shape and the calibrated prefill ran at dff9e06/3eaab3f (docs/serve-bench.md);
 # they run again only when named: SERVE_H200_ONLY="main calib writeup".
 # What comes back under $OUT (7 files): results.json/.csv and the plots of the main run, the
@@ -48,7 +49,18 @@ r() { # r NAME LIMIT_S CMD...: one step, its exit status and time, inside the ca
 	echo "== $n ($(date -u +%T), limit ${lim} s)"
 	t0=$(date +%s)
 	timeout -s KILL "$lim" "$@"
-	echo "rc=$? $n $(($(date +%s) - t0)) s"
+	rc=$?
+	echo "rc=$rc $n $(($(date +%s) - t0)) s"
+	# a killed step's mode process may still hold VRAM for a few seconds: the next step
+	# waits for the GPU to be free again (at most 30 s) instead of failing on it
+	if [ "$rc" -ge 128 ]; then
+		for _ in $(seq 30); do
+			u=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+			[ "${u:-0}" -lt 2048 ] && break
+			sleep 1
+		done
+		echo "   (after the kill: ${u:-?} MiB of VRAM in use)"
+	fi
 }
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm --format=csv,noheader
 echo "cores: $(nproc); python3 matplotlib: $(python3 -c 'import matplotlib; print(matplotlib.__version__)' 2>&1 | tail -1)"
@@ -71,8 +83,20 @@ r iperf3l4m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 4M
 # 2. the default synthetic workload (64 requests), 100 Gb/s pacing, at 12 req/s and 24 req/s
 #    (beyond what the 100 Gb/s link carries: ~1.2 GB of KV a request is ~10.8 req/s), the four
 #    modes; prefill: the stated model (400 TFLOP/s). Then 24 of them at 2 req/s (low load).
-r main 150 "$B/kvlane-serve-bench" $EAL --file-prefix sbmain -- --synthetic --preset llama3-8b --backend gpu \
+#    tcp and single load blocking (the default: the step that takes a request in waits for its
+#    KV, the write-up's baseline); then the same with their load in the background (an
+#    asynchronous connector, the stronger baseline), dual beside them again
+r main 240 "$B/kvlane-serve-bench" $EAL --file-prefix sbmain -- --synthetic --preset llama3-8b --backend gpu \
 	--max-requests 64 --rate 12 --max-input 32768 --host-mb 8192 --sweep 24 --out "$W/main" --quiet
+r bg 180 "$B/kvlane-serve-bench" $EAL --file-prefix sbbg -- --synthetic --preset llama3-8b --backend gpu \
+	--modes tcp,single,dual --baseline-load background --max-requests 64 --rate 12 --max-input 32768 \
+	--host-mb 8192 --sweep 24 --out "$W/bg" --no-plot --quiet
+# 2b. the same offered load, 192 requests, tcp and dual: a blocking tcp completes in waves (a
+#     batch loaded, then decoded together), so 64 requests hold two of them and the 10-90 %
+#     window misses the first one's load; with 192 the steady rates are compared again
+r steady 200 "$B/kvlane-serve-bench" $EAL --file-prefix sbst -- --synthetic --preset llama3-8b --backend gpu \
+	--modes tcp,dual --max-requests 192 --rate 12 --max-input 32768 --host-mb 8192 \
+	--out "$W/steady" --no-plot --quiet
 r low 90 "$B/kvlane-serve-bench" $EAL --file-prefix sblow -- --synthetic --preset llama3-8b --backend gpu \
 	--max-requests 24 --rate 2 --max-input 32768 --host-mb 8192 --out "$W/low" --no-plot --quiet
 # 3. the link rates unpaced: tcp (socket time only; pinned receive buffers, the copy engine
@@ -139,7 +163,7 @@ opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-(cd "$W" && for d in low raw long longref idle100 calib wu t*; do
+(cd "$W" && for d in bg steady low raw long longref idle100 calib wu t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
@@ -151,7 +175,7 @@ echo "== summary"
 awk '/^== summary/ { exit }
 /^== / { step = $2; print; next }
 /^\|---/ || (/^\| path/ && hdr++) { next }
-/^(cpu|steps|loop) / { if (step == "main" || step == "low") print; next }
+/^(cpu|steps|loop) / { if (step == "main" || step == "low" || step == "bg") print; next }
 /^(rc=|\||tcp: the socket|outputs:|serve-bench:|stream |long-check:|prefill calibrated:|varlen|PASS|FAIL|skipped)/ ||
 / requests, offered / { print }' "$OUT/serve-h200.log"
 echo "== yardsticks"

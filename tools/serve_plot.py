@@ -74,13 +74,21 @@ def main():
                 n = len(fin)
                 lo, hi = (n // 10, n - 1 - n // 10) if n >= 10 else (0, n - 1)
                 rps = (hi - lo) / (fin[hi] - fin[lo]) if n > 1 and fin[hi] > fin[lo] else 0
+                # over the whole run (first arrival to last completion), as the bench's
+                # req/s (all)
+                a0 = min((r["arrival_s"] for r in rs), default=0)
+                rps_all = n / (fin[-1] - a0) if n and fin[-1] > a0 else 0
                 tpot = [(r["finish_s"] - r["first_token_s"]) / max(1, r["output"] - 1) * 1e3
                         for r in rs]
-                by_mode.setdefault(m["mode"], []).append((run["rate"], rps, pct(tpot, 99)))
+                by_mode.setdefault(m["mode"], []).append((run["rate"], rps, pct(tpot, 99),
+                                                          rps_all))
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for mode, pts in by_mode.items():
             pts.sort()
-            a1.plot([x[0] for x in pts], [x[1] for x in pts], "o-", label=mode)
+            line, = a1.plot([x[0] for x in pts], [x[1] for x in pts], "o-",
+                            label=f"{mode} (10-90 %)")
+            a1.plot([x[0] for x in pts], [x[3] for x in pts], "s--", color=line.get_color(),
+                    label=f"{mode} (all)")
             a2.plot([x[0] for x in pts], [x[2] for x in pts], "o-", label=mode)
         a1.set_ylabel("completed req/s")
         a2.set_ylabel("p99 TPOT (ms)")

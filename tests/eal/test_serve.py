@@ -55,9 +55,9 @@ def run(ctx, args, timeout=180):
                      f"--- stderr\n{p.stderr[-6000:]}")
 
 
-def check_run(run_, n, what, out):
+def check_run(run_, n, what, out, modes_=MODES, load="blocking"):
     modes = {m["mode"]: m for m in run_["modes"]}
-    check_eq(sorted(modes), sorted(MODES), f"{what}: modes reported", out)
+    check_eq(sorted(modes), sorted(modes_), f"{what}: modes reported", out)
     hashes = {}
     for name, m in modes.items():
         ids = [r["id"] for r in m["requests"]]
@@ -92,6 +92,15 @@ def check_run(run_, n, what, out):
             check_eq((m["cpu_nic_lcore_s"], m["cpu_nic_lcore_busy_s"]), (0, 0),
                      f"{what} {name}: no NIC lcore (rusage, busy)", out)
         check_eq(m["streamed"], 0, f"{what} {name}: nothing streamed (all fit the budget)", out)
+        # the batch waits for another request's KV only in tcp's and single's blocking load:
+        # dual prefetches, resident moves nothing, a background load never holds a step
+        if name in ("dual", "resident") or load == "background":
+            check_eq((m["load_stalls"], m["load_stall_s"]), (0, 0),
+                     f"{what} {name} ({load} load): the batch never waited for a load", out)
+        else:
+            check((m["load_stalls"] > 0) == (m["load_stall_s"] > 0),
+                  f"{what} {name}: load stalls counted with their time", "both 0 or both > 0",
+                  (m["load_stalls"], m["load_stall_s"]), out)
         # the decode loop's CPU by phase (admit, poll, launch, sync, after, idle): six
         # non-negative figures, and a loop that ran steps spent some; the steps' wall time
         # (step_begin to step_end's return) holds their compute time
@@ -101,8 +110,10 @@ def check_run(run_, n, what, out):
         check(m["step_wall_s"] + 1e-5 >= m["compute_busy_s"] > 0,
               f"{what} {name}: steps' wall time >= their compute time > 0", "wall >= busy",
               (m["step_wall_s"], m["compute_busy_s"]), out)
-    check_eq(hashes["dual"], hashes["resident"], f"{what}: dual's outputs = resident's", out)
-    check_eq(hashes["single"], hashes["resident"], f"{what}: single's outputs = resident's", out)
+    for name in ("dual", "single"):
+        if name in hashes:
+            check_eq(hashes[name], hashes["resident"], f"{what}: {name}'s outputs = resident's",
+                     out)
 
 
 def scenario_serve_modes(ctx):
@@ -123,15 +134,18 @@ def scenario_serve_modes(ctx):
              "seed, rate)", out)
     check("modelled" in par and "link" in par["modelled"], "params say what is modelled",
           "the link", par.get("modelled"), out)
+    check_eq(par["baseline_load"], "blocking", "params: tcp's and single's load (default)", out)
     check_eq(len(res["runs"]), 3, "runs: the main one and the two sweep rates", out)
     for k, run_ in enumerate(res["runs"]):
         check_run(run_, n, f"run {k} ({run_['tag']})", out)
+    stalls = {m["mode"]: (m["load_stalls"], round(m["load_stall_s"], 4))
+              for m in res["runs"][0]["modes"]}
     with open(os.path.join(out_dir, "results.csv")) as f:
         rows = list(csv.DictReader(f))
     check_eq(len(rows), 12, "results.csv rows (3 runs x 4 modes)", out)
     for r in rows:
         check_eq(int(r["completed"]), n, f"results.csv {r['run']} {r['mode']} completed", out)
-        float(r["tpot_p99_ms"])  # parses
+        float(r["tpot_p99_ms"]), float(r["req_s_all"])  # parse
     with open(os.path.join(out_dir, "main-dual.vram.csv")) as f:
         vr = list(csv.DictReader(f))
     check(len(vr) > 0 and all(float(r["in_use_bytes"]) <= float(r["budget_bytes"]) for r in vr),
@@ -139,7 +153,26 @@ def scenario_serve_modes(ctx):
           len(vr), out)
     delayed = sum(m["delayed_for_memory"] for m in res["runs"][0]["modes"])
     log(f"{n} requests x 4 modes x 3 runs: every byte checked; {delayed} admissions waited "
-        "for memory in the main run")
+        f"for memory in the main run; the batch waited for loads (times, s): {stalls}")
+    # the background load (an asynchronous connector): the same checks, no step held
+    bg_dir = os.path.join(ctx.tmp, "bg")
+    p, out = run(ctx, ["--synthetic", "--max-requests", str(n), "--rate", "50",
+                       "--input-median", "300", "--input-sigma", "1.2", "--max-input", "2048",
+                       "--output-len", "6", "--seed", "3", "--modes", "tcp,single,resident",
+                       "--baseline-load", "background", "--out", bg_dir, "--no-plot"])
+    check_eq(p.returncode, 0, "kvlane-serve-bench --baseline-load background: exit status", out)
+    with open(os.path.join(bg_dir, "results.json")) as f:
+        res = json.load(f)
+    check_eq(res["params"]["baseline_load"], "background", "params: --baseline-load", out)
+    check_run(res["runs"][0], n, "background", out, ("tcp", "single", "resident"),
+              "background")
+    check("in the background" in p.stdout, "stdout says how tcp and single load",
+          "in the background", p.stdout[:400], out)
+    p, out = run(ctx, ["--synthetic", "--baseline-load", "later", "--out", bg_dir])
+    check(p.returncode == 2 and "--baseline-load later: give blocking or background"
+          in p.stderr, "--baseline-load later: exit 2 and the values it takes",
+          "rc 2, blocking or background", (p.returncode, p.stderr[-300:]), out)
+    log("--baseline-load background: tcp, single, resident, no step held; a bad value refused")
     # the tool plots with the PATH's python3, else /usr/bin/python3 (python3-matplotlib)
     have = [py for py in ("python3", "/usr/bin/python3")
             if subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
