@@ -148,8 +148,12 @@ for v in "bufs4m --tcp-bufs 4 --tcp-buf-kb 4096" "bufs512k --tcp-bufs 16 --tcp-b
 done
 # 7. only when named in SERVE_H200_ONLY (each ran once before, docs/serve-bench.md): the
 #    prefill time calibrated by a bf16 GEMM on this GPU (tcp and dual), and the write-up's
-#    32x32x128 shape (512 KiB of KV a token; --max-input 8000: 4000 MiB, which the tier holds)
+#    32x32x128 shape (512 KiB of KV a token; --max-input 8000: 4000 MiB, which the tier holds);
+#    steady24: the steady step's 192 requests at 24 req/s
 opt() { case " ${SERVE_H200_ONLY:-} " in *" $1 "*) r "$@" ;; esac; }
+opt steady24 200 "$B/kvlane-serve-bench" $EAL --file-prefix sbst24 -- --synthetic --preset llama3-8b \
+	--backend gpu --modes tcp,dual --max-requests 192 --rate 24 --max-input 32768 --host-mb 8192 \
+	--out "$W/steady24" --no-plot --quiet
 opt calib 100 "$B/kvlane-serve-bench" $EAL --file-prefix sbcal -- --synthetic --preset llama3-8b --backend gpu \
 	--modes tcp,dual --calibrate-prefill --max-requests 24 --rate 2 --max-input 32768 \
 	--host-mb 8192 --sweep 12 --out "$W/calib" --no-plot --quiet
@@ -163,7 +167,7 @@ opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-(cd "$W" && for d in bg steady low raw long longref idle100 calib wu t*; do
+(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
