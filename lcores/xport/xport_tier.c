@@ -475,9 +475,10 @@ static unsigned engine_reap(struct kvl_tier_conn *c)
  * engine's per-batch cost (an event, a cross-stream join) is paid per megabytes, not per pass.
  * With min_batch, "at once" holds only for a first pass (the engine idle, nothing posted the
  * pass before) or a pass that posted nothing (the scheduler has no more for now); while passes
- * keep posting, a batch waits for min_batch. Without that, an engine that drains a pass's
- * worth as fast as passes come got one batch a pass, whose cost slowed the passes: a state
- * the run stayed in or not, from call to call (docs/gpu-bench.md, the host KV tier).
+ * keep posting, a batch waits for min_batch, and while the engine is busy with min_batch or
+ * more in flight, for flush_bytes. Without that, an engine that drains a pass's worth as fast
+ * as passes come got one batch a pass (or one of min_batch), whose cost slowed the passes: a
+ * state the run stayed in or not, from call to call (docs/gpu-bench.md, the host KV tier).
  */
 static bool hand_now(struct kvl_tier_conn *c)
 {
@@ -491,10 +492,16 @@ static bool hand_now(struct kvl_tier_conn *c)
 		return true;
 	if (c->handed_bytes >= c->o.flush_bytes)
 		return false;
-	if (c->o.min_batch == 0 || c->pending_bytes >= c->o.min_batch || !fresh)
+	if (c->o.min_batch == 0 || !fresh)
 		return true;
+	/* busy: the batch grows behind what runs, and goes before flush_bytes only once less
+	 * than min_batch is left in flight: handing 2 MiB over whenever that much had gathered
+	 * kept the 64 KiB runs in batches of 2.7 MiB on some calls (0.93x the transport alone,
+	 * 7.2 MiB and 1.00x on others) */
 	if (c->handed_bytes != 0)
-		return false; /* busy: the batch grows behind what runs */
+		return c->pending_bytes >= c->o.min_batch && c->handed_bytes < c->o.min_batch;
+	if (c->pending_bytes >= c->o.min_batch)
+		return true;
 	/* idle: a first pass goes at once; a trickle waits IDLE_WAITS passes at most */
 	if (!streaming || c->idle_waits >= IDLE_WAITS)
 		return true;

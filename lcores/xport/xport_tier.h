@@ -58,9 +58,11 @@ struct kvl_tier_opts {
 	uint64_t flush_bytes;
 	/* engine, 0: off (the rule above alone). Else, while the lcore keeps posting pass after
 	 * pass, what waits goes over only once this many bytes have gathered (or flush_bytes, or
-	 * a pass that posts nothing): a batch per pass when the engine drains as fast as the
-	 * passes come pays the engine's per-batch cost on every pass, and slows the passes that
-	 * pay it (the runtime's 16 KiB rate then fell to 0.69x of the transport alone). */
+	 * a pass that posts nothing), and while this much or more is in flight only at
+	 * flush_bytes (or a pass that posts nothing): a batch per pass when the engine drains as
+	 * fast as the passes come pays the engine's per-batch cost on every pass, and slows the
+	 * passes that pay it (the runtime's 16 KiB rate then fell to 0.69x of the transport alone).
+	 */
 	uint64_t min_batch;
 	uint32_t dma_seg; /* engine: its remote segment id for [dma_base, +dma_len) */
 	uintptr_t dma_base;
