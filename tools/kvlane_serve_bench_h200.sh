@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
-# kvlane-serve-bench on the lent H200, one call (under 4 minutes): the batched attention kernel's
+# kvlane-serve-bench on the lent H200, one call (about 8 minutes with bg and steady): the batched attention kernel's
 # check (test_attn_gpu varlen), iperf3 beside the tcp path's raw socket rate, the four modes on
 # the default synthetic workload (64 requests) at 100 Gb/s pacing at 12 and 24 req/s and 24 of
 # them at 2 req/s, a context over the KV budget streamed, dual with the runtime's own hybrid
@@ -81,7 +81,7 @@ r iperf3 20 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 5 -P 1 -f g
 r iperf3l1m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 1M
 r iperf3l4m 12 "$B/iperf3" -c 127.0.0.1 -p 5299 -t 3 -P 1 -f g -l 4M
 # 2. the default synthetic workload (64 requests), 100 Gb/s pacing, at 12 req/s and 24 req/s
-#    (beyond what the 100 Gb/s link carries: ~1.2 GB of KV a request is ~10.8 req/s), the four
+#    (beyond what the 100 Gb/s link carries: 1.53 GB of KV a request is 8.18 req/s), the four
 #    modes; prefill: the stated model (400 TFLOP/s). Then 24 of them at 2 req/s (low load).
 #    tcp and single load blocking (the default: the step that takes a request in waits for its
 #    KV, the write-up's baseline); then the same with their load in the background (an
