@@ -14,7 +14,7 @@ DEB_PKGS := gcc libc6-dev make meson ninja-build pkg-config python3 clang-format
 	python3-numpy python3-torch \
 	qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils perftest ucx-utils
 DEB_PKGS += libcurl4-openssl-dev  # issue 19: [cluster] speaks etcd's v3 JSON gateway over libcurl
-DEB_PKGS += libjansson-dev  # issue 19: the gateway's JSON bodies and the cluster records
+DEB_PKGS += libjansson-dev  # issue 19: the gateway's JSON bodies and the cluster records; kvlane-serve-bench
 DEB_PKGS += etcd-server etcd-client  # issue 19: the cluster suite starts a real etcd on 127.0.0.1
 DEB_PKGS += openssl  # issue 19: the cluster suite's TLS scenario makes its own CA (openssl req/x509)
 DEB_PKGS += python3-matplotlib  # issue 15: kvlane-serve-bench's PNG plots (tools/serve_plot.py)

@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <kvlane/kvlane.h>
 #include <rte_cycles.h>
 #include <rte_eal.h>
@@ -1065,24 +1066,26 @@ static double stat_cpu_s(const char *path)
 }
 
 /* The sum over the rows of "@key":[a,b,..] in a column-form telemetry reply. */
+/* The sum of array @key of the one command's object in a telemetry reply ({"/cmd": {...}}). */
 static uint64_t tel_sum(const char *reply, const char *key)
 {
-	char k[64];
-	const char *p;
+	json_t *root = json_loads(reply, 0, NULL), *a, *v;
+	const char *cmd;
 	uint64_t sum = 0;
+	size_t i;
 
-	snprintf(k, sizeof(k), "\"%s\":[", key);
-	p = strstr(reply, k);
-	if (p == NULL)
-		return 0;
-	for (p += strlen(k); *p && *p != ']';) {
-		char *e;
+	if (json_is_object(root))
+		json_object_foreach(root, cmd, v)
+		{
+			a = json_object_get(v, key);
+			if (json_is_array(a)) {
+				json_t *x;
 
-		sum += strtoull(p, &e, 10);
-		if (e == p)
+				json_array_foreach(a, i, x) sum += (uint64_t)json_integer_value(x);
+			}
 			break;
-		p = *e == ',' ? e + 1 : e;
-	}
+		}
+	json_decref(root);
 	return sum;
 }
 
@@ -1670,143 +1673,138 @@ static double pct(double *v, unsigned n, double p)
 }
 
 /* The worker's JSON, read back for the table (the tool's own format: a few fields by name). */
+/* A number field of @o, or NAN (missing or not a number: the caller refuses the file). */
+static double jnum(const json_t *o, const char *k)
+{
+	const json_t *v = json_object_get(o, k);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* The first @n numbers of array field @k of @o into @out, each x @scale. false: not there. */
+static bool jnums(const json_t *o, const char *k, double *out, unsigned n, double scale)
+{
+	const json_t *a = json_object_get(o, k);
+
+	if (!json_is_array(a) || json_array_size(a) < n)
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		const json_t *v = json_array_get(a, i);
+
+		if (!json_is_number(v))
+			return false;
+		out[i] = json_number_value(v) * scale;
+	}
+	return true;
+}
+
+/* One mode's record (write_results' file, through jansson) into @s. */
 static int read_sum(const char *path, struct sum *s)
 {
-	FILE *f = fopen(path, "r");
-	char *txt, *p;
-	long len;
+	json_error_t je;
+	json_t *root = json_load_file(path, 0, &je), *reqs, *r;
 	double *ttft, *tpot, *gaps, *fin, a0 = INFINITY;
 	unsigned n = 0, ng = 0, cg = 1024;
+	int rc = -EINVAL;
+	size_t ri;
 
 	memset(s, 0, sizeof(*s));
-	if (f == NULL)
-		return -errno;
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	rewind(f);
-	txt = calloc(1, len + 1);
-	if (fread(txt, 1, len, f) != (size_t)len) {
-		fclose(f);
-		return -EIO;
+	if (root == NULL) {
+		fprintf(stderr, "serve-bench: %s:%d: %s\n", path, je.line, je.text);
+		return -EINVAL;
 	}
-	fclose(f);
+	reqs = json_object_get(root, "requests");
 	ttft = calloc(tr.n + 1, sizeof(double));
 	tpot = calloc(tr.n + 1, sizeof(double));
 	fin = calloc(tr.n + 1, sizeof(double));
 	gaps = malloc(cg * sizeof(double));
 	s->hash = calloc(tr.n, sizeof(uint64_t));
-	for (p = txt; (p = strstr(p, "{\"id\": ")) != NULL;) {
-		unsigned id, in, out;
-		double arr, pre, first, finish;
-		unsigned long long h;
-		char *g;
+	if (!json_is_array(reqs) || json_array_size(reqs) > tr.n || !ttft || !tpot || !fin ||
+	    !gaps || !s->hash)
+		goto out;
+	json_array_foreach(reqs, ri, r)
+	{
+		double id = jnum(r, "id"), out = jnum(r, "output"), arr = jnum(r, "arrival_s"),
+		       first = jnum(r, "first_token_s"), finish = jnum(r, "finish_s");
+		const char *h = json_string_value(json_object_get(r, "out_hash"));
+		const json_t *g = json_object_get(r, "gaps_ms"), *gv;
+		size_t gi;
 
-		if (sscanf(p,
-			   "{\"id\": %u, \"input\": %u, \"output\": %u, \"arrival_s\": %lf, "
-			   "\"prefill_done_s\": %lf, \"first_token_s\": %lf, \"finish_s\": %lf",
-			   &id, &in, &out, &arr, &pre, &first, &finish) != 7 ||
-		    id >= tr.n || (g = strstr(p, "\"out_hash\": \"")) == NULL ||
-		    sscanf(g, "\"out_hash\": \"%llx\"", &h) != 1)
-			return -EINVAL;
-		s->hash[id] = h ? h : 1;
+		if (!(id >= 0 && id < tr.n) || isnan(out) || isnan(arr) || isnan(first) ||
+		    isnan(finish) || h == NULL || !json_is_array(g))
+			goto out;
+		s->hash[(unsigned)id] = strtoull(h, NULL, 16) ? strtoull(h, NULL, 16) : 1;
 		ttft[n] = first - arr;
 		tpot[n] = out > 1 ? (finish - first) / (out - 1) : 0;
 		fin[n++] = finish;
 		a0 = fmin(a0, arr);
-		g = strstr(g, "[") + 1;
-		while (*g && *g != ']') {
-			if (ng == cg)
-				gaps = realloc(gaps, (cg *= 2) * sizeof(double));
-			gaps[ng++] = strtod(g, &g) / 1e3;
-			while (*g == ',' || *g == ' ')
-				g++;
-		}
-		p = g;
-	}
-#define NUM(k, v)                                             \
-	do {                                                  \
-		char *q_ = strstr(txt, "\"" k "\": ");        \
-		if (q_ == NULL)                               \
-			return -EINVAL;                       \
-		v = strtod(q_ + strlen("\"" k "\": "), NULL); \
-	} while (0)
-	{
-		double c, r, d, u, pr, moved, lb, lbs, peak, x, bs, rbs, st;
-
-		NUM("completed", c);
-		NUM("delayed_for_memory", d);
-		NUM("cpu_decode_s", u);
-		NUM("cpu_prefill_s", pr);
-		NUM("steps", st);
-		NUM("batch_sum", bs);
-		NUM("weights_only_step_s", x);
-		s->probe_ms = x * 1e3;
-		NUM("recv_busy_s", rbs);
-		NUM("streamed", x);
-		s->streamed = (unsigned)x;
-		NUM("load_stalls", x);
-		s->stalls = (unsigned)x;
-		NUM("load_stall_s", s->stall_s);
-		NUM("compute_busy_s", s->busy);
-		NUM("wall_s", s->wall);
-		NUM("kv_bytes_moved", moved);
-		NUM("link_bytes", lb);
-		NUM("link_busy_s", lbs);
-		NUM("peak_kv_bytes", peak);
-		NUM("refused_count", r);
-		s->completed = (unsigned)c;
-		s->refused = (unsigned)r;
-		s->delayed = (unsigned)d;
-		s->cpu_dec = u / s->wall * 100;
-		s->cpu_pre = pr / s->wall * 100;
-		NUM("cpu_decode_loop_s", x);
-		s->c_loop = x / s->wall * 100;
-		NUM("cpu_nic_lcore_s", x);
-		s->c_lcore = x / s->wall * 100;
-		NUM("cpu_nic_lcore_busy_s", x);
-		s->c_lcore_busy = x < 0 ? -1 : x / s->wall * 100;
-		NUM("cpu_tcp_receiver_s", x);
-		s->c_recv = x / s->wall * 100;
-		NUM("cpu_other_s", x);
-		s->c_other = fmax(0, x) / s->wall * 100; /* /proc counts in clock ticks */
-		NUM("cpu_prefill_fill_s", x);
-		s->c_fill = x / s->wall * 100;
+		json_array_foreach(g, gi, gv)
 		{
-			char *q = strstr(txt, "\"step_ms_by_batch\": [");
+			if (ng == cg) {
+				double *x = realloc(gaps, (cg *= 2) * sizeof(double));
 
-			if (q == NULL)
-				return -EINVAL;
-			q += strlen("\"step_ms_by_batch\": [");
-			for (unsigned i = 0; i < SB_BY_BATCH; i++) {
-				s->by_batch_ms[i] = strtod(q, &q);
-				while (*q == ',' || *q == ' ')
-					q++;
+				if (x == NULL)
+					goto out;
+				gaps = x;
 			}
-			q = strstr(txt, "\"loop_phase_s\": [");
-			if (q == NULL)
-				return -EINVAL;
-			q += strlen("\"loop_phase_s\": [");
-			for (unsigned i = 0; i < N_PH; i++) {
-				s->ph[i] = strtod(q, &q) / s->wall * 100;
-				while (*q == ',' || *q == ' ')
-					q++;
-			}
+			gaps[ng++] = json_number_value(gv) / 1e3;
 		}
-		NUM("step_wall_s", x);
-		s->step_wall_ms = st > 0 ? x / st * 1e3 : 0;
+	}
+	{
+		double wall = jnum(root, "wall_s"), st = jnum(root, "steps"),
+		       bs = jnum(root, "batch_sum"), moved = jnum(root, "kv_bytes_moved"),
+		       lb = jnum(root, "link_bytes"), lbs = jnum(root, "link_busy_s"),
+		       rbs = jnum(root, "recv_busy_s"), x;
+		/* every number the table needs, as write_results() writes them */
+		static const char *const need[] = {
+			"completed",	   "delayed_for_memory",   "cpu_decode_s",
+			"cpu_prefill_s",   "weights_only_step_s",  "streamed",
+			"load_stalls",	   "load_stall_s",	   "compute_busy_s",
+			"peak_kv_bytes",   "refused_count",	   "cpu_decode_loop_s",
+			"cpu_nic_lcore_s", "cpu_nic_lcore_busy_s", "cpu_tcp_receiver_s",
+			"cpu_other_s",	   "cpu_prefill_fill_s",   "step_wall_s",
+		};
+
+		for (unsigned i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+			if (isnan(jnum(root, need[i])))
+				goto out;
+		if (!(wall > 0) || isnan(st) || isnan(bs) || isnan(moved) || isnan(lb) ||
+		    isnan(lbs) || isnan(rbs) ||
+		    !jnums(root, "step_ms_by_batch", s->by_batch_ms, SB_BY_BATCH, 1) ||
+		    !jnums(root, "loop_phase_s", s->ph, N_PH, 100 / wall))
+			goto out;
+		s->wall = wall;
+		s->completed = (unsigned)jnum(root, "completed");
+		s->refused = (unsigned)jnum(root, "refused_count");
+		s->delayed = (unsigned)jnum(root, "delayed_for_memory");
+		s->streamed = (unsigned)jnum(root, "streamed");
+		s->stalls = (unsigned)jnum(root, "load_stalls");
+		s->stall_s = jnum(root, "load_stall_s");
+		s->probe_ms = jnum(root, "weights_only_step_s") * 1e3;
+		s->cpu_dec = jnum(root, "cpu_decode_s") / wall * 100;
+		s->cpu_pre = jnum(root, "cpu_prefill_s") / wall * 100;
+		s->c_loop = jnum(root, "cpu_decode_loop_s") / wall * 100;
+		s->c_lcore = jnum(root, "cpu_nic_lcore_s") / wall * 100;
+		x = jnum(root, "cpu_nic_lcore_busy_s");
+		s->c_lcore_busy = x < 0 ? -1 : x / wall * 100;
+		s->c_recv = jnum(root, "cpu_tcp_receiver_s") / wall * 100;
+		/* /proc counts in clock ticks */
+		s->c_other = fmax(0, jnum(root, "cpu_other_s")) / wall * 100;
+		s->c_fill = jnum(root, "cpu_prefill_fill_s") / wall * 100;
+		s->busy = jnum(root, "compute_busy_s");
+		s->step_wall_ms = st > 0 ? jnum(root, "step_wall_s") / st * 1e3 : 0;
 		s->steps = st;
 		s->mean_batch = st > 0 ? bs / st : 0;
 		s->step_ms = st > 0 ? s->busy / st * 1e3 : 0;
-		s->busy = s->busy / s->wall * 100;
+		s->busy = s->busy / wall * 100;
 		s->moved_gb = moved / 1e9;
 		/* the link's load over the run; tcp's socket rate while it had bytes to send */
-		s->link_gbps = moved * 8 / s->wall / 1e9;
+		s->link_gbps = moved * 8 / wall / 1e9;
 		s->sock_gbps = lbs > 0 ? lb * 8 / lbs / 1e9 : 0;
 		s->sock_s = lbs;
 		s->recv_gbps = rbs > 0 ? moved * 8 / rbs / 1e9 : 0;
-		s->peak_gb = peak / 1e9;
+		s->peak_gb = jnum(root, "peak_kv_bytes") / 1e9;
 	}
-#undef NUM
 	/* completed req/s over the steady window: the 10th to the 90th percentile completion */
 	{
 		unsigned lo, hi;
@@ -1827,12 +1825,17 @@ static int read_sum(const char *path, struct sum *s)
 	s->gap50 = pct(gaps, ng, 50) * 1e3;
 	s->gap99 = pct(gaps, ng, 99) * 1e3;
 	s->ok = true;
-	free(txt);
+	rc = 0;
+out:
+	if (rc < 0)
+		fprintf(stderr, "serve-bench: %s: not a mode's record (a field missing or bad)\n",
+			path);
+	json_decref(root);
 	free(ttft);
 	free(tpot);
 	free(fin);
 	free(gaps);
-	return 0;
+	return rc;
 }
 
 static void usage(const char *p)
@@ -1898,6 +1901,10 @@ static bool mode_on(enum mode m)
 
 static void params_json(FILE *f)
 {
+	/* the trace's path as a JSON string (quotes, backslashes, control bytes escaped) */
+	json_t *js = json_string(o.trace ? o.trace : "");
+	char *trace = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+
 	fprintf(f,
 		"{\"preset\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
 		"\"q_heads\": %u, \"block_tokens\": %u, \"block_bytes\": %u, "
@@ -1906,7 +1913,7 @@ static void params_json(FILE *f)
 		"%llu, "
 		"\"prefill_tok_s\": %g, \"prefill_gpus\": %u, \"max_batch\": %u, \"kv_budget_mb\": "
 		"%llu, "
-		"\"host_mb\": %llu, \"slo_ttft_ms\": %g, \"trace\": \"%s\", \"synthetic\": %s, "
+		"\"host_mb\": %llu, \"slo_ttft_ms\": %g, \"trace\": %s, \"synthetic\": %s, "
 		"\"rate\": %g, \"input_median\": %g, \"input_sigma\": %g, \"output_len\": %u, "
 		"\"seed\": %llu, \"time_scale\": %g, \"max_requests\": %u, \"max_input\": %u, "
 		"\"requests\": %u, \"clipped\": %u, \"idle_policy\": \"%s\", \"host_cores\": %.0f, "
@@ -1924,12 +1931,14 @@ static void params_json(FILE *f)
 		(unsigned long long)shape.weight_bytes, be->name, o.link_gbps,
 		(unsigned long long)o.window_mb, o.prefill_tok_s, o.prefill_gpus, o.max_batch,
 		(unsigned long long)o.budget_mb, (unsigned long long)o.host_mb, o.slo_ttft_ms,
-		o.trace ? o.trace : "", o.synthetic ? "true" : "false", o.sy.rate,
+		trace ? trace : "\"\"", o.synthetic ? "true" : "false", o.sy.rate,
 		o.sy.input_median, o.sy.input_sigma, o.sy.output, (unsigned long long)o.sy.seed,
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
 		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
 		o.hybrid_idle_us, o.hybrid_sleep_us, o.load);
+	free(trace);
+	json_decref(js);
 }
 
 /* --calibrate-prefill: a bf16 GEMM of 8192 prompt tokens by the preset's width (q heads x

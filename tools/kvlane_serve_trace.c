@@ -2,221 +2,107 @@
 /* kvlane-serve-bench's workload: Mooncake-style JSON-lines traces, and synthetic ones. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "kvlane_serve_trace.h"
 
-struct cur {
-	const char *p;
-	const char *file;
-	unsigned line;
-	char *err;
-	unsigned errlen;
-};
-
-static void ws(struct cur *c)
-{
-	while (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')
-		c->p++;
-}
-
-static int fail(struct cur *c, const char *field, const char *what)
+/* "FILE:LINE: field 'NAME': why" (or without the field) into @err; -EINVAL. */
+static int fail(const char *file, unsigned line, const char *field, const char *what, char *err,
+		unsigned errlen)
 {
 	if (field)
-		snprintf(c->err, c->errlen, "%s:%u: field '%s': %s", c->file, c->line, field, what);
+		snprintf(err, errlen, "%s:%u: field '%s': %s", file, line, field, what);
 	else
-		snprintf(c->err, c->errlen, "%s:%u: %s", c->file, c->line, what);
+		snprintf(err, errlen, "%s:%u: %s", file, line, what);
 	return -EINVAL;
 }
 
-static int number(struct cur *c, const char *field, double *v)
-{
-	char *end;
-
-	ws(c);
-	if (!(*c->p == '-' || (*c->p >= '0' && *c->p <= '9')))
-		return fail(c, field, "expected a number");
-	*v = strtod(c->p, &end);
-	if (end == c->p || !isfinite(*v))
-		return fail(c, field, "expected a finite number");
-	c->p = end;
-	return 0;
-}
-
-static int string(struct cur *c, char *out, size_t len)
-{
-	size_t n = 0;
-
-	ws(c);
-	if (*c->p != '"')
-		return fail(c, NULL, "expected a string");
-	c->p++;
-	while (*c->p && *c->p != '"') {
-		if (*c->p == '\\' && c->p[1])
-			c->p++;
-		if (out && n + 1 < len)
-			out[n++] = *c->p;
-		c->p++;
-	}
-	if (*c->p != '"')
-		return fail(c, NULL, "unterminated string");
-	c->p++;
-	if (out)
-		out[n] = 0;
-	return 0;
-}
-
-/* Any value, skipped (a field this tool does not read). */
-static int skip(struct cur *c, unsigned depth)
+/* A whole number 0..@max (an integer, or a real with no fraction: 10.0). */
+static bool whole(const json_t *v, double max, uint32_t *out)
 {
 	double d;
 
-	ws(c);
-	if (depth > 32)
-		return fail(c, NULL, "nested too deep");
-	if (*c->p == '"')
-		return string(c, NULL, 0);
-	if (*c->p == '{' || *c->p == '[') {
-		char close = *c->p == '{' ? '}' : ']';
-
-		c->p++;
-		ws(c);
-		if (*c->p == close) {
-			c->p++;
-			return 0;
-		}
-		for (;;) {
-			if (close == '}') {
-				if (string(c, NULL, 0) < 0)
-					return -EINVAL;
-				ws(c);
-				if (*c->p++ != ':')
-					return fail(c, NULL, "expected ':'");
-			}
-			if (skip(c, depth + 1) < 0)
-				return -EINVAL;
-			ws(c);
-			if (*c->p == ',') {
-				c->p++;
-				continue;
-			}
-			if (*c->p++ != close)
-				return fail(c, NULL, "expected ',' or the end of a list/object");
-			return 0;
-		}
-	}
-	if (!strncmp(c->p, "true", 4) || !strncmp(c->p, "null", 4)) {
-		c->p += 4;
-		return 0;
-	}
-	if (!strncmp(c->p, "false", 5)) {
-		c->p += 5;
-		return 0;
-	}
-	return number(c, NULL, &d);
+	if (!json_is_number(v))
+		return false;
+	d = json_number_value(v);
+	if (!isfinite(d) || d < 0 || d != floor(d) || d > max)
+		return false;
+	*out = (uint32_t)d;
+	return true;
 }
 
-static int count(struct cur *c, const char *field, double max, uint32_t *out)
+/* One line: an object with timestamp, input_length, output_length and hash_ids (jansson;
+ * other keys are ignored, as Mooncake's traces may carry more). */
+static int parse_line(const char *text, const char *file, unsigned line, struct sb_treq *r,
+		      char *err, unsigned errlen)
 {
-	double v;
+	json_error_t je;
+	json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je), *v, *id;
+	const char *bad = NULL, *why = NULL;
+	size_t i;
 
-	if (number(c, field, &v) < 0)
-		return -EINVAL;
-	if (v < 0 || v != floor(v) || v > max)
-		return fail(c, field, "expected a whole number of tokens, 0 or more");
-	*out = (uint32_t)v;
-	return 0;
-}
+	if (o == NULL) {
+		char what[256];
 
-/* One line: an object with timestamp, input_length, output_length and hash_ids. */
-static int parse_line(struct cur *c, struct sb_treq *r)
-{
-	enum { F_TS = 1, F_IN = 2, F_OUT = 4, F_HASH = 8 };
-	unsigned seen = 0;
-	char key[64];
+		snprintf(what, sizeof(what), "not JSON (column %d: %s)", je.column, je.text);
+		return fail(file, line, NULL, what, err, errlen);
+	}
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return fail(file, line, NULL, "expected a JSON object ('{')", err, errlen);
+	}
+	v = json_object_get(o, "timestamp");
+	if (v == NULL)
+		bad = "timestamp", why = "missing";
+	else if (!json_is_number(v) || !isfinite(json_number_value(v)))
+		bad = "timestamp", why = "expected a number (ms)";
+	else if ((r->arrival_ms = json_number_value(v)) < 0)
+		bad = "timestamp", why = "a negative time (ms)";
+	if (bad == NULL) {
+		v = json_object_get(o, "input_length");
+		if (v == NULL)
+			bad = "input_length", why = "missing";
+		else if (!whole(v, 1e9, &r->input))
+			bad = "input_length", why = "expected a whole number of tokens, 0 or more";
+		else if (r->input == 0)
+			bad = "input_length", why = "0: a request has a prompt";
+	}
+	if (bad == NULL) {
+		v = json_object_get(o, "output_length");
+		if (v == NULL)
+			bad = "output_length", why = "missing";
+		else if (!whole(v, 1e9, &r->output))
+			bad = "output_length", why = "expected a whole number of tokens, 0 or more";
+		else if (r->output == 0)
+			bad = "output_length", why = "0: a request decodes at least one token";
+	}
+	if (bad == NULL) {
+		v = json_object_get(o, "hash_ids");
+		if (v == NULL)
+			bad = "hash_ids", why = "missing";
+		else if (!json_is_array(v))
+			bad = "hash_ids", why = "expected a list of block ids";
+		r->n_hash = 0;
+		if (bad == NULL)
+			json_array_foreach(v, i, id)
+			{
+				uint32_t x;
 
-	ws(c);
-	if (*c->p++ != '{')
-		return fail(c, NULL, "expected a JSON object ('{')");
-	ws(c);
-	if (*c->p == '}')
-		c->p++;
-	else
-		for (;;) {
-			if (string(c, key, sizeof(key)) < 0)
-				return -EINVAL;
-			ws(c);
-			if (*c->p++ != ':')
-				return fail(c, key, "expected ':' after the key");
-			if (!strcmp(key, "timestamp")) {
-				if (number(c, key, &r->arrival_ms) < 0)
-					return -EINVAL;
-				if (r->arrival_ms < 0)
-					return fail(c, key, "a negative time (ms)");
-				seen |= F_TS;
-			} else if (!strcmp(key, "input_length")) {
-				if (count(c, key, 1e9, &r->input) < 0)
-					return -EINVAL;
-				seen |= F_IN;
-			} else if (!strcmp(key, "output_length")) {
-				if (count(c, key, 1e9, &r->output) < 0)
-					return -EINVAL;
-				seen |= F_OUT;
-			} else if (!strcmp(key, "hash_ids")) {
-				ws(c);
-				if (*c->p++ != '[')
-					return fail(c, key, "expected a list of block ids");
-				r->n_hash = 0;
-				ws(c);
-				if (*c->p == ']')
-					c->p++;
-				else
-					for (;;) {
-						uint32_t id;
-
-						if (count(c, key, 4294967295.0, &id) < 0)
-							return -EINVAL;
-						r->n_hash++;
-						ws(c);
-						if (*c->p == ',') {
-							c->p++;
-							continue;
-						}
-						if (*c->p++ != ']')
-							return fail(c, key, "expected ',' or ']'");
-						break;
-					}
-				seen |= F_HASH;
-			} else if (skip(c, 0) < 0) {
-				return -EINVAL;
+				if (!whole(id, 4294967295.0, &x)) {
+					bad = "hash_ids";
+					why = "expected whole numbers 0 .. 2^32-1 (block ids)";
+					break;
+				}
+				r->n_hash++;
 			}
-			ws(c);
-			if (*c->p == ',') {
-				c->p++;
-				continue;
-			}
-			if (*c->p++ != '}')
-				return fail(c, NULL, "expected ',' or '}'");
-			break;
-		}
-	ws(c);
-	if (*c->p && *c->p != '\n')
-		return fail(c, NULL, "text after the object");
-	if (!(seen & F_TS))
-		return fail(c, "timestamp", "missing");
-	if (!(seen & F_IN))
-		return fail(c, "input_length", "missing");
-	if (!(seen & F_OUT))
-		return fail(c, "output_length", "missing");
-	if (!(seen & F_HASH))
-		return fail(c, "hash_ids", "missing");
-	if (r->output == 0)
-		return fail(c, "output_length", "0: a request decodes at least one token");
-	if (r->input == 0)
-		return fail(c, "input_length", "0: a request has a prompt");
-	return 0;
+	}
+	json_decref(o);
+	return bad ? fail(file, line, bad, why, err, errlen) : 0;
 }
 
 int kvl_sb_trace_load(const char *path, const struct sb_trace_opts *o, struct sb_trace *t,
@@ -236,21 +122,21 @@ int kvl_sb_trace_load(const char *path, const struct sb_trace_opts *o, struct sb
 		return -errno;
 	}
 	while ((n = getline(&line, &cap, f)) >= 0) {
-		struct cur c = { line, path, ++lineno, err, errlen };
 		struct sb_treq r = { 0 };
 
-		ws(&c);
-		if (*c.p == '\n' || *c.p == 0)
+		lineno++;
+		if (line[strspn(line, " \t\r\n")] == 0)
 			continue; /* blank lines */
 		if (o->max_requests && t->n == o->max_requests)
 			break; /* lines past the ones asked for are not read */
-		rc = parse_line(&c, &r);
+		rc = parse_line(line, path, lineno, &r, err, errlen);
 		if (rc < 0)
 			break;
 		if (first < 0)
 			first = r.arrival_ms;
 		if (r.arrival_ms < first) {
-			rc = fail(&c, "timestamp", "earlier than the trace's first request");
+			rc = fail(path, lineno, "timestamp",
+				  "earlier than the trace's first request", err, errlen);
 			break;
 		}
 		r.arrival_ms = (r.arrival_ms - first) * o->time_scale;

@@ -195,7 +195,8 @@ MOONCAKE = [  # the published traces' shape: extra keys are ignored
 
 
 def scenario_serve_trace(ctx):
-    good = os.path.join(ctx.tmp, "trace.jsonl")
+    # a path results.json must escape: the params stay JSON and name it exactly
+    good = os.path.join(ctx.tmp, 'tr"a\\ce.jsonl')
     with open(good, "w") as f:
         for r in MOONCAKE:
             f.write(json.dumps(r) + "\n")
@@ -207,6 +208,7 @@ def scenario_serve_trace(ctx):
         res = json.load(f)
     check_eq((res["params"]["requests"], res["params"]["clipped"]), (3, 1),
              "(requests, inputs clipped to --max-input)", out)
+    check_eq(res["params"]["trace"], good, "params.trace: the path, escaped in JSON", out)
     check_run(res["runs"][0], 3, "trace", out)
     arr = sorted(r["arrival_s"] for r in res["runs"][0]["modes"][0]["requests"])
     check_eq([round(a, 3) for a in arr], [0.0, 0.016, 0.04],
@@ -220,8 +222,14 @@ def scenario_serve_trace(ctx):
         ('{"timestamp": 1, "input_length": 10.5, "output_length": 2, "hash_ids": []}',
          "field 'input_length'"),
         ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": []',
-         "expected ',' or '}'"),
-        ('not json', "expected a JSON object"),
+         "not JSON (column"),
+        ('not json', "not JSON (column"),
+        ('[{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": []}]',
+         "expected a JSON object"),
+        ('{"timestamp": 1, "timestamp": 2, "input_length": 10, "output_length": 2, '
+         '"hash_ids": []}', "duplicate"),
+        ('{"timestamp": -1, "input_length": 10, "output_length": 2, "hash_ids": []}',
+         "field 'timestamp'"),
     ]
     for k, (line, want) in enumerate(bad_cases):
         bad = os.path.join(ctx.tmp, f"bad{k}.jsonl")
@@ -232,8 +240,8 @@ def scenario_serve_trace(ctx):
         check(f"{bad}:3: " in p.stderr and want in p.stderr,
               f"bad trace {k}: the error names the file, line 3 and the field",
               f"{bad}:3: ... {want}", p.stderr.strip(), out)
-    log("a Mooncake-shaped trace served in all four modes; 6 malformed lines refused by "
-        "file:line and field")
+    log(f"a Mooncake-shaped trace served in all four modes; {len(bad_cases)} malformed lines "
+        "refused by file:line and field")
 
 
 def scenario_serve_long(ctx):
