@@ -436,7 +436,7 @@ static void do_submissions(struct kvl_nic_io *io, unsigned *work)
 	}
 }
 
-static void do_connections(struct kvl_nic_io *io, unsigned *work, uint64_t *due)
+static void do_connections(struct kvl_nic_io *io, unsigned *work, struct kvl_lcore *lc)
 {
 	struct kvl_xport_stats st;
 	struct kvl_wc wc[BURST];
@@ -456,12 +456,8 @@ static void do_connections(struct kvl_nic_io *io, unsigned *work, uint64_t *due)
 
 		did = ops->progress(s->x.c);
 		*work += did;
-		if (ops->due) {
-			uint64_t d = ops->due(s->x.c);
-
-			if (d < *due)
-				*due = d;
-		}
+		if (ops->due)
+			kvl_lcore_due(lc, ops->due(s->x.c));
 		if (ops->notes) {
 			struct kvl_note nt[BURST];
 			unsigned k = ops->notes(s->x.c, nt, BURST);
@@ -527,12 +523,10 @@ unsigned kvl_nic_io_stage(struct kvl_lcore *lc, void *arg)
 {
 	struct kvl_nic_io *io = arg;
 	unsigned work = 0;
-	uint64_t due = UINT64_MAX;
 
 	do_commands(io, &work);
 	do_submissions(io, &work);
-	do_connections(io, &work, &due);
-	kvl_lcore_due(lc, due);
+	do_connections(io, &work, lc);
 	return work;
 }
 

@@ -587,7 +587,7 @@ unsigned kvl_nic_sched_stage(struct kvl_lcore *lc, void *arg)
 	if (ns->n_watch) {
 		unsigned seen = do_flags(ns, now); /* before posting: what a DONE frees goes out */
 
-		if (seen == 0 && ns->n_watch)
+		if (seen == 0) /* nothing changed: the same steps are still awaited */
 			flags_due(ns, lc);
 		work += seen;
 	}

@@ -809,6 +809,15 @@ static int take_cache(struct rq *r)
 	return 0;
 }
 
+/* Whether some request is in state @st. */
+static bool any_in(enum rstate st)
+{
+	for (unsigned i = 0; i < tr.n; i++)
+		if (rq[i].st == st)
+			return true;
+	return false;
+}
+
 /* tcp, blocking: the admitted requests whose KV the receiver has put in the cache join the
  * batch */
 static void tcp_landed(void)
@@ -1416,17 +1425,9 @@ static int run_mode(enum mode m, const char *tag)
 		double c0 = thread_cpu_s(), c1;
 
 		/* admission, in the order prefills finish (head of line waits for memory) */
-		bool may = true, loading = false;
+		/* blocking: the last load set computes a step first */
+		bool may = !blk || (!any_in(R_LANDING) && !(gate && any_in(R_ACTIVE))), loading;
 
-		if (blk) { /* blocking: the last load set computes a step first */
-			bool active = false;
-
-			for (unsigned i = 0; i < tr.n; i++) {
-				loading = loading || rq[i].st == R_LANDING;
-				active = active || rq[i].st == R_ACTIVE;
-			}
-			may = !loading && !(gate && active);
-		}
 		while (may && head < tr.n) {
 			struct rq *r = &rq[order[head]];
 			int at = m == M_RESIDENT ? 1 : atomic_load(&r->at_prefill);
@@ -1463,9 +1464,7 @@ static int run_mode(enum mode m, const char *tag)
 						  m == M_DUAL && r->landed > r->cur))
 				batch[nb++] = r;
 		}
-		loading = false;
-		for (unsigned i = 0; i < tr.n && blk && !loading; i++)
-			loading = rq[i].st == R_LANDING;
+		loading = blk && any_in(R_LANDING);
 		if (loading && nb && stall_t == 0) {
 			stall_t = now_s();
 			R.stalls++;
@@ -1733,7 +1732,9 @@ static int read_sum(const char *path, struct sum *s)
 		if (!(id >= 0 && id < tr.n) || isnan(out) || isnan(arr) || isnan(first) ||
 		    isnan(finish) || h == NULL || !json_is_array(g))
 			goto out;
-		s->hash[(unsigned)id] = strtoull(h, NULL, 16) ? strtoull(h, NULL, 16) : 1;
+		s->hash[(unsigned)id] = strtoull(h, NULL, 16);
+		if (s->hash[(unsigned)id] == 0) /* 0 marks "not completed" */
+			s->hash[(unsigned)id] = 1;
 		ttft[n] = first - arr;
 		tpot[n] = out > 1 ? (finish - first) / (out - 1) : 0;
 		fin[n++] = finish;

@@ -36,6 +36,18 @@ static bool whole(const json_t *v, double max, uint32_t *out)
 	return true;
 }
 
+/* Field @k of @o, a count of tokens (1 or more) into *@out: NULL, or why not (@zero for 0). */
+static const char *tokens(const json_t *o, const char *k, uint32_t *out, const char *zero)
+{
+	const json_t *v = json_object_get(o, k);
+
+	if (v == NULL)
+		return "missing";
+	if (!whole(v, 1e9, out))
+		return "expected a whole number of tokens, 0 or more";
+	return *out == 0 ? zero : NULL;
+}
+
 /* One line: an object with timestamp, input_length, output_length and hash_ids (jansson;
  * other keys are ignored, as Mooncake's traces may carry more). */
 static int parse_line(const char *text, const char *file, unsigned line, struct sb_treq *r,
@@ -63,24 +75,12 @@ static int parse_line(const char *text, const char *file, unsigned line, struct 
 		bad = "timestamp", why = "expected a number (ms)";
 	else if ((r->arrival_ms = json_number_value(v)) < 0)
 		bad = "timestamp", why = "a negative time (ms)";
-	if (bad == NULL) {
-		v = json_object_get(o, "input_length");
-		if (v == NULL)
-			bad = "input_length", why = "missing";
-		else if (!whole(v, 1e9, &r->input))
-			bad = "input_length", why = "expected a whole number of tokens, 0 or more";
-		else if (r->input == 0)
-			bad = "input_length", why = "0: a request has a prompt";
-	}
-	if (bad == NULL) {
-		v = json_object_get(o, "output_length");
-		if (v == NULL)
-			bad = "output_length", why = "missing";
-		else if (!whole(v, 1e9, &r->output))
-			bad = "output_length", why = "expected a whole number of tokens, 0 or more";
-		else if (r->output == 0)
-			bad = "output_length", why = "0: a request decodes at least one token";
-	}
+	if (bad == NULL &&
+	    (why = tokens(o, "input_length", &r->input, "0: a request has a prompt")) != NULL)
+		bad = "input_length";
+	if (bad == NULL && (why = tokens(o, "output_length", &r->output,
+					 "0: a request decodes at least one token")) != NULL)
+		bad = "output_length";
 	if (bad == NULL) {
 		v = json_object_get(o, "hash_ids");
 		if (v == NULL)

@@ -427,84 +427,99 @@ static void test_engine_batches(void)
 	ops->free(c);
 }
 
-/* min_batch: while the lcore keeps posting pass after pass, a batch waits to gather min_batch,
- * a first pass goes at once, a pass that posts nothing lets what waits go, an idle engine waits
- * 4 passes at most, and a busy one makes what waits wait (it grows behind what runs). */
-static void test_engine_min_batch(void)
+/* The min_batch tests' connection: the fake engine (64 deep) behind the tier with @flush and
+ * @min_batch, and one lcore pass: post one READ of @len, progress (the lcore's order), reap. */
+struct rig {
+	struct kvl_tier_conn *c;
+	struct kvl_wc wc[64];
+	uint64_t id;
+	unsigned got;
+};
+
+static void rig_open(struct rig *g, uint64_t flush, uint64_t min_batch)
 {
 	struct kvl_tier_opts o = { .segs = &tab,
 				   .staging = stage,
 				   .staging_len = STAGE,
 				   .engine = { &fe_ops, &fe },
 				   .engine_depth = 64,
-				   .flush_bytes = 131072,
-				   .min_batch = 65536,
+				   .flush_bytes = flush,
+				   .min_batch = min_batch,
 				   .dma_seg = 1,
 				   .dma_base = (uintptr_t)seg_mem,
 				   .dma_len = SEGLEN,
 				   .depth = 64,
 				   .clock = fake_clock };
-	const struct kvl_xport_ops *ops = &kvl_xport_tier;
-	struct kvl_tier_conn *c;
-	struct kvl_tier_stats st;
-	struct kvl_wc wc[64];
-	uint64_t id = 1;
-	unsigned got = 0;
-	int err = 0;
 
+	memset(g, 0, sizeof(*g));
+	g->id = 1;
 	memset(&fe, 0, sizeof(fe));
 	fe.pool_base = (uintptr_t)seg_mem;
-	c = kvl_tier_new(&o);
-	CHECK(c != NULL);
-	/* one pass: post 1 KiB, progress (the lcore's order), what landed reaped */
-#define PASS(len)                                                               \
-	do {                                                                    \
-		struct kvl_wr w_ = rd(id, 1, (id * 1024) % (SEGLEN / 2), (len), \
-				      stage + (id * 1024) % (STAGE / 2));       \
-		CHECK_INT(ops->post(c, &w_, 1, &err), 1);                       \
-		id++;                                                           \
-		ops->progress(c);                                               \
-		got += ops->reap(c, wc, 64);                                    \
-	} while (0)
-	PASS(1024); /* a first pass: at once */
+	g->c = kvl_tier_new(&o);
+	CHECK(g->c != NULL);
+}
+
+static void rig_pass(struct rig *g, uint32_t len)
+{
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_wr w = rd(g->id, 1, (g->id * 1024) % (SEGLEN / 2), len,
+			     stage + (g->id * 1024) % (STAGE / 2));
+	int err = 0;
+
+	CHECK_INT(ops->post(g->c, &w, 1, &err), 1);
+	g->id++;
+	ops->progress(g->c);
+	g->got += ops->reap(g->c, g->wc, 64);
+}
+
+/* min_batch: while the lcore keeps posting pass after pass, a batch waits to gather min_batch,
+ * a first pass goes at once, a pass that posts nothing lets what waits go, an idle engine waits
+ * 4 passes at most, and a busy one makes what waits wait (it grows behind what runs). */
+static void test_engine_min_batch(void)
+{
+	const struct kvl_xport_ops *ops = &kvl_xport_tier;
+	struct kvl_tier_stats st;
+	struct rig g;
+
+	rig_open(&g, 131072, 65536);
+	rig_pass(&g, 1024); /* a first pass: at once */
 	CHECK_INT(fe.posts, 1);
-	CHECK_INT(got, 1);
+	CHECK_INT(g.got, 1);
 	for (unsigned i = 0; i < 4; i++) { /* passes that keep posting: the idle engine waits */
-		PASS(1024);
+		rig_pass(&g, 1024);
 		CHECK_INT(fe.posts, 1);
 	}
-	PASS(1024); /* the fifth: waited enough, the five go as one batch */
+	rig_pass(&g, 1024); /* the fifth: waited enough, the five go as one batch */
 	CHECK_INT(fe.posts, 6);
-	CHECK_INT(got, 6);
-	PASS(1024); /* streaming again: waits */
+	CHECK_INT(g.got, 6);
+	rig_pass(&g, 1024); /* streaming again: waits */
 	CHECK_INT(fe.posts, 6);
-	ops->progress(c); /* a pass that posts nothing: it goes */
+	ops->progress(g.c); /* a pass that posts nothing: it goes */
 	CHECK_INT(fe.posts, 7);
-	got += ops->reap(c, wc, 64);
-	PASS(65536); /* min_batch at once */
+	g.got += ops->reap(g.c, g.wc, 64);
+	rig_pass(&g, 65536); /* min_batch at once */
 	CHECK_INT(fe.posts, 8);
 	/* busy: what the next passes post waits behind it until min_batch has gathered */
 	fe.hold = true;
-	ops->progress(c);
-	PASS(1024); /* first after a quiet pass: at once, and now in flight */
+	ops->progress(g.c);
+	rig_pass(&g, 1024); /* first after a quiet pass: at once, and now in flight */
 	CHECK_INT(fe.posts, 9);
 	for (unsigned i = 0; i < 8; i++) {
-		PASS(1024);
+		rig_pass(&g, 1024);
 		CHECK_INT(fe.posts, 9);
 	}
-	PASS(57344); /* 8 KiB + 56 KiB = min_batch: they go */
+	rig_pass(&g, 57344); /* 8 KiB + 56 KiB = min_batch: they go */
 	CHECK_INT(fe.posts, 18);
 	fe.hold = false;
-	ops->progress(c);
-	got += ops->reap(c, wc, 64);
-	CHECK_INT(got, 18);
-	CHECK_INT(ops->outstanding(c), 0);
-	kvl_tier_stats_read(c, &st);
+	ops->progress(g.c);
+	g.got += ops->reap(g.c, g.wc, 64);
+	CHECK_INT(g.got, 18);
+	CHECK_INT(ops->outstanding(g.c), 0);
+	kvl_tier_stats_read(g.c, &st);
 	CHECK_INT(st.handovers, 6);
 	CHECK_INT(st.handover_small, 4); /* the first, the five, the one, the first busy */
 	CHECK_INT(st.done, 18);
-#undef PASS
-	ops->free(c);
+	ops->free(g.c);
 }
 
 /* min_batch while the engine is busy: what gathers waits behind what runs until flush_bytes
@@ -513,67 +528,38 @@ static void test_engine_min_batch(void)
  * calls. */
 static void test_engine_busy_batch(void)
 {
-	struct kvl_tier_opts o = { .segs = &tab,
-				   .staging = stage,
-				   .staging_len = STAGE,
-				   .engine = { &fe_ops, &fe },
-				   .engine_depth = 64,
-				   .flush_bytes = 262144,
-				   .min_batch = 65536,
-				   .dma_seg = 1,
-				   .dma_base = (uintptr_t)seg_mem,
-				   .dma_len = SEGLEN,
-				   .depth = 64,
-				   .clock = fake_clock };
 	const struct kvl_xport_ops *ops = &kvl_xport_tier;
-	struct kvl_tier_conn *c;
 	struct kvl_tier_stats st;
-	struct kvl_wc wc[64];
-	uint64_t id = 1;
-	unsigned got = 0;
-	int err = 0;
+	struct rig g;
 
-	memset(&fe, 0, sizeof(fe));
-	fe.pool_base = (uintptr_t)seg_mem;
-	c = kvl_tier_new(&o);
-	CHECK(c != NULL);
-#define PASS(len)                                                               \
-	do {                                                                    \
-		struct kvl_wr w_ = rd(id, 1, (id * 1024) % (SEGLEN / 2), (len), \
-				      stage + (id * 1024) % (STAGE / 2));       \
-		CHECK_INT(ops->post(c, &w_, 1, &err), 1);                       \
-		id++;                                                           \
-		ops->progress(c);                                               \
-		got += ops->reap(c, wc, 64);                                    \
-	} while (0)
+	rig_open(&g, 262144, 65536);
 	fe.hold = true;
-	PASS(65536); /* idle, min_batch: at once, and held in flight */
+	rig_pass(&g, 65536); /* idle, min_batch: at once, and held in flight */
 	CHECK_INT(fe.posts, 1);
-	PASS(32768);
-	PASS(32768); /* min_batch has gathered, but min_batch is in flight: it waits */
+	rig_pass(&g, 32768);
+	rig_pass(&g, 32768); /* min_batch has gathered, but min_batch is in flight: it waits */
 	CHECK_INT(fe.posts, 1);
-	PASS(65536);
-	PASS(65536);
+	rig_pass(&g, 65536);
+	rig_pass(&g, 65536);
 	CHECK_INT(fe.posts, 1);
-	PASS(65536); /* flush_bytes gathered: the five go as one batch */
+	rig_pass(&g, 65536); /* flush_bytes gathered: the five go as one batch */
 	CHECK_INT(fe.posts, 6);
-	PASS(32768);
-	PASS(32768); /* 320 KiB in flight: these wait */
+	rig_pass(&g, 32768);
+	rig_pass(&g, 32768); /* 320 KiB in flight: these wait */
 	CHECK_INT(fe.posts, 6);
-	CHECK_INT(got, 0);
+	CHECK_INT(g.got, 0);
 	fe.hold = false;
-	PASS(1024); /* the engine lands what it holds; this pass still saw it busy */
+	rig_pass(&g, 1024); /* the engine lands what it holds; this pass still saw it busy */
 	CHECK_INT(fe.posts, 6);
-	CHECK_INT(got, 6);
-	PASS(1024); /* nothing in flight: the four go */
+	CHECK_INT(g.got, 6);
+	rig_pass(&g, 1024); /* nothing in flight: the four go */
 	CHECK_INT(fe.posts, 10);
-	CHECK_INT(got, 10);
-	CHECK_INT(ops->outstanding(c), 0);
-	kvl_tier_stats_read(c, &st);
+	CHECK_INT(g.got, 10);
+	CHECK_INT(ops->outstanding(g.c), 0);
+	kvl_tier_stats_read(g.c, &st);
 	CHECK_INT(st.handovers, 3);
 	CHECK_INT(st.done, 10);
-#undef PASS
-	ops->free(c);
+	ops->free(g.c);
 }
 
 static void test_bad_opts(void)
