@@ -449,7 +449,11 @@ int kvl_req_block_addr(struct kvl_runtime *rt, kvl_req_t req, uint32_t block, vo
  * enqueues, up front, per step: cuStreamWaitValue32(stream, ready_dev + k * stride, epoch,
  * CU_STREAM_WAIT_VALUE_GEQ), its kernels, then cuStreamWriteValue32(stream, done_dev + k *
  * stride, epoch, CU_STREAM_WRITE_VALUE_DEFAULT) (ordered after the kernels' memory accesses);
- * kvl_gpusig_wait_addr / kvl_gpusig_done_addr (lcores/gpu/gpusig.h) do exactly that.
+ * kvl_gpusig_wait_addr / kvl_gpusig_done_addr (lcores/gpu/gpusig.h) do exactly that. Better
+ * while transfers run beside the compute: kvl_gpusig_lanes (same header) enqueues the wait and
+ * the write on two side streams joined to the engine's by events, so the engine's stream holds
+ * no operation on host memory (on the H200, the host tier's overlap with attention went from
+ * 94 to 98 % at 16 KiB and from 92 to 97 % at 64 KiB; docs/gpu-bench.md, session 10).
  * ready_dev and done_dev are 0 unless [gpu] enable = true in a build with CUDA, where the pool
  * is mapped for the GPU at start. A request's end (kvl_req_poll: DONE or FAILED) gives the range
  * back; a FAILED one's steps not READY get READY = epoch anyway, so that no stream hangs on

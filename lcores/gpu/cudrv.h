@@ -7,6 +7,10 @@
 
 #include <cuda.h>
 
+#ifdef __cplusplus
+extern "C" { /* the benchmarks are CUDA C++ */
+#endif
+
 /*
  * Linking libcuda.so directly would make every binary fail to load on a host without the
  * driver (CI): it must start, see no GPU and skip. cudart loads the driver itself, and
@@ -56,5 +60,9 @@ const char *kvl_cudrv_ipc(const struct kvl_cudrv *d);
 
 /* The driver's words for @r ("CUDA_ERROR_NOT_SUPPORTED: operation not supported"). */
 const char *kvl_cudrv_strerror(CUresult r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVL_LCORES_CUDRV_H */

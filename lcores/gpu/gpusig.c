@@ -224,3 +224,160 @@ uint32_t kvl_gpusig_done_word(const struct kvl_gpusig *s, unsigned step)
 {
 	return step < s->n ? __atomic_load_n(&s->host[step].done, __ATOMIC_ACQUIRE) : 0;
 }
+
+/* ---- lanes: the step flags on side streams, joined to the engine's stream by events ---- */
+
+#define LANES_MAX_OPS 256 /* words a call: each is a stream memory operation of its own */
+
+struct kvl_gpusig_lanes {
+	const struct kvl_cudrv *drv;
+	cudaStream_t engine, wait_lane, done_lane;
+	cudaEvent_t ready_ev, end_ev; /* recorded on the wait lane / on the engine's stream */
+	struct kvl_gpusig_lanes_stats st;
+};
+
+struct kvl_gpusig_lanes *kvl_gpusig_lanes_new(cudaStream_t engine, char *err, size_t errlen)
+{
+	struct kvl_gpusig_lanes *l;
+	cudaError_t ce = cudaSuccess;
+
+	l = calloc(1, sizeof(*l));
+	if (l == NULL) {
+		snprintf(err, errlen, "gpusig lanes: out of memory");
+		return NULL;
+	}
+	l->engine = engine;
+	l->drv = kvl_cudrv_get(err, errlen);
+	if (l->drv == NULL)
+		goto fail;
+	/* non-blocking: no implicit order with the legacy default stream (which may be the
+	 * engine's: the events join them to it all the same) */
+	ce = cudaStreamCreateWithFlags(&l->wait_lane, cudaStreamNonBlocking);
+	if (ce == cudaSuccess)
+		ce = cudaStreamCreateWithFlags(&l->done_lane, cudaStreamNonBlocking);
+	if (ce == cudaSuccess)
+		ce = cudaEventCreateWithFlags(&l->ready_ev, cudaEventDisableTiming);
+	if (ce == cudaSuccess)
+		ce = cudaEventCreateWithFlags(&l->end_ev, cudaEventDisableTiming);
+	if (ce != cudaSuccess) {
+		snprintf(err, errlen, "gpusig lanes: cannot create the side streams and events: %s",
+			 cudaGetErrorString(ce));
+		goto fail;
+	}
+	return l;
+fail:
+	kvl_gpusig_lanes_free(l);
+	errno = ce == cudaSuccess ? ENODEV : EIO;
+	return NULL;
+}
+
+void kvl_gpusig_lanes_free(struct kvl_gpusig_lanes *l)
+{
+	if (l == NULL)
+		return;
+	if (l->wait_lane != NULL) {
+		cudaStreamSynchronize(l->wait_lane);
+		cudaStreamDestroy(l->wait_lane);
+	}
+	if (l->done_lane != NULL) {
+		cudaStreamSynchronize(l->done_lane);
+		cudaStreamDestroy(l->done_lane);
+	}
+	if (l->ready_ev != NULL)
+		cudaEventDestroy(l->ready_ev);
+	if (l->end_ev != NULL)
+		cudaEventDestroy(l->end_ev);
+	free(l);
+}
+
+static int lanes_args(const uint64_t *addr, unsigned n, char *err, size_t errlen)
+{
+	if (n > LANES_MAX_OPS) {
+		snprintf(err, errlen, "gpusig lanes: %u words in one call, at most %u", n,
+			 LANES_MAX_OPS);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (addr[i] == 0) {
+			snprintf(err, errlen,
+				 "gpusig lanes: word %u has no device address (the flag pool is "
+				 "not mapped)",
+				 i);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+static int lanes_cuda(cudaError_t ce, const char *what, char *err, size_t errlen)
+{
+	if (ce == cudaSuccess)
+		return 0;
+	snprintf(err, errlen, "gpusig lanes: %s: %s", what, cudaGetErrorString(ce));
+	return -EIO;
+}
+
+int kvl_gpusig_lanes_wait(struct kvl_gpusig_lanes *l, const uint64_t *ready_dev,
+			  const uint32_t *epoch, unsigned n, char *err, size_t errlen)
+{
+	int rc = lanes_args(ready_dev, n, err, errlen);
+
+	if (rc < 0 || n == 0)
+		return rc;
+	for (unsigned i = 0; i < n; i++) {
+		CUresult r = l->drv->stream_wait_value32((CUstream)l->wait_lane,
+							 (CUdeviceptr)ready_dev[i], epoch[i],
+							 CU_STREAM_WAIT_VALUE_GEQ);
+
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen,
+				 "gpusig lanes: cuStreamWaitValue32 on the wait lane: %s",
+				 kvl_cudrv_strerror(r));
+			return -EIO;
+		}
+	}
+	l->st.waits += n;
+	rc = lanes_cuda(cudaEventRecord(l->ready_ev, l->wait_lane), "cudaEventRecord (wait lane)",
+			err, errlen);
+	if (rc == 0)
+		rc = lanes_cuda(cudaStreamWaitEvent(l->engine, l->ready_ev, 0),
+				"cudaStreamWaitEvent (engine's stream)", err, errlen);
+	l->st.joins += rc == 0;
+	return rc;
+}
+
+int kvl_gpusig_lanes_done(struct kvl_gpusig_lanes *l, const uint64_t *done_dev,
+			  const uint32_t *epoch, unsigned n, char *err, size_t errlen)
+{
+	int rc = lanes_args(done_dev, n, err, errlen);
+
+	if (rc < 0 || n == 0)
+		return rc;
+	rc = lanes_cuda(cudaEventRecord(l->end_ev, l->engine), "cudaEventRecord (engine's stream)",
+			err, errlen);
+	if (rc == 0)
+		rc = lanes_cuda(cudaStreamWaitEvent(l->done_lane, l->end_ev, 0),
+				"cudaStreamWaitEvent (done lane)", err, errlen);
+	if (rc < 0)
+		return rc;
+	l->st.joins++;
+	for (unsigned i = 0; i < n; i++) {
+		/* the barrier: the step's kernels' writes are visible before DONE is */
+		CUresult r = l->drv->stream_write_value32((CUstream)l->done_lane,
+							  (CUdeviceptr)done_dev[i], epoch[i],
+							  CU_STREAM_WRITE_VALUE_DEFAULT);
+
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen,
+				 "gpusig lanes: cuStreamWriteValue32 on the done lane: %s",
+				 kvl_cudrv_strerror(r));
+			return -EIO;
+		}
+		l->st.dones++;
+	}
+	return 0;
+}
+
+void kvl_gpusig_lanes_stats(const struct kvl_gpusig_lanes *l, struct kvl_gpusig_lanes_stats *st)
+{
+	*st = l->st;
+}

@@ -65,6 +65,42 @@ int kvl_gpusig_wait_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, cha
 int kvl_gpusig_done_addr(uint64_t dev_addr, uint32_t epoch, cudaStream_t st, char *err,
 			 size_t errlen);
 
+/*
+ * Step flags off the engine's stream ("lanes"): the stream memory operations above, enqueued
+ * on two side streams of their own, joined to the engine's stream by events. The wait lane
+ * waits READY and records an event the engine's stream waits on (cudaStreamWaitEvent), so the
+ * engine's stream holds no wait on host memory; the done lane waits on an event recorded on the
+ * engine's stream after the step's kernels and writes DONE there (with the memory barrier), so
+ * the engine's stream holds no write to host memory either. The order is the same as with the
+ * direct calls (the step's kernels run after READY, DONE is written after them); what changes
+ * is that the engine's stream meets only events: on the H200, with the tier's copies beside the
+ * attention, a layer's time outside its kernels fell from 11 to 4 us at 16 KiB and from 14 to
+ * 5 us at 64 KiB (docs/gpu-bench.md, session 10). One event each suffices: a
+ * cudaStreamWaitEvent waits for the record before it, later records do not move it. Enqueue-time
+ * calls from one thread; the lanes are streams of the current device at kvl_gpusig_lanes_new.
+ */
+struct kvl_gpusig_lanes;
+
+/* Lanes for @engine (a stream of the current device, the legacy default stream 0 too). NULL
+ * with @err naming the cause. */
+struct kvl_gpusig_lanes *kvl_gpusig_lanes_new(cudaStream_t engine, char *err, size_t errlen);
+/* Waits for any in-flight work of the lanes, then frees them. */
+void kvl_gpusig_lanes_free(struct kvl_gpusig_lanes *l);
+/* The engine's stream waits for @n READY words (device addresses @ready_dev[i] >= @epoch[i],
+ * cyclic): @n waits on the wait lane, one event, one cudaStreamWaitEvent. @n 0: nothing.
+ * 0, -EINVAL (an address 0, n over 256), -EIO (@err names the call). */
+int kvl_gpusig_lanes_wait(struct kvl_gpusig_lanes *l, const uint64_t *ready_dev,
+			  const uint32_t *epoch, unsigned n, char *err, size_t errlen);
+/* DONE words written once the engine's stream's work so far has finished: an event on the
+ * engine's stream, the done lane waits on it and writes the @n words. Same returns. */
+int kvl_gpusig_lanes_done(struct kvl_gpusig_lanes *l, const uint64_t *done_dev,
+			  const uint32_t *epoch, unsigned n, char *err, size_t errlen);
+/* The operations the lanes enqueued: READY waits, DONE writes, events. */
+struct kvl_gpusig_lanes_stats {
+	uint64_t waits, dones, joins;
+};
+void kvl_gpusig_lanes_stats(const struct kvl_gpusig_lanes *l, struct kvl_gpusig_lanes_stats *st);
+
 /* ---- lcore side: plain loads and stores ---- */
 
 /* Publish READY[step] = @epoch (release: the step's data was seen complete before). */

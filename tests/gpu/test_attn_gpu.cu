@@ -139,6 +139,10 @@ static void attention(const struct gpu_bufs *x, const uint64_t *tab, uint32_t k,
 	CK(cudaGetLastError());
 }
 
+/* test_attn_gpu lanes ...: the step flags through kvl_gpusig_lanes (the READY and table
+ * waits on a side stream, DONE on another), not on the stream itself */
+static struct kvl_gpusig_lanes *lanes;
+
 /* The engine's state for one request on the tier: mapped block tables and their words. */
 struct engine {
 	uint64_t *tab, *tab_dev;   /* [n_steps][PER_STEP] device addresses */
@@ -192,12 +196,20 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 	for (uint32_t k = 0; k < n_steps; k++) {
 		const uint64_t *row = e->tab_dev + (size_t)k * PER_STEP;
 
-		EXPECT(kvl_gpusig_wait_addr(fl.ready_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "wait READY %u: %s", k, err);
-		EXPECT(kvl_gpusig_wait_addr((uint64_t)(uintptr_t)e->filled_dev + k * 64, 1, st, err,
-					    sizeof(err)) == 0,
-		       "wait table %u: %s", k, err);
+		uint64_t wa[2] = { fl.ready_dev + (uint64_t)k * fl.stride,
+				   (uint64_t)(uintptr_t)e->filled_dev + k * 64 };
+		uint32_t we[2] = { fl.epoch, 1 };
+		uint64_t da = fl.done_dev + (uint64_t)k * fl.stride;
+
+		if (lanes != NULL) {
+			EXPECT(kvl_gpusig_lanes_wait(lanes, wa, we, 2, err, sizeof(err)) == 0,
+			       "lanes: wait READY and table %u: %s", k, err);
+		} else {
+			EXPECT(kvl_gpusig_wait_addr(wa[0], we[0], st, err, sizeof(err)) == 0,
+			       "wait READY %u: %s", k, err);
+			EXPECT(kvl_gpusig_wait_addr(wa[1], we[1], st, err, sizeof(err)) == 0,
+			       "wait table %u: %s", k, err);
+		}
 		if (x != NULL) {
 			count_poison<<<PER_STEP, 256, 0, st>>>(row, x->hits);
 			CK(cudaGetLastError());
@@ -207,9 +219,13 @@ static double run_tier(struct kvl_runtime *rt, const struct kvl_segment *seg, ui
 		}
 		poison_blocks<<<PER_STEP, 256, 0, st>>>(row);
 		CK(cudaGetLastError());
-		EXPECT(kvl_gpusig_done_addr(fl.done_dev + (uint64_t)k * fl.stride, fl.epoch, st,
-					    err, sizeof(err)) == 0,
-		       "write DONE %u: %s", k, err);
+		if (lanes != NULL)
+			EXPECT(kvl_gpusig_lanes_done(lanes, &da, &fl.epoch, 1, err, sizeof(err)) ==
+				       0,
+			       "lanes: DONE %u: %s", k, err);
+		else
+			EXPECT(kvl_gpusig_done_addr(da, fl.epoch, st, err, sizeof(err)) == 0,
+			       "write DONE %u: %s", k, err);
 	}
 	/* The host's part: each step's block addresses once its READY word says they landed. */
 	gpu_rt_fill_tables(rt, req, &fl, n_steps, first.data(), refs.data(), e->tab, e->filled, t0,
@@ -561,15 +577,18 @@ int main(int argc, char **argv)
 	double t_tier;
 	size_t diff = 0, nan_tier = 0, nan_res = 0;
 	int stage = 0, rounds = 0;
-	const char *hog = argc == 3 && strcmp(argv[1], "hog") == 0 ? argv[2] : NULL;
+	const bool use_lanes = argc >= 2 && strcmp(argv[1], "lanes") == 0;
+	const int a0 = use_lanes ? 2 : 1; /* the arguments after "lanes" */
+	const char *hog = argc == a0 + 2 && strcmp(argv[a0], "hog") == 0 ? argv[a0 + 1] : NULL;
 	struct hog_run h;
 	pthread_t th_sample, th_cycle;
 	double t_run_end;
 
 	if (argc == 2 && strcmp(argv[1], "varlen") == 0)
 		return varlen_main();
-	if (argc != 1 && hog == NULL) {
-		fprintf(stderr, "usage: %s [hog KVL_VRAM_HOG | varlen]\n", argv[0]);
+	if (argc != a0 && hog == NULL) {
+		fprintf(stderr, "usage: %s [lanes] [hog KVL_VRAM_HOG] | %s varlen\n", argv[0],
+			argv[0]);
 		return 2;
 	}
 	if (gpu_test_devices() == 0)
@@ -617,6 +636,10 @@ int main(int argc, char **argv)
 	att_fill_kernel<<<256, 256>>>(x.q, N_STEPS * OUT_ELEMS, 0x71ull);
 	CK(cudaGetLastError());
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	if (use_lanes) {
+		lanes = kvl_gpusig_lanes_new(st, err, sizeof(err));
+		EXPECT(lanes != NULL, "kvl_gpusig_lanes_new: %s", err);
+	}
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
 
@@ -824,6 +847,21 @@ int main(int argc, char **argv)
 	EXPECT(gpu_rt_tel_u64(out, "refused") == 0 && gpu_rt_tel_u64(out, "engine_errors") == 0 &&
 		       gpu_rt_tel_u64(out, "inflight") == 0,
 	       "refusals, engine errors or READs left: %s", out);
+	if (lanes != NULL) {
+		struct kvl_gpusig_lanes_stats ls;
+
+		kvl_gpusig_lanes_stats(lanes, &ls);
+		printf("lanes: %llu READY and table waits, %llu DONE writes, %llu joins\n",
+		       (unsigned long long)ls.waits, (unsigned long long)ls.dones,
+		       (unsigned long long)ls.joins);
+		/* every step of every request (priming ones included) went through the lanes */
+		EXPECT(ls.waits == 2 * ls.dones && ls.joins == 2 * ls.dones && ls.dones >= N_STEPS,
+		       "lanes: %llu waits, %llu DONEs, %llu joins", (unsigned long long)ls.waits,
+		       (unsigned long long)ls.dones, (unsigned long long)ls.joins);
+		kvl_gpusig_lanes_free(lanes);
+		printf("PASS: attn_gpu lanes (READY, table words and DONE on side streams, joined "
+		       "to the stream by events)\n");
+	}
 	CK(cudaStreamDestroy(st));
 	kvl_stop(rt);
 	if (hog != NULL)

@@ -211,6 +211,71 @@ int main(void)
 		CK(cudaFreeHost((void *)w));
 		printf("ok: wait/done by device address: nothing before READY, DONE after\n");
 	}
+	/* 9. Lanes (kvl_gpusig_lanes): the stream's work waits for READY on the wait lane, DONE
+	 * waits for the stream's work on the done lane; the stream itself holds only events. On
+	 * a stream of its own and on the legacy default stream 0. */
+	for (int which = 0; which < 2; which++) {
+		cudaStream_t es = which == 0 ? st : (cudaStream_t)0;
+		struct kvl_gpusig_lanes *l = kvl_gpusig_lanes_new(es, err, sizeof(err));
+		struct kvl_gpusig_lanes_stats ls;
+		volatile uint32_t *w;
+		void *dw;
+		uint64_t ra, da, zero = 0, many[300];
+		uint32_t ep = 9, eps[300];
+		uint8_t got[1];
+
+		EXPECT(l != NULL, "kvl_gpusig_lanes_new: %s", err);
+		CK(cudaStreamSynchronize(st));
+		CK(cudaHostAlloc((void **)&w, 256, cudaHostAllocMapped));
+		CK(cudaHostGetDevicePointer(&dw, (void *)w, 0));
+		w[0] = 8, w[16] = 8, w[32] = 0; /* READY, DONE (the epoch before 9), a gate */
+		ra = (uint64_t)(uintptr_t)dw;
+		da = ra + 64;
+		CK(cudaMemset(dbuf[2], 0, BUF));
+		/* bad input first: nothing enqueued */
+		EXPECT(kvl_gpusig_lanes_wait(l, &zero, &ep, 1, err, sizeof(err)) == -EINVAL &&
+			       strstr(err, "no device address"),
+		       "address 0: %s", err);
+		for (unsigned i = 0; i < 300; i++)
+			many[i] = ra, eps[i] = ep;
+		EXPECT(kvl_gpusig_lanes_done(l, many, eps, 300, err, sizeof(err)) == -EINVAL &&
+			       strstr(err, "at most 256"),
+		       "300 words: %s", err);
+		EXPECT(kvl_gpusig_lanes_wait(l, &ra, &ep, 1, err, sizeof(err)) == 0, "wait: %s",
+		       err);
+		CK(cudaMemsetAsync(dbuf[2], 0xe7, BUF, es));
+		/* the stream's work after READY: held by a gate word it waits on directly, so
+		 * DONE must also wait for it */
+		EXPECT(kvl_gpusig_wait_addr(ra + 128, 1, es, err, sizeof(err)) == 0, "gate: %s",
+		       err);
+		EXPECT(kvl_gpusig_lanes_done(l, &da, &ep, 1, err, sizeof(err)) == 0, "done: %s",
+		       err);
+		sleep_ms(50);
+		peek(dbuf + 2, 1, got, side);
+		EXPECT(got[0] == 0 && w[16] == 8, "before READY: work %02x, DONE %u", got[0],
+		       w[16]);
+		__atomic_store_n(&w[0], 9, __ATOMIC_RELEASE); /* READY */
+		sleep_ms(50);
+		peek(dbuf + 2, 1, got, side);
+		EXPECT(got[0] == 0xe7 && w[16] == 8,
+		       "after READY, before the work's end: work %02x, DONE %u", got[0], w[16]);
+		__atomic_store_n(&w[32], 1, __ATOMIC_RELEASE); /* the work ends */
+		double t0 = now_us();
+
+		while (__atomic_load_n(&w[16], __ATOMIC_ACQUIRE) != 9 && now_us() - t0 < 2e6)
+			;
+		EXPECT(w[16] == 9, "DONE %u after the work, want 9", w[16]);
+		kvl_gpusig_lanes_stats(l, &ls);
+		EXPECT(ls.waits == 1 && ls.dones == 1 && ls.joins == 2,
+		       "stats: %llu waits, %llu dones, %llu joins", (unsigned long long)ls.waits,
+		       (unsigned long long)ls.dones, (unsigned long long)ls.joins);
+		kvl_gpusig_lanes_free(l);
+		CK(cudaStreamSynchronize(es));
+		CK(cudaFreeHost((void *)w));
+		printf("ok: lanes on %s: the work after READY, DONE after the work, bad words "
+		       "refused\n",
+		       which == 0 ? "a stream of its own" : "the default stream 0");
+	}
 	CK(cudaStreamSynchronize(st));
 	for (unsigned i = 0; i < 3; i++)
 		CK(cudaFree(dbuf[i]));
