@@ -231,8 +231,12 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
  * per layer a wait on its READY word, a wait on "this layer's block addresses are in the
  * patch table" (written by this thread once READY says they landed: kvl_req_block_addr), a
  * kernel copying those 128 addresses into the layer's block table, the attention, its DONE
- * word. The all-resident run is the same stream without the waits, its patch table pointing
- * at a VRAM copy of the tier's blocks; the outputs of the two must be equal bit for bit.
+ * word (by default through kvl_gpusig_lanes: the waits and DONE on side streams, the stream
+ * itself waits on events; --sig direct puts them on the stream). The all-resident run is the
+ * same stream without the waits, its patch table pointing at a VRAM copy of the tier's
+ * blocks; the outputs of the two must be equal bit for bit. Timed by two events a layer
+ * around the attention, as kvlane-gpu-bench times it (--events full adds one before the
+ * waits, to split the stall from the DONE write; beside the copies it cost 2-8 us a layer).
  *   step    decode step time (8 layers), CUDA events, median over steps 1..D-1;
  *   comp    the attention kernels' time inside it (as slowed by the copies beside it);
  *   xfer    one decode step's 64 MiB by the transport alone (xport_cudma on this thread,
@@ -264,6 +268,26 @@ static struct row runtime(struct kvl_runtime *rt, const struct kvl_segment *seg,
  */
 static bool ov_attn_greatest;
 
+/*
+ * --sig LIST (comma-separated): how the engine's stream meets the step flags, A/B of this
+ * bench (the runtime sees the same words written and waited either way):
+ *   lanes      (default) through kvl_gpusig_lanes: READY (and in staging the table word)
+ *              waited on a side stream, DONE written on another, the engine's stream meets
+ *              only events;
+ *   direct     the engine's stream waits READY and writes DONE itself
+ *              (kvl_gpusig_wait_addr / kvl_gpusig_done_addr);
+ *   skip       the engine's thread reads the host READY word as it enqueues a layer and
+ *              enqueues no wait when it has landed (an engine that checks on the host, as
+ *              vLLM's wait_for_layer_load does); with --dest-ahead N, --enqueue-ahead E < N
+ *              makes the thread enqueue late enough for that to happen;
+ *   noready    diagnostic bound: no READY wait at all (outputs may differ: reported, not
+ *              failed).
+ * --events lean (default): no event before a layer's waits; the stall column is then the gap
+ * from the previous layer's end (its DONE included) to the attention's start. --events full:
+ * one more event there (in the resident run too), stall and "other" (the DONE write) apart.
+ */
+enum { SIG_LANES = 1, SIG_NOREADY = 2, SIG_SKIP = 4 };
+
 /* The layer's 128 tier blocks (its first OV_R of each sequence) into its block table. */
 __global__ static void ov_patch(uint64_t *tab, const uint64_t *src)
 {
@@ -294,6 +318,11 @@ struct ov_world {
 	__nv_bfloat16 *q, *out_res, *out_pipe; /* [L][B][32][128]; out_pipe [steps][L]... */
 	float *po, *pml;
 	cudaStream_t st;
+	unsigned sig;			/* SIG_* */
+	bool lean;			/* --events lean */
+	struct kvl_gpusig_lanes *lanes; /* SIG_LANES */
+	uint32_t enq_ahead;		/* --dest-ahead: decode steps enqueued ahead (E) */
+	uint64_t skipped;		/* SIG_SKIP: waits not enqueued, READY seen first */
 };
 
 struct ov_times {
@@ -365,37 +394,66 @@ static void ov_stream(struct ov_world *w, const struct kvl_req_flags *fl,
 				k = l;
 				tj = (d % w->ring) * OV_L + l;
 			}
-			CK(cudaEventRecord(ev[OV_EV_WAIT(w, j)], w->st));
-			if (fl != NULL)
-				EXPECT(kvl_gpusig_wait_addr(f->ready_dev + (uint64_t)k * f->stride,
-							    f->epoch, w->st, err, sizeof(err)) == 0,
-				       "wait READY %u: %s", j, err);
+			/* the words this layer waits on: READY, in staging also the table's */
+			uint64_t wa[2];
+			uint32_t we[2];
+			unsigned nw = 0;
+			bool landed = false;
+
+			if (!w->lean)
+				CK(cudaEventRecord(ev[OV_EV_WAIT(w, j)], w->st));
+			if (fl != NULL && (w->sig & SIG_SKIP)) {
+				const volatile uint32_t *rw =
+					(const volatile uint32_t *)((const uint8_t *)f->ready +
+								    (size_t)k * f->stride);
+
+				landed = gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE),
+							f->epoch);
+				w->skipped += landed;
+			}
+			if (fl != NULL && !(w->sig & SIG_NOREADY) && !landed) {
+				wa[nw] = f->ready_dev + (uint64_t)k * f->stride;
+				we[nw++] = f->epoch;
+			}
 			if (w->dest) {
 				/* the engine's block tables, built before the run: nothing to wait
 				 * for but READY, nothing to patch */
 				table = fl != NULL ? w->tabs + (size_t)tj * OV_B * OV_NBLK
 						   : w->tab_res + (size_t)l * OV_B * OV_NBLK;
-			} else {
-				if (fl != NULL) {
-					EXPECT(kvl_gpusig_wait_addr(
-						       (uint64_t)(uintptr_t)w->filled_dev +
-							       (uint64_t)j * 64,
-						       1, w->st, err, sizeof(err)) == 0,
-					       "wait table %u: %s", j, err);
-					src = w->patch_dev + (size_t)j * OV_B * OV_R;
-				}
+			} else if (fl != NULL) {
+				wa[nw] = (uint64_t)(uintptr_t)w->filled_dev + (uint64_t)j * 64;
+				we[nw++] = 1;
+				src = w->patch_dev + (size_t)j * OV_B * OV_R;
+			}
+			if (w->sig & SIG_LANES)
+				EXPECT(kvl_gpusig_lanes_wait(w->lanes, wa, we, nw, err,
+							     sizeof(err)) == 0,
+				       "lanes: wait %u: %s", j, err);
+			else
+				for (unsigned i = 0; i < nw; i++)
+					EXPECT(kvl_gpusig_wait_addr(wa[i], we[i], w->st, err,
+								    sizeof(err)) == 0,
+					       "wait %u word %u: %s", j, i, err);
+			if (!w->dest)
 				ov_patch<<<1, OV_B * OV_R, 0, w->st>>>(
 					w->tab + (size_t)l * OV_B * OV_NBLK, src);
-			}
 			CK(cudaEventRecord(ev[OV_EV_ATT(w, j)], w->st));
 			ov_attention(w, table, l,
 				     fl != NULL ? w->out_pipe + (size_t)d * OV_L * OV_OUT
 						: w->out_res);
 			CK(cudaEventRecord(ev[OV_EV_END(w, j)], w->st));
-			if (fl != NULL)
-				EXPECT(kvl_gpusig_done_addr(f->done_dev + (uint64_t)k * f->stride,
-							    f->epoch, w->st, err, sizeof(err)) == 0,
-				       "write DONE %u: %s", j, err);
+			if (fl != NULL) {
+				uint64_t da = f->done_dev + (uint64_t)k * f->stride;
+
+				if (w->sig & SIG_LANES)
+					EXPECT(kvl_gpusig_lanes_done(w->lanes, &da, &f->epoch, 1,
+								     err, sizeof(err)) == 0,
+					       "lanes: DONE %u: %s", j, err);
+				else
+					EXPECT(kvl_gpusig_done_addr(da, f->epoch, w->st, err,
+								    sizeof(err)) == 0,
+					       "write DONE %u: %s", j, err);
+			}
 		}
 	}
 	if (from < w->steps && to >= w->steps)
@@ -409,7 +467,7 @@ static struct ov_times ov_read(const struct ov_world *w, const std::vector<cudaE
 
 	t.wall = 0;
 	t.comp_all = 0;
-	CK(cudaStreamSynchronize(w->st));
+	CK(cudaDeviceSynchronize()); /* the side streams' too (--sig) */
 	CK(cudaEventElapsedTime(&ms, ev[0], ev[w->steps]));
 	t.run = ms / 1e3;
 	for (uint32_t j = 0; j < w->steps * OV_L; j++) {
@@ -426,7 +484,12 @@ static struct ov_times ov_read(const struct ov_world *w, const std::vector<cudaE
 
 			CK(cudaEventElapsedTime(&ms, ev[OV_EV_ATT(w, j)], ev[OV_EV_END(w, j)]));
 			comp += ms / 1e3;
-			CK(cudaEventElapsedTime(&ms, ev[OV_EV_WAIT(w, j)], ev[OV_EV_ATT(w, j)]));
+			/* lean: from the previous layer's end (its DONE included) */
+			CK(cudaEventElapsedTime(&ms,
+						!w->lean ? ev[OV_EV_WAIT(w, j)]
+						: l == 0 ? ev[d]
+							 : ev[OV_EV_END(w, j - 1)],
+						ev[OV_EV_ATT(w, j)]));
 			stall += ms / 1e3;
 		}
 		t.comp.push_back(comp);
@@ -538,9 +601,11 @@ static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, ui
 			ended += e[i].type == KVL_REQ_EV_DONE;
 		}
 	};
+	const uint32_t E = w->enq_ahead ? w->enq_ahead : N;
+
 	for (uint32_t d = 0; d < N && d < w->steps; d++)
 		open_step(d);
-	ov_stream(w, &fls[0], ev, 0, N);
+	ov_stream(w, &fls[0], ev, 0, E);
 	for (uint32_t d = 0; d < w->steps; d++) {
 		const volatile uint32_t *last =
 			(const volatile uint32_t *)((const uint8_t *)fls[d].done +
@@ -551,10 +616,10 @@ static uint32_t ov_run_dest_ahead(struct kvl_runtime *rt, struct ov_world *w, ui
 			EXPECT(gpu_rt_now_s() - t0 < OV_LIMIT_S,
 			       "decode step %u not DONE after %.0f s", d, OV_LIMIT_S);
 		}
-		if (d + N < w->steps) { /* its place was decode step d - 1's, DONE */
+		if (d + N < w->steps) /* its place was decode step d - 1's, DONE */
 			open_step(d + N);
-			ov_stream(w, &fls[0], ev, d + N, d + N + 1);
-		}
+		if (d + E < w->steps)
+			ov_stream(w, &fls[0], ev, d + E, d + E + 1);
 	}
 	while (ended < w->steps) {
 		drain();
@@ -666,8 +731,8 @@ static uint64_t ov_runtime(struct kvl_runtime *rt, struct ov_world *w, uint32_t 
 static int overlap_main(int argc, char **argv)
 {
 	uint32_t unit_kb = 16, steps = 16, runs = 3;
-	const char *copy = "auto", *dest = "engine";
-	uint32_t dest_ahead = 0;
+	const char *copy = "auto", *dest = "engine", *sig_arg = "lanes", *events = "lean";
+	uint32_t dest_ahead = 0, enq_ahead = 0;
 	char ini[2048], err[2048], out[16384];
 	struct kvl_seg_geom g;
 	struct kvl_segment seg;
@@ -688,24 +753,63 @@ static int overlap_main(int argc, char **argv)
 			dest = argv[++i];
 		else if (strcmp(argv[i], "--dest-ahead") == 0 && i + 1 < argc)
 			dest_ahead = (uint32_t)atoi(argv[++i]);
+		else if (strcmp(argv[i], "--sig") == 0 && i + 1 < argc)
+			sig_arg = argv[++i];
+		else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc)
+			events = argv[++i];
+		else if (strcmp(argv[i], "--enqueue-ahead") == 0 && i + 1 < argc)
+			enq_ahead = (uint32_t)atoi(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: kvlane-tier-bench overlap [--unit-kb 16|64] [--steps D] "
 				"[--runs N] [--copy auto|gather|batch|each] [--dest "
-				"engine|staging] [--dest-ahead N]\n");
+				"engine|staging] [--dest-ahead N] [--sig "
+				"direct|lanes,skip,noready] "
+				"[--enqueue-ahead E] [--events full|lean]\n");
 			return 2;
 		}
 	}
 	if ((unit_kb != 16 && unit_kb != 64) || steps < 3 || steps > 64 || runs < 1 || runs > 9 ||
 	    (strcmp(dest, "engine") != 0 && strcmp(dest, "staging") != 0) || dest_ahead > 8 ||
-	    dest_ahead + 1 > steps || (dest_ahead > 0 && strcmp(dest, "engine") != 0)) {
+	    dest_ahead + 1 > steps || (dest_ahead > 0 && strcmp(dest, "engine") != 0) ||
+	    enq_ahead > dest_ahead ||
+	    (strcmp(events, "full") != 0 && strcmp(events, "lean") != 0)) {
 		fprintf(stderr, "--unit-kb 16 or 64, --steps 3..64, --runs 1..9, --dest engine or "
-				"staging, --dest-ahead 0..8 (with --dest engine)\n");
+				"staging, --dest-ahead 0..8 (with --dest engine), --enqueue-ahead "
+				"1..N (with --dest-ahead N), --events full or lean\n");
 		return 2;
+	}
+	memset(&w, 0, sizeof(w));
+	w.enq_ahead = enq_ahead;
+	w.lean = strcmp(events, "lean") == 0;
+	{
+		static const struct {
+			const char *name;
+			unsigned bit;
+		} sig_names[] = { { "direct", 0 },
+				  { "lanes", SIG_LANES },
+				  { "skip", SIG_SKIP },
+				  { "noready", SIG_NOREADY } };
+		char buf[128], *save = NULL;
+
+		snprintf(buf, sizeof(buf), "%s", sig_arg);
+		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			size_t k = 0;
+
+			while (k < sizeof(sig_names) / sizeof(sig_names[0]) &&
+			       strcmp(t, sig_names[k].name) != 0)
+				k++;
+			if (k == sizeof(sig_names) / sizeof(sig_names[0])) {
+				fprintf(stderr,
+					"--sig: '%s' is not one of direct, lanes, skip, noready\n",
+					t);
+				return 2;
+			}
+			w.sig |= sig_names[k].bit;
+		}
 	}
 	if (gpu_test_devices() == 0)
 		return GPU_TEST_SKIP;
-	memset(&w, 0, sizeof(w));
 	w.unit = unit_kb << 10;
 	w.per_kv = ATT_BLOCK / w.unit;
 	w.n_units = (uint32_t)(OV_LAYER / w.unit);
@@ -762,6 +866,11 @@ static int overlap_main(int argc, char **argv)
 		printf("the engine's stream at priority %d (%s; range %d least .. %d greatest)\n",
 		       ov_attn_greatest ? greatest : least,
 		       ov_attn_greatest ? "greatest" : "default", least, greatest);
+		if (w.sig & SIG_LANES) {
+			w.lanes = kvl_gpusig_lanes_new(w.st, err, sizeof(err));
+			EXPECT(w.lanes != NULL, "kvl_gpusig_lanes_new: %s", err);
+		}
+		printf("the engine's step flags: --sig %s, --events %s\n", sig_arg, events);
 	}
 	CK(cudaMalloc((void **)&w.res_pool, OV_RES_LAYER * OV_L));
 	CK(cudaMalloc((void **)&w.res_remote, OV_LAYER * OV_L));
@@ -957,6 +1066,7 @@ static int overlap_main(int argc, char **argv)
 		for (int k = 0; k < C_N; k++)
 			c0[k] = gpu_rt_tel_u64(out, ctr[k]);
 		CK(cudaMemset(w.out_pipe, 0xff, OV_OUT * OV_L * 2 * steps));
+		w.skipped = 0;
 		bad = ov_runtime(rt, &w, seg.id, perm, ev, &t);
 		gpu_rt_tel("/kvlane/tier", out, sizeof(out));
 		for (int k = 0; k < C_N; k++)
@@ -978,7 +1088,8 @@ static int overlap_main(int argc, char **argv)
 					    o_res.size() * 2) != 0;
 		bool same = steps_bad == 0;
 
-		outputs_ok = outputs_ok && (same || bad > 0);
+		/* noready is a bound, not a correct engine: its outputs may differ */
+		outputs_ok = outputs_ok && (same || bad > 0 || (w.sig & SIG_NOREADY));
 		/* engine destinations run ahead (see ov_times.run): judged by the whole run */
 		ovls.push_back(w.dest && !w.ring ? ovl_run : ovl);
 		printf("%-10s %8.3f %8.3f %6.1f%% %8.3f %8.3f %6.1f%% %6.1f%% %6llu %6llu "
@@ -995,8 +1106,10 @@ static int overlap_main(int argc, char **argv)
 		       gbs_g = dc[C_SNG] ? (double)dc[C_SBG] / dc[C_SNG] : 0;
 		double pace = t.pace.empty() ? 0 : gpu_bench_median(t.pace);
 		printf("           open to end %.1f ms (%u decode steps); per step: stall %.3f ms, "
-		       "other %.3f ms (step - comp - stall), READY pace %.3f ms\n",
-		       t.wall * 1e3, steps, stall * 1e3, (p50 - comp - stall) * 1e3, pace * 1e3);
+		       "other %.3f ms (step - comp - stall), READY pace %.3f ms; READY waits "
+		       "not enqueued (landed first) %llu of %u\n",
+		       t.wall * 1e3, steps, stall * 1e3, (p50 - comp - stall) * 1e3, pace * 1e3,
+		       (unsigned long long)w.skipped, steps * OV_L);
 		printf("           whole run (step 0 included): %.3f ms against resident %.3f ms, "
 		       "attention %.3f ms, %u transfers %.3f ms: ovl %.1f%%, ovl* %.1f%%%s\n",
 		       t.run * 1e3, res.run * 1e3, t.comp_all * 1e3, steps, steps * x * 1e3,
@@ -1042,7 +1155,8 @@ static int overlap_main(int argc, char **argv)
 		       "batches_ce=%llu batches_gather=%llu launches=%llu small_copies=%llu "
 		       "svc_GBps_ce=%.2f svc_GBps_gather=%.2f probes=%llu est_compute_ns=%llu "
 		       "est_step_bytes=%llu outputs_equal=%d run_ms=%.3f resident_run_ms=%.3f "
-		       "ovl_run=%.4f ovl_run_star=%.4f attn_prio=%s\n",
+		       "ovl_run=%.4f ovl_run_star=%.4f attn_prio=%s sig=%s events=%s "
+		       "enqueue_ahead=%u skipped=%llu other_ms=%.3f\n",
 		       unit_kb, copy, dest, p50 * 1e3, comp * 1e3, stall * 1e3, p50r * 1e3, x * 1e3,
 		       ovl, ovls_, (unsigned long long)dc[C_CE], (unsigned long long)dc[C_G],
 		       (unsigned long long)dc[C_L], (unsigned long long)dc[C_S], gbs_ce, gbs_g,
@@ -1050,19 +1164,30 @@ static int overlap_main(int argc, char **argv)
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_compute_ns"),
 		       (unsigned long long)gpu_rt_tel_u64(out, "est_step_bytes"), same ? 1 : 0,
 		       t.run * 1e3, res.run * 1e3, ovl_run, ovl_run_s,
-		       ov_attn_greatest ? "greatest" : "default");
+		       ov_attn_greatest ? "greatest" : "default", sig_arg, events,
+		       w.enq_ahead ? w.enq_ahead : dest_ahead, (unsigned long long)w.skipped,
+		       (p50 - comp - stall) * 1e3);
 	}
 	printf("/kvlane/tier: %.2000s\n", out);
 	double m = gpu_bench_median(ovls);
 
-	printf("target at %uK (copy %s, dest %s): overlap with attention >= 95%% through the "
-	       "runtime (median of %u runs %.1f%%, %s): %s\n",
-	       unit_kb, copy, dest, runs, 100 * m,
+	printf("target at %uK (copy %s, dest %s, sig %s): overlap with attention >= 95%% "
+	       "through the runtime (median of %u runs %.1f%%, %s): %s\n",
+	       unit_kb, copy, dest, sig_arg, runs, 100 * m,
 	       w.dest && !w.ring ? "ovl of the whole run" : "ovl of the median step",
 	       m >= 0.95 ? "MET" : "MISSED");
 	EXPECT(outputs_ok, "the runtime's attention outputs differ from the resident run's");
 	for (auto &e : ev)
 		CK(cudaEventDestroy(e));
+	if (w.lanes != NULL) {
+		struct kvl_gpusig_lanes_stats ls;
+
+		kvl_gpusig_lanes_stats(w.lanes, &ls);
+		printf("lanes: %llu READY waits, %llu DONE writes, %llu joins\n",
+		       (unsigned long long)ls.waits, (unsigned long long)ls.dones,
+		       (unsigned long long)ls.joins);
+		kvl_gpusig_lanes_free(w.lanes);
+	}
 	kvl_stop(rt);
 	return 0;
 }
