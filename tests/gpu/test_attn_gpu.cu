@@ -360,6 +360,28 @@ static void *hog_cycle(void *arg)
 	nanosleep(&under, NULL);
 	EXPECT(write(in[1], "less\n", 5) == 5, "to vram_hog");
 	hog_reply(h, f, "the 256 MiB back");
+	/* /kvlane/gpu's free_bytes is the runtime's last sample (kvl-vram, every
+	 * resize_interval_ms): until it has sampled again, what it shows is still UNDER's. NEAR
+	 * begins once two samples have been taken after the hog's answer (the first may have
+	 * begun before it). Seen on the H200 without this: "near: free VRAM 1855 MiB". */
+	{
+		static char g[16384];
+		struct timespec one_ms = { 0, 1000000 };
+		uint64_t s0, s1;
+		double t0 = gpu_rt_now_s();
+
+		gpu_rt_tel("/kvlane/gpu", g, sizeof(g));
+		s0 = gpu_rt_tel_dict_u64(g, "samples");
+		do {
+			nanosleep(&one_ms, NULL);
+			gpu_rt_tel("/kvlane/gpu", g, sizeof(g));
+			s1 = gpu_rt_tel_dict_u64(g, "samples");
+			EXPECT(gpu_rt_now_s() - t0 < 2.0,
+			       "the runtime sampled free VRAM %llu times in 2 s after the hog's "
+			       "answer",
+			       (unsigned long long)(s1 - s0));
+		} while (s1 < s0 + 2);
+	}
 	__atomic_store_n(&h->phase, PH_NEAR, __ATOMIC_RELEASE);
 	close(in[1]); /* the hog frees the rest and exits */
 	EXPECT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
