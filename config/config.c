@@ -134,7 +134,7 @@ static const struct key_def sched_keys[] = {
 	K(SCH, staging, KT_ENUM, 0, 0, 0, staging_names, "auto"),
 	K(SCH, tier, KT_BOOL, 0, 0, 0, NULL, "false"),
 	K(SCH, tier_rate_mbps, KT_UINT, 0, 0, 10000000, NULL, "0"),
-	K(SCH, tier_copy, KT_ENUM, 0, 0, 0, tier_copy_names, "gather"),
+	K(SCH, tier_copy, KT_ENUM, 0, 0, 0, tier_copy_names, "auto"),
 };
 #undef SCH
 

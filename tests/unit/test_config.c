@@ -1210,7 +1210,7 @@ static void test_sched_keys(void)
 		CHECK_INT(cfg.sched.max_msg_kb, 0);
 		CHECK_INT(cfg.sched.max_requests, 256);
 		CHECK_INT(cfg.sched.ready_ahead, 1);
-		CHECK_INT(cfg.sched.tier_copy, KVL_TIER_COPY_GATHER); /* the default */
+		CHECK_INT(cfg.sched.tier_copy, KVL_TIER_COPY_AUTO); /* the default */
 	}
 	/* the tier's copy method: each name to its value */
 	if (load_good("tier_copy = each", "[sched]\nstaging_mb = 8\ntier_copy = each\n" NIC_LO) ==
