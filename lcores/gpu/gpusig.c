@@ -308,11 +308,17 @@ static int lanes_args(const uint64_t *addr, unsigned n, char *err, size_t errlen
 	return 0;
 }
 
-static int lanes_cuda(cudaError_t ce, const char *what, char *err, size_t errlen)
+/* @from records @ev, @to waits for it: what joins a lane and the engine's stream. */
+static int lanes_join(cudaEvent_t ev, cudaStream_t from, cudaStream_t to, const char *what,
+		      char *err, size_t errlen)
 {
+	cudaError_t ce = cudaEventRecord(ev, from);
+
+	if (ce == cudaSuccess)
+		ce = cudaStreamWaitEvent(to, ev, 0);
 	if (ce == cudaSuccess)
 		return 0;
-	snprintf(err, errlen, "gpusig lanes: %s: %s", what, cudaGetErrorString(ce));
+	snprintf(err, errlen, "gpusig lanes: joining %s: %s", what, cudaGetErrorString(ce));
 	return -EIO;
 }
 
@@ -321,26 +327,13 @@ int kvl_gpusig_lanes_wait(struct kvl_gpusig_lanes *l, const uint64_t *ready_dev,
 {
 	int rc = lanes_args(ready_dev, n, err, errlen);
 
+	for (unsigned i = 0; rc == 0 && i < n; i++)
+		rc = addr_op(ready_dev[i], epoch[i], l->wait_lane, true, err, errlen);
 	if (rc < 0 || n == 0)
 		return rc;
-	for (unsigned i = 0; i < n; i++) {
-		CUresult r = l->drv->stream_wait_value32((CUstream)l->wait_lane,
-							 (CUdeviceptr)ready_dev[i], epoch[i],
-							 CU_STREAM_WAIT_VALUE_GEQ);
-
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen,
-				 "gpusig lanes: cuStreamWaitValue32 on the wait lane: %s",
-				 kvl_cudrv_strerror(r));
-			return -EIO;
-		}
-	}
 	l->st.waits += n;
-	rc = lanes_cuda(cudaEventRecord(l->ready_ev, l->wait_lane), "cudaEventRecord (wait lane)",
-			err, errlen);
-	if (rc == 0)
-		rc = lanes_cuda(cudaStreamWaitEvent(l->engine, l->ready_ev, 0),
-				"cudaStreamWaitEvent (engine's stream)", err, errlen);
+	rc = lanes_join(l->ready_ev, l->wait_lane, l->engine,
+			"the wait lane to the engine's stream", err, errlen);
 	l->st.joins += rc == 0;
 	return rc;
 }
@@ -352,29 +345,17 @@ int kvl_gpusig_lanes_done(struct kvl_gpusig_lanes *l, const uint64_t *done_dev,
 
 	if (rc < 0 || n == 0)
 		return rc;
-	rc = lanes_cuda(cudaEventRecord(l->end_ev, l->engine), "cudaEventRecord (engine's stream)",
+	rc = lanes_join(l->end_ev, l->engine, l->done_lane, "the engine's stream to the done lane",
 			err, errlen);
-	if (rc == 0)
-		rc = lanes_cuda(cudaStreamWaitEvent(l->done_lane, l->end_ev, 0),
-				"cudaStreamWaitEvent (done lane)", err, errlen);
 	if (rc < 0)
 		return rc;
 	l->st.joins++;
-	for (unsigned i = 0; i < n; i++) {
-		/* the barrier: the step's kernels' writes are visible before DONE is */
-		CUresult r = l->drv->stream_write_value32((CUstream)l->done_lane,
-							  (CUdeviceptr)done_dev[i], epoch[i],
-							  CU_STREAM_WRITE_VALUE_DEFAULT);
-
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen,
-				 "gpusig lanes: cuStreamWriteValue32 on the done lane: %s",
-				 kvl_cudrv_strerror(r));
-			return -EIO;
-		}
-		l->st.dones++;
+	/* with the barrier (addr_op): the step's kernels' writes are visible before DONE is */
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		rc = addr_op(done_dev[i], epoch[i], l->done_lane, false, err, errlen);
+		l->st.dones += rc == 0;
 	}
-	return 0;
+	return rc;
 }
 
 void kvl_gpusig_lanes_stats(const struct kvl_gpusig_lanes *l, struct kvl_gpusig_lanes_stats *st)
