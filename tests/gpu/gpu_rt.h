@@ -3,6 +3,7 @@
 #ifndef KVL_TEST_GPU_RT_H
 #define KVL_TEST_GPU_RT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "gpu_test.h"
 #include "kvlane/kvlane.h"
@@ -88,16 +91,69 @@ static struct kvl_runtime *gpu_rt_start(const char *ini, const char *const *sets
 	return kvl_start(&a, err, errlen, stage);
 }
 
-/* The u64 after "@key":@open in a telemetry reply ("[": a column's first row; "": a dict's). */
+/*
+ * Telemetry replies read with jansson, never by hand: {"<command>": PAYLOAD}, PAYLOAD a dict
+ * ({"key": value}) or, for the per-NIC and per-segment commands, column form ({"key": [row 0,
+ * row 1, ...]}). A u64 beyond long long (a cap left at UINT64_MAX) would make jansson refuse
+ * the whole reply: such a reply is read again with integers as doubles.
+ */
+static inline json_t *gpu_rt_tel_payload(const char *reply, json_t **root)
+{
+	json_error_t je;
+	json_t *r = json_loads(reply, 0, &je);
+	void *it;
+
+	if (r == NULL)
+		r = json_loads(reply, JSON_DECODE_INT_AS_REAL, &je);
+	EXPECT(r != NULL, "telemetry reply not JSON (line %d column %d: %s): %.300s", je.line,
+	       je.column, je.text, reply);
+	it = json_object_iter(r);
+	EXPECT(json_is_object(r) && json_object_size(r) == 1 && it != NULL &&
+		       json_is_object(json_object_iter_value(it)),
+	       "telemetry reply is not {\"<command>\": {...}}: %.300s", reply);
+	*root = r;
+	return json_object_iter_value(it);
+}
+
+/* Row @row of @key (a column's row, or a dict's value when @row is 0); NULL if it has none.
+ * The caller json_decref()s *root. */
+static inline json_t *gpu_rt_tel_cell(const char *reply, const char *key, size_t row, json_t **root)
+{
+	json_t *v = json_object_get(gpu_rt_tel_payload(reply, root), key);
+
+	if (json_is_array(v))
+		return json_array_get(v, row);
+	return row == 0 ? v : NULL;
+}
+
+/* A number cell as a signed value (staging_gpu is -1 without a GPU). */
+static inline long long gpu_rt_tel_int(const char *reply, const char *key)
+{
+	json_t *root, *v = gpu_rt_tel_cell(reply, key, 0, &root);
+	long long x;
+
+	EXPECT(json_is_number(v), "no number %s in %.300s", key, reply);
+	x = json_is_integer(v) ? json_integer_value(v) : (long long)json_number_value(v);
+	json_decref(root);
+	return x;
+}
+
+/* The u64 of @key: the first row of a column (@open "["), or a dict's value (@open ""). */
 static inline uint64_t gpu_rt_tel_value(const char *reply, const char *key, const char *open)
 {
-	char pat[64];
-	const char *p;
+	json_t *root, *p = gpu_rt_tel_payload(reply, &root), *v = json_object_get(p, key);
+	uint64_t x;
 
-	snprintf(pat, sizeof(pat), "\"%s\":%s", key, open);
-	p = strstr(reply, pat);
-	EXPECT(p != NULL, "no %s in %s", key, reply);
-	return strtoull(p + strlen(pat), NULL, 10);
+	if (open[0] == '[')
+		v = json_is_array(v) ? json_array_get(v, 0) : NULL;
+	EXPECT(json_is_number(v) && json_number_value(v) >= 0, "no %s in %.300s", key, reply);
+	if (json_is_integer(v))
+		x = (uint64_t)json_integer_value(v);
+	else /* read as a double: 2^64 rounds up from UINT64_MAX, past what a cast takes */
+		x = json_number_value(v) >= 18446744073709551615.0 ? UINT64_MAX
+								   : (uint64_t)json_number_value(v);
+	json_decref(root);
+	return x;
 }
 
 /* Column form (/kvlane/sched, /kvlane/tier: one row per NIC lcore): the first row's. */
@@ -112,23 +168,53 @@ static inline uint64_t gpu_rt_tel_dict_u64(const char *reply, const char *key)
 	return gpu_rt_tel_value(reply, key, "");
 }
 
-/* The sum of the numbers in "@key":[a,b,...] of a column-form telemetry reply (0 if none). */
+/* Row @row of string cell @key, copied (until the next call): the test fails if it is none. */
+static inline const char *gpu_rt_tel_str(const char *reply, const char *key, size_t row)
+{
+	static char buf[1024];
+	json_t *root, *v = gpu_rt_tel_cell(reply, key, row, &root);
+
+	EXPECT(json_is_string(v), "no string %s (row %zu) in %.300s", key, row, reply);
+	snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+	json_decref(root);
+	return buf;
+}
+
+/* The first row of string column @key that is @want, or -1. */
+static inline long gpu_rt_tel_row(const char *reply, const char *key, const char *want)
+{
+	json_t *root, *col = json_object_get(gpu_rt_tel_payload(reply, &root), key), *v;
+	long row = -1;
+	size_t i;
+
+	json_array_foreach(col, i, v)
+	{
+		if (row < 0 && json_is_string(v) && strcmp(json_string_value(v), want) == 0)
+			row = (long)i;
+	}
+	json_decref(root);
+	return row;
+}
+
+/* Whether some row of string column @key is @want. */
+static inline bool gpu_rt_tel_has(const char *reply, const char *key, const char *want)
+{
+	return gpu_rt_tel_row(reply, key, want) >= 0;
+}
+
+/* The sum of column @key's rows (0 if there is no such column). */
 static inline unsigned long long gpu_rt_tel_sum(const char *out, const char *key)
 {
+	json_t *root, *col = json_object_get(gpu_rt_tel_payload(out, &root), key), *v;
 	unsigned long long sum = 0;
-	char k[96];
-	const char *p;
+	size_t i;
 
-	snprintf(k, sizeof(k), "\"%s\":[", key);
-	p = strstr(out, k);
-	for (p = p ? p + strlen(k) : NULL; p != NULL && *p != ']' && *p != '\0';) {
-		char *e;
-
-		sum += strtoull(p, &e, 10);
-		p = *e == ',' ? e + 1 : e;
-		if (e == p && *p != ']')
-			break;
+	json_array_foreach(col, i, v)
+	{
+		sum += json_is_integer(v) ? (unsigned long long)json_integer_value(v)
+					  : (unsigned long long)json_number_value(v);
 	}
+	json_decref(root);
 	return sum;
 }
 

@@ -45,8 +45,9 @@ static int run_auto(void)
 	       err);
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.400s\n", out);
-	EXPECT(strstr(out, "\"staging\":[\"host\"]") != NULL, "staging not host: %s", out);
-	EXPECT(strstr(out, "auto: nic.lo is tcp, which cannot land bytes in VRAM yet") != NULL,
+	EXPECT(strcmp(gpu_rt_tel_str(out, "staging", 0), "host") == 0, "staging not host: %s", out);
+	EXPECT(strstr(gpu_rt_tel_str(out, "staging_why", 0),
+		      "auto: nic.lo is tcp, which cannot land bytes in VRAM yet") != NULL,
 	       "staging_why does not say why: %s", out);
 	kvl_stop(rt);
 	printf("PASS: gpuseg auto (tcp NIC: host staging, and why)\n");
@@ -56,7 +57,8 @@ static int run_auto(void)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "gpu";
-	char err[2048], out[16384], *row;
+	char err[2048], out[16384];
+	long row;
 	struct kvl_segment s, sub, hs, gs;
 	struct kvl_runtime *rt;
 	int n = gpu_test_devices(), stage = 0, rc;
@@ -88,10 +90,12 @@ int main(int argc, char **argv)
 	EXPECT(rt != NULL, "staging = gpu on the null transport: stage %d: %s", stage, err);
 	gpu_rt_tel("/kvlane/sched", out, sizeof(out));
 	printf("/kvlane/sched: %.300s\n", out);
-	EXPECT(strstr(out, "\"staging\":[\"gpu\"]") && strstr(out, "\"staging_gpu\":[0]"),
+	EXPECT(strcmp(gpu_rt_tel_str(out, "staging", 0), "gpu") == 0 &&
+		       gpu_rt_tel_int(out, "staging_gpu") == 0,
 	       "staging not in VRAM of GPU 0: %s", out);
 	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
-	EXPECT(strstr(out, "\"staging.lo\"") && strstr(out, "\"kind\":[\"gpu\"]"),
+	row = gpu_rt_tel_row(out, "name", "staging.lo");
+	EXPECT(row >= 0 && strcmp(gpu_rt_tel_str(out, "kind", (size_t)row), "gpu") == 0,
 	       "staging segment not gpu: %s", out);
 
 	/* (a) a cudaMalloc block and a sub-range of it: detected as GPU memory of device 0 */
@@ -110,10 +114,9 @@ int main(int argc, char **argv)
 	       kvl_seg_error());
 	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
 	printf("/kvlane/segments: %.600s\n", out);
-	row = strstr(out, "\"kind\":[");
-	EXPECT(row && strstr(row, "\"host\"") && strstr(out, "\"tensor_sub\""), "segments: %s",
-	       out);
-	EXPECT(strstr(out, "\"lo:none\""), "registration per NIC missing: %s", out);
+	EXPECT(gpu_rt_tel_has(out, "kind", "host") && gpu_rt_tel_has(out, "name", "tensor_sub"),
+	       "segments: %s", out);
+	EXPECT(gpu_rt_tel_has(out, "reg", "lo:none"), "registration per NIC missing: %s", out);
 
 	/* (b) a range crossing two allocations: from inside the lower into the higher */
 	CK(cudaMalloc(&a, 4u << 20));
@@ -187,7 +190,7 @@ int main(int argc, char **argv)
 	EXPECT(kvl_pattern_check(back, GEOM_LEN, 7, 0) == GEOM_LEN, "bytes differ at %llu",
 	       (unsigned long long)kvl_pattern_check(back, GEOM_LEN, 7, 0));
 	gpu_rt_tel("/kvlane/segments", out, sizeof(out));
-	EXPECT(strstr(out, "\"vram\""), "vram segment not listed: %s", out);
+	EXPECT(gpu_rt_tel_has(out, "name", "vram"), "vram segment not listed: %s", out);
 
 	kvl_stop(rt); /* frees the VRAM it allocated; ours stays ours */
 	cudaFree(big);
