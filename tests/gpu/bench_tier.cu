@@ -765,7 +765,14 @@ static int overlap_main(int argc, char **argv)
 				"[--runs N] [--copy auto|gather|batch|each] [--dest "
 				"engine|staging] [--dest-ahead N] [--sig "
 				"direct|lanes,skip,noready] "
-				"[--enqueue-ahead E] [--events full|lean]\n");
+				"[--enqueue-ahead E] [--events full|lean]\n"
+				"  defaults: --unit-kb 16 --steps 16 --runs 3 --copy auto --dest "
+				"engine --sig lanes --events lean\n"
+				"  env: KVL_TIER_BENCH_ATTN_PRIO=greatest (the engine's stream at "
+				"the "
+				"copy streams' priority), KVL_TIER_BENCH_DIAG=1 (the gather "
+				"kernel's "
+				"shapes beside the resident attention)\n");
 			return 2;
 		}
 	}
