@@ -341,6 +341,15 @@ struct ov_times {
 	double run, comp_all;
 };
 
+/* Step @k's word (READY or DONE) of @base reached the epoch. */
+static bool ov_reached(const volatile uint32_t *base, const struct kvl_req_flags *fl, uint32_t k)
+{
+	const volatile uint32_t *wd =
+		(const volatile uint32_t *)((const uint8_t *)base + (size_t)k * fl->stride);
+
+	return gpu_rt_reached(__atomic_load_n(wd, __ATOMIC_ACQUIRE), fl->epoch);
+}
+
 /* The events of layer-step j: before its waits, its attention's start and end. */
 #define OV_EV_WAIT(w, j) ((w)->steps + 1 + 3 * (j))
 #define OV_EV_ATT(w, j)	 ((w)->steps + 2 + 3 * (j))
@@ -403,12 +412,7 @@ static void ov_stream(struct ov_world *w, const struct kvl_req_flags *fl,
 			if (!w->lean)
 				CK(cudaEventRecord(ev[OV_EV_WAIT(w, j)], w->st));
 			if (fl != NULL && (w->sig & SIG_SKIP)) {
-				const volatile uint32_t *rw =
-					(const volatile uint32_t *)((const uint8_t *)f->ready +
-								    (size_t)k * f->stride);
-
-				landed = gpu_rt_reached(__atomic_load_n(rw, __ATOMIC_ACQUIRE),
-							f->epoch);
+				landed = ov_reached(f->ready, f, k);
 				w->skipped += landed;
 			}
 			if (fl != NULL && !(w->sig & SIG_NOREADY) && !landed) {
@@ -496,15 +500,6 @@ static struct ov_times ov_read(const struct ov_world *w, const std::vector<cudaE
 		t.stall.push_back(stall);
 	}
 	return t;
-}
-
-/* Step @k's word (READY or DONE) of @base reached the epoch. */
-static bool ov_reached(const volatile uint32_t *base, const struct kvl_req_flags *fl, uint32_t k)
-{
-	const volatile uint32_t *wd =
-		(const volatile uint32_t *)((const uint8_t *)base + (size_t)k * fl->stride);
-
-	return gpu_rt_reached(__atomic_load_n(wd, __ATOMIC_ACQUIRE), fl->epoch);
 }
 
 /*

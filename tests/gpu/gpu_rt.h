@@ -126,6 +126,22 @@ static inline json_t *gpu_rt_tel_cell(const char *reply, const char *key, size_t
 	return row == 0 ? v : NULL;
 }
 
+/* A JSON number as a u64 (an integer, or a double where the reply was read as doubles:
+ * 2^64 rounds up from UINT64_MAX, past what a cast takes). */
+static inline uint64_t gpu_rt_json_u64(const json_t *v)
+{
+	if (json_is_integer(v))
+		return (uint64_t)json_integer_value(v);
+	return json_number_value(v) >= 18446744073709551615.0 ? UINT64_MAX
+							      : (uint64_t)json_number_value(v);
+}
+
+/* A JSON number as a signed value. */
+static inline long long gpu_rt_json_ll(const json_t *v)
+{
+	return json_is_integer(v) ? json_integer_value(v) : (long long)json_number_value(v);
+}
+
 /* A number cell as a signed value (staging_gpu is -1 without a GPU). */
 static inline long long gpu_rt_tel_int(const char *reply, const char *key)
 {
@@ -133,7 +149,7 @@ static inline long long gpu_rt_tel_int(const char *reply, const char *key)
 	long long x;
 
 	EXPECT(json_is_number(v), "no number %s in %.300s", key, reply);
-	x = json_is_integer(v) ? json_integer_value(v) : (long long)json_number_value(v);
+	x = gpu_rt_json_ll(v);
 	json_decref(root);
 	return x;
 }
@@ -147,11 +163,7 @@ static inline uint64_t gpu_rt_tel_value(const char *reply, const char *key, cons
 	if (open[0] == '[')
 		v = json_is_array(v) ? json_array_get(v, 0) : NULL;
 	EXPECT(json_is_number(v) && json_number_value(v) >= 0, "no %s in %.300s", key, reply);
-	if (json_is_integer(v))
-		x = (uint64_t)json_integer_value(v);
-	else /* read as a double: 2^64 rounds up from UINT64_MAX, past what a cast takes */
-		x = json_number_value(v) >= 18446744073709551615.0 ? UINT64_MAX
-								   : (uint64_t)json_number_value(v);
+	x = gpu_rt_json_u64(v);
 	json_decref(root);
 	return x;
 }
@@ -211,8 +223,7 @@ static inline unsigned long long gpu_rt_tel_sum(const char *out, const char *key
 
 	json_array_foreach(col, i, v)
 	{
-		sum += json_is_integer(v) ? (unsigned long long)json_integer_value(v)
-					  : (unsigned long long)json_number_value(v);
+		sum += gpu_rt_json_u64(v);
 	}
 	json_decref(root);
 	return sum;

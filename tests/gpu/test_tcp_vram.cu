@@ -223,9 +223,7 @@ static double proc_cpu_s(void)
 static long long tel_num(const char *out, const char *key)
 {
 	json_t *root, *v = gpu_rt_tel_cell(out, key, 0, &root);
-	long long x = json_is_integer(v)  ? json_integer_value(v)
-		      : json_is_number(v) ? (long long)json_number_value(v)
-					  : -1;
+	long long x = json_is_number(v) ? gpu_rt_json_ll(v) : -1;
 
 	json_decref(root);
 	return x;
