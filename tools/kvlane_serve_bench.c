@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,13 +37,14 @@ enum mode { M_TCP, M_SINGLE, M_DUAL, M_RESIDENT, N_MODES };
 static const char *const mode_name[N_MODES] = { "tcp", "single", "dual", "resident" };
 
 static const struct sb_shape presets[] = {
-	{ "llama3-8b", 32, 8, 128, 32, 16060522496ull, 8.03e9 },
-	/* 70B-class KV (80 layers x 8 KV heads x 128); the weights are one GPU's share at TP 8 */
-	{ "llama3-70b", 80, 8, 128, 64, 141107412992ull / 8, 70.6e9 / 8 },
-	/* the write-up's 32 x 32 x 128 (MHA, 7B-class weights) */
-	{ "writeup-32x32", 32, 32, 128, 32, 13476839424ull, 6.74e9 },
+	{ "llama3-8b", 32, 8, 128, 32, 16060522496ull, 8.03e9, 14336 },
+	/* 70B-class KV (80 layers x 8 KV heads x 128); the weights are one GPU's share at TP 8
+	 * (no --prefill real: its layers are split over 8 GPUs) */
+	{ "llama3-70b", 80, 8, 128, 64, 141107412992ull / 8, 70.6e9 / 8, 0 },
+	/* the write-up's 32 x 32 x 128 (MHA, 7B-class weights: Llama 2 7B's MLP) */
+	{ "writeup-32x32", 32, 32, 128, 32, 13476839424ull, 6.74e9, 11008 },
 	/* CI: tiny, CPU attention */
-	{ "tiny", 2, 2, 64, 8, 1u << 20, 1e6 },
+	{ "tiny", 2, 2, 64, 8, 1u << 20, 1e6, 0 },
 };
 
 struct opts {
@@ -54,6 +56,11 @@ struct opts {
 	 * always prefetches: that is what the dual path adds. */
 	const char *load;
 	bool bg_load;
+	/* the prefill: modelled (prompt tokens / --prefill-tok-s on --prefill-gpus, the KV a
+	 * pattern), or real (the preset's layers computed on this GPU, one prompt at a time in
+	 * arrival order, beside the decode steps: the KV they produce is what moves) */
+	const char *prefill;
+	bool pf_real;
 	struct sb_trace_opts to;
 	struct sb_synth sy;
 	bool synthetic;
@@ -75,6 +82,7 @@ static struct opts o = {
 	.backend = "auto",
 	.idle = "hybrid",
 	.load = "blocking",
+	.prefill = "model",
 	.to = { .time_scale = 1.0 },
 	.sy = { .rate = 2.0, .input_median = 8192, .input_sigma = 0.8, .output = 128, .seed = 1 },
 	.link_gbps = 100,
@@ -125,6 +133,10 @@ struct rq {
 				 * header has come, its KV waits on the socket for want) */
 	_Atomic int want;	/* tcp, blocking: admitted, the receiver may take its KV in */
 	double *gaps;
+	/* --prefill real: when its prefill began, its GPU seconds, and its KV's checksums
+	 * (layers x nb, request order) that every landed block is checked against */
+	double prefill_start, prefill_gpu_s;
+	uint64_t *sums;
 	/* dual, a request whose KV is larger than the whole KV cache: streamed from the tier
 	 * each token, one kvlane request per token (two open: the next token's prefetched) */
 	bool stream;
@@ -247,12 +259,18 @@ static uint64_t kv_off(const struct rq *r, uint32_t l, uint32_t b)
 	return ((uint64_t)l * r->nb + b) * bb;
 }
 
+/* A real prefill's end before it has ended (finite: results.json prints it). */
+#define PF_PENDING 1e9
+
 /* The prefill model: --prefill-gpus prompts at once, input / prefill_tok_s each. */
 static void prefill_schedule(void)
 {
 	double *busy = calloc(o.prefill_gpus, sizeof(double));
 
-	for (unsigned i = 0; i < tr.n; i++) {
+	/* real: one prefill at a time in arrival order; its end is known when it is over */
+	for (unsigned i = 0; o.pf_real && i < tr.n; i++)
+		rq[i].prefill_done = PF_PENDING;
+	for (unsigned i = 0; !o.pf_real && i < tr.n; i++) {
 		unsigned g = 0;
 		double start;
 
@@ -385,8 +403,41 @@ static void sock_bufs(int fd)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
 }
 
+/*
+ * --prefill real, tcp: the prefill's output in host memory shared with the prefill process
+ * (mapped before the fork, registered with CUDA after it): a ring of whole requests, which the
+ * prefill thread (this process, its GPU) writes each request's KV into and marks ready; the
+ * prefill process sends it and gives its room back.
+ */
+struct pf_shared {
+	_Atomic uint64_t freed; /* bytes given back by the sender, ring padding included */
+	struct {
+		_Atomic int ready;
+		uint64_t off, span;
+	} req[];
+};
+static struct pf_shared *pf_sh;
+static uint8_t *pf_arena;
+static uint64_t pf_arena_len, pf_head; /* pf_head: bytes taken so far, padding included */
+
+/* Room for @bytes contiguous in the ring, waited for: its offset, and the bytes it takes from
+ * the ring in *@span (the unused end before a wrap counted too). */
+static uint64_t arena_take(uint64_t bytes, uint64_t *span)
+{
+	uint64_t at = pf_head % pf_arena_len,
+		 pad = at + bytes > pf_arena_len ? pf_arena_len - at : 0;
+
+	*span = pad + bytes;
+	while (pf_head + *span - atomic_load_explicit(&pf_sh->freed, memory_order_acquire) >
+	       pf_arena_len)
+		nanosleep(&(struct timespec){ 0, 500000 }, NULL);
+	pf_head += *span;
+	return pad ? 0 : at;
+}
+
 /* The prefill process: each prompt's KV, once its prefill is over, sent over the kernel
- * socket at the link rate from the send ring; the acks (control, same connection) read last. */
+ * socket at the link rate from the send ring (--prefill real: from the shared ring the
+ * prefill's GPU wrote it into); the acks (control, same connection) read last. */
 static int prefill_process(int fd, int stats_fd)
 {
 	struct kvl_pace pace;
@@ -395,7 +446,7 @@ static int prefill_process(int fd, int stats_fd)
 	pthread_t th[SRING];
 
 	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
-	for (unsigned i = 0; i < SRING; i++) {
+	for (unsigned i = 0; !o.pf_real && i < SRING; i++) {
 		sring[i].buf = malloc(SCHUNK);
 		if (sring[i].buf == NULL)
 			return 1;
@@ -403,6 +454,8 @@ static int prefill_process(int fd, int stats_fd)
 	}
 	for (n_sfill = 1; n_sfill * 2 <= o.fill_threads && n_sfill * 2 <= SRING;)
 		n_sfill *= 2;
+	if (o.pf_real)
+		n_sfill = 0; /* the KV comes from the GPU's prefill */
 	for (unsigned i = 0; i < n_sfill; i++)
 		pthread_create(&th[i], NULL, prefill_fill, (void *)(uintptr_t)i);
 	if (o.link_gbps > 0)
@@ -412,16 +465,23 @@ static int prefill_process(int fd, int stats_fd)
 		struct hdr h = { HDR_MAGIC, r->id, r->bytes };
 		uint64_t a;
 
-		sleep_until(r->prefill_done);
+		if (o.pf_real)
+			while (!atomic_load_explicit(&pf_sh->req[r->id].ready,
+						     memory_order_acquire))
+				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+		else
+			sleep_until(r->prefill_done);
 		a = kvl_now_ns();
 		if (send_all(fd, &h, sizeof(h)) < 0)
 			return 1;
 		busy_ns += kvl_now_ns() - a;
 		for (uint64_t off = 0; off < r->bytes; off += SCHUNK, c++) {
 			uint64_t len = r->bytes - off < SCHUNK ? r->bytes - off : SCHUNK;
-			const uint8_t *buf = sring[c % SRING].buf;
+			const uint8_t *buf = o.pf_real ? pf_arena + pf_sh->req[r->id].off + off
+						       : sring[c % SRING].buf;
 
-			while (!atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
+			while (!o.pf_real &&
+			       !atomic_load_explicit(&sring[c % SRING].full, memory_order_acquire))
 				nanosleep(&(struct timespec){ 0, 20000 }, NULL);
 			for (uint64_t o2 = 0; o2 < len; o2 += o.send_kb << 10) {
 				uint32_t n = len - o2 < o.send_kb << 10
@@ -442,8 +502,13 @@ static int prefill_process(int fd, int stats_fd)
 					return 1;
 				busy_ns += kvl_now_ns() - a;
 			}
-			atomic_store_explicit(&sring[c % SRING].full, 0, memory_order_release);
+			if (!o.pf_real)
+				atomic_store_explicit(&sring[c % SRING].full, 0,
+						      memory_order_release);
 		}
+		if (o.pf_real) /* sent: its room in the ring goes back to the prefill */
+			atomic_fetch_add_explicit(&pf_sh->freed, pf_sh->req[r->id].span,
+						  memory_order_release);
 		sent += r->bytes;
 	}
 	for (unsigned i = 0; i < n_sfill; i++)
@@ -694,6 +759,81 @@ static void *scratch(void **buf, uint32_t *cap, uint32_t n, size_t size)
 	return *buf;
 }
 
+/* --prefill real: what the prefill thread did (its CPU is the prefill side's) */
+static double pf_gpu_s, pf_thread_cpu, pf_flops;
+static uint64_t pf_tokens;
+static unsigned pf_count;
+
+/*
+ * --prefill real: each prompt, at its arrival and in arrival order, through the preset's layers
+ * on this process's GPU (a stream of its own beside the decode steps), its KV written where
+ * the mode's prefill side keeps it: the host tier's blocks (single, dual), the shared ring the
+ * tcp sender reads (tcp), the decode side's own cache blocks (resident: prefill and decode on
+ * one GPU, nothing moved). It waits for that room as the pattern fill did. The KV's checksums,
+ * block by block, are what the decode side checks the landed bytes against.
+ */
+static void *real_prefiller(void *arg)
+{
+	static void *dbuf;
+	static uint32_t dcap;
+	char why[512];
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "sb-prefill");
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		uint32_t n = shape.layers * r->nb;
+		void **d = scratch(&dbuf, &dcap, n, sizeof(void *));
+		uint64_t off = 0, span = 0;
+		bool tier = cur_mode == M_SINGLE || cur_mode == M_DUAL;
+		struct pool *room = tier ? &tpool : &cpool;
+		uint32_t *blk = tier ? r->tblk : r->cblk;
+
+		sleep_until(tr.r[r->id].arrival_ms / 1e3);
+		if (cur_mode != M_TCP && n > room->cap) { /* larger than the whole tier or cache */
+			r->prefill_done = now_s();
+			atomic_store(&r->at_prefill, -1);
+			continue;
+		}
+		if (cur_mode == M_TCP) {
+			off = arena_take(r->bytes, &span);
+			for (uint32_t b = 0; b < n; b++)
+				d[b] = pf_arena + off + (uint64_t)b * bb;
+		} else {
+			while (!pool_take(room, n, blk))
+				nanosleep(&(struct timespec){ 0, 500000 }, NULL);
+			for (uint32_t b = 0; b < n; b++)
+				d[b] = (tier ? tier_base : be->cache()) + (uint64_t)blk[b] * bb;
+		}
+		r->prefill_start = now_s();
+#ifdef KVL_SB_GPU
+		if (kvl_sb_gpu_pf_run(r->key, tr.r[r->id].input, d, n, bb, r->sums,
+				      &r->prefill_gpu_s, why, sizeof(why)) < 0) {
+			fprintf(stderr, "serve-bench: %s: request %u: %s\n", mode_name[cur_mode],
+				r->id, why);
+			exit(1);
+		}
+		pf_flops += kvl_sb_gpu_pf_flops(tr.r[r->id].input);
+#else
+		snprintf(why, sizeof(why), "built without CUDA");
+		exit(1);
+#endif
+		pf_gpu_s += r->prefill_gpu_s;
+		pf_tokens += tr.r[r->id].input;
+		pf_count++;
+		r->prefill_done = now_s();
+		if (cur_mode == M_TCP) {
+			pf_sh->req[r->id].off = off;
+			pf_sh->req[r->id].span = span;
+			atomic_store_explicit(&pf_sh->req[r->id].ready, 1, memory_order_release);
+		} else {
+			atomic_store(&r->at_prefill, 1);
+		}
+	}
+	pf_thread_cpu = thread_cpu_s();
+	return NULL;
+}
+
 /* The request offsets of @r's layer @l blocks (a buffer reused by the next call). */
 static const uint64_t *layer_offs(const struct rq *r, uint32_t l)
 {
@@ -710,7 +850,10 @@ static const uint64_t *layer_offs(const struct rq *r, uint32_t l)
  * pointed at them. */
 static int take_layer(struct rq *r, uint32_t l, void **blk)
 {
-	R.bad_bytes += be->verify(blk, layer_offs(r, l), r->nb, bb, r->key);
+	if (o.pf_real) /* the prefill's KV: block by block, its checksum */
+		R.bad_bytes += be->verify_sums(blk, r->sums + (uint64_t)l * r->nb, r->nb, bb);
+	else
+		R.bad_bytes += be->verify(blk, layer_offs(r, l), r->nb, bb, r->key);
 	R.checked_bytes += (uint64_t)r->nb * bb;
 	return be->table(r->slot, l, blk, r->nb);
 }
@@ -799,8 +942,9 @@ static unsigned *slot_free, n_slot_free;
 static int take_cache(struct rq *r)
 {
 	for (uint32_t l = 0; l < shape.layers; l++) {
-		/* resident: "already in VRAM": written in place, nothing moved */
-		if (cur_mode == M_RESIDENT &&
+		/* resident: "already in VRAM": written in place, nothing moved (--prefill real:
+		 * the prefill wrote it there) */
+		if (cur_mode == M_RESIDENT && !o.pf_real &&
 		    be->fill_blocks(cache_addrs(r, l), layer_offs(r, l), r->nb, bb, r->key) < 0)
 			return -1;
 		if (landed(r, l, cache_addrs(r, l)) < 0)
@@ -848,8 +992,10 @@ static int admit(struct rq *r)
 	}
 	if (n_slot_free == 0)
 		return 0;
-	/* tcp, background: the receiver took the blocks and copied the KV in already */
-	if (!stream && (cur_mode != M_TCP || !o.bg_load) && !pool_take(&cpool, n, r->cblk)) {
+	/* tcp, background: the receiver took the blocks and copied the KV in already;
+	 * resident with --prefill real: the prefill wrote it into blocks it took */
+	if (!stream && (cur_mode != M_TCP || !o.bg_load) &&
+	    !(cur_mode == M_RESIDENT && o.pf_real) && !pool_take(&cpool, n, r->cblk)) {
 		if (!r->delayed)
 			R.delayed++;
 		r->delayed = true;
@@ -1210,7 +1356,11 @@ static int write_results(const char *tag)
 			(unsigned long long)r->hash);
 		for (uint32_t k = 0; k + 1 < r->ntok; k++)
 			fprintf(f, "%s%.4f", k ? ", " : "", r->gaps[k] * 1e3);
-		fprintf(f, "]}");
+		fprintf(f, "]");
+		if (o.pf_real)
+			fprintf(f, ", \"prefill_start_s\": %.6f, \"prefill_gpu_s\": %.6f",
+				r->prefill_start, r->prefill_gpu_s);
+		fprintf(f, "}");
 	}
 	fprintf(f, "],\n \"refused\": [");
 	for (unsigned i = 0, c = 0; i < tr.n; i++)
@@ -1231,7 +1381,8 @@ static int write_results(const char *tag)
 		"\"steps_by_batch\": [%llu, %llu, %llu, %llu, %llu],\n"
 		" \"link_bytes\": %llu, \"link_busy_s\": %.6f, \"recv_busy_s\": %.6f, "
 		"\"loop_phase_s\": [%.6f, %.6f, %.6f, %.6f, %.6f, %.6f], \"step_wall_s\": %.6f, "
-		"\"vram_series\": \"%s-%s.vram.csv\"}\n",
+		"\"vram_series\": \"%s-%s.vram.csv\", \"prefill\": \"%s\", \"prefill_count\": %u, "
+		"\"prefill_tokens\": %llu, \"prefill_gpu_s\": %.6f, \"prefill_flops\": %.6g}\n",
 		R.refused, R.completed, R.delayed, R.twice, (unsigned long long)R.checked_bytes,
 		(unsigned long long)R.bad_bytes, (unsigned long long)R.used_bytes,
 		(unsigned long long)R.moved_bytes, R.wall_s, R.busy_s, R.peak_inuse,
@@ -1244,7 +1395,8 @@ static int write_results(const char *tag)
 		(unsigned long long)R.by_batch_n[3], (unsigned long long)R.by_batch_n[4],
 		(unsigned long long)R.link_bytes, R.link_busy_s, R.link_busy_recv_s, R.ph[0],
 		R.ph[1], R.ph[2], R.ph[3], R.ph[4], R.ph[5], R.step_wall_s, tag,
-		mode_name[cur_mode]);
+		mode_name[cur_mode], o.prefill, pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
+		pf_flops);
 	return fclose(f) ? -errno : 0;
 }
 
@@ -1265,13 +1417,66 @@ static void unpin(void)
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+/* --prefill real, tcp: the shared ring (at least --host-mb, and the largest request) and its
+ * flags, mapped before the fork so that the prefill process sees the same pages. */
+static int pf_ring_map(void)
+{
+	uint64_t big = 0;
+
+	for (unsigned i = 0; i < tr.n; i++)
+		if (rq[i].bytes > big)
+			big = rq[i].bytes;
+	pf_arena_len = o.host_mb << 20 > big ? o.host_mb << 20 : big;
+	pf_arena =
+		mmap(NULL, pf_arena_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pf_sh = mmap(NULL, sizeof(*pf_sh) + tr.n * sizeof(pf_sh->req[0]), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (pf_arena == MAP_FAILED || pf_sh == MAP_FAILED) {
+		fprintf(stderr, "serve-bench: tcp: the prefill's shared ring of %llu MiB: %s\n",
+			(unsigned long long)(pf_arena_len >> 20), strerror(errno));
+		pf_arena = NULL;
+		return -1;
+	}
+	pf_head = 0;
+	return 0;
+}
+
+/* --prefill real: the model's weights on this GPU (after the decode side's: both share it),
+ * the tcp ring registered with CUDA (the prefill's copies into it are DMA). */
+static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
+{
+#ifdef KVL_SB_GPU
+	double t = kvl_now_s();
+
+	pf_gpu_s = pf_flops = 0;
+	pf_tokens = pf_count = 0;
+	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, err, (unsigned)errlen) <
+	    0)
+		return -1;
+	if (m == M_TCP &&
+	    kvl_sb_gpu_host_register(pf_arena, pf_arena_len, err, (unsigned)errlen) < 0)
+		return -1;
+	if (!o.quiet)
+		printf("  %s: prefill (real): %.2f GB of weights on this GPU, prompts up to %u "
+		       "tokens, set up in %.1f s\n",
+		       mode_name[m], kvl_sb_gpu_pf_weight_bytes() / 1e9, max_nb * SB_BLOCK_TOKENS,
+		       kvl_now_s() - t);
+	return 0;
+#else
+	(void)m;
+	(void)max_nb;
+	snprintf(err, errlen, "--prefill real: built without CUDA");
+	return -1;
+#endif
+}
+
 /* Serve the whole trace in @m; 0 when every request completed once and every byte matched. */
 static int run_mode(enum mode m, const char *tag)
 {
 	char err[1024], p[600];
 	uint64_t cache_blocks = (o.budget_mb << 20) / bb;
 	uint32_t max_nb = 0;
-	pthread_t th;
+	pthread_t th, pth;
 	int lfd = -1, cfd = -1, stats[2] = { -1, -1 }, go[2] = { -1, -1 };
 	pid_t child = -1;
 	unsigned done = 0;
@@ -1294,6 +1499,8 @@ static int run_mode(enum mode m, const char *tag)
 		r->cblk = malloc((size_t)r->nb * shape.layers * sizeof(uint32_t));
 		r->tblk = malloc((size_t)r->nb * shape.layers * sizeof(uint32_t));
 		r->gaps = malloc(tr.r[i].output * sizeof(double));
+		if (o.pf_real)
+			r->sums = malloc((size_t)r->nb * shape.layers * sizeof(uint64_t));
 		if (r->nb > max_nb)
 			max_nb = r->nb;
 	}
@@ -1312,6 +1519,8 @@ static int run_mode(enum mode m, const char *tag)
 			perror("serve-bench: tcp listen");
 			return 1;
 		}
+		if (o.pf_real && pf_ring_map() < 0)
+			return 1;
 		/* before any CUDA: the prefill process is a fork with nothing of the GPU */
 		child = fork();
 		if (child == 0) {
@@ -1363,6 +1572,10 @@ static int run_mode(enum mode m, const char *tag)
 		return 1;
 	}
 	probe_s = be->probe_weights();
+	if (o.pf_real && pf_setup(m, max_nb, err, sizeof(err)) < 0) {
+		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
+		return 1;
+	}
 	if ((m == M_SINGLE || m == M_DUAL) && start_runtime(err, sizeof(err)) < 0) {
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
 		return 1;
@@ -1395,9 +1608,11 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 		pthread_create(&th, NULL, receiver, (void *)(intptr_t)cfd);
-	} else if (m != M_RESIDENT) {
+	} else if (m != M_RESIDENT && !o.pf_real) {
 		pthread_create(&th, NULL, tier_filler, NULL);
 	}
+	if (o.pf_real)
+		pthread_create(&pth, NULL, real_prefiller, NULL);
 	sleep_until(0);
 
 	for (unsigned head = 0, seen = 0; done + R.refused < tr.n;) {
@@ -1414,7 +1629,10 @@ static int run_mode(enum mode m, const char *tag)
 			seen = moved;
 			last_move = now_s();
 		} else if (now_s() - last_move > 60 &&
-			   (head == tr.n || rq[order[head]].prefill_done + 60 < now_s())) {
+			   (head == tr.n || (o.pf_real ? tr.r[order[head]].arrival_ms / 1e3
+						       : rq[order[head]].prefill_done) +
+							    60 <
+						    now_s())) {
 			fprintf(stderr,
 				"\nserve-bench: %s: nothing moved for 60 s: %u done, %u refused, "
 				"head %u of %u, %u cache blocks free of %u\n",
@@ -1430,7 +1648,7 @@ static int run_mode(enum mode m, const char *tag)
 
 		while (may && head < tr.n) {
 			struct rq *r = &rq[order[head]];
-			int at = m == M_RESIDENT ? 1 : atomic_load(&r->at_prefill);
+			int at = m == M_RESIDENT && !o.pf_real ? 1 : atomic_load(&r->at_prefill);
 			int a;
 
 			if (at > 0 && now_s() < r->prefill_done)
@@ -1602,12 +1820,25 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 	} else if (m != M_RESIDENT) {
-		pthread_join(th, NULL);
+		if (!o.pf_real)
+			pthread_join(th, NULL);
 		R.prefill_cpu_s = prefill_thread_cpu;
 		R.prefill_fill_s = prefill_thread_cpu; /* all it does is fill the tier */
 		R.cpu_other -= prefill_thread_cpu;
 		R.cpu_total -= prefill_thread_cpu;
 		R.link_bytes = R.moved_bytes;
+	}
+	if (o.pf_real) { /* the prefill thread's CPU is the prefill side's, as the fill's was */
+		pthread_join(pth, NULL);
+		R.prefill_cpu_s += pf_thread_cpu;
+		R.prefill_fill_s = pf_thread_cpu;
+		R.cpu_other -= pf_thread_cpu;
+		R.cpu_total -= pf_thread_cpu;
+		printf("  %s: prefill (real, this GPU): %u prompts, %llu tokens in %.3f s of GPU: "
+		       "%.1f TFLOP/s, %.0f tokens/s\n",
+		       mode_name[m], pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
+		       pf_gpu_s > 0 ? pf_flops / pf_gpu_s / 1e12 : 0.0,
+		       pf_gpu_s > 0 ? pf_tokens / pf_gpu_s : 0.0);
 	}
 	if (vram_log)
 		fclose(vram_log);
@@ -1617,6 +1848,13 @@ static int run_mode(enum mode m, const char *tag)
 	}
 	if (rt)
 		kvl_stop(rt);
+#ifdef KVL_SB_GPU
+	if (o.pf_real) {
+		kvl_sb_gpu_pf_fini();
+		if (pf_arena)
+			kvl_sb_gpu_host_unregister(pf_arena);
+	}
+#endif
 	be->fini();
 	if (R.bad_bytes || R.checked_bytes != R.used_bytes || R.twice ||
 	    R.completed + R.refused != tr.n) {
@@ -1875,7 +2113,12 @@ static void usage(const char *p)
 		"                      while the batch decodes, as an asynchronous one; dual "
 		"always prefetches; blocking)\n"
 		"  --calibrate-prefill (time a bf16 GEMM of the preset's width on the GPU once and "
-		"use its rate)\n",
+		"use its rate)\n"
+		"  --prefill model|real (model: prompt tokens / --prefill-tok-s, the KV a pattern; "
+		"real: the preset's\n"
+		"                      layers computed on the GPU per prompt, their KV moved and "
+		"checked by checksum;\n"
+		"                      llama3-8b, writeup-32x32; model)\n",
 		p);
 }
 
@@ -1921,8 +2164,8 @@ static void params_json(FILE *f)
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
 		"\"fill_threads\": %u, \"tcp_buf_kb\": %llu, \"send_kb\": %llu, "
 		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, \"baseline_load\": \"%s\", "
-		"\"modelled\": \"the link between the prefill and decode sides (its rate, "
-		"--link-gbps, a token bucket); the prefill time (prompt tokens / prefill_tok_s)\", "
+		"\"prefill\": \"%s\", \"modelled\": \"the link between the prefill and decode "
+		"sides (its rate, --link-gbps, a token bucket)%s\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
 		"CPU copy for tcp; kvlane's scheduler and tier transport for single/dual), every "
 		"byte checked\", \"dma_source\": \"the decode process's own host tier (a kvlane "
@@ -1937,7 +2180,10 @@ static void params_json(FILE *f)
 		o.to.time_scale, o.to.max_requests, o.to.max_input, tr.n, tr.clipped, o.idle,
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
 		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
-		o.hybrid_idle_us, o.hybrid_sleep_us, o.load);
+		o.hybrid_idle_us, o.hybrid_sleep_us, o.load, o.prefill,
+		o.pf_real ? "; the prefill is real: the preset's layers on the decode GPU, the KV "
+			    "they produce is what moves"
+			  : "; the prefill time (prompt tokens / prefill_tok_s)");
 	free(trace);
 	json_decref(js);
 }
@@ -2230,6 +2476,7 @@ int main(int argc, char **argv)
 		{ "tcp-buf-kb", 1, 0, 'U' },
 		{ "send-kb", 1, 0, 'Z' },
 		{ "calibrate-prefill", 0, 0, 'C' },
+		{ "prefill", 1, 0, 'X' },
 		{ "fill-threads", 1, 0, 'F' },
 		{ "baseline-load", 1, 0, 'A' },
 		{ "help", 0, 0, 'h' },
@@ -2357,6 +2604,15 @@ int main(int argc, char **argv)
 		case 'C':
 			o.calibrate = true;
 			break;
+		case 'X':
+			o.prefill = optarg;
+			if (strcmp(o.prefill, "model") && strcmp(o.prefill, "real")) {
+				fprintf(stderr, "serve-bench: --prefill %s: give model or real\n",
+					o.prefill);
+				return 2;
+			}
+			o.pf_real = !strcmp(o.prefill, "real");
+			break;
 		case 'F':
 			o.fill_threads = (unsigned)atoi(optarg);
 			break;
@@ -2438,6 +2694,19 @@ int main(int argc, char **argv)
 		return 77;
 	}
 #endif
+	if (o.pf_real && (!be->device || shape.ffn == 0 || o.calibrate)) {
+		fprintf(stderr, "serve-bench: --prefill real %s\n",
+			!be->device ? "computes the preset's layers on the GPU: it needs the GPU "
+				      "backend (--backend gpu, a CUDA build and a GPU)"
+			: o.calibrate
+				? "computes the prefill itself: --calibrate-prefill (a rate for "
+				  "the "
+				  "modelled prefill) does not go with it"
+				: "runs a whole model's layers: give --preset llama3-8b or "
+				  "writeup-32x32 (llama3-70b's weights here are a TP-8 share, tiny "
+				  "is the CPU's)");
+		return 2;
+	}
 	if (o.calibrate && calibrate_prefill() < 0)
 		return 1;
 	if (o.prefill_tok_s <=
@@ -2463,19 +2732,35 @@ int main(int argc, char **argv)
 	       "KV per token), weights %.2f GB read per step\n",
 	       shape.name, shape.layers, shape.kv_heads, shape.head_dim, SB_BLOCK_TOKENS,
 	       bb / SB_BLOCK_TOKENS * shape.layers >> 10, shape.weight_bytes / 1e9);
-	printf("workload: %s, %u requests%s; prefill modelled at %.0f tokens/s x %u GPUs; decode "
-	       "max batch %u, KV budget %llu MiB, host tier %llu MiB; backend %s\n",
-	       o.trace ? o.trace : "synthetic", tr.n, tr.clipped ? " (some inputs clipped)" : "",
-	       o.prefill_tok_s, o.prefill_gpus, o.max_batch, (unsigned long long)o.budget_mb,
-	       (unsigned long long)o.host_mb, be->name);
+	if (o.pf_real)
+		snprintf(p, sizeof(p),
+			 "prefill real: the preset's layers computed on the decode GPU, one prompt "
+			 "at a time in arrival order (--prefill-tok-s and --prefill-gpus unused)");
+	else
+		snprintf(p, sizeof(p), "prefill modelled at %.0f tokens/s x %u GPUs",
+			 o.prefill_tok_s, o.prefill_gpus);
+	printf("workload: %s, %u requests%s; %s; decode max batch %u, KV budget %llu MiB, host "
+	       "tier %llu MiB; backend %s\n",
+	       o.trace ? o.trace : "synthetic", tr.n, tr.clipped ? " (some inputs clipped)" : "", p,
+	       o.max_batch, (unsigned long long)o.budget_mb, (unsigned long long)o.host_mb,
+	       be->name);
 	if (o.synthetic)
 		printf("synthetic: Poisson %.3g req/s, input log-normal median %.0f sigma %.2f, "
 		       "output %u tokens, seed %llu\n",
 		       o.sy.rate, o.sy.input_median, o.sy.input_sigma, o.sy.output,
 		       (unsigned long long)o.sy.seed);
-	printf("modelled: the link (%g Gb/s token bucket%s) and the prefill time; real: decode "
-	       "compute, the copies into the decode side's memory, every byte checked\n",
-	       o.link_gbps, o.link_gbps > 0 ? "" : " off: PCIe/memory ceiling");
+	if (o.pf_real)
+		printf("modelled: the link (%g Gb/s token bucket%s); real: the prefill (GEMMs, "
+		       "RoPE, causal attention of every layer: the bench's own bf16 tensor-core "
+		       "kernels, not cuBLAS or FlashAttention), decode compute, the copies into "
+		       "the "
+		       "decode side's memory, every block checked against the prefill's checksum\n",
+		       o.link_gbps, o.link_gbps > 0 ? "" : " off: PCIe/memory ceiling");
+	else
+		printf("modelled: the link (%g Gb/s token bucket%s) and the prefill time; real: "
+		       "decode compute, the copies into the decode side's memory, every byte "
+		       "checked\n",
+		       o.link_gbps, o.link_gbps > 0 ? "" : " off: PCIe/memory ceiling");
 	printf("tcp and single load a request's KV %s; dual prefetches it through kvlane's "
 	       "window, layer by layer\n",
 	       o.bg_load ? "in the background, while the batch decodes (an asynchronous "

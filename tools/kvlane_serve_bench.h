@@ -20,6 +20,7 @@ struct sb_shape {
 	uint32_t layers, kv_heads, head_dim, q_heads;
 	uint64_t weight_bytes; /* read once per decode step (all layers) */
 	double params;	       /* for the prefill model's FLOPs (2 per parameter per token) */
+	uint32_t ffn;	       /* the MLP's width, for --prefill real (0: that preset has none) */
 };
 
 static inline uint32_t sb_group_heads(const struct sb_shape *s)
@@ -111,6 +112,10 @@ struct sb_backend {
 	/* bytes unlike the pattern that verify found without returning them (GPU: its kernels
 	 * count on the device and verify returns 0): waits for every verify queued so far */
 	uint64_t (*bad_total)(void);
+	/* --prefill real: @n blocks of @len bytes at @blk[k] whose checksums (the prefill's,
+	 * sb_pf_block_sums) are not @want[k]: their bytes counted as bad, on the device, read
+	 * by bad_total as verify's are. NULL: the backend has no real prefill */
+	uint64_t (*verify_sums)(void *const *blk, const uint64_t *want, unsigned n, uint32_t len);
 };
 
 extern const struct sb_backend kvl_sb_cpu;
@@ -121,6 +126,27 @@ int kvl_sb_gpu_present(char *why, unsigned len);
  * checked against the host and timed: its rate in FLOP/s in *@flops. 0, or -1 with @why. */
 int kvl_sb_gpu_gemm_rate(uint32_t m, uint32_t n, uint32_t k, double *flops, char *why,
 			 unsigned len);
+/*
+ * --prefill real: the preset's layers (tools/kvlane_serve_prefill.h: its GEMMs and causal
+ * attention, the bench's own kernels) run per prompt on this process's GPU, on a stream of
+ * their own beside the decode steps. init: the weights and the activations for prompts of up
+ * to @max_tokens, and a VRAM buffer for one prompt's KV. run: the prefill of prompt @key of
+ * @tokens tokens, its KV checksummed block by block into @sums (host, layers x nb words), then
+ * copied out to @n destination blocks of @len bytes at @dst[k] (request order, host memory
+ * registered with CUDA or device memory; adjacent blocks in one copy), all waited for; the
+ * prefill's own GPU seconds in *@gpu_s. 0, or -1 with @why.
+ */
+int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens, uint64_t seed, char *why,
+		       unsigned len);
+int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst, uint32_t n, uint32_t len,
+		      uint64_t *sums, double *gpu_s, char *why, unsigned whylen);
+double kvl_sb_gpu_pf_flops(uint32_t tokens);
+uint64_t kvl_sb_gpu_pf_weight_bytes(void);
+void kvl_sb_gpu_pf_fini(void);
+/* cudaHostRegister of @len bytes at @p (tcp's prefill output, shared with its sender): 0 or
+ * -1 with @why */
+int kvl_sb_gpu_host_register(void *p, uint64_t len, char *why, unsigned whylen);
+void kvl_sb_gpu_host_unregister(void *p);
 #endif
 
 #ifdef __cplusplus

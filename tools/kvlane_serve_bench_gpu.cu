@@ -9,6 +9,7 @@
 
 #include "gpu_attn.cuh"
 #include "kvlane_serve_bench.h"
+#include "kvlane_serve_prefill.h"
 
 #define CKR(x)                                                               \
 	do {                                                                 \
@@ -697,6 +698,225 @@ extern "C" int kvl_sb_gpu_gemm_rate(uint32_t m, uint32_t n, uint32_t k, double *
 	return 0;
 }
 
+/* ---- --prefill real: the preset's layers per prompt (kvlane_serve_prefill.cu) ---- */
+
+static struct sb_pf *pf;
+static struct sb_pf_dims pf_dims;
+static cudaStream_t pf_st; /* the prefill's own: the decode steps go on st beside it */
+static cudaEvent_t pf_e0, pf_e1, pf_done;
+static uint8_t *pf_kv;		     /* one prompt's KV, request order */
+static uint64_t *pf_dptr, *pf_dsum; /* its blocks' addresses and checksums, on the device */
+static uint64_t *pf_hsum;	     /* pinned: the checksums' way back */
+static uint64_t *pf_hdst, *pf_ddst; /* the copy-out's destination addresses (pinned, device) */
+static bool pf_host_ptr;	     /* the device takes registered host memory's own addresses */
+static uint32_t pf_blocks, pf_bb;   /* blocks of the longest prompt (all layers), their size */
+static uint64_t *vs_sum;	     /* verify_sums' checksums of landed blocks (max_blk) */
+
+/* One CTA per block: the prefill's KV (request order at @src) out to its destination blocks,
+ * VRAM or registered host memory (written over PCIe by the SMs), 16 bytes a thread at a time:
+ * one launch however scattered the blocks are (a copy per run of adjacent blocks cost the
+ * prefill thread ~0.4 s of CPU per prompt into a fragmented tier). */
+__global__ void pf_out_kernel(const uint64_t *dst, const uint4 *src, uint32_t words16)
+{
+	uint4 *d = (uint4 *)dst[blockIdx.x];
+	const uint4 *s = src + (uint64_t)blockIdx.x * words16;
+
+	for (uint32_t i = threadIdx.x; i < words16; i += blockDim.x)
+		d[i] = s[i];
+}
+
+/* Whether @p is memory pf_out_kernel may write at its own address: VRAM, or host memory
+ * registered with CUDA where the device takes host pointers as they are. */
+static bool pf_kernel_reaches(const void *p)
+{
+	cudaPointerAttributes a;
+
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError();
+		return false;
+	}
+	return a.type == cudaMemoryTypeDevice ||
+	       (a.type == cudaMemoryTypeHost && pf_host_ptr && a.devicePointer == p);
+}
+
+/* The blocks whose checksum is not the prefill's: @len bytes each counted as bad. */
+__global__ void sb_sums_cmp_kernel(const uint64_t *got, const uint64_t *want, unsigned n,
+				   uint32_t len, unsigned long long *bad)
+{
+	for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
+		if (got[k] != want[k])
+			atomicAdd(bad, (unsigned long long)len);
+}
+
+extern "C" int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens, uint64_t seed,
+				  char *why, unsigned len)
+{
+	uint64_t *h;
+
+	if (s->ffn == 0) {
+		snprintf(why, len,
+			 "--prefill real: preset %s has no MLP width (a TP share, or CPU-sized): "
+			 "it runs whole models (llama3-8b, writeup-32x32)",
+			 s->name);
+		return -1;
+	}
+	pf_dims = (struct sb_pf_dims){ s->layers,   s->q_heads * s->head_dim, s->q_heads,
+				       s->kv_heads, s->head_dim,		s->ffn };
+	if (sb_pf_new(&pf, &pf_dims, max_tokens, seed, why, len) < 0)
+		return -1;
+	pf_bb = (uint32_t)sb_pf_block_bytes(&pf_dims);
+	pf_blocks = s->layers * ((max_tokens + SB_BLOCK_TOKENS - 1) / SB_BLOCK_TOKENS);
+	if (cudaMalloc(&pf_kv, (size_t)pf_blocks * pf_bb) != cudaSuccess ||
+	    cudaMalloc(&pf_dptr, (size_t)pf_blocks * 8) != cudaSuccess ||
+	    cudaMalloc(&pf_dsum, (size_t)pf_blocks * 8) != cudaSuccess ||
+	    cudaMalloc(&vs_sum, (size_t)(max_blk ? max_blk : 1) * 8) != cudaSuccess ||
+	    cudaMalloc(&pf_ddst, (size_t)pf_blocks * 8) != cudaSuccess ||
+	    cudaHostAlloc(&pf_hdst, (size_t)pf_blocks * 8, cudaHostAllocDefault) != cudaSuccess ||
+	    cudaHostAlloc(&pf_hsum, (size_t)pf_blocks * 8, cudaHostAllocDefault) != cudaSuccess) {
+		snprintf(why, len, "--prefill real: no memory for a %u-token prompt's KV (%.2f GiB)",
+			 max_tokens, (double)pf_blocks * pf_bb / (1u << 30));
+		return -1;
+	}
+	h = (uint64_t *)malloc((size_t)pf_blocks * 8);
+	for (uint32_t k = 0; k < pf_blocks; k++)
+		h[k] = (uint64_t)(uintptr_t)(pf_kv + (uint64_t)k * pf_bb);
+	CKR(cudaMemcpy(pf_dptr, h, (size_t)pf_blocks * 8, cudaMemcpyHostToDevice));
+	free(h);
+	{
+		int dev = 0, hp = 0, lo = 0, hi = 0;
+
+		CKR(cudaGetDevice(&dev));
+		CKR(cudaDeviceGetAttribute(&hp, cudaDevAttrCanUseHostPointerForRegisteredMem, dev));
+		pf_host_ptr = hp != 0;
+		/* prefill and decode share this GPU: the decode steps' stream at the highest
+		 * priority (as a co-located server keeps its TPOT), so their CTAs go to the SMs
+		 * as a prefill GEMM's free them instead of queueing behind its kernels; the
+		 * prefill's at the lowest. st is idle here (probe_weights waited for it). */
+		CKR(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+		CKR(cudaStreamSynchronize(st));
+		CKR(cudaStreamDestroy(st));
+		CKR(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+		CKR(cudaStreamCreateWithPriority(&pf_st, cudaStreamNonBlocking, lo));
+	}
+	CKR(cudaEventCreate(&pf_e0));
+	CKR(cudaEventCreate(&pf_e1));
+	/* waited for asleep: the prefill thread is not a core spinning on the GPU */
+	CKR(cudaEventCreateWithFlags(&pf_done, cudaEventBlockingSync | cudaEventDisableTiming));
+	return 0;
+}
+
+extern "C" int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst, uint32_t n,
+				 uint32_t len, uint64_t *sums, double *gpu_s, char *why,
+				 unsigned whylen)
+{
+	uint32_t want = pf_dims.layers * ((tokens + SB_BLOCK_TOKENS - 1) / SB_BLOCK_TOKENS);
+	float ms = 0;
+
+	if (pf == NULL || n != want || n > pf_blocks || len != pf_bb) {
+		snprintf(why, whylen,
+			 "prefill of %u tokens: %u blocks of %u bytes given, %u of %u wanted (at "
+			 "most %u)",
+			 tokens, n, len, want, pf_bb, pf_blocks);
+		return -1;
+	}
+	CKR(cudaEventRecord(pf_e0, pf_st));
+	if (sb_pf_run(pf, pf_st, key, tokens, pf_kv, why, whylen) < 0)
+		return -1;
+	CKR(cudaEventRecord(pf_e1, pf_st));
+	if (sb_pf_block_sums(pf_st, pf_dptr, n, len, pf_dsum) < 0) {
+		snprintf(why, whylen, "prefill: the checksums of %u blocks failed to launch", n);
+		return -1;
+	}
+	CKR(cudaMemcpyAsync(pf_hsum, pf_dsum, (size_t)n * 8, cudaMemcpyDeviceToHost, pf_st));
+	if (pf_kernel_reaches(dst[0]) && pf_kernel_reaches(dst[n - 1]) && len % 16 == 0) {
+		/* one launch (the destinations are one segment, cache or ring: both ends
+		 * checked); the address list's pinned buffer is free again at the wait below */
+		memcpy(pf_hdst, dst, (size_t)n * 8);
+		CKR(cudaMemcpyAsync(pf_ddst, pf_hdst, (size_t)n * 8, cudaMemcpyHostToDevice,
+				    pf_st));
+		pf_out_kernel<<<n, 256, 0, pf_st>>>(pf_ddst, (const uint4 *)pf_kv, len / 16);
+	} else {
+		for (uint32_t k = 0, e; k < n; k = e) { /* a copy per run of adjacent blocks */
+			for (e = k + 1; e < n && (uint8_t *)dst[e] == (uint8_t *)dst[e - 1] + len;
+			     e++)
+				;
+			CKR(cudaMemcpyAsync(dst[k], pf_kv + (uint64_t)k * len,
+					    (size_t)(e - k) * len, cudaMemcpyDefault, pf_st));
+		}
+	}
+	CKR(cudaEventRecord(pf_done, pf_st));
+	CKR(cudaEventSynchronize(pf_done));
+	CKR(cudaGetLastError());
+	CKR(cudaEventElapsedTime(&ms, pf_e0, pf_e1));
+	memcpy(sums, pf_hsum, (size_t)n * 8);
+	*gpu_s = ms / 1e3;
+	return 0;
+}
+
+extern "C" double kvl_sb_gpu_pf_flops(uint32_t tokens)
+{
+	return sb_pf_flops(&pf_dims, tokens);
+}
+
+extern "C" uint64_t kvl_sb_gpu_pf_weight_bytes(void)
+{
+	return pf ? sb_pf_weight_bytes(pf) : 0;
+}
+
+extern "C" void kvl_sb_gpu_pf_fini(void)
+{
+	if (pf == NULL)
+		return;
+	cudaStreamSynchronize(pf_st);
+	sb_pf_free(pf);
+	pf = NULL;
+	cudaFree(pf_kv);
+	cudaFree(pf_dptr);
+	cudaFree(pf_dsum);
+	cudaFree(vs_sum);
+	cudaFree(pf_ddst);
+	cudaFreeHost(pf_hdst);
+	cudaFreeHost(pf_hsum);
+	cudaEventDestroy(pf_e0);
+	cudaEventDestroy(pf_e1);
+	cudaEventDestroy(pf_done);
+	cudaStreamDestroy(pf_st);
+}
+
+/* The landed blocks' checksums against the prefill's, queued on st before the steps that read
+ * them (as gpu_verify): the count stays on the device (dbad). */
+static uint64_t gpu_verify_sums(void *const *blk, const uint64_t *want, unsigned n, uint32_t len)
+{
+	uint64_t *d;
+
+	if (vs_sum == NULL || n > max_blk)
+		return (uint64_t)n * len; /* cannot check: counted as bad */
+	if (n == 0)
+		return 0;
+	d = arena_pair(blk, want, n);
+	if (sb_pf_block_sums(st, d, n, len, vs_sum) < 0)
+		return (uint64_t)n * len;
+	sb_sums_cmp_kernel<<<(n + 255) / 256, 256, 0, st>>>(vs_sum, d + n, n, len, dbad);
+	return 0;
+}
+
+extern "C" int kvl_sb_gpu_host_register(void *p, uint64_t len, char *why, unsigned whylen)
+{
+	cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterDefault);
+
+	if (e != cudaSuccess) {
+		snprintf(why, whylen, "cudaHostRegister of %.2f GiB: %s", (double)len / (1u << 30),
+			 cudaGetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+
+extern "C" void kvl_sb_gpu_host_unregister(void *p)
+{
+	cudaHostUnregister(p);
+}
+
 /* in the order of struct sb_backend's fields (C++17 has no designated initialisers) */
 extern "C" const struct sb_backend kvl_sb_gpu = {
 	"gpu",		 true,		 gpu_init,	    gpu_cache,
@@ -704,5 +924,5 @@ extern "C" const struct sb_backend kvl_sb_gpu = {
 	gpu_gather,	 gpu_fill,	 gpu_fill_blocks,   gpu_verify,
 	gpu_table,	 gpu_step_begin, gpu_weights,	    gpu_attn,
 	gpu_step_end,	 gpu_out_hash,	 gpu_probe_weights, gpu_fini,
-	gpu_step_submit, gpu_bad_total,
+	gpu_step_submit, gpu_bad_total,	 gpu_verify_sums,
 };

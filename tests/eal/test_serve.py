@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import Fail, check, check_eq, log  # noqa: E402
 
-LIMIT_S = {"serve_modes": 240, "serve_trace": 120, "serve_long": 120}
+LIMIT_S = {"serve_modes": 240, "serve_trace": 120, "serve_long": 120, "serve_real": 400}
 MODES = ["tcp", "single", "dual", "resident"]
 # tiny: 2 layers x 2 KV heads x 64, 16-token blocks of 8 KiB; a 4 MiB KV budget holds 512
 # blocks, so the longest prompts (clipped at 2048 tokens = 256 blocks) wait for memory
@@ -173,6 +173,17 @@ def scenario_serve_modes(ctx):
           in p.stderr, "--baseline-load later: exit 2 and the values it takes",
           "rc 2, blocking or background", (p.returncode, p.stderr[-300:]), out)
     log("--baseline-load background: tcp, single, resident, no step held; a bad value refused")
+    # --prefill: a value it does not take, and real (the preset's layers on a GPU) with the CPU
+    # backend, refused before anything starts, naming the option and what it needs
+    p, out = run(ctx, ["--synthetic", "--prefill", "later", "--out", bg_dir])
+    check(p.returncode == 2 and "--prefill later: give model or real" in p.stderr,
+          "--prefill later: exit 2 and the values it takes", "rc 2, model or real",
+          (p.returncode, p.stderr[-300:]), out)
+    p, out = run(ctx, ["--synthetic", "--prefill", "real", "--out", bg_dir])
+    check(p.returncode == 2 and "--prefill real" in p.stderr and "GPU backend" in p.stderr,
+          "--prefill real with --backend cpu: exit 2, naming the GPU backend it needs",
+          "rc 2, --prefill real ... GPU backend", (p.returncode, p.stderr[-300:]), out)
+    log("--prefill: a bad value and real without a GPU refused before anything starts")
     # the tool plots with the PATH's python3, else /usr/bin/python3 (python3-matplotlib)
     have = [py for py in ("python3", "/usr/bin/python3")
             if subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
@@ -311,8 +322,57 @@ def scenario_serve_long(ctx):
         "through the window, every byte checked, outputs = the in-budget run's")
 
 
+def scenario_serve_real(ctx):
+    """gpu suite: --prefill real on llama3-8b (the preset's layers computed on the GPU per
+    prompt, prefill and decode sharing it): every mode serves each request once, every landed
+    block equal to the prefill's checksum, single's, dual's and tcp's outputs equal to
+    resident's, and unlike the modelled prefill's (so the KV is the model's, not the pattern);
+    exit 77 where the bench has no GPU backend."""
+    n = 4
+    base = ["--synthetic", "--preset", "llama3-8b", "--backend", "gpu", "--max-requests", str(n),
+            "--rate", "4", "--input-median", "1000", "--input-sigma", "0.6", "--max-input",
+            "3000", "--output-len", "8", "--seed", "5", "--kv-budget-mb", "4096", "--host-mb",
+            "2048", "--window-mb", "1024", "--link-gbps", "100", "--no-plot"]
+    real_dir, model_dir = os.path.join(ctx.tmp, "real"), os.path.join(ctx.tmp, "model")
+    p, out = run(ctx, [*base, "--prefill", "real", "--out", real_dir], timeout=240)
+    if p.returncode == 77:
+        print(f"skipped: {p.stderr.strip()[-200:]}")
+        sys.exit(77)
+    check_eq(p.returncode, 0, "kvlane-serve-bench --prefill real: exit status", out)
+    with open(os.path.join(real_dir, "results.json")) as f:
+        res = json.load(f)
+    check_eq(res["params"]["prefill"], "real", "params: --prefill", out)
+    check_run(res["runs"][0], n, "real", out)
+    modes = {m["mode"]: m for m in res["runs"][0]["modes"]}
+    toks = None
+    for name, m in modes.items():
+        got = (m["prefill"], m["prefill_count"])
+        check_eq(got, ("real", n), f"{name}: (prefill, prompts prefilled)", out)
+        toks = toks or m["prefill_tokens"]
+        check_eq(m["prefill_tokens"], toks, f"{name}: prompt tokens prefilled (as the others)",
+                 out)
+        check(m["prefill_gpu_s"] > 0 and m["prefill_flops"] > 0, f"{name}: prefill GPU time and "
+              "FLOPs", "> 0", (m["prefill_gpu_s"], m["prefill_flops"]), out)
+        for r in m["requests"]:
+            check(r["arrival_s"] <= r["prefill_start_s"] <= r["prefill_done_s"]
+                  and r["prefill_gpu_s"] > 0, f"{name} request {r['id']}: arrival <= prefill "
+                  "start <= prefill done, GPU time > 0", "ordered", r, out)
+        check(f"{name}: prefill (real, this GPU): {n} prompts" in p.stdout,
+              f"stdout: {name}'s prefill line", "present", p.stdout[-1500:], out)
+    hashes = {name: {r["id"]: r["out_hash"] for r in m["requests"]} for name, m in modes.items()}
+    check_eq(hashes["tcp"], hashes["resident"], "real: tcp's outputs = resident's", out)
+    p, out = run(ctx, [*base, "--modes", "resident", "--out", model_dir], timeout=120)
+    check_eq(p.returncode, 0, "the same trace with the modelled prefill: exit status", out)
+    with open(os.path.join(model_dir, "results.json")) as f:
+        mod = {r["id"]: r["out_hash"] for r in json.load(f)["runs"][0]["modes"][0]["requests"]}
+    same = [i for i, h_ in mod.items() if hashes["resident"].get(i) == h_]
+    check_eq(same, [], "requests whose outputs with the real prefill equal the pattern's", out)
+    log(f"{n} prompts ({toks} tokens) prefilled on the GPU in 4 modes: every landed block equal "
+        "to the prefill's checksum, outputs equal across modes and unlike the pattern's")
+
+
 SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace,
-             "serve_long": scenario_serve_long}
+             "serve_long": scenario_serve_long, "serve_real": scenario_serve_real}
 
 
 def main(argv):
