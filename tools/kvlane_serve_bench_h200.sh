@@ -157,6 +157,12 @@ opt steady24 200 "$B/kvlane-serve-bench" $EAL --file-prefix sbst24 -- --syntheti
 opt calib 100 "$B/kvlane-serve-bench" $EAL --file-prefix sbcal -- --synthetic --preset llama3-8b --backend gpu \
 	--modes tcp,dual --calibrate-prefill --max-requests 24 --rate 2 --max-input 32768 \
 	--host-mb 8192 --sweep 12 --out "$W/calib" --no-plot --quiet
+# --prefill real: the preset's layers computed on this GPU per prompt (the bench's own kernels),
+# prefill and decode sharing it; the KV they produce is what each mode moves (named only:
+# SERVE_H200_ONLY="real"); its plots come back as real-*.png
+opt real 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreal -- --synthetic --preset llama3-8b \
+	--backend gpu --prefill real --max-requests 24 --rate ${SERVE_REAL_RATE:-1} --max-input 32768 \
+	--host-mb 8192 --out "$W/real" --quiet
 opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --preset writeup-32x32 --backend gpu \
 	--modes tcp,dual,resident --max-requests 6 --rate 4 --input-median 4096 --output-len 16 \
 	--kv-budget-mb 32768 --host-mb 4096 --max-input 8000 --out "$W/wu" --no-plot --quiet
@@ -167,7 +173,10 @@ opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --
 for f in results.json results.csv cdf.png sweep.png dual_vram.png; do
 	[ -f "$W/main/$f" ] && cp "$W/main/$f" "$OUT/$f"
 done
-(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu t*; do
+for f in results.json results.csv cdf.png dual_vram.png; do
+	[ -f "$W/real/$f" ] && cp "$W/real/$f" "$OUT/real-$f"
+done
+(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu real t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
@@ -180,7 +189,7 @@ awk '/^== summary/ { exit }
 /^== / { step = $2; print; next }
 /^\|---/ || (/^\| path/ && hdr++) { next }
 /^(cpu|steps|loop) / { if (step == "main" || step == "low" || step == "bg") print; next }
-/^(rc=|\||tcp: the socket|outputs:|serve-bench:|stream |long-check:|prefill calibrated:|varlen|PASS|FAIL|skipped)/ ||
+/^(rc=|\||tcp: the socket|outputs:|serve-bench:|stream |long-check:|prefill calibrated:|varlen|PASS|FAIL|skipped|  [a-z]+: prefill)/ ||
 / requests, offered / { print }' "$OUT/serve-h200.log"
 echo "== yardsticks"
 awk '/^== summary/ { exit }
