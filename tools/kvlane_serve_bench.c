@@ -61,6 +61,9 @@ struct opts {
 	 * arrival order, beside the decode steps: the KV they produce is what moves) */
 	const char *prefill;
 	bool pf_real;
+	/* --prefill real on the decode GPU: decode's stream first (the default), or both at
+	 * the default priority (--prefill-priority equal) */
+	bool pf_equal;
 	struct sb_trace_opts to;
 	struct sb_synth sy;
 	bool synthetic;
@@ -1450,8 +1453,8 @@ static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 
 	pf_gpu_s = pf_flops = 0;
 	pf_tokens = pf_count = 0;
-	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, err, (unsigned)errlen) <
-	    0)
+	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, !o.pf_equal, err,
+			       (unsigned)errlen) < 0)
 		return -1;
 	if (m == M_TCP &&
 	    kvl_sb_gpu_host_register(pf_arena, pf_arena_len, err, (unsigned)errlen) < 0)
@@ -2118,7 +2121,10 @@ static void usage(const char *p)
 		"real: the preset's\n"
 		"                      layers computed on the GPU per prompt, their KV moved and "
 		"checked by checksum;\n"
-		"                      llama3-8b, writeup-32x32; model)\n",
+		"                      llama3-8b, writeup-32x32; model)\n"
+		"  --prefill-priority decode|equal (real: decode's CUDA stream first, the "
+		"prefill's last; or both\n"
+		"                      at the default priority; decode)\n",
 		p);
 }
 
@@ -2164,7 +2170,8 @@ static void params_json(FILE *f)
 		"\"prefill_calibrated_flops\": %.4g, \"sock_buf_kb\": %llu, \"tcp_bufs\": %u, "
 		"\"fill_threads\": %u, \"tcp_buf_kb\": %llu, \"send_kb\": %llu, "
 		"\"hybrid_idle_us\": %u, \"hybrid_sleep_us\": %u, \"baseline_load\": \"%s\", "
-		"\"prefill\": \"%s\", \"modelled\": \"the link between the prefill and decode "
+		"\"prefill\": \"%s\", \"prefill_priority\": \"%s\", \"modelled\": \"the link "
+		"between the prefill and decode "
 		"sides (its rate, --link-gbps, a token bucket)%s\", "
 		"\"real\": \"decode compute, the KV copies into the decode side's memory (socket + "
 		"CPU copy for tcp; kvlane's scheduler and tier transport for single/dual), every "
@@ -2181,6 +2188,7 @@ static void params_json(FILE *f)
 		host_cores(), calib_flops, (unsigned long long)o.sock_buf_kb, o.tcp_bufs,
 		o.fill_threads, (unsigned long long)o.tcp_buf_kb, (unsigned long long)o.send_kb,
 		o.hybrid_idle_us, o.hybrid_sleep_us, o.load, o.prefill,
+		o.pf_equal ? "equal" : "decode",
 		o.pf_real ? "; the prefill is real: the preset's layers on the decode GPU, the KV "
 			    "they produce is what moves"
 			  : "; the prefill time (prompt tokens / prefill_tok_s)");
@@ -2477,6 +2485,7 @@ int main(int argc, char **argv)
 		{ "send-kb", 1, 0, 'Z' },
 		{ "calibrate-prefill", 0, 0, 'C' },
 		{ "prefill", 1, 0, 'X' },
+		{ "prefill-priority", 1, 0, 'J' },
 		{ "fill-threads", 1, 0, 'F' },
 		{ "baseline-load", 1, 0, 'A' },
 		{ "help", 0, 0, 'h' },
@@ -2613,6 +2622,16 @@ int main(int argc, char **argv)
 			}
 			o.pf_real = !strcmp(o.prefill, "real");
 			break;
+		case 'J':
+			if (strcmp(optarg, "decode") && strcmp(optarg, "equal")) {
+				fprintf(stderr,
+					"serve-bench: --prefill-priority %s: give decode or "
+					"equal\n",
+					optarg);
+				return 2;
+			}
+			o.pf_equal = !strcmp(optarg, "equal");
+			break;
 		case 'F':
 			o.fill_threads = (unsigned)atoi(optarg);
 			break;
@@ -2735,7 +2754,10 @@ int main(int argc, char **argv)
 	if (o.pf_real)
 		snprintf(p, sizeof(p),
 			 "prefill real: the preset's layers computed on the decode GPU, one prompt "
-			 "at a time in arrival order (--prefill-tok-s and --prefill-gpus unused)");
+			 "at a time in arrival order, %s (--prefill-tok-s and --prefill-gpus "
+			 "unused)",
+			 o.pf_equal ? "both streams at one priority"
+				    : "decode's stream at the highest priority");
 	else
 		snprintf(p, sizeof(p), "prefill modelled at %.0f tokens/s x %u GPUs",
 			 o.prefill_tok_s, o.prefill_gpus);

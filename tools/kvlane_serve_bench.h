@@ -134,10 +134,11 @@ int kvl_sb_gpu_gemm_rate(uint32_t m, uint32_t n, uint32_t k, double *flops, char
  * @tokens tokens, its KV checksummed block by block into @sums (host, layers x nb words), then
  * copied out to @n destination blocks of @len bytes at @dst[k] (request order, host memory
  * registered with CUDA or device memory; adjacent blocks in one copy), all waited for; the
- * prefill's own GPU seconds in *@gpu_s. 0, or -1 with @why.
+ * prefill's own GPU seconds in *@gpu_s. 0, or -1 with @why. @decode_first: the decode steps'
+ * stream at the highest priority and the prefill's at the lowest (else both at the default).
  */
-int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens, uint64_t seed, char *why,
-		       unsigned len);
+int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens, uint64_t seed,
+		       bool decode_first, char *why, unsigned len);
 int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst, uint32_t n, uint32_t len,
 		      uint64_t *sums, double *gpu_s, char *why, unsigned whylen);
 double kvl_sb_gpu_pf_flops(uint32_t tokens);

@@ -749,7 +749,7 @@ __global__ void sb_sums_cmp_kernel(const uint64_t *got, const uint64_t *want, un
 }
 
 extern "C" int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens, uint64_t seed,
-				  char *why, unsigned len)
+				  bool decode_first, char *why, unsigned len)
 {
 	uint64_t *h;
 
@@ -788,14 +788,18 @@ extern "C" int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens,
 		CKR(cudaGetDevice(&dev));
 		CKR(cudaDeviceGetAttribute(&hp, cudaDevAttrCanUseHostPointerForRegisteredMem, dev));
 		pf_host_ptr = hp != 0;
-		/* prefill and decode share this GPU: the decode steps' stream at the highest
-		 * priority (as a co-located server keeps its TPOT), so their CTAs go to the SMs
-		 * as a prefill GEMM's free them instead of queueing behind its kernels; the
-		 * prefill's at the lowest. st is idle here (probe_weights waited for it). */
+		/* prefill and decode share this GPU. decode_first: the decode steps' stream at
+		 * the highest priority (as a co-located server keeps its TPOT), so their CTAs go
+		 * to the SMs as a prefill GEMM's free them instead of queueing behind its
+		 * kernels; the prefill's at the lowest. st is idle here (probe_weights waited for
+		 * it). Else both at the default (the lowest): kernels share the SMs in the order
+		 * they were queued. */
 		CKR(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-		CKR(cudaStreamSynchronize(st));
-		CKR(cudaStreamDestroy(st));
-		CKR(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+		if (decode_first) {
+			CKR(cudaStreamSynchronize(st));
+			CKR(cudaStreamDestroy(st));
+			CKR(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+		}
 		CKR(cudaStreamCreateWithPriority(&pf_st, cudaStreamNonBlocking, lo));
 	}
 	CKR(cudaEventCreate(&pf_e0));

@@ -163,6 +163,11 @@ opt calib 100 "$B/kvlane-serve-bench" $EAL --file-prefix sbcal -- --synthetic --
 opt real 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreal -- --synthetic --preset llama3-8b \
 	--backend gpu --prefill real --max-requests 24 --rate ${SERVE_REAL_RATE:-1} --max-input 32768 \
 	--host-mb 8192 --out "$W/real" --quiet
+# the same with both CUDA streams at one priority (the prefill no longer yields the SMs to
+# decode's kernels): SERVE_H200_ONLY="real realeq" for the two side by side
+opt realeq 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreale -- --synthetic --preset llama3-8b \
+	--backend gpu --prefill real --prefill-priority equal --max-requests 24 \
+	--rate ${SERVE_REAL_RATE:-1} --max-input 32768 --host-mb 8192 --out "$W/realeq" --no-plot --quiet
 opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --preset writeup-32x32 --backend gpu \
 	--modes tcp,dual,resident --max-requests 6 --rate 4 --input-median 4096 --output-len 16 \
 	--kv-budget-mb 32768 --host-mb 4096 --max-input 8000 --out "$W/wu" --no-plot --quiet
@@ -176,7 +181,7 @@ done
 for f in results.json results.csv cdf.png dual_vram.png; do
 	[ -f "$W/real/$f" ] && cp "$W/real/$f" "$OUT/real-$f"
 done
-(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu real t*; do
+(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu real realeq t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"

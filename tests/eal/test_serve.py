@@ -183,7 +183,12 @@ def scenario_serve_modes(ctx):
     check(p.returncode == 2 and "--prefill real" in p.stderr and "GPU backend" in p.stderr,
           "--prefill real with --backend cpu: exit 2, naming the GPU backend it needs",
           "rc 2, --prefill real ... GPU backend", (p.returncode, p.stderr[-300:]), out)
-    log("--prefill: a bad value and real without a GPU refused before anything starts")
+    p, out = run(ctx, ["--synthetic", "--prefill-priority", "first", "--out", bg_dir])
+    check(p.returncode == 2 and "--prefill-priority first: give decode or equal" in p.stderr,
+          "--prefill-priority first: exit 2 and the values it takes", "rc 2, decode or equal",
+          (p.returncode, p.stderr[-300:]), out)
+    log("--prefill, --prefill-priority: bad values and real without a GPU refused before "
+        "anything starts")
     # the tool plots with the PATH's python3, else /usr/bin/python3 (python3-matplotlib)
     have = [py for py in ("python3", "/usr/bin/python3")
             if subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
@@ -341,7 +346,8 @@ def scenario_serve_real(ctx):
     check_eq(p.returncode, 0, "kvlane-serve-bench --prefill real: exit status", out)
     with open(os.path.join(real_dir, "results.json")) as f:
         res = json.load(f)
-    check_eq(res["params"]["prefill"], "real", "params: --prefill", out)
+    check_eq((res["params"]["prefill"], res["params"]["prefill_priority"]), ("real", "decode"),
+             "params: --prefill, --prefill-priority (default)", out)
     check_run(res["runs"][0], n, "real", out)
     modes = {m["mode"]: m for m in res["runs"][0]["modes"]}
     toks = None
