@@ -51,6 +51,8 @@ def main():
         res = json.load(f)
     p = res["params"]
     title = f"{p['preset']}, link {p['link_gbps']} Gb/s (modelled), backend {p['backend']}"
+    if p.get("prefill") == "real":  # the preset's layers computed on the decode GPU
+        title += f", prefill real (decode GPU, priority {p.get('prefill_priority', 'decode')})"
     main_run = res["runs"][0]
     written = []
 
