@@ -1420,8 +1420,8 @@ static void unpin(void)
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
-/* --prefill real, tcp: the shared ring (at least --host-mb, and the largest request) and its
- * flags, mapped before the fork so that the prefill process sees the same pages. */
+/* --prefill real, tcp: the shared ring (at least --host-mb, and twice the largest request)
+ * and its flags, mapped before the fork so that the prefill process sees the same pages. */
 static int pf_ring_map(void)
 {
 	uint64_t big = 0;
@@ -1429,7 +1429,10 @@ static int pf_ring_map(void)
 	for (unsigned i = 0; i < tr.n; i++)
 		if (rq[i].bytes > big)
 			big = rq[i].bytes;
-	pf_arena_len = o.host_mb << 20 > big ? o.host_mb << 20 : big;
+	/* twice the largest request at least: a request that does not fit before the ring's
+	 * end starts at 0, and with every request at most half the ring that fits once the ring
+	 * has drained (arena_take never waits for more room than the ring has) */
+	pf_arena_len = o.host_mb << 20 > 2 * big ? o.host_mb << 20 : 2 * big;
 	pf_arena =
 		mmap(NULL, pf_arena_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pf_sh = mmap(NULL, sizeof(*pf_sh) + tr.n * sizeof(pf_sh->req[0]), PROT_READ | PROT_WRITE,

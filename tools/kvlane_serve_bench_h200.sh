@@ -168,6 +168,11 @@ opt real 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreal -- --synthetic --
 opt realeq 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreale -- --synthetic --preset llama3-8b \
 	--backend gpu --prefill real --prefill-priority equal --max-requests 24 \
 	--rate ${SERVE_REAL_RATE:-1} --max-input 32768 --host-mb 8192 --out "$W/realeq" --no-plot --quiet
+# --prefill real on the write-up's 32x32x128 shape (MHA: four 8-head units a block, 512 KiB of
+# KV a token): 8 requests at 0.5 req/s (SERVE_H200_ONLY="realwu")
+opt realwu 150 "$B/kvlane-serve-bench" $EAL --file-prefix sbrealwu -- --synthetic --preset writeup-32x32 \
+	--backend gpu --prefill real --max-requests 8 --rate 0.5 --input-median 4096 --output-len 32 \
+	--kv-budget-mb 32768 --host-mb 8192 --max-input 8000 --out "$W/realwu" --no-plot --quiet
 opt writeup 60 "$B/kvlane-serve-bench" $EAL --file-prefix sbwu -- --synthetic --preset writeup-32x32 --backend gpu \
 	--modes tcp,dual,resident --max-requests 6 --rate 4 --input-median 4096 --output-len 16 \
 	--kv-budget-mb 32768 --host-mb 4096 --max-input 8000 --out "$W/wu" --no-plot --quiet
@@ -181,7 +186,7 @@ done
 for f in results.json results.csv cdf.png dual_vram.png; do
 	[ -f "$W/real/$f" ] && cp "$W/real/$f" "$OUT/real-$f"
 done
-(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu real realeq t*; do
+(cd "$W" && for d in bg steady steady24 low raw long longref idle100 calib wu real realeq realwu t*; do
 	[ -f "$d/results.csv" ] && echo "$d/results.csv"
 done; [ -f low/results.json ] && echo low/results.json
 [ -f main/sweep.png ] && echo main/sweep.png) >"$W/extras.list"
