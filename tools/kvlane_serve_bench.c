@@ -64,6 +64,12 @@ struct opts {
 	/* --prefill real on the decode GPU: decode's stream first (the default), or both at
 	 * the default priority (--prefill-priority equal) */
 	bool pf_equal;
+	/* --prefill-peer: single's and dual's prefill side a process of its own with its own
+	 * kvlane runtime, its KV in that process's VRAM (a kvl_seg_alloc_gpu segment on
+	 * --prefill-device), read by this side's runtime as a peer's over the control and
+	 * data paths (on one host: the ipc transport, GPU to GPU) */
+	bool pf_peer;
+	int pf_device;
 	struct sb_trace_opts to;
 	struct sb_synth sy;
 	bool synthetic;
@@ -701,6 +707,322 @@ static void *tier_filler(void *arg)
 	return NULL;
 }
 
+/* --prefill real: what the prefill did (the prefill thread's, or the prefill process's as it
+ * reported it; the thread's CPU is the prefill side's) */
+static double pf_gpu_s, pf_thread_cpu, pf_flops;
+static uint64_t pf_tokens;
+static unsigned pf_count;
+
+static const char *tel_query(const char *cmd);
+
+/*
+ * ---- --prefill-peer: single's and dual's prefill side a process of its own ----
+ * Forked before any CUDA, it starts its own kvlane runtime (EAL file prefix "<decode's>-pf",
+ * [control] listening on loopback with the run's secret), allocates the prefill side's KV
+ * store in VRAM of --prefill-device (kvl_seg_alloc_gpu "prefill-kv", --host-mb of it) and runs
+ * the real prefill there, each prompt at its arrival in arrival order, its KV written into
+ * blocks of that segment. It tells this process over a socket pair: first where it listens,
+ * then per prompt its blocks, times and checksums. This process connects to it as a peer
+ * (kvl_connect: on one host the runtime reads it over the ipc transport, GPU to GPU) and PULLs
+ * from its segment as single/dual PULL from the local tier; a request's DONE sends its id back,
+ * and the prefill process gives its blocks back to its pool.
+ */
+struct pfp_hello {
+	int ok;
+	char addr[80];
+	char err[600];
+};
+struct pfp_msg {
+	uint32_t id, n; /* n = 0: refused (larger than the whole store) */
+	double start, done, gpu_s, flops;
+};
+static int pfp_up[2] = { -1, -1 }, pfp_down[2] = { -1, -1 }; /* child -> parent, back */
+static pid_t pfp_child = -1;
+static kvl_peer_t pfp_peer;
+static uint32_t pfp_rseg;
+static pthread_t pfp_th;
+static char pfp_secret[600];
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t k = write(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		ssize_t k = read(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static void pfp_free(uint32_t id)
+{
+	if (write_all(pfp_down[1], &id, sizeof(id)) < 0) {
+		fprintf(stderr, "serve-bench: the prefill process is gone\n");
+		exit(1);
+	}
+}
+
+/* The prefill process's thread that gives the DONE requests' blocks back, until EOF. */
+static void *pfp_freer(void *arg)
+{
+	uint32_t id;
+
+	(void)arg;
+	while (read_all(pfp_down[0], &id, sizeof(id)) == 0)
+		if (id < tr.n)
+			pool_give(&tpool, rq[id].tblk, shape.layers * rq[id].nb);
+	return NULL;
+}
+
+/* The run's shared secret for the control path (written once, 0600). */
+static int pfp_secret_file(void)
+{
+	FILE *f;
+
+	snprintf(pfp_secret, sizeof(pfp_secret), "%s/prefill-peer.secret", o.out);
+	f = fopen(pfp_secret, "w");
+	if (f == NULL)
+		return -1;
+	fprintf(f, "kvlane-serve-bench --prefill-peer: loopback only, made by the bench %d\n",
+		(int)getpid());
+	return fclose(f) || chmod(pfp_secret, 0600) ? -1 : 0;
+}
+
+/* The prefill process: never returns to the bench's code. */
+static int pfp_process(void)
+{
+	static char *argv[64];
+	char ini[500], pfx[256] = "", why[600];
+	struct pfp_hello hi = { 0 };
+	struct kvl_start_args a = { 0 };
+	struct kvl_runtime *prt = NULL;
+	struct kvl_seg_geom g = { 1, 1, (uint32_t)((o.host_mb << 20) / bb), bb };
+	struct kvl_segment seg;
+	pthread_t fr;
+	int argc = 0, stage = 0, rc;
+	FILE *f;
+
+	close(pfp_up[0]);
+	close(pfp_down[1]);
+	/* decode's EAL arguments with a file prefix of its own */
+	for (int i = 0; i < o.eal_argc && argc < 60; i++) {
+		if (!strcmp(o.eal_argv[i], "--file-prefix") && i + 1 < o.eal_argc) {
+			snprintf(pfx, sizeof(pfx), "%s-pf", o.eal_argv[++i]);
+			continue;
+		}
+		argv[argc++] = o.eal_argv[i];
+	}
+	if (!pfx[0])
+		snprintf(pfx, sizeof(pfx), "sbpf%d", (int)getpid());
+	argv[argc++] = "--file-prefix";
+	argv[argc++] = pfx;
+	snprintf(ini, sizeof(ini), "%s/%s-prefill.ini", o.out, mode_name[cur_mode]);
+	f = fopen(ini, "w");
+	if (f == NULL) {
+		snprintf(hi.err, sizeof(hi.err), "%.400s: %s", ini, strerror(errno));
+		goto out;
+	}
+	fprintf(f,
+		"[runtime]\nname = serve-bench-prefill\nidle_policy = yield\n[nic.lo]\ndevice = "
+		"lo\ntransport = tcp\n[gpu]\nenable = true\ndevice_id = %d\nvram_reserve_mb = "
+		"512\n[memory]\npool_size_mb = 64\nchunk_size_kb = 2048\nhugepage = false\n"
+		"[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n",
+		o.pf_device, pfp_secret);
+	fclose(f);
+	a = (struct kvl_start_args){ .eal_argc = argc, .eal_argv = argv, .config = ini };
+	prt = kvl_start(&a, hi.err, sizeof(hi.err), &stage);
+	if (prt == NULL)
+		goto out;
+	rc = kvl_seg_alloc_gpu(prt, "prefill-kv", &g, KVL_REMOTE_READ, o.pf_device, &seg);
+	if (rc < 0) {
+		snprintf(hi.err, sizeof(hi.err),
+			 "the prefill side's KV store (--host-mb %llu) in VRAM of GPU %d: %s %s",
+			 (unsigned long long)o.host_mb, o.pf_device, strerror(-rc),
+			 kvl_seg_error());
+		goto out;
+	}
+#ifdef KVL_SB_GPU
+	{
+		uint32_t max_nb = 0;
+
+		for (unsigned i = 0; i < tr.n; i++)
+			if (rq[i].nb > max_nb)
+				max_nb = rq[i].nb;
+		if (kvl_sb_gpu_use_device(o.pf_device, hi.err, sizeof(hi.err)) < 0 ||
+		    kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, false, hi.err,
+				       sizeof(hi.err)) < 0)
+			goto out;
+	}
+#endif
+	if (pool_init(&tpool, g.blocks) < 0) {
+		snprintf(hi.err, sizeof(hi.err), "out of memory");
+		goto out;
+	}
+	hi.ok = 1;
+	snprintf(hi.addr, sizeof(hi.addr), "%s", kvl_listen_addr(prt));
+out:
+	if (write_all(pfp_up[1], &hi, sizeof(hi)) < 0 || !hi.ok)
+		return 1;
+	/* the trace's time 0 once the decode side is set up (and connected) */
+	if (read_all(pfp_down[0], &t0s, sizeof(t0s)) < 0)
+		return 1;
+	pthread_create(&fr, NULL, pfp_freer, NULL);
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct rq *r = &rq[order[k]];
+		uint32_t n = shape.layers * r->nb;
+		struct pfp_msg m = { r->id, 0, 0, 0, 0, 0 };
+		void **d = malloc((size_t)n * sizeof(void *));
+
+		sleep_until(tr.r[r->id].arrival_ms / 1e3);
+		if (n <= tpool.cap) {
+			while (!pool_take(&tpool, n, r->tblk))
+				nanosleep(&(struct timespec){ 0, 500000 }, NULL);
+			for (uint32_t b = 0; b < n; b++)
+				d[b] = (uint8_t *)seg.base + (uint64_t)r->tblk[b] * bb;
+			m.start = now_s();
+#ifdef KVL_SB_GPU
+			if (kvl_sb_gpu_pf_run(r->key, tr.r[r->id].input, d, n, bb, r->sums,
+					      &m.gpu_s, why, sizeof(why)) < 0) {
+				fprintf(stderr,
+					"serve-bench: the prefill process: request %u: %s\n", r->id,
+					why);
+				return 1;
+			}
+			m.flops = kvl_sb_gpu_pf_flops(tr.r[r->id].input);
+#else
+			(void)why;
+#endif
+			m.done = now_s();
+			m.n = n;
+		}
+		free(d);
+		if (write_all(pfp_up[1], &m, sizeof(m)) < 0 ||
+		    (m.n && (write_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
+			     write_all(pfp_up[1], r->sums, (size_t)n * 8) < 0)))
+			return 1;
+	}
+	pthread_join(fr, NULL); /* the decode side has closed its end: the run is over */
+#ifdef KVL_SB_GPU
+	kvl_sb_gpu_pf_fini();
+#endif
+	kvl_stop(prt);
+	return 0;
+}
+
+/* This side: each prompt's blocks, times and checksums as the prefill process sends them. */
+static void *pfp_receiver(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "sb-pfp-recv");
+	for (unsigned k = 0; k < tr.n; k++) {
+		struct pfp_msg m;
+		struct rq *r;
+
+		if (read_all(pfp_up[0], &m, sizeof(m)) < 0 || m.id >= tr.n ||
+		    (m.n && m.n != shape.layers * rq[m.id].nb)) {
+			fprintf(stderr, "serve-bench: the prefill process is gone or sent a bad "
+					"message\n");
+			exit(1);
+		}
+		r = &rq[m.id];
+		if (m.n && (read_all(pfp_up[0], r->tblk, (size_t)m.n * 4) < 0 ||
+			    read_all(pfp_up[0], r->sums, (size_t)m.n * 8) < 0)) {
+			fprintf(stderr, "serve-bench: the prefill process is gone\n");
+			exit(1);
+		}
+		if (m.n == 0) {
+			r->prefill_done = now_s();
+			atomic_store(&r->at_prefill, -1);
+			continue;
+		}
+		r->prefill_start = m.start;
+		r->prefill_gpu_s = m.gpu_s;
+		pf_gpu_s += m.gpu_s;
+		pf_flops += m.flops;
+		pf_tokens += tr.r[m.id].input;
+		pf_count++;
+		r->prefill_done = m.done;
+		atomic_store(&r->at_prefill, 1);
+	}
+	return NULL;
+}
+
+/* Fork the prefill process (before this process touches CUDA). */
+static int pfp_fork(void)
+{
+	if (pfp_secret_file() < 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, pfp_up) < 0 ||
+	    socketpair(AF_UNIX, SOCK_STREAM, 0, pfp_down) < 0) {
+		fprintf(stderr, "serve-bench: --prefill-peer: %s\n", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	pfp_child = fork();
+	if (pfp_child == 0)
+		_exit(pfp_process());
+	close(pfp_up[1]);
+	close(pfp_down[0]);
+	return pfp_child < 0 ? -1 : 0;
+}
+
+/* Connect to the prefill process once it is set up and find its segment. */
+static int pfp_connect(char *err, size_t errlen)
+{
+	struct pfp_hello hi;
+	struct kvl_remote_seg rs[16];
+	int n;
+
+	if (read_all(pfp_up[0], &hi, sizeof(hi)) < 0) {
+		snprintf(err, errlen, "the prefill process exited while setting up");
+		return -1;
+	}
+	if (!hi.ok) {
+		snprintf(err, errlen, "the prefill process: %s", hi.err);
+		return -1;
+	}
+	if (kvl_connect(rt, hi.addr, 20000, &pfp_peer, err, errlen) < 0)
+		return -1;
+	n = kvl_peer_segments(rt, pfp_peer, rs, 16);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(rs[i].name, "prefill-kv"))
+			pfp_rseg = rs[i].id;
+	if (pfp_rseg == 0) {
+		snprintf(err, errlen, "the prefill process at %s offers no prefill-kv segment",
+			 hi.addr);
+		return -1;
+	}
+	{ /* which transport the runtime reads it with (/kvlane/peers) */
+		const char *rep = tel_query("/kvlane/peers");
+		const char *t = rep ? strstr(rep, "\"transport_ipc\"") : NULL;
+
+		printf("  %s: the prefill process at %s (GPU %d): /kvlane/peers %.60s\n",
+		       mode_name[cur_mode], hi.addr, o.pf_device, t ? t : "(no transport_ipc)");
+	}
+	return 0;
+}
+
 /* @r's KV from the tier as one kvlane request: single, one step of every block; dual, a step
  * per layer. A streamed request opens one per token (@tok >= 0), its events' user carrying
  * the token (user = id | (tok + 1) << 32). */
@@ -714,7 +1036,7 @@ static int open_tier(struct rq *r, int tok, kvl_req_t *hp)
 
 	for (uint32_t k = 0; k < n; k++) {
 		b[k] = (struct kvl_req_block){ .remote_off = (uint64_t)r->tblk[k] * bb,
-					       .remote_seg = tier_seg,
+					       .remote_seg = o.pf_peer ? pfp_rseg : tier_seg,
 					       .length = bb };
 		sb[k] = k;
 	}
@@ -736,7 +1058,7 @@ static int open_tier(struct rq *r, int tok, kvl_req_t *hp)
 	} else {
 		d.cls = KVL_REQ_PREFILL;
 	}
-	rc = kvl_req_open(rt, KVL_PEER_LOCAL_TIER, &d, hp);
+	rc = kvl_req_open(rt, o.pf_peer ? pfp_peer : KVL_PEER_LOCAL_TIER, &d, hp);
 	if (rc < 0)
 		fprintf(stderr, "serve-bench: kvl_req_open(request %u, %u blocks): %s %s\n", r->id,
 			n, strerror(-rc), kvl_req_error());
@@ -761,11 +1083,6 @@ static void *scratch(void **buf, uint32_t *cap, uint32_t n, size_t size)
 	}
 	return *buf;
 }
-
-/* --prefill real: what the prefill thread did (its CPU is the prefill side's) */
-static double pf_gpu_s, pf_thread_cpu, pf_flops;
-static uint64_t pf_tokens;
-static unsigned pf_count;
 
 /*
  * --prefill real: each prompt, at its arrival and in arrival order, through the preset's layers
@@ -1100,7 +1417,10 @@ static void poll_events(void)
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {
 				if (tok && ++r->tok_ended < tr.r[r->id].output)
 					continue; /* the streamed request's other tokens still go */
-				pool_give(&tpool, r->tblk, shape.layers * r->nb);
+				if (o.pf_peer)	  /* the prefill process's blocks go back to it */
+					pfp_free(r->id);
+				else
+					pool_give(&tpool, r->tblk, shape.layers * r->nb);
 				r->ended = true;
 			} else {
 				fprintf(stderr, "serve-bench: request %u FAILED: %s\n", r->id,
@@ -1157,7 +1477,13 @@ static int write_ini(const char *path)
 		fprintf(f,
 			"[memory]\npool_size_mb = %llu\nchunk_size_kb = 4096\nhugepage = false\n"
 			"[gpu]\nenable = true\nvram_reserve_mb = 512\n",
-			(unsigned long long)(o.host_mb > staging_mb ? o.host_mb : staging_mb) + 64);
+			/* --prefill-peer: no tier here, the pool holds the bounce buffers */
+			(unsigned long long)(o.host_mb > staging_mb && !o.pf_peer ? o.host_mb
+										  : staging_mb) +
+				64);
+	/* --prefill-peer: the control path, to connect to the prefill process */
+	if (o.pf_peer)
+		fprintf(f, "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n", pfp_secret);
 	return fclose(f) ? -errno : 0;
 }
 
@@ -1177,6 +1503,8 @@ static int start_runtime(char *err, size_t errlen)
 	rt = kvl_start(&a, err, errlen, &stage);
 	if (rt == NULL)
 		return -1;
+	if (o.pf_peer) /* the prefill side's KV is the prefill process's */
+		return 0;
 	rc = kvl_seg_alloc(rt, "prefill-kv", &g, KVL_REMOTE_READ, &seg);
 	if (rc < 0) {
 		snprintf(err, errlen, "the prefill side's host tier (%llu MiB): %s",
@@ -1247,30 +1575,41 @@ static uint64_t tel_sum(const char *reply, const char *key)
 	return sum;
 }
 
-/* The NIC lcores' busy and idle cycles from the runtime's telemetry socket. */
-static void lcore_cycles(uint64_t *busy, uint64_t *idle)
+/* The reply to telemetry command @cmd from this process's runtime (a buffer reused by the
+ * next call), or NULL. */
+static const char *tel_query(const char *cmd)
 {
 	static char reply[32768];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = strlen(cmd);
+	const char *got = NULL;
 	int fd;
 	ssize_t n;
 
-	*busy = *idle = 0;
 	if (rt == NULL)
-		return;
+		return NULL;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/dpdk_telemetry.v2",
 		 rte_eal_get_runtime_dir());
 	fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 	if (fd < 0)
-		return;
+		return NULL;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    read(fd, reply, sizeof(reply) - 1) > 0 && write(fd, "/kvlane/lcores", 14) == 14 &&
+	    read(fd, reply, sizeof(reply) - 1) > 0 && write(fd, cmd, len) == (ssize_t)len &&
 	    (n = read(fd, reply, sizeof(reply) - 1)) > 0) {
 		reply[n] = '\0';
-		*busy = tel_sum(reply, "busy_cycles");
-		*idle = tel_sum(reply, "idle_cycles");
+		got = reply;
 	}
 	close(fd);
+	return got;
+}
+
+/* The NIC lcores' busy and idle cycles from the runtime's telemetry socket. */
+static void lcore_cycles(uint64_t *busy, uint64_t *idle)
+{
+	const char *reply = tel_query("/kvlane/lcores");
+
+	*busy = reply ? tel_sum(reply, "busy_cycles") : 0;
+	*idle = reply ? tel_sum(reply, "idle_cycles") : 0;
 }
 
 static void snap_take(struct cpu_snap *c)
@@ -1553,6 +1892,8 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 	}
+	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL) && pfp_fork() < 0)
+		return 1;
 	{
 		/* kvlane's window: at least the largest request the cache holds (single takes it
 		 * in one step) and one layer of any (a streamed request's step); a request over
@@ -1578,12 +1919,17 @@ static int run_mode(enum mode m, const char *tag)
 		return 1;
 	}
 	probe_s = be->probe_weights();
-	if (o.pf_real && pf_setup(m, max_nb, err, sizeof(err)) < 0) {
+	if (o.pf_real && !(o.pf_peer && (m == M_SINGLE || m == M_DUAL)) &&
+	    pf_setup(m, max_nb, err, sizeof(err)) < 0) {
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
 		return 1;
 	}
 	if ((m == M_SINGLE || m == M_DUAL) && start_runtime(err, sizeof(err)) < 0) {
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
+		return 1;
+	}
+	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL) && pfp_connect(err, sizeof(err)) < 0) {
+		fprintf(stderr, "serve-bench: %s: --prefill-peer: %s\n", mode_name[m], err);
 		return 1;
 	}
 	if (m == M_SINGLE || m == M_DUAL)
@@ -1617,8 +1963,17 @@ static int run_mode(enum mode m, const char *tag)
 	} else if (m != M_RESIDENT && !o.pf_real) {
 		pthread_create(&th, NULL, tier_filler, NULL);
 	}
-	if (o.pf_real)
+	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL)) { /* its time 0, then its reports */
+		pf_gpu_s = pf_flops = 0;
+		pf_tokens = pf_count = 0;
+		if (write_all(pfp_down[1], &t0s, sizeof(t0s)) < 0) {
+			fprintf(stderr, "serve-bench: the prefill process is gone\n");
+			return 1;
+		}
+		pthread_create(&pfp_th, NULL, pfp_receiver, NULL);
+	} else if (o.pf_real) {
 		pthread_create(&pth, NULL, real_prefiller, NULL);
+	}
 	sleep_until(0);
 
 	for (unsigned head = 0, seen = 0; done + R.refused < tr.n;) {
@@ -1834,7 +2189,29 @@ static int run_mode(enum mode m, const char *tag)
 		R.cpu_total -= prefill_thread_cpu;
 		R.link_bytes = R.moved_bytes;
 	}
-	if (o.pf_real) { /* the prefill thread's CPU is the prefill side's, as the fill's was */
+	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL)) { /* the prefill process's, by rusage */
+		int status;
+		struct rusage cru;
+
+		pthread_join(pfp_th, NULL);
+		close(pfp_down[1]); /* the run is over: the prefill process stops */
+		wait4(pfp_child, &status, 0, &cru);
+		close(pfp_up[0]);
+		R.prefill_cpu_s = cru.ru_utime.tv_sec + cru.ru_utime.tv_usec / 1e6 +
+				  cru.ru_stime.tv_sec + cru.ru_stime.tv_usec / 1e6;
+		R.prefill_fill_s = R.prefill_cpu_s;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "serve-bench: %s: the prefill process failed\n",
+				mode_name[m]);
+			return 1;
+		}
+		printf("  %s: prefill (real, a process of its own on GPU %d, read as a peer): %u "
+		       "prompts, %llu tokens in %.3f s of GPU: %.1f TFLOP/s, %.0f tokens/s\n",
+		       mode_name[m], o.pf_device, pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
+		       pf_gpu_s > 0 ? pf_flops / pf_gpu_s / 1e12 : 0.0,
+		       pf_gpu_s > 0 ? pf_tokens / pf_gpu_s : 0.0);
+	} else if (o.pf_real) { /* the prefill thread's CPU is the prefill side's, as the
+				 * fill's was */
 		pthread_join(pth, NULL);
 		R.prefill_cpu_s += pf_thread_cpu;
 		R.prefill_fill_s = pf_thread_cpu;
@@ -1855,7 +2232,7 @@ static int run_mode(enum mode m, const char *tag)
 	if (rt)
 		kvl_stop(rt);
 #ifdef KVL_SB_GPU
-	if (o.pf_real) {
+	if (o.pf_real && !(o.pf_peer && (m == M_SINGLE || m == M_DUAL))) {
 		kvl_sb_gpu_pf_fini();
 		if (pf_arena)
 			kvl_sb_gpu_host_unregister(pf_arena);
@@ -2127,7 +2504,11 @@ static void usage(const char *p)
 		"                      llama3-8b, writeup-32x32; model)\n"
 		"  --prefill-priority decode|equal (real: decode's CUDA stream first, the "
 		"prefill's last; or both\n"
-		"                      at the default priority; decode)\n",
+		"                      at the default priority; decode)\n"
+		"  --prefill-peer (real: single's and dual's prefill side a process of its own, "
+		"its KV in its VRAM\n"
+		"                      on --prefill-device N (0), read as a kvlane peer's: ipc on "
+		"one host)\n",
 		p);
 }
 
@@ -2489,6 +2870,8 @@ int main(int argc, char **argv)
 		{ "calibrate-prefill", 0, 0, 'C' },
 		{ "prefill", 1, 0, 'X' },
 		{ "prefill-priority", 1, 0, 'J' },
+		{ "prefill-peer", 0, 0, 'E' },
+		{ "prefill-device", 1, 0, 'D' },
 		{ "fill-threads", 1, 0, 'F' },
 		{ "baseline-load", 1, 0, 'A' },
 		{ "help", 0, 0, 'h' },
@@ -2635,6 +3018,12 @@ int main(int argc, char **argv)
 			}
 			o.pf_equal = !strcmp(optarg, "equal");
 			break;
+		case 'E':
+			o.pf_peer = true;
+			break;
+		case 'D':
+			o.pf_device = atoi(optarg);
+			break;
 		case 'F':
 			o.fill_threads = (unsigned)atoi(optarg);
 			break;
@@ -2727,6 +3116,11 @@ int main(int argc, char **argv)
 				: "runs a whole model's layers: give --preset llama3-8b or "
 				  "writeup-32x32 (llama3-70b's weights here are a TP-8 share, tiny "
 				  "is the CPU's)");
+		return 2;
+	}
+	if (o.pf_peer && !o.pf_real) {
+		fprintf(stderr, "serve-bench: --prefill-peer runs the real prefill in a process of "
+				"its own: give --prefill real with it\n");
 		return 2;
 	}
 	if (o.calibrate && calibrate_prefill() < 0)

@@ -144,6 +144,8 @@ int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst, uint32_t 
 double kvl_sb_gpu_pf_flops(uint32_t tokens);
 uint64_t kvl_sb_gpu_pf_weight_bytes(void);
 void kvl_sb_gpu_pf_fini(void);
+/* This thread's CUDA device: @dev (the prefill process's --prefill-device); 0 or -1 with @why */
+int kvl_sb_gpu_use_device(int dev, char *why, unsigned len);
 /* cudaHostRegister of @len bytes at @p (tcp's prefill output, shared with its sender): 0 or
  * -1 with @why */
 int kvl_sb_gpu_host_register(void *p, uint64_t len, char *why, unsigned whylen);

@@ -34,6 +34,7 @@ static __nv_bfloat16 *out; /* [slot][layer][group][pass][32][128] */
 static uint64_t *tab;	   /* [slot][layer][group][max_blk]: device addresses */
 static float *po, *pml;	   /* [slot x unit][32][SPLITS_MAX][..]: a batched launch's partials */
 static unsigned long long *dbad, *dsink;
+static uint64_t *vs_sum;	 /* verify_sums' checksums of a layer's landed blocks (max_blk) */
 static unsigned long long *hbad; /* pinned: dbad's value as of the last step_end */
 /*
  * The arena: small argument arrays (block tables, verify's and gather's address lists) go
@@ -238,6 +239,8 @@ static int gpu_init(const struct sb_shape *s, unsigned slots, uint32_t max_block
 	CKR(cudaMalloc(&po, (size_t)slots * units * ATT_QH * SPLITS_MAX * ATT_HD * 4));
 	CKR(cudaMalloc(&pml, (size_t)slots * units * ATT_QH * SPLITS_MAX * 2 * 4));
 	CKR(cudaMalloc(&dbad, 8));
+	/* verify_sums' checksums of a layer's landed blocks (--prefill real) */
+	CKR(cudaMalloc(&vs_sum, (size_t)(max_blk ? max_blk : 1) * 8));
 	CKR(cudaMemset(dbad, 0, 8));
 	CKR(cudaMallocHost(&hbad, 8));
 	*hbad = 0;
@@ -559,6 +562,8 @@ static void gpu_fini(void)
 	cudaFree(po);
 	cudaFree(pml);
 	cudaFree(dbad);
+	cudaFree(vs_sum);
+	vs_sum = NULL;
 	cudaFreeHost(hbad);
 	cudaFreeHost(harena);
 	cudaFree(darena);
@@ -704,13 +709,12 @@ static struct sb_pf *pf;
 static struct sb_pf_dims pf_dims;
 static cudaStream_t pf_st; /* the prefill's own: the decode steps go on st beside it */
 static cudaEvent_t pf_e0, pf_e1, pf_done;
-static uint8_t *pf_kv;		     /* one prompt's KV, request order */
+static uint8_t *pf_kv;		    /* one prompt's KV, request order */
 static uint64_t *pf_dptr, *pf_dsum; /* its blocks' addresses and checksums, on the device */
-static uint64_t *pf_hsum;	     /* pinned: the checksums' way back */
+static uint64_t *pf_hsum;	    /* pinned: the checksums' way back */
 static uint64_t *pf_hdst, *pf_ddst; /* the copy-out's destination addresses (pinned, device) */
-static bool pf_host_ptr;	     /* the device takes registered host memory's own addresses */
+static bool pf_host_ptr;	    /* the device takes registered host memory's own addresses */
 static uint32_t pf_blocks, pf_bb;   /* blocks of the longest prompt (all layers), their size */
-static uint64_t *vs_sum;	     /* verify_sums' checksums of landed blocks (max_blk) */
 
 /* One CTA per block: the prefill's KV (request order at @src) out to its destination blocks,
  * VRAM or registered host memory (written over PCIe by the SMs), 16 bytes a thread at a time:
@@ -760,8 +764,9 @@ extern "C" int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens,
 			 s->name);
 		return -1;
 	}
-	pf_dims = (struct sb_pf_dims){ s->layers,   s->q_heads * s->head_dim, s->q_heads,
-				       s->kv_heads, s->head_dim,		s->ffn };
+	pf_dims = (struct sb_pf_dims){ s->layers,   s->q_heads * s->head_dim,
+				       s->q_heads,  s->kv_heads,
+				       s->head_dim, s->ffn };
 	if (sb_pf_new(&pf, &pf_dims, max_tokens, seed, why, len) < 0)
 		return -1;
 	pf_bb = (uint32_t)sb_pf_block_bytes(&pf_dims);
@@ -769,11 +774,11 @@ extern "C" int kvl_sb_gpu_pf_init(const struct sb_shape *s, uint32_t max_tokens,
 	if (cudaMalloc(&pf_kv, (size_t)pf_blocks * pf_bb) != cudaSuccess ||
 	    cudaMalloc(&pf_dptr, (size_t)pf_blocks * 8) != cudaSuccess ||
 	    cudaMalloc(&pf_dsum, (size_t)pf_blocks * 8) != cudaSuccess ||
-	    cudaMalloc(&vs_sum, (size_t)(max_blk ? max_blk : 1) * 8) != cudaSuccess ||
 	    cudaMalloc(&pf_ddst, (size_t)pf_blocks * 8) != cudaSuccess ||
 	    cudaHostAlloc(&pf_hdst, (size_t)pf_blocks * 8, cudaHostAllocDefault) != cudaSuccess ||
 	    cudaHostAlloc(&pf_hsum, (size_t)pf_blocks * 8, cudaHostAllocDefault) != cudaSuccess) {
-		snprintf(why, len, "--prefill real: no memory for a %u-token prompt's KV (%.2f GiB)",
+		snprintf(why, len,
+			 "--prefill real: no memory for a %u-token prompt's KV (%.2f GiB)",
 			 max_tokens, (double)pf_blocks * pf_bb / (1u << 30));
 		return -1;
 	}
@@ -857,6 +862,25 @@ extern "C" int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst
 	return 0;
 }
 
+extern "C" int kvl_sb_gpu_use_device(int dev, char *why, unsigned len)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e == cudaSuccess && (dev < 0 || dev >= n)) {
+		snprintf(why, len, "--prefill-device %d: this host has %d GPU%s (0..%d)", dev, n,
+			 n == 1 ? "" : "s", n - 1);
+		return -1;
+	}
+	if (e == cudaSuccess)
+		e = cudaSetDevice(dev);
+	if (e != cudaSuccess) {
+		snprintf(why, len, "--prefill-device %d: %s", dev, cudaGetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+
 extern "C" double kvl_sb_gpu_pf_flops(uint32_t tokens)
 {
 	return sb_pf_flops(&pf_dims, tokens);
@@ -877,7 +901,6 @@ extern "C" void kvl_sb_gpu_pf_fini(void)
 	cudaFree(pf_kv);
 	cudaFree(pf_dptr);
 	cudaFree(pf_dsum);
-	cudaFree(vs_sum);
 	cudaFree(pf_ddst);
 	cudaFreeHost(pf_hdst);
 	cudaFreeHost(pf_hsum);

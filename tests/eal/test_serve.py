@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvl_harness as h  # noqa: E402  (its own folder)
 from kvl_harness import Fail, check, check_eq, log  # noqa: E402
 
-LIMIT_S = {"serve_modes": 240, "serve_trace": 120, "serve_long": 120, "serve_real": 400}
+LIMIT_S = {"serve_modes": 240, "serve_trace": 120, "serve_long": 120, "serve_real": 400, "serve_real_peer": 400}
 MODES = ["tcp", "single", "dual", "resident"]
 # tiny: 2 layers x 2 KV heads x 64, 16-token blocks of 8 KiB; a 4 MiB KV budget holds 512
 # blocks, so the longest prompts (clipped at 2048 tokens = 256 blocks) wait for memory
@@ -183,6 +183,10 @@ def scenario_serve_modes(ctx):
     check(p.returncode == 2 and "--prefill real" in p.stderr and "GPU backend" in p.stderr,
           "--prefill real with --backend cpu: exit 2, naming the GPU backend it needs",
           "rc 2, --prefill real ... GPU backend", (p.returncode, p.stderr[-300:]), out)
+    p, out = run(ctx, ["--synthetic", "--prefill-peer", "--out", bg_dir])
+    check(p.returncode == 2 and "--prefill-peer" in p.stderr and "--prefill real" in p.stderr,
+          "--prefill-peer without --prefill real: exit 2, naming what it needs",
+          "rc 2, --prefill-peer ... --prefill real", (p.returncode, p.stderr[-300:]), out)
     p, out = run(ctx, ["--synthetic", "--prefill-priority", "first", "--out", bg_dir])
     check(p.returncode == 2 and "--prefill-priority first: give decode or equal" in p.stderr,
           "--prefill-priority first: exit 2 and the values it takes", "rc 2, decode or equal",
@@ -377,8 +381,44 @@ def scenario_serve_real(ctx):
         "to the prefill's checksum, outputs equal across modes and unlike the pattern's")
 
 
+def scenario_serve_real_peer(ctx):
+    """gpu suite: --prefill real --prefill-peer: single's and dual's prefill side a process of
+    its own (its own kvlane runtime, its KV in its VRAM on GPU 0), read by the decode side as
+    a peer's; on one host the runtime reads it over the ipc transport (one GPU: an HBM copy,
+    not NVLink). Every landed block equal to the prefill's checksum, outputs equal to
+    resident's (whose prefill runs in the decode process); exit 77 without a GPU."""
+    n = 4
+    out_dir = os.path.join(ctx.tmp, "peer")
+    p, out = run(ctx, ["--synthetic", "--preset", "llama3-8b", "--backend", "gpu",
+                       "--max-requests", str(n), "--rate", "4", "--input-median", "1000",
+                       "--input-sigma", "0.6", "--max-input", "3000", "--output-len", "8",
+                       "--seed", "5", "--kv-budget-mb", "4096", "--host-mb", "2048",
+                       "--window-mb", "1024", "--link-gbps", "100", "--no-plot",
+                       "--prefill", "real", "--prefill-peer", "--modes", "single,dual,resident",
+                       "--out", out_dir], timeout=300)
+    if p.returncode == 77:
+        print(f"skipped: {p.stderr.strip()[-200:]}")
+        sys.exit(77)
+    check_eq(p.returncode, 0, "kvlane-serve-bench --prefill real --prefill-peer: exit status",
+             out)
+    with open(os.path.join(out_dir, "results.json")) as f:
+        res = json.load(f)
+    check_run(res["runs"][0], n, "peer", out, ("single", "dual", "resident"))
+    for name in ("single", "dual"):
+        check(f"{name}: prefill (real, a process of its own on GPU 0, read as a peer): {n} "
+              "prompts" in p.stdout, f"stdout: {name}'s prefill process line", "present",
+              p.stdout[-2000:], out)
+        check(f'{name}: the prefill process at 127.0.0.1:' in p.stdout
+              and '"transport_ipc":["ipc"' in p.stdout.replace(" ", ""),
+              f"{name}: the prefill process read as a peer over the ipc transport "
+              "(/kvlane/peers)", "transport_ipc ipc", p.stdout[-2000:], out)
+    log(f"{n} prompts prefilled in a process of their own, read over ipc by single and dual: "
+        "every landed block equal to the prefill's checksum, outputs equal to resident's")
+
+
 SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace,
-             "serve_long": scenario_serve_long, "serve_real": scenario_serve_real}
+             "serve_long": scenario_serve_long, "serve_real": scenario_serve_real,
+             "serve_real_peer": scenario_serve_real_peer}
 
 
 def main(argv):
