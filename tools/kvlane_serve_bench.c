@@ -848,8 +848,7 @@ static int pfp_process(void)
 	fprintf(f,
 		"[runtime]\nname = serve-bench-prefill\nidle_policy = yield\n[nic.lo]\ndevice = "
 		"lo\ntransport = tcp\n[gpu]\nenable = true\ndevice_id = %d\nvram_reserve_mb = "
-		"512\n[memory]\npool_size_mb = 64\nchunk_size_kb = 2048\nhugepage = false\n"
-		"[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n",
+		"512\n[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n",
 		o.pf_device, pfp_secret);
 	fclose(f);
 	a = (struct kvl_start_args){ .eal_argc = argc, .eal_argv = argv, .config = ini };
@@ -1306,6 +1305,14 @@ static int admit(struct rq *r)
 	bool stream = n > cpool.cap && cur_mode == M_DUAL;
 
 	if (n > cpool.cap && !stream) {
+		/* single, dual: its KV sits in the prefill side's tier, whose room goes back (else
+		 * the next request the tier has no room for waits for it forever) */
+		if (cur_mode == M_SINGLE || cur_mode == M_DUAL) {
+			if (o.pf_peer)
+				pfp_free(r->id);
+			else
+				pool_give(&tpool, r->tblk, n);
+		}
 		r->st = R_REFUSED;
 		R.refused++;
 		return -1;
@@ -1470,6 +1477,9 @@ static int write_ini(const char *path)
 		(unsigned long long)(slots + 64 < 16777216 ? slots + 64 : 16777216),
 		2 * o.max_batch + 8, (unsigned long long)(o.link_gbps * 1000),
 		gpu ? "gpu" : "host");
+	uint64_t pool_mb =
+		((o.host_mb > staging_mb && !o.pf_peer ? o.host_mb : staging_mb) + 64 + 3) & ~3ull;
+
 	/* the pool holds the tier (--host-mb) and tcp's bounce buffers; the INI's check also
 	 * counts sched.staging_mb against it although staging = gpu takes VRAM, not the pool
 	 * (config.c validate_pool_fits), so it is at least the staging too */
@@ -1477,10 +1487,9 @@ static int write_ini(const char *path)
 		fprintf(f,
 			"[memory]\npool_size_mb = %llu\nchunk_size_kb = 4096\nhugepage = false\n"
 			"[gpu]\nenable = true\nvram_reserve_mb = 512\n",
-			/* --prefill-peer: no tier here, the pool holds the bounce buffers */
-			(unsigned long long)(o.host_mb > staging_mb && !o.pf_peer ? o.host_mb
-										  : staging_mb) +
-				64);
+			/* --prefill-peer: no tier here, the pool holds the bounce buffers; whole
+			 * 4 MiB chunks */
+			(unsigned long long)pool_mb);
 	/* --prefill-peer: the control path, to connect to the prefill process */
 	if (o.pf_peer)
 		fprintf(f, "[control]\nlisten = 127.0.0.1:0\nsecret_file = %s\n", pfp_secret);

@@ -312,6 +312,22 @@ def scenario_serve_long(ctx):
     got = {r["id"]: r["out_hash"] for r in dual["requests"]}
     check_eq(got, want, "streamed dual's outputs = resident's with a budget that holds it "
              "(every request, bit for bit)", out)
+    # single: a request larger than the whole KV budget is refused at admission after the
+    # prefill side filled it into the tier; its tier room must come back, or the next one
+    # (which needs that room: 826 + 376 blocks of a 1024-block tier) waits for it forever
+    trace2 = os.path.join(ctx.tmp, "refused.jsonl")
+    with open(trace2, "w") as f:
+        for ts, inp in ((0, 6599), (5, 3000)):
+            f.write(json.dumps({"timestamp": ts, "input_length": inp, "output_length": 3,
+                                "hash_ids": []}) + "\n")
+    p, out = run(ctx, ["--trace", trace2, "--modes", "single", "--out",
+                       os.path.join(ctx.tmp, "refused"), "--no-plot"], timeout=90)
+    check_eq(p.returncode, 0, "single, the first request over the budget: exit status", out)
+    with open(os.path.join(ctx.tmp, "refused", "results.json")) as f:
+        one = json.load(f)["runs"][0]["modes"][0]
+    check_eq((one["refused"], [r["id"] for r in one["requests"]]), ([0], [1]),
+             "single: (refused ids, completed ids): the refused request's tier room went back",
+             out)
     # sizes that cannot work are refused before anything starts, naming the option
     p, out = run(ctx, ["--trace", trace, "--modes", "dual", "--host-mb", "1", "--out",
                        os.path.join(ctx.tmp, "bad"), "--no-plot"])
