@@ -743,43 +743,9 @@ static uint32_t pfp_rseg;
 static pthread_t pfp_th;
 static char pfp_secret[600];
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	while (n) {
-		ssize_t k = write(fd, b, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		b += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-	uint8_t *b = p;
-
-	while (n) {
-		ssize_t k = read(fd, b, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		b += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 static void pfp_free(uint32_t id)
 {
-	if (write_all(pfp_down[1], &id, sizeof(id)) < 0) {
+	if (send_all(pfp_down[1], &id, sizeof(id)) < 0) {
 		fprintf(stderr, "serve-bench: the prefill process is gone\n");
 		exit(1);
 	}
@@ -791,7 +757,7 @@ static void *pfp_freer(void *arg)
 	uint32_t id;
 
 	(void)arg;
-	while (read_all(pfp_down[0], &id, sizeof(id)) == 0)
+	while (recv_all(pfp_down[0], &id, sizeof(id)) == 0)
 		if (id < tr.n)
 			pool_give(&tpool, rq[id].tblk, shape.layers * rq[id].nb);
 	return NULL;
@@ -883,10 +849,10 @@ static int pfp_process(void)
 	hi.ok = 1;
 	snprintf(hi.addr, sizeof(hi.addr), "%s", kvl_listen_addr(prt));
 out:
-	if (write_all(pfp_up[1], &hi, sizeof(hi)) < 0 || !hi.ok)
+	if (send_all(pfp_up[1], &hi, sizeof(hi)) < 0 || !hi.ok)
 		return 1;
 	/* the trace's time 0 once the decode side is set up (and connected) */
-	if (read_all(pfp_down[0], &t0s, sizeof(t0s)) < 0)
+	if (recv_all(pfp_down[0], &t0s, sizeof(t0s)) < 0)
 		return 1;
 	pthread_create(&fr, NULL, pfp_freer, NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
@@ -918,9 +884,9 @@ out:
 			m.n = n;
 		}
 		free(d);
-		if (write_all(pfp_up[1], &m, sizeof(m)) < 0 ||
-		    (m.n && (write_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
-			     write_all(pfp_up[1], r->sums, (size_t)n * 8) < 0)))
+		if (send_all(pfp_up[1], &m, sizeof(m)) < 0 ||
+		    (m.n && (send_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
+			     send_all(pfp_up[1], r->sums, (size_t)n * 8) < 0)))
 			return 1;
 	}
 	pthread_join(fr, NULL); /* the decode side has closed its end: the run is over */
@@ -940,15 +906,15 @@ static void *pfp_receiver(void *arg)
 		struct pfp_msg m;
 		struct rq *r;
 
-		if (read_all(pfp_up[0], &m, sizeof(m)) < 0 || m.id >= tr.n ||
+		if (recv_all(pfp_up[0], &m, sizeof(m)) < 0 || m.id >= tr.n ||
 		    (m.n && m.n != shape.layers * rq[m.id].nb)) {
 			fprintf(stderr, "serve-bench: the prefill process is gone or sent a bad "
 					"message\n");
 			exit(1);
 		}
 		r = &rq[m.id];
-		if (m.n && (read_all(pfp_up[0], r->tblk, (size_t)m.n * 4) < 0 ||
-			    read_all(pfp_up[0], r->sums, (size_t)m.n * 8) < 0)) {
+		if (m.n && (recv_all(pfp_up[0], r->tblk, (size_t)m.n * 4) < 0 ||
+			    recv_all(pfp_up[0], r->sums, (size_t)m.n * 8) < 0)) {
 			fprintf(stderr, "serve-bench: the prefill process is gone\n");
 			exit(1);
 		}
@@ -993,7 +959,7 @@ static int pfp_connect(char *err, size_t errlen)
 	struct kvl_remote_seg rs[16];
 	int n;
 
-	if (read_all(pfp_up[0], &hi, sizeof(hi)) < 0) {
+	if (recv_all(pfp_up[0], &hi, sizeof(hi)) < 0) {
 		snprintf(err, errlen, "the prefill process exited while setting up");
 		return -1;
 	}
@@ -1975,7 +1941,7 @@ static int run_mode(enum mode m, const char *tag)
 	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL)) { /* its time 0, then its reports */
 		pf_gpu_s = pf_flops = 0;
 		pf_tokens = pf_count = 0;
-		if (write_all(pfp_down[1], &t0s, sizeof(t0s)) < 0) {
+		if (send_all(pfp_down[1], &t0s, sizeof(t0s)) < 0) {
 			fprintf(stderr, "serve-bench: the prefill process is gone\n");
 			return 1;
 		}
