@@ -777,11 +777,13 @@ static int pfp_secret_file(void)
 	return fclose(f) || chmod(pfp_secret, 0600) ? -1 : 0;
 }
 
+static void *real_prefiller(void *arg);
+
 /* The prefill process: never returns to the bench's code. */
 static int pfp_process(void)
 {
 	static char *argv[64];
-	char ini[500], pfx[256] = "", why[600];
+	char ini[500], pfx[256] = "";
 	struct pfp_hello hi = { 0 };
 	struct kvl_start_args a = { 0 };
 	struct kvl_runtime *prt = NULL;
@@ -855,40 +857,8 @@ out:
 	if (recv_all(pfp_down[0], &t0s, sizeof(t0s)) < 0)
 		return 1;
 	pthread_create(&fr, NULL, pfp_freer, NULL);
-	for (unsigned k = 0; k < tr.n; k++) {
-		struct rq *r = &rq[order[k]];
-		uint32_t n = shape.layers * r->nb;
-		struct pfp_msg m = { r->id, 0, 0, 0, 0, 0 };
-		void **d = malloc((size_t)n * sizeof(void *));
-
-		sleep_until(tr.r[r->id].arrival_ms / 1e3);
-		if (n <= tpool.cap) {
-			while (!pool_take(&tpool, n, r->tblk))
-				nanosleep(&(struct timespec){ 0, 500000 }, NULL);
-			for (uint32_t b = 0; b < n; b++)
-				d[b] = (uint8_t *)seg.base + (uint64_t)r->tblk[b] * bb;
-			m.start = now_s();
-#ifdef KVL_SB_GPU
-			if (kvl_sb_gpu_pf_run(r->key, tr.r[r->id].input, d, n, bb, r->sums,
-					      &m.gpu_s, why, sizeof(why)) < 0) {
-				fprintf(stderr,
-					"serve-bench: the prefill process: request %u: %s\n", r->id,
-					why);
-				return 1;
-			}
-			m.flops = kvl_sb_gpu_pf_flops(tr.r[r->id].input);
-#else
-			(void)why;
-#endif
-			m.done = now_s();
-			m.n = n;
-		}
-		free(d);
-		if (send_all(pfp_up[1], &m, sizeof(m)) < 0 ||
-		    (m.n && (send_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
-			     send_all(pfp_up[1], r->sums, (size_t)n * 8) < 0)))
-			return 1;
-	}
+	tier_base = seg.base; /* real_prefiller's single/dual store: this segment's blocks */
+	real_prefiller(NULL);
 	pthread_join(fr, NULL); /* the decode side has closed its end: the run is over */
 #ifdef KVL_SB_GPU
 	kvl_sb_gpu_pf_fini();
@@ -1050,12 +1020,44 @@ static void *scratch(void **buf, uint32_t *cap, uint32_t n, size_t size)
 }
 
 /*
+ * A prompt's prefill is over (@n blocks; 0: refused, larger than the whole store): told to who
+ * reads the prefill side: this process's decode loop (the tier's or the cache's blocks), the
+ * tcp sender (the ring's ready flag, @off and @span there), or, in the --prefill-peer
+ * process, the decode process (its blocks, times and checksums over the socket pair).
+ */
+static void pf_publish(struct rq *r, uint32_t n, uint64_t off, uint64_t span, double flops)
+{
+	if (pfp_child == 0) { /* the prefill process */
+		struct pfp_msg m = { r->id, n, r->prefill_start, r->prefill_done, r->prefill_gpu_s,
+				     flops };
+
+		if (send_all(pfp_up[1], &m, sizeof(m)) < 0 ||
+		    (n && (send_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
+			   send_all(pfp_up[1], r->sums, (size_t)n * 8) < 0))) {
+			fprintf(stderr,
+				"serve-bench: the prefill process: the decode side is gone\n");
+			exit(1);
+		}
+	} else if (n == 0) {
+		atomic_store(&r->at_prefill, -1);
+	} else if (cur_mode == M_TCP) {
+		pf_sh->req[r->id].off = off;
+		pf_sh->req[r->id].span = span;
+		atomic_store_explicit(&pf_sh->req[r->id].ready, 1, memory_order_release);
+	} else {
+		atomic_store(&r->at_prefill, 1);
+	}
+}
+
+/*
  * --prefill real: each prompt, at its arrival and in arrival order, through the preset's layers
  * on this process's GPU (a stream of its own beside the decode steps), its KV written where
  * the mode's prefill side keeps it: the host tier's blocks (single, dual), the shared ring the
  * tcp sender reads (tcp), the decode side's own cache blocks (resident: prefill and decode on
- * one GPU, nothing moved). It waits for that room as the pattern fill did. The KV's checksums,
- * block by block, are what the decode side checks the landed bytes against.
+ * one GPU, nothing moved); in the --prefill-peer process, its VRAM segment's blocks (tier_base
+ * is that segment there). It waits for that room as the pattern fill did; pf_publish tells the
+ * reader. The KV's checksums, block by block, are what the decode side checks the landed
+ * bytes against.
  */
 static void *real_prefiller(void *arg)
 {
@@ -1070,6 +1072,7 @@ static void *real_prefiller(void *arg)
 		uint32_t n = shape.layers * r->nb;
 		void **d = scratch(&dbuf, &dcap, n, sizeof(void *));
 		uint64_t off = 0, span = 0;
+		double flops = 0;
 		bool tier = cur_mode == M_SINGLE || cur_mode == M_DUAL;
 		struct pool *room = tier ? &tpool : &cpool;
 		uint32_t *blk = tier ? r->tblk : r->cblk;
@@ -1077,7 +1080,7 @@ static void *real_prefiller(void *arg)
 		sleep_until(tr.r[r->id].arrival_ms / 1e3);
 		if (cur_mode != M_TCP && n > room->cap) { /* larger than the whole tier or cache */
 			r->prefill_done = now_s();
-			atomic_store(&r->at_prefill, -1);
+			pf_publish(r, 0, 0, 0, 0);
 			continue;
 		}
 		if (cur_mode == M_TCP) {
@@ -1098,22 +1101,17 @@ static void *real_prefiller(void *arg)
 				r->id, why);
 			exit(1);
 		}
-		pf_flops += kvl_sb_gpu_pf_flops(tr.r[r->id].input);
+		flops = kvl_sb_gpu_pf_flops(tr.r[r->id].input);
 #else
 		snprintf(why, sizeof(why), "built without CUDA");
 		exit(1);
 #endif
+		pf_flops += flops;
 		pf_gpu_s += r->prefill_gpu_s;
 		pf_tokens += tr.r[r->id].input;
 		pf_count++;
 		r->prefill_done = now_s();
-		if (cur_mode == M_TCP) {
-			pf_sh->req[r->id].off = off;
-			pf_sh->req[r->id].span = span;
-			atomic_store_explicit(&pf_sh->req[r->id].ready, 1, memory_order_release);
-		} else {
-			atomic_store(&r->at_prefill, 1);
-		}
+		pf_publish(r, n, off, span, flops);
 	}
 	pf_thread_cpu = thread_cpu_s();
 	return NULL;
@@ -2487,6 +2485,18 @@ static void usage(const char *p)
 		p);
 }
 
+/* Option --@opt's value @v, one of @a and @b: *@second whether it is @b; -1 (said why) for
+ * anything else. */
+static int choice(const char *opt, const char *v, const char *a, const char *b, bool *second)
+{
+	if (strcmp(v, a) && strcmp(v, b)) {
+		fprintf(stderr, "serve-bench: --%s %s: give %s or %s\n", opt, v, a, b);
+		return -1;
+	}
+	*second = !strcmp(v, b);
+	return 0;
+}
+
 static const struct sb_shape *find_preset(const char *n)
 {
 	for (unsigned i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
@@ -2976,22 +2986,12 @@ int main(int argc, char **argv)
 			break;
 		case 'X':
 			o.prefill = optarg;
-			if (strcmp(o.prefill, "model") && strcmp(o.prefill, "real")) {
-				fprintf(stderr, "serve-bench: --prefill %s: give model or real\n",
-					o.prefill);
+			if (choice("prefill", optarg, "model", "real", &o.pf_real) < 0)
 				return 2;
-			}
-			o.pf_real = !strcmp(o.prefill, "real");
 			break;
 		case 'J':
-			if (strcmp(optarg, "decode") && strcmp(optarg, "equal")) {
-				fprintf(stderr,
-					"serve-bench: --prefill-priority %s: give decode or "
-					"equal\n",
-					optarg);
+			if (choice("prefill-priority", optarg, "decode", "equal", &o.pf_equal) < 0)
 				return 2;
-			}
-			o.pf_equal = !strcmp(optarg, "equal");
 			break;
 		case 'E':
 			o.pf_peer = true;
@@ -3004,14 +3004,9 @@ int main(int argc, char **argv)
 			break;
 		case 'A':
 			o.load = optarg;
-			if (strcmp(o.load, "blocking") && strcmp(o.load, "background")) {
-				fprintf(stderr,
-					"serve-bench: --baseline-load %s: give blocking or "
-					"background\n",
-					o.load);
+			if (choice("baseline-load", optarg, "blocking", "background", &o.bg_load) <
+			    0)
 				return 2;
-			}
-			o.bg_load = !strcmp(o.load, "background");
 			break;
 		default:
 			usage(argv[0]);

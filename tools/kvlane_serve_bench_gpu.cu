@@ -716,20 +716,7 @@ static uint64_t *pf_hdst, *pf_ddst; /* the copy-out's destination addresses (pin
 static bool pf_host_ptr;	    /* the device takes registered host memory's own addresses */
 static uint32_t pf_blocks, pf_bb;   /* blocks of the longest prompt (all layers), their size */
 
-/* One CTA per block: the prefill's KV (request order at @src) out to its destination blocks,
- * VRAM or registered host memory (written over PCIe by the SMs), 16 bytes a thread at a time:
- * one launch however scattered the blocks are (a copy per run of adjacent blocks cost the
- * prefill thread ~0.4 s of CPU per prompt into a fragmented tier). */
-__global__ void pf_out_kernel(const uint64_t *dst, const uint4 *src, uint32_t words16)
-{
-	uint4 *d = (uint4 *)dst[blockIdx.x];
-	const uint4 *s = src + (uint64_t)blockIdx.x * words16;
-
-	for (uint32_t i = threadIdx.x; i < words16; i += blockDim.x)
-		d[i] = s[i];
-}
-
-/* Whether @p is memory pf_out_kernel may write at its own address: VRAM, or host memory
+/* Whether @p is memory a kernel may write at its own address: VRAM, or host memory
  * registered with CUDA where the device takes host pointers as they are. */
 static bool pf_kernel_reaches(const void *p)
 {
@@ -843,7 +830,11 @@ extern "C" int kvl_sb_gpu_pf_run(uint64_t key, uint32_t tokens, void *const *dst
 		memcpy(pf_hdst, dst, (size_t)n * 8);
 		CKR(cudaMemcpyAsync(pf_ddst, pf_hdst, (size_t)n * 8, cudaMemcpyHostToDevice,
 				    pf_st));
-		pf_out_kernel<<<n, 256, 0, pf_st>>>(pf_ddst, (const uint4 *)pf_kv, len / 16);
+		/* sb_gather_kernel: one CTA per block, its sources pf_kv's blocks (pf_dptr); the
+		 * SMs store to VRAM or over PCIe into registered host memory: one launch however
+		 * scattered the blocks (a copy per run of adjacent blocks cost the prefill thread
+		 * ~0.4 s of CPU per prompt into a fragmented tier) */
+		sb_gather_kernel<<<n, 256, 0, pf_st>>>(pf_ddst, pf_dptr, len / 16);
 	} else {
 		for (uint32_t k = 0, e; k < n; k = e) { /* a copy per run of adjacent blocks */
 			for (e = k + 1; e < n && (uint8_t *)dst[e] == (uint8_t *)dst[e - 1] + len;

@@ -347,17 +347,22 @@ def scenario_serve_long(ctx):
         "through the window, every byte checked, outputs = the in-budget run's")
 
 
+# the gpu suite's runs of --prefill real: llama3-8b, REAL_N short prompts
+REAL_N = 4
+REAL_ARGS = ["--synthetic", "--preset", "llama3-8b", "--backend", "gpu", "--max-requests",
+             str(REAL_N), "--rate", "4", "--input-median", "1000", "--input-sigma", "0.6",
+             "--max-input", "3000", "--output-len", "8", "--seed", "5", "--kv-budget-mb", "4096",
+             "--host-mb", "2048", "--window-mb", "1024", "--link-gbps", "100", "--no-plot"]
+
+
 def scenario_serve_real(ctx):
     """gpu suite: --prefill real on llama3-8b (the preset's layers computed on the GPU per
     prompt, prefill and decode sharing it): every mode serves each request once, every landed
     block equal to the prefill's checksum, single's, dual's and tcp's outputs equal to
     resident's, and unlike the modelled prefill's (so the KV is the model's, not the pattern);
     exit 77 where the bench has no GPU backend."""
-    n = 4
-    base = ["--synthetic", "--preset", "llama3-8b", "--backend", "gpu", "--max-requests", str(n),
-            "--rate", "4", "--input-median", "1000", "--input-sigma", "0.6", "--max-input",
-            "3000", "--output-len", "8", "--seed", "5", "--kv-budget-mb", "4096", "--host-mb",
-            "2048", "--window-mb", "1024", "--link-gbps", "100", "--no-plot"]
+    n = REAL_N
+    base = REAL_ARGS
     real_dir, model_dir = os.path.join(ctx.tmp, "real"), os.path.join(ctx.tmp, "model")
     p, out = run(ctx, [*base, "--prefill", "real", "--out", real_dir], timeout=240)
     if p.returncode == 77:
@@ -403,15 +408,10 @@ def scenario_serve_real_peer(ctx):
     a peer's; on one host the runtime reads it over the ipc transport (one GPU: an HBM copy,
     not NVLink). Every landed block equal to the prefill's checksum, outputs equal to
     resident's (whose prefill runs in the decode process); exit 77 without a GPU."""
-    n = 4
+    n = REAL_N
     out_dir = os.path.join(ctx.tmp, "peer")
-    p, out = run(ctx, ["--synthetic", "--preset", "llama3-8b", "--backend", "gpu",
-                       "--max-requests", str(n), "--rate", "4", "--input-median", "1000",
-                       "--input-sigma", "0.6", "--max-input", "3000", "--output-len", "8",
-                       "--seed", "5", "--kv-budget-mb", "4096", "--host-mb", "2048",
-                       "--window-mb", "1024", "--link-gbps", "100", "--no-plot",
-                       "--prefill", "real", "--prefill-peer", "--modes", "single,dual,resident",
-                       "--out", out_dir], timeout=300)
+    p, out = run(ctx, [*REAL_ARGS, "--prefill", "real", "--prefill-peer", "--modes",
+                       "single,dual,resident", "--out", out_dir], timeout=300)
     if p.returncode == 77:
         print(f"skipped: {p.stderr.strip()[-200:]}")
         sys.exit(77)
