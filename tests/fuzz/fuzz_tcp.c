@@ -502,7 +502,10 @@ static void answer_ours(const uint8_t *d, size_t size, size_t *i)
 		for (size_t j = 0; j < plen; j++)
 			pay[j] = pat_byte(seed, j);
 	}
+	/* a header the server refuses whatever it answers: its length past KVL_TCP_MAX_MSG too
+	 * (a WRITE_ACK's length is not otherwise checked; len 0 with sel & 0x10 wraps it) */
 	right = k < n_ours && ours[k].seen_sent && h.req_id == k && h.status < KVL_STATUS_COUNT &&
+		h.length <= KVL_TCP_MAX_MSG &&
 		h.type == (ours[k].op == KVL_OP_WRITE ? KVL_TCP_WRITE_ACK : KVL_TCP_READ_RESP) &&
 		(h.type == KVL_TCP_WRITE_ACK || h.status != KVL_OK || h.length == ours[k].len);
 	if (clean && !expect_break) {
