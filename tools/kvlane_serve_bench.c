@@ -67,7 +67,8 @@ struct opts {
 	/* --prefill-peer: single's and dual's prefill side a process of its own with its own
 	 * kvlane runtime, its KV in that process's VRAM (a kvl_seg_alloc_gpu segment on
 	 * --prefill-device), read by this side's runtime as a peer's over the control and
-	 * data paths (on one host: the ipc transport, GPU to GPU) */
+	 * data paths (on one host: the ipc transport, GPU to GPU); tcp's prefill in its sender
+	 * process, on --prefill-device too */
 	bool pf_peer;
 	int pf_device;
 	struct sb_trace_opts to;
@@ -304,6 +305,21 @@ static void prefill_schedule(void)
 		}
 }
 
+/* --prefill real: what the prefill did (the prefill thread's, or the prefill process's as it
+ * reported it; the thread's CPU is the prefill side's) */
+static double pf_gpu_s, pf_thread_cpu, pf_flops;
+static uint64_t pf_tokens;
+static unsigned pf_count;
+
+static void *real_prefiller(void *arg);
+
+/* --prefill real in this process, on the decode GPU: always for resident, and for the others
+ * unless --prefill-peer gives their prefill side a process (and a GPU) of its own */
+static bool pf_here(enum mode m)
+{
+	return o.pf_real && !(o.pf_peer && m != M_RESIDENT);
+}
+
 /* ---- tcp: the prefill process and its socket ---- */
 
 struct hdr {
@@ -415,18 +431,22 @@ static void sock_bufs(int fd)
 /*
  * --prefill real, tcp: the prefill's output in host memory shared with the prefill process
  * (mapped before the fork, registered with CUDA after it): a ring of whole requests, which the
- * prefill thread (this process, its GPU) writes each request's KV into and marks ready; the
- * prefill process sends it and gives its room back.
+ * prefill thread writes each request's KV into and marks ready; the prefill process sends it
+ * and gives its room back. The prefill thread is this process's, on its GPU, or with
+ * --prefill-peer the prefill process's own, on --prefill-device: then its times come back
+ * here through the ring's flags and its checksums through pf_sums (shared too).
  */
 struct pf_shared {
 	_Atomic uint64_t freed; /* bytes given back by the sender, ring padding included */
 	struct {
 		_Atomic int ready;
 		uint64_t off, span;
+		double start, done, gpu_s, flops;
 	} req[];
 };
 static struct pf_shared *pf_sh;
 static uint8_t *pf_arena;
+static uint64_t *pf_sums; /* every request's checksums, shared (rq[].sums point into it) */
 static uint64_t pf_arena_len, pf_head; /* pf_head: bytes taken so far, padding included */
 
 /* Room for @bytes contiguous in the ring, waited for: its offset, and the bytes it takes from
@@ -452,7 +472,7 @@ static int prefill_process(int fd, int stats_fd)
 	struct kvl_pace pace;
 	uint64_t sent = 0, busy_ns = 0;
 	unsigned c = 0;
-	pthread_t th[SRING];
+	pthread_t th[SRING], pth;
 
 	/* t0s is the worker's, inherited by fork: both sides read one monotonic clock */
 	for (unsigned i = 0; !o.pf_real && i < SRING; i++) {
@@ -467,6 +487,8 @@ static int prefill_process(int fd, int stats_fd)
 		n_sfill = 0; /* the KV comes from the GPU's prefill */
 	for (unsigned i = 0; i < n_sfill; i++)
 		pthread_create(&th[i], NULL, prefill_fill, (void *)(uintptr_t)i);
+	if (o.pf_real && o.pf_peer) /* this process's GPU computes the KV it sends */
+		pthread_create(&pth, NULL, real_prefiller, NULL);
 	if (o.link_gbps > 0)
 		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
 	for (unsigned k = 0; k < tr.n; k++) {
@@ -522,6 +544,8 @@ static int prefill_process(int fd, int stats_fd)
 	}
 	for (unsigned i = 0; i < n_sfill; i++)
 		pthread_join(th[i], NULL);
+	if (o.pf_real && o.pf_peer)
+		pthread_join(pth, NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
 		uint32_t ack;
 
@@ -529,7 +553,7 @@ static int prefill_process(int fd, int stats_fd)
 			return 1;
 	}
 	dprintf(stats_fd, "%llu %llu %.6f\n", (unsigned long long)sent, (unsigned long long)busy_ns,
-		fill_thread_cpu);
+		fill_thread_cpu + pf_thread_cpu);
 	return 0;
 }
 
@@ -597,6 +621,15 @@ static void *receiver(void *arg)
 			exit(1);
 		}
 		r = &rq[h.id];
+		if (!pf_here(M_TCP) && o.pf_real) { /* the prefill process's prefill: its times */
+			r->prefill_start = pf_sh->req[h.id].start;
+			r->prefill_done = pf_sh->req[h.id].done;
+			r->prefill_gpu_s = pf_sh->req[h.id].gpu_s;
+			pf_gpu_s += r->prefill_gpu_s;
+			pf_flops += pf_sh->req[h.id].flops;
+			pf_tokens += tr.r[h.id].input;
+			pf_count++;
+		}
 		keep = shape.layers * r->nb <= cpool.cap;
 		if (keep && !o.bg_load) { /* blocking: the KV stays on the socket until asked, */
 			atomic_store(&r->at_prefill, 2);
@@ -707,12 +740,6 @@ static void *tier_filler(void *arg)
 	return NULL;
 }
 
-/* --prefill real: what the prefill did (the prefill thread's, or the prefill process's as it
- * reported it; the thread's CPU is the prefill side's) */
-static double pf_gpu_s, pf_thread_cpu, pf_flops;
-static uint64_t pf_tokens;
-static unsigned pf_count;
-
 static const char *tel_query(const char *cmd);
 
 /*
@@ -776,8 +803,6 @@ static int pfp_secret_file(void)
 		(int)getpid());
 	return fclose(f) || chmod(pfp_secret, 0600) ? -1 : 0;
 }
-
-static void *real_prefiller(void *arg);
 
 /* The prefill process: never returns to the bench's code. */
 static int pfp_process(void)
@@ -1043,6 +1068,10 @@ static void pf_publish(struct rq *r, uint32_t n, uint64_t off, uint64_t span, do
 	} else if (cur_mode == M_TCP) {
 		pf_sh->req[r->id].off = off;
 		pf_sh->req[r->id].span = span;
+		pf_sh->req[r->id].start = r->prefill_start;
+		pf_sh->req[r->id].done = r->prefill_done;
+		pf_sh->req[r->id].gpu_s = r->prefill_gpu_s;
+		pf_sh->req[r->id].flops = flops;
 		atomic_store_explicit(&pf_sh->req[r->id].ready, 1, memory_order_release);
 	} else {
 		atomic_store(&r->at_prefill, 1);
@@ -1744,23 +1773,36 @@ static int pf_ring_map(void)
 	/* twice the largest request at least: a request that does not fit before the ring's
 	 * end starts at 0, and with every request at most half the ring that fits once the ring
 	 * has drained (arena_take never waits for more room than the ring has) */
+	uint64_t nsums = 0;
+
 	pf_arena_len = o.host_mb << 20 > 2 * big ? o.host_mb << 20 : 2 * big;
+	for (unsigned i = 0; i < tr.n; i++)
+		nsums += (uint64_t)rq[i].nb * shape.layers;
 	pf_arena =
 		mmap(NULL, pf_arena_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pf_sh = mmap(NULL, sizeof(*pf_sh) + tr.n * sizeof(pf_sh->req[0]), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (pf_arena == MAP_FAILED || pf_sh == MAP_FAILED) {
+	pf_sums = mmap(NULL, nsums * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (pf_arena == MAP_FAILED || pf_sh == MAP_FAILED || pf_sums == MAP_FAILED) {
 		fprintf(stderr, "serve-bench: tcp: the prefill's shared ring of %llu MiB: %s\n",
 			(unsigned long long)(pf_arena_len >> 20), strerror(errno));
 		pf_arena = NULL;
 		return -1;
+	}
+	nsums = 0;
+	for (unsigned i = 0; i < tr.n; i++) { /* the checksums where either process sees them */
+		free(rq[i].sums);
+		rq[i].sums = pf_sums + nsums;
+		nsums += (uint64_t)rq[i].nb * shape.layers;
 	}
 	pf_head = 0;
 	return 0;
 }
 
 /* --prefill real: the model's weights on this GPU (after the decode side's: both share it),
- * the tcp ring registered with CUDA (the prefill's copies into it are DMA). */
+ * or, in tcp's prefill process with --prefill-peer, on --prefill-device; the tcp ring
+ * registered with CUDA (the prefill's copies into it are DMA). */
 static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 {
 #ifdef KVL_SB_GPU
@@ -1768,6 +1810,8 @@ static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 
 	pf_gpu_s = pf_flops = 0;
 	pf_tokens = pf_count = 0;
+	if (!pf_here(m) && kvl_sb_gpu_use_device(o.pf_device, err, (unsigned)errlen) < 0)
+		return -1;
 	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, !o.pf_equal, err,
 			       (unsigned)errlen) < 0)
 		return -1;
@@ -1775,10 +1819,11 @@ static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 	    kvl_sb_gpu_host_register(pf_arena, pf_arena_len, err, (unsigned)errlen) < 0)
 		return -1;
 	if (!o.quiet)
-		printf("  %s: prefill (real): %.2f GB of weights on this GPU, prompts up to %u "
+		printf("  %s: prefill (real): %.2f GB of weights on %s, prompts up to %u "
 		       "tokens, set up in %.1f s\n",
-		       mode_name[m], kvl_sb_gpu_pf_weight_bytes() / 1e9, max_nb * SB_BLOCK_TOKENS,
-		       kvl_now_s() - t);
+		       mode_name[m], kvl_sb_gpu_pf_weight_bytes() / 1e9,
+		       pf_here(m) ? "this GPU" : "the prefill process's GPU",
+		       max_nb * SB_BLOCK_TOKENS, kvl_now_s() - t);
 	return 0;
 #else
 	(void)m;
@@ -1786,6 +1831,21 @@ static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 	snprintf(err, errlen, "--prefill real: built without CUDA");
 	return -1;
 #endif
+}
+
+/* What the prefill did, where (NULL: this process, on the decode GPU; else where, the GPU's
+ * number following). */
+static void pf_report(enum mode m, const char *where)
+{
+	char at[128] = "this GPU";
+
+	if (where)
+		snprintf(at, sizeof(at), "%s %d", where, o.pf_device);
+	printf("  %s: prefill (real, %s): %u prompts, %llu tokens in %.3f s of GPU: %.1f TFLOP/s, "
+	       "%.0f tokens/s\n",
+	       mode_name[m], at, pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
+	       pf_gpu_s > 0 ? pf_flops / pf_gpu_s / 1e12 : 0.0,
+	       pf_gpu_s > 0 ? pf_tokens / pf_gpu_s : 0.0);
 }
 
 /* Serve the whole trace in @m; 0 when every request completed once and every byte matched. */
@@ -1843,6 +1903,7 @@ static int run_mode(enum mode m, const char *tag)
 		child = fork();
 		if (child == 0) {
 			int fd = socket(AF_INET, SOCK_STREAM, 0);
+			struct pfp_hello hi = { .ok = 1 };
 
 			close(lfd);
 			if (fd >= 0)
@@ -1852,6 +1913,14 @@ static int run_mode(enum mode m, const char *tag)
 				_exit(1);
 			}
 			close(go[1]);
+			/* --prefill-peer: the prefill on this process's GPU, set up first */
+			if (!pf_here(m) && o.pf_real) {
+				if (pf_setup(m, max_nb, hi.err, sizeof(hi.err)) < 0)
+					hi.ok = 0;
+				fflush(stdout); /* its set-up line, before the run's */
+				if (send_all(fd, &hi, sizeof(hi)) < 0 || !hi.ok)
+					_exit(1);
+			}
 			/* the trace's time 0 comes once the decode side is set up */
 			if (read(go[0], &t0s, sizeof(t0s)) != sizeof(t0s))
 				_exit(1);
@@ -1863,6 +1932,19 @@ static int run_mode(enum mode m, const char *tag)
 		if (cfd < 0) {
 			perror("serve-bench: accept");
 			return 1;
+		}
+		if (!pf_here(m) && o.pf_real) {
+			struct pfp_hello hi;
+
+			if (recv_all(cfd, &hi, sizeof(hi)) < 0)
+				snprintf(hi.err, sizeof(hi.err), "it exited while setting up");
+			else if (hi.ok)
+				hi.err[0] = 0;
+			if (hi.err[0]) {
+				fprintf(stderr, "serve-bench: tcp: the prefill process: %.600s\n",
+					hi.err);
+				return 1;
+			}
 		}
 	}
 	if (o.pf_peer && (m == M_SINGLE || m == M_DUAL) && pfp_fork() < 0)
@@ -1892,8 +1974,7 @@ static int run_mode(enum mode m, const char *tag)
 		return 1;
 	}
 	probe_s = be->probe_weights();
-	if (o.pf_real && !(o.pf_peer && (m == M_SINGLE || m == M_DUAL)) &&
-	    pf_setup(m, max_nb, err, sizeof(err)) < 0) {
+	if (pf_here(m) && pf_setup(m, max_nb, err, sizeof(err)) < 0) {
 		fprintf(stderr, "serve-bench: %s: %s\n", mode_name[m], err);
 		return 1;
 	}
@@ -1944,7 +2025,7 @@ static int run_mode(enum mode m, const char *tag)
 			return 1;
 		}
 		pthread_create(&pfp_th, NULL, pfp_receiver, NULL);
-	} else if (o.pf_real) {
+	} else if (pf_here(m)) {
 		pthread_create(&pth, NULL, real_prefiller, NULL);
 	}
 	sleep_until(0);
@@ -2153,6 +2234,8 @@ static int run_mode(enum mode m, const char *tag)
 			fprintf(stderr, "serve-bench: the prefill process failed\n");
 			return 1;
 		}
+		if (!pf_here(m) && o.pf_real)
+			pf_report(m, "in the sender process on GPU");
 	} else if (m != M_RESIDENT) {
 		if (!o.pf_real)
 			pthread_join(th, NULL);
@@ -2178,23 +2261,15 @@ static int run_mode(enum mode m, const char *tag)
 				mode_name[m]);
 			return 1;
 		}
-		printf("  %s: prefill (real, a process of its own on GPU %d, read as a peer): %u "
-		       "prompts, %llu tokens in %.3f s of GPU: %.1f TFLOP/s, %.0f tokens/s\n",
-		       mode_name[m], o.pf_device, pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
-		       pf_gpu_s > 0 ? pf_flops / pf_gpu_s / 1e12 : 0.0,
-		       pf_gpu_s > 0 ? pf_tokens / pf_gpu_s : 0.0);
-	} else if (o.pf_real) { /* the prefill thread's CPU is the prefill side's, as the
-				 * fill's was */
+		pf_report(m, "a process of its own read as a peer, on GPU");
+	} else if (pf_here(m)) { /* the prefill thread's CPU is the prefill side's, as the
+				  * fill's was */
 		pthread_join(pth, NULL);
 		R.prefill_cpu_s += pf_thread_cpu;
 		R.prefill_fill_s = pf_thread_cpu;
 		R.cpu_other -= pf_thread_cpu;
 		R.cpu_total -= pf_thread_cpu;
-		printf("  %s: prefill (real, this GPU): %u prompts, %llu tokens in %.3f s of GPU: "
-		       "%.1f TFLOP/s, %.0f tokens/s\n",
-		       mode_name[m], pf_count, (unsigned long long)pf_tokens, pf_gpu_s,
-		       pf_gpu_s > 0 ? pf_flops / pf_gpu_s / 1e12 : 0.0,
-		       pf_gpu_s > 0 ? pf_tokens / pf_gpu_s : 0.0);
+		pf_report(m, NULL);
 	}
 	if (vram_log)
 		fclose(vram_log);
@@ -2205,7 +2280,7 @@ static int run_mode(enum mode m, const char *tag)
 	if (rt)
 		kvl_stop(rt);
 #ifdef KVL_SB_GPU
-	if (o.pf_real && !(o.pf_peer && (m == M_SINGLE || m == M_DUAL))) {
+	if (pf_here(m)) {
 		kvl_sb_gpu_pf_fini();
 		if (pf_arena)
 			kvl_sb_gpu_host_unregister(pf_arena);
@@ -2481,7 +2556,9 @@ static void usage(const char *p)
 		"  --prefill-peer (real: single's and dual's prefill side a process of its own, "
 		"its KV in its VRAM\n"
 		"                      on --prefill-device N (0), read as a kvlane peer's: ipc on "
-		"one host)\n",
+		"one host;\n"
+		"                      tcp's prefill in its sender process on that GPU; "
+		"resident's stays here)\n",
 		p);
 }
 

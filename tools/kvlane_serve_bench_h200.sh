@@ -168,12 +168,12 @@ opt real 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreal -- --synthetic --
 opt realeq 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbreale -- --synthetic --preset llama3-8b \
 	--backend gpu --prefill real --prefill-priority equal --max-requests 24 \
 	--rate ${SERVE_REAL_RATE:-1} --max-input 32768 --host-mb 8192 --out "$W/realeq" --no-plot --quiet
-# --prefill-peer: single's and dual's prefill side a process of its own on GPU
+# --prefill-peer: single's and dual's prefill side a process of its own (tcp's: its sender) on GPU
 # SERVE_PREFILL_DEVICE (0; 1 on nvidia-h200-x2: prefill on GPU 1, decode on GPU 0, dual over
 # NVLink), read as a kvlane peer's over the ipc transport (SERVE_H200_ONLY="realpeer")
 opt realpeer 300 "$B/kvlane-serve-bench" $EAL --file-prefix sbrealp -- --synthetic --preset llama3-8b \
 	--backend gpu --prefill real --prefill-peer --prefill-device ${SERVE_PREFILL_DEVICE:-0} \
-	--modes ${SERVE_PEER_MODES:-single,dual,resident} --max-requests 24 --rate ${SERVE_REAL_RATE:-1} \
+	--modes ${SERVE_PEER_MODES:-tcp,single,dual,resident} --max-requests 24 --rate ${SERVE_REAL_RATE:-1} \
 	--max-input 32768 --host-mb 8192 --out "$W/realpeer" --no-plot --quiet
 # --prefill real on the write-up's 32x32x128 shape (MHA: four 8-head units a block, 512 KiB of
 # KV a token): 8 requests at 0.5 req/s (SERVE_H200_ONLY="realwu")

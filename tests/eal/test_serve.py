@@ -406,12 +406,13 @@ def scenario_serve_real_peer(ctx):
     """gpu suite: --prefill real --prefill-peer: single's and dual's prefill side a process of
     its own (its own kvlane runtime, its KV in its VRAM on GPU 0), read by the decode side as
     a peer's; on one host the runtime reads it over the ipc transport (one GPU: an HBM copy,
-    not NVLink). Every landed block equal to the prefill's checksum, outputs equal to
+    not NVLink); tcp's prefill in its sender process, its times and checksums sent back
+    through shared memory. Every landed block equal to the prefill's checksum, outputs equal to
     resident's (whose prefill runs in the decode process); exit 77 without a GPU."""
     n = REAL_N
     out_dir = os.path.join(ctx.tmp, "peer")
-    p, out = run(ctx, [*REAL_ARGS, "--prefill", "real", "--prefill-peer", "--modes",
-                       "single,dual,resident", "--out", out_dir], timeout=300)
+    p, out = run(ctx, [*REAL_ARGS, "--prefill", "real", "--prefill-peer", "--out", out_dir],
+                 timeout=360)
     if p.returncode == 77:
         print(f"skipped: {p.stderr.strip()[-200:]}")
         sys.exit(77)
@@ -419,17 +420,29 @@ def scenario_serve_real_peer(ctx):
              out)
     with open(os.path.join(out_dir, "results.json")) as f:
         res = json.load(f)
-    check_run(res["runs"][0], n, "peer", out, ("single", "dual", "resident"))
+    check_run(res["runs"][0], n, "peer", out)
+    where = {"tcp": "in the sender process on GPU 0",
+             "single": "a process of its own read as a peer, on GPU 0",
+             "dual": "a process of its own read as a peer, on GPU 0", "resident": "this GPU"}
+    for m in res["runs"][0]["modes"]:
+        name = m["mode"]
+        check(f"{name}: prefill (real, {where[name]}): {n} prompts" in p.stdout,
+              f"stdout: {name}'s prefill line", "present", p.stdout[-2000:], out)
+        check_eq(m["prefill_count"], n, f"{name}: prompts prefilled (as the decode side "
+                 "was told)", out)
+        for r in m["requests"]:
+            check(r["arrival_s"] <= r["prefill_start_s"] <= r["prefill_done_s"]
+                  and r["prefill_gpu_s"] > 0, f"{name} request {r['id']}: arrival <= prefill "
+                  "start <= prefill done, GPU time > 0 (the prefill process's times)",
+                  "ordered", r, out)
     for name in ("single", "dual"):
-        check(f"{name}: prefill (real, a process of its own on GPU 0, read as a peer): {n} "
-              "prompts" in p.stdout, f"stdout: {name}'s prefill process line", "present",
-              p.stdout[-2000:], out)
         check(f'{name}: the prefill process at 127.0.0.1:' in p.stdout
               and '"transport_ipc":["ipc"' in p.stdout.replace(" ", ""),
               f"{name}: the prefill process read as a peer over the ipc transport "
               "(/kvlane/peers)", "transport_ipc ipc", p.stdout[-2000:], out)
-    log(f"{n} prompts prefilled in a process of their own, read over ipc by single and dual: "
-        "every landed block equal to the prefill's checksum, outputs equal to resident's")
+    log(f"{n} prompts prefilled in a process of their own (tcp: the sender; single, dual: a "
+        "peer read over ipc): every landed block equal to the prefill's checksum, outputs "
+        "equal to resident's")
 
 
 SCENARIOS = {"serve_modes": scenario_serve_modes, "serve_trace": scenario_serve_trace,
