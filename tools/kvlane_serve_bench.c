@@ -1812,8 +1812,9 @@ static int pf_setup(enum mode m, uint32_t max_nb, char *err, size_t errlen)
 	pf_tokens = pf_count = 0;
 	if (!pf_here(m) && kvl_sb_gpu_use_device(o.pf_device, err, (unsigned)errlen) < 0)
 		return -1;
-	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed, !o.pf_equal, err,
-			       (unsigned)errlen) < 0)
+	/* decode first only where decode's stream is this process's */
+	if (kvl_sb_gpu_pf_init(&shape, max_nb * SB_BLOCK_TOKENS, o.sy.seed,
+			       pf_here(m) && !o.pf_equal, err, (unsigned)errlen) < 0)
 		return -1;
 	if (m == M_TCP &&
 	    kvl_sb_gpu_host_register(pf_arena, pf_arena_len, err, (unsigned)errlen) < 0)
@@ -3195,7 +3196,17 @@ int main(int argc, char **argv)
 	       "KV per token), weights %.2f GB read per step\n",
 	       shape.name, shape.layers, shape.kv_heads, shape.head_dim, SB_BLOCK_TOKENS,
 	       bb / SB_BLOCK_TOKENS * shape.layers >> 10, shape.weight_bytes / 1e9);
-	if (o.pf_real)
+	if (o.pf_real && o.pf_peer)
+		snprintf(p, sizeof(p),
+			 "prefill real: the preset's layers computed one prompt at a time in "
+			 "arrival order, for tcp, single and dual in a process of their own on GPU "
+			 "%d%s, for resident on the decode GPU (--prefill-tok-s and --prefill-gpus "
+			 "unused)",
+			 o.pf_device,
+			 o.pf_device == 0 ? " (the decode GPU: two processes time-share it; stream "
+					    "priorities do not reach across processes)"
+					  : "");
+	else if (o.pf_real)
 		snprintf(p, sizeof(p),
 			 "prefill real: the preset's layers computed on the decode GPU, one prompt "
 			 "at a time in arrival order, %s (--prefill-tok-s and --prefill-gpus "
