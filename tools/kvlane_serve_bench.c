@@ -253,8 +253,10 @@ static uint8_t *tier_base;
 static uint32_t tier_seg;
 static struct kvl_runtime *rt;
 static FILE *vram_log;
-static uint64_t staging_mb;    /* kvlane's window: --window-mb, or the largest request (single) */
-static uint64_t stream_blocks; /* the largest request over the KV cache, in blocks */
+static uint64_t staging_mb; /* kvlane's window: --window-mb, or the largest request (single) */
+/* blocks of the requests over the KV cache that can stream at once (the --max-batch
+ * largest: admission bounds them by slots, not by cache room) */
+static uint64_t stream_blocks;
 
 static uint64_t req_key(uint32_t id)
 {
@@ -1230,6 +1232,18 @@ static void open_token(struct rq *r)
 	r->tok_open++;
 }
 
+/* A streamed request's next token opens (its prefetch begins) once every layer of the current
+ * one has landed, never before: a next token's layer in the window cannot be computed until
+ * the current token is, so had it taken the room the current token's next layer needs, the
+ * two would wait on each other (one layer over half the window, or streams side by side,
+ * stalled that way). */
+static void stream_next(struct rq *r)
+{
+	if (r->tok_open == r->ntok + 1 && r->tok_open < tr.r[r->id].output &&
+	    r->landed == shape.layers)
+		open_token(r);
+}
+
 /* A streamed request's current token takes in the layers READY for it, in order: attention
  * reads them where they landed in the window (no copy into the cache, which cannot hold it),
  * checked there first. */
@@ -1246,6 +1260,7 @@ static void stream_drain(struct rq *r)
 		R.moved_bytes += (uint64_t)r->nb * bb;
 		r->landed = l + 1;
 	}
+	stream_next(r);
 }
 
 static unsigned *slot_free, n_slot_free;
@@ -1335,8 +1350,7 @@ static int admit(struct rq *r)
 		R.streamed++;
 		r->pend[0] = calloc(shape.layers, 1);
 		r->pend[1] = calloc(shape.layers, 1);
-		for (unsigned t = 0; t < 2 && t < tr.r[r->id].output; t++)
-			open_token(r);
+		open_token(r); /* the next once this one has landed (stream_next) */
 		return 1;
 	}
 	if (own)
@@ -1453,8 +1467,8 @@ static int write_ini(const char *path)
 	FILE *f = fopen(path, "w");
 	bool gpu = be->device;
 	/* blocks over all open requests: as many as the KV cache holds (admission's bound) */
-	uint64_t slots = (o.budget_mb << 20) / bb + 2 * stream_blocks; /* + a streamed request's
-									* two open tokens */
+	/* + two open tokens of every request that can stream at once */
+	uint64_t slots = (o.budget_mb << 20) / bb + 2 * stream_blocks;
 
 	if (f == NULL)
 		return -errno;
@@ -1954,17 +1968,26 @@ static int run_mode(enum mode m, const char *tag)
 		/* kvlane's window: at least the largest request the cache holds (single takes it
 		 * in one step) and one layer of any (a streamed request's step); a request over
 		 * the cache streams, so its whole KV never needs the window */
-		uint64_t mx = (uint64_t)max_nb * bb;
+		uint64_t mx = (uint64_t)max_nb * bb, *big = calloc(o.max_batch, sizeof(*big));
 
 		stream_blocks = 0;
-		for (unsigned i = 0; i < tr.n; i++) {
+		for (unsigned i = 0; i < tr.n && big; i++) {
 			uint64_t n = (uint64_t)rq[i].nb * shape.layers;
 
 			if (n <= cache_blocks && n * bb > mx)
 				mx = n * bb;
-			if (n > cache_blocks && n > stream_blocks)
-				stream_blocks = n;
+			/* the max_batch largest streamed ones, kept in big[] smallest first */
+			if (n > cache_blocks && n > big[0]) {
+				unsigned j = 0;
+
+				for (; j + 1 < o.max_batch && big[j + 1] < n; j++)
+					big[j] = big[j + 1];
+				big[j] = n;
+			}
 		}
+		for (unsigned i = 0; i < o.max_batch && big; i++)
+			stream_blocks += big[i];
+		free(big);
 		staging_mb = (mx + (1u << 20) - 1) >> 20;
 		if (staging_mb < o.window_mb)
 			staging_mb = o.window_mb;
@@ -2188,10 +2211,9 @@ static int run_mode(enum mode m, const char *tag)
 			if (++r->ntok == tr.r[r->id].output) {
 				finish(r);
 				done++;
-			} else if (r->stream) { /* the next token reads it all again */
+			} else if (r->stream) { /* the next token reads it all again (open since
+						 * this one landed) */
 				r->cur = r->landed = 0;
-				if (r->tok_open < tr.r[r->id].output)
-					open_token(r);
 				stream_drain(r);
 			}
 		}

@@ -328,6 +328,28 @@ def scenario_serve_long(ctx):
     check_eq((one["refused"], [r["id"] for r in one["requests"]]), ([0], [1]),
              "single: (refused ids, completed ids): the refused request's tier room went back",
              out)
+    # two requests over the 4 MiB budget stream side by side through a window that holds one
+    # of their layers (3.2 and 3.9 MiB of 4): each token's next opens only once its current
+    # one has landed, so no prefetched layer takes the room the current token needs (they
+    # stalled each other until the 60-s check failed the run, and the scheduler's block pool
+    # was sized for one streamed request: kvl_req_open said ENOSPC)
+    trace3 = os.path.join(ctx.tmp, "two-streams.jsonl")
+    with open(trace3, "w") as f:
+        for ts, inp in ((0, 6600), (100, 7900)):
+            f.write(json.dumps({"timestamp": ts, "input_length": inp, "output_length": 6,
+                                "hash_ids": []}) + "\n")
+    p, out = run(ctx, ["--trace", trace3, "--modes", "dual", "--kv-budget-mb", "4",
+                       "--host-mb", "16", "--window-mb", "4", "--out",
+                       os.path.join(ctx.tmp, "two"), "--no-plot"], timeout=90)
+    check_eq(p.returncode, 0, "dual, two streamed requests, a window of one layer: exit status",
+             out)
+    with open(os.path.join(ctx.tmp, "two", "results.json")) as f:
+        two = json.load(f)["runs"][0]["modes"][0]
+    used2 = sum(r["kv_bytes"] * r["output"] for r in two["requests"])
+    check_eq((two["completed"], two["streamed"], two["bytes_checked"], two["bytes_bad"],
+              two["bytes_used"]), (2, 2, used2, 0, used2),
+             "two streams side by side: (completed, streamed, checked, bad, used): every "
+             "token read and checked its request's whole KV", out)
     # sizes that cannot work are refused before anything starts, naming the option
     p, out = run(ctx, ["--trace", trace, "--modes", "dual", "--host-mb", "1", "--out",
                        os.path.join(ctx.tmp, "bad"), "--no-plot"])
