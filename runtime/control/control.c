@@ -67,9 +67,10 @@ static void tls_error_msg(struct kvl_ctrl_msg *m, bool ours_on)
 }
 
 /*
- * A TLS ClientHello (a handshake record: 0x16, then version 3.x) where a kvlane HELLO belongs:
- * the peer runs [control] tls = on and we do not. Told in the clear (ERROR tls-mismatch), so that
- * it says so too.
+ * A TLS ClientHello (a handshake record: 0x16, then version 3.x) where a kvlane HELLO belongs
+ * (the connection's first bytes: no HELLO has come): the peer runs [control] tls = on and we do
+ * not. Told in the clear (ERROR tls-mismatch), so that it says so too. The same two bytes after
+ * a HELLO are a stranger's garbage, answered as any other: no ERROR before a proof.
  */
 static bool tls_mismatch_off(struct kvl_control *c, uint32_t p)
 {
@@ -77,7 +78,7 @@ static bool tls_mismatch_off(struct kvl_control *c, uint32_t p)
 	struct kvl_ctrl_msg out = { .type = KVL_CTRL_ERROR };
 
 	if (pr->ssl != NULL || pr->rx_len < 2 || pr->rx[0] != 0x16 || pr->rx[1] != 0x03 ||
-	    c->pub[p].state != KVL_PEER_HANDSHAKE || c->pub[p].initiator)
+	    c->pub[p].state != KVL_PEER_HANDSHAKE || c->pub[p].initiator || pr->hello.type != 0)
 		return false;
 	__atomic_fetch_add(&c->tls_failures, 1, __ATOMIC_RELAXED);
 	tls_error_msg(&out, false);
