@@ -254,8 +254,8 @@ static uint32_t tier_seg;
 static struct kvl_runtime *rt;
 static FILE *vram_log;
 static uint64_t staging_mb; /* kvlane's window: --window-mb, or the largest request (single) */
-/* blocks of the requests over the KV cache that can stream at once (the --max-batch
- * largest: admission bounds them by slots, not by cache room) */
+/* blocks of the requests over the KV cache that can stream at once, bounded (admission
+ * bounds them by --max-batch slots, not by cache room) */
 static uint64_t stream_blocks;
 
 static uint64_t req_key(uint32_t id)
@@ -320,6 +320,39 @@ static void *real_prefiller(void *arg);
 static bool pf_here(enum mode m)
 {
 	return o.pf_real && !(o.pf_peer && m != M_RESIDENT);
+}
+
+/* --prefill real in a prefill process (tcp's sender, or single's/dual's kvlane peer) */
+static bool pf_away(enum mode m)
+{
+	return o.pf_real && !pf_here(m);
+}
+
+/* One prompt's prefill as the prefill process tells it: over the socket pair (--prefill-peer,
+ * single/dual) or in the tcp ring's flags. */
+struct pfp_msg {
+	uint32_t id, n; /* n = 0: refused (larger than the whole store) */
+	double start, done, gpu_s, flops;
+};
+
+/* A prefill done (@r's times set), counted in the run's totals. */
+static void pf_tally(const struct rq *r, double flops)
+{
+	pf_gpu_s += r->prefill_gpu_s;
+	pf_flops += flops;
+	pf_tokens += tr.r[r->id].input;
+	pf_count++;
+}
+
+/* A prefill the prefill process did: its times into its request, counted. */
+static void pf_took(const struct pfp_msg *m)
+{
+	struct rq *r = &rq[m->id];
+
+	r->prefill_start = m->start;
+	r->prefill_gpu_s = m->gpu_s;
+	r->prefill_done = m->done;
+	pf_tally(r, m->flops);
 }
 
 /* ---- tcp: the prefill process and its socket ---- */
@@ -443,7 +476,7 @@ struct pf_shared {
 	struct {
 		_Atomic int ready;
 		uint64_t off, span;
-		double start, done, gpu_s, flops;
+		struct pfp_msg m; /* --prefill-peer: the prefill process's times */
 	} req[];
 };
 static struct pf_shared *pf_sh;
@@ -489,7 +522,7 @@ static int prefill_process(int fd, int stats_fd)
 		n_sfill = 0; /* the KV comes from the GPU's prefill */
 	for (unsigned i = 0; i < n_sfill; i++)
 		pthread_create(&th[i], NULL, prefill_fill, (void *)(uintptr_t)i);
-	if (o.pf_real && o.pf_peer) /* this process's GPU computes the KV it sends */
+	if (pf_away(M_TCP)) /* this process's GPU computes the KV it sends */
 		pthread_create(&pth, NULL, real_prefiller, NULL);
 	if (o.link_gbps > 0)
 		kvl_pace_init(&pace, (uint64_t)(o.link_gbps * 125e6), 8u << 20, kvl_now_ns());
@@ -546,7 +579,7 @@ static int prefill_process(int fd, int stats_fd)
 	}
 	for (unsigned i = 0; i < n_sfill; i++)
 		pthread_join(th[i], NULL);
-	if (o.pf_real && o.pf_peer)
+	if (pf_away(M_TCP))
 		pthread_join(pth, NULL);
 	for (unsigned k = 0; k < tr.n; k++) {
 		uint32_t ack;
@@ -623,15 +656,8 @@ static void *receiver(void *arg)
 			exit(1);
 		}
 		r = &rq[h.id];
-		if (!pf_here(M_TCP) && o.pf_real) { /* the prefill process's prefill: its times */
-			r->prefill_start = pf_sh->req[h.id].start;
-			r->prefill_done = pf_sh->req[h.id].done;
-			r->prefill_gpu_s = pf_sh->req[h.id].gpu_s;
-			pf_gpu_s += r->prefill_gpu_s;
-			pf_flops += pf_sh->req[h.id].flops;
-			pf_tokens += tr.r[h.id].input;
-			pf_count++;
-		}
+		if (pf_away(M_TCP))
+			pf_took(&pf_sh->req[h.id].m);
 		keep = shape.layers * r->nb <= cpool.cap;
 		if (keep && !o.bg_load) { /* blocking: the KV stays on the socket until asked, */
 			atomic_store(&r->at_prefill, 2);
@@ -760,10 +786,6 @@ struct pfp_hello {
 	int ok;
 	char addr[80];
 	char err[600];
-};
-struct pfp_msg {
-	uint32_t id, n; /* n = 0: refused (larger than the whole store) */
-	double start, done, gpu_s, flops;
 };
 static int pfp_up[2] = { -1, -1 }, pfp_down[2] = { -1, -1 }; /* child -> parent, back */
 static pid_t pfp_child = -1;
@@ -920,13 +942,7 @@ static void *pfp_receiver(void *arg)
 			atomic_store(&r->at_prefill, -1);
 			continue;
 		}
-		r->prefill_start = m.start;
-		r->prefill_gpu_s = m.gpu_s;
-		pf_gpu_s += m.gpu_s;
-		pf_flops += m.flops;
-		pf_tokens += tr.r[m.id].input;
-		pf_count++;
-		r->prefill_done = m.done;
+		pf_took(&m);
 		atomic_store(&r->at_prefill, 1);
 	}
 	return NULL;
@@ -1054,10 +1070,9 @@ static void *scratch(void **buf, uint32_t *cap, uint32_t n, size_t size)
  */
 static void pf_publish(struct rq *r, uint32_t n, uint64_t off, uint64_t span, double flops)
 {
-	if (pfp_child == 0) { /* the prefill process */
-		struct pfp_msg m = { r->id, n, r->prefill_start, r->prefill_done, r->prefill_gpu_s,
-				     flops };
+	struct pfp_msg m = { r->id, n, r->prefill_start, r->prefill_done, r->prefill_gpu_s, flops };
 
+	if (pfp_child == 0) { /* the prefill process */
 		if (send_all(pfp_up[1], &m, sizeof(m)) < 0 ||
 		    (n && (send_all(pfp_up[1], r->tblk, (size_t)n * 4) < 0 ||
 			   send_all(pfp_up[1], r->sums, (size_t)n * 8) < 0))) {
@@ -1070,10 +1085,7 @@ static void pf_publish(struct rq *r, uint32_t n, uint64_t off, uint64_t span, do
 	} else if (cur_mode == M_TCP) {
 		pf_sh->req[r->id].off = off;
 		pf_sh->req[r->id].span = span;
-		pf_sh->req[r->id].start = r->prefill_start;
-		pf_sh->req[r->id].done = r->prefill_done;
-		pf_sh->req[r->id].gpu_s = r->prefill_gpu_s;
-		pf_sh->req[r->id].flops = flops;
+		pf_sh->req[r->id].m = m;
 		atomic_store_explicit(&pf_sh->req[r->id].ready, 1, memory_order_release);
 	} else {
 		atomic_store(&r->at_prefill, 1);
@@ -1137,11 +1149,8 @@ static void *real_prefiller(void *arg)
 		snprintf(why, sizeof(why), "built without CUDA");
 		exit(1);
 #endif
-		pf_flops += flops;
-		pf_gpu_s += r->prefill_gpu_s;
-		pf_tokens += tr.r[r->id].input;
-		pf_count++;
 		r->prefill_done = now_s();
+		pf_tally(r, flops);
 		pf_publish(r, n, off, span, flops);
 	}
 	pf_thread_cpu = thread_cpu_s();
@@ -1929,7 +1938,7 @@ static int run_mode(enum mode m, const char *tag)
 			}
 			close(go[1]);
 			/* --prefill-peer: the prefill on this process's GPU, set up first */
-			if (!pf_here(m) && o.pf_real) {
+			if (pf_away(m)) {
 				if (pf_setup(m, max_nb, hi.err, sizeof(hi.err)) < 0)
 					hi.ok = 0;
 				fflush(stdout); /* its set-up line, before the run's */
@@ -1948,16 +1957,13 @@ static int run_mode(enum mode m, const char *tag)
 			perror("serve-bench: accept");
 			return 1;
 		}
-		if (!pf_here(m) && o.pf_real) {
+		if (pf_away(m)) {
 			struct pfp_hello hi;
+			bool gone = recv_all(cfd, &hi, sizeof(hi)) < 0;
 
-			if (recv_all(cfd, &hi, sizeof(hi)) < 0)
-				snprintf(hi.err, sizeof(hi.err), "it exited while setting up");
-			else if (hi.ok)
-				hi.err[0] = 0;
-			if (hi.err[0]) {
+			if (gone || !hi.ok) {
 				fprintf(stderr, "serve-bench: tcp: the prefill process: %.600s\n",
-					hi.err);
+					gone ? "it exited while setting up" : hi.err);
 				return 1;
 			}
 		}
@@ -1968,26 +1974,21 @@ static int run_mode(enum mode m, const char *tag)
 		/* kvlane's window: at least the largest request the cache holds (single takes it
 		 * in one step) and one layer of any (a streamed request's step); a request over
 		 * the cache streams, so its whole KV never needs the window */
-		uint64_t mx = (uint64_t)max_nb * bb, *big = calloc(o.max_batch, sizeof(*big));
+		uint64_t mx = (uint64_t)max_nb * bb, big = 0;
+		unsigned n_big = 0;
 
-		stream_blocks = 0;
-		for (unsigned i = 0; i < tr.n && big; i++) {
+		for (unsigned i = 0; i < tr.n; i++) {
 			uint64_t n = (uint64_t)rq[i].nb * shape.layers;
 
 			if (n <= cache_blocks && n * bb > mx)
 				mx = n * bb;
-			/* the max_batch largest streamed ones, kept in big[] smallest first */
-			if (n > cache_blocks && n > big[0]) {
-				unsigned j = 0;
-
-				for (; j + 1 < o.max_batch && big[j + 1] < n; j++)
-					big[j] = big[j + 1];
-				big[j] = n;
+			if (n > cache_blocks) {
+				n_big++;
+				big = n > big ? n : big;
 			}
 		}
-		for (unsigned i = 0; i < o.max_batch && big; i++)
-			stream_blocks += big[i];
-		free(big);
+		/* at most --max-batch of them at once, each at most the largest */
+		stream_blocks = (uint64_t)(n_big < o.max_batch ? n_big : o.max_batch) * big;
 		staging_mb = (mx + (1u << 20) - 1) >> 20;
 		if (staging_mb < o.window_mb)
 			staging_mb = o.window_mb;
@@ -2257,7 +2258,7 @@ static int run_mode(enum mode m, const char *tag)
 			fprintf(stderr, "serve-bench: the prefill process failed\n");
 			return 1;
 		}
-		if (!pf_here(m) && o.pf_real)
+		if (pf_away(m))
 			pf_report(m, "in the sender process on GPU");
 	} else if (m != M_RESIDENT) {
 		if (!o.pf_real)
