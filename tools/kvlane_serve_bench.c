@@ -1037,7 +1037,7 @@ static int open_tier(struct rq *r, int tok, kvl_req_t *hp)
 		d.cls = KVL_REQ_PREFILL;
 	}
 	rc = kvl_req_open(rt, o.pf_peer ? pfp_peer : KVL_PEER_LOCAL_TIER, &d, hp);
-	if (rc < 0)
+	if (rc < 0 && !(rc == -ENOSPC && tok >= 0)) /* a streamed token retries (stream_next) */
 		fprintf(stderr, "serve-bench: kvl_req_open(request %u, %u blocks): %s %s\n", r->id,
 			n, strerror(-rc), kvl_req_error());
 	free(b);
@@ -1234,9 +1234,16 @@ static void step_done(const struct rq *r, kvl_req_t h, uint32_t step)
 }
 
 /* A streamed request's next token: its KV from the tier again, a step per layer. */
+/* A streamed request's next token's kvlane request; with the runtime's pools full for now
+ * (-ENOSPC: the previous tokens' requests not yet released) it stays unopened and
+ * stream_next tries again. */
 static void open_token(struct rq *r)
 {
-	if (open_tier(r, (int)r->tok_open, &r->th[r->tok_open & 1]) < 0)
+	int rc = open_tier(r, (int)r->tok_open, &r->th[r->tok_open & 1]);
+
+	if (rc == -ENOSPC)
+		return;
+	if (rc < 0)
 		exit(1);
 	r->tok_open++;
 }
@@ -1245,12 +1252,14 @@ static void open_token(struct rq *r)
  * one has landed, never before: a next token's layer in the window cannot be computed until
  * the current token is, so had it taken the room the current token's next layer needs, the
  * two would wait on each other (one layer over half the window, or streams side by side,
- * stalled that way). */
+ * stalled that way). And only while fewer than two of its kvlane requests are alive (the
+ * previous token's ends with its DONE, after its compute): the block pool and th[] hold two. */
 static void stream_next(struct rq *r)
 {
-	if (r->tok_open == r->ntok + 1 && r->tok_open < tr.r[r->id].output &&
-	    r->landed == shape.layers)
-		open_token(r);
+	if (r->tok_open == r->ntok ||
+	    (r->tok_open == r->ntok + 1 && r->tok_open < tr.r[r->id].output &&
+	     r->landed == shape.layers && r->tok_open - r->tok_ended < 2))
+		open_token(r); /* the current token (refused for room before), or the next */
 }
 
 /* A streamed request's current token takes in the layers READY for it, in order: attention
@@ -1438,9 +1447,11 @@ static void poll_events(void)
 				step_done(r, r->h, ev[i].step);
 				R.moved_bytes += (uint64_t)(l1 - l0) * r->nb * bb;
 			} else if (ev[i].type == KVL_REQ_EV_DONE) {
-				if (tok && ++r->tok_ended < tr.r[r->id].output)
+				if (tok && ++r->tok_ended < tr.r[r->id].output) {
+					stream_next(r); /* room for the next token's request */
 					continue; /* the streamed request's other tokens still go */
-				if (o.pf_peer)	  /* the prefill process's blocks go back to it */
+				}
+				if (o.pf_peer) /* the prefill process's blocks go back to it */
 					pfp_free(r->id);
 				else
 					pool_give(&tpool, r->tblk, shape.layers * r->nb);
@@ -2113,6 +2124,9 @@ static int run_mode(enum mode m, const char *tag)
 		c0 = c1;
 		if (m == M_SINGLE || m == M_DUAL)
 			poll_events();
+		for (unsigned i = 0; m == M_DUAL && i < tr.n; i++)
+			if (rq[i].st == R_STREAM)
+				stream_next(&rq[i]); /* a token refused for room, again */
 		if (m == M_TCP && blk)
 			tcp_landed();
 		for (unsigned i = 0; i < tr.n && nb < o.max_batch; i++) {
